@@ -1,0 +1,109 @@
+"""Input validation for the numpy (float64) core: one place, ValueError naming the argument."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .conventions import normalization_tolerance
+
+
+def as_probs(x, name: str, *, normalize: bool = True) -> np.ndarray:
+    """Validate a probability array ``[..., V]`` and return it as float64 (rows renormalized).
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is empty, has no vocabulary axis, holds NaN, inf or negative entries, or a row
+        whose sum differs from 1 by more than :func:`normalization_tolerance`.
+    """
+    dtype = getattr(x, "dtype", np.float64)
+    try:
+        arr = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not a numeric array ({exc})") from None
+    if arr.ndim == 0:
+        raise ValueError(f"{name}: expected an array of shape (..., V), got a scalar")
+    if arr.shape[-1] == 0:
+        raise ValueError(f"{name}: the vocabulary axis (last) is empty")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: contains NaN or infinite probabilities")
+    if np.any(arr < 0):
+        raise ValueError(f"{name}: contains negative probabilities (min {arr.min():.3g})")
+    sums = arr.sum(axis=-1)
+    tol = normalization_tolerance(dtype)
+    bad = np.abs(sums - 1.0) > tol
+    if np.any(bad):
+        worst = sums[bad].flat[0] if sums.ndim else float(sums)
+        raise ValueError(
+            f"{name}: rows must sum to 1 within {tol:g}; found a row summing to {worst:.9g}"
+        )
+    if normalize:
+        arr = arr / sums[..., None]
+    return arr
+
+
+def as_prob_pair(target_probs, draft_probs, *, target_name="target_probs", draft_name="draft_probs"):
+    """Validate ``(q, p)``: both probability arrays with the same shape ``[..., V]``."""
+    q = as_probs(target_probs, target_name)
+    p = as_probs(draft_probs, draft_name)
+    if q.shape[-1] != p.shape[-1]:
+        raise ValueError(
+            f"{draft_name}: vocabulary size {p.shape[-1]} differs from {target_name}'s {q.shape[-1]}"
+        )
+    if q.shape != p.shape:
+        try:
+            shape = np.broadcast_shapes(q.shape, p.shape)
+        except ValueError:
+            raise ValueError(
+                f"{draft_name}: shape {p.shape} does not match {target_name}'s shape {q.shape}"
+            ) from None
+        q, p = np.broadcast_to(q, shape), np.broadcast_to(p, shape)
+    return q, p
+
+
+def as_token_ids(token_ids, vocab_size: int, batch_shape, name: str = "draft_token_ids") -> np.ndarray:
+    """Validate integer token ids in ``[0, V)`` broadcastable to ``batch_shape``."""
+    arr = np.asarray(token_ids.detach().cpu() if hasattr(token_ids, "detach") else token_ids)
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{name}: token ids must be integers, got dtype {arr.dtype}")
+    if np.any(arr < 0) or np.any(arr >= vocab_size):
+        raise ValueError(f"{name}: token id out of range [0, {vocab_size})")
+    try:
+        return np.broadcast_to(arr.astype(np.int64), tuple(batch_shape))
+    except ValueError:
+        raise ValueError(f"{name}: shape {arr.shape} does not match the batch shape {tuple(batch_shape)}") from None
+
+
+def as_budget(delta, name: str = "delta") -> float:
+    """Validate a scalar divergence budget: finite or +inf, and >= 0."""
+    try:
+        value = float(delta)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must be a real number, got {delta!r}") from None
+    if math.isnan(value):
+        raise ValueError(f"{name}: is NaN")
+    if value < 0:
+        raise ValueError(f"{name}: must be >= 0, got {value}")
+    return value
+
+
+def as_budget_array(delta, name: str = "delta") -> np.ndarray:
+    """Validate an array of budgets (each >= 0, no NaN)."""
+    arr = np.asarray(delta, dtype=np.float64)
+    if np.any(np.isnan(arr)):
+        raise ValueError(f"{name}: contains NaN")
+    if np.any(arr < 0):
+        raise ValueError(f"{name}: must be >= 0 (min {arr.min()})")
+    return arr
+
+
+def choice(value, options, name: str):
+    """Return ``value`` if it is one of ``options``, else raise a ValueError listing them."""
+    if value not in options:
+        raise ValueError(f"{name}: unknown value {value!r}; valid: {', '.join(map(str, options))}")
+    return value

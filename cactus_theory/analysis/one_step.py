@@ -1,0 +1,325 @@
+r"""Exact one-step analysis of any rule: acceptance, emitted distribution, divergences.
+
+For a rule with acceptance :math:`a_n` and recovery :math:`r^{(n)}` (see
+:mod:`cactus_theory.rules.plans`), one verification step with drafted :math:`n \sim p` emits
+
+.. math:: h_{alg}(j) = p_j a_j + \sum_n p_n (1 - a_n)\, r^{(n)}_j \qquad\text{(Theorem 3)}
+
+and accepts the draft with probability :math:`\alpha = \sum_n p_n a_n`. Symbols: q verifier
+(``target_probs``), p drafter (``draft_probs``), n drafted token, :math:`h_{alg}` the emitted
+distribution. Everything here is numpy float64; batch axes lead, the vocabulary is last.
+
+For Cactus's spike structure :math:`h^{(n)} = c_n q + (\gamma_n - c_n q_n) e_n` the mixture is
+computed exactly in O(V log V) per row with no V x V intermediate: for a rejected n
+(:math:`\gamma_n < p_n`), :math:`\max(0, h^{(n)}_j - p_j) = q_j \max(0, c_n - t_j)` with
+:math:`t_j = p_j/q_j`, so
+
+.. math:: \sum_n \frac{w_n}{Z_n} \max(0, h^{(n)}_j - p_j)
+          = q_j \sum_{n:\,c_n > t_j} u_n (c_n - t_j), \qquad
+          Z_n = \sum_{j:\,t_j < c_n} (c_n q_j - p_j),
+
+with :math:`w_n = p_n(1-a_n)`, :math:`u_n = w_n / Z_n`: one joint sort of the :math:`c_n` and
+the :math:`t_j` per row, and prefix sums. :func:`emitted_distribution` with
+``method="dense"`` builds every :math:`h^{(n)}` instead (O(V^2) memory): the test oracle.
+
+References
+----------
+Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorems 1 and 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_prob_pair, as_probs, choice
+from ..divergences import get_divergence
+from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
+from ..rules.plans import residual_distribution
+from ..solvers.spike import spike_scale
+
+__all__ = [
+    "OneStepResult",
+    "make_plan",
+    "acceptance_probabilities",
+    "acceptance_rate",
+    "emitted_distribution",
+    "per_draft_divergence",
+    "analyze",
+    "DEFAULT_DIVERGENCES",
+]
+
+DEFAULT_DIVERGENCES = ("kl", "reverse_kl", "tv")
+EMIT_METHODS = ("fast", "dense")
+
+
+def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+    """Validate the inputs (float64, rows renormalized) and build the rule's plan.
+
+    Parameters
+    ----------
+    rule : str or Rule
+        A registry name (default knobs) or a configured rule from :func:`get_rule`.
+    target_probs, draft_probs : array_like, shape (..., V)
+        Processed verifier (q) and drafter (p) distributions.
+    raw_target_probs, raw_draft_probs : array_like, shape (..., V), optional
+        Raw (temperature-1) distributions for rules that decide on them; default: the
+        processed ones.
+    """
+    rule = get_rule(rule)
+    q, p = as_prob_pair(target_probs, draft_probs)
+    raw_q = q if raw_target_probs is None else as_probs(raw_target_probs, "raw_target_probs")
+    raw_p = p if raw_draft_probs is None else as_probs(raw_draft_probs, "raw_draft_probs")
+    for name, arr in (("raw_target_probs", raw_q), ("raw_draft_probs", raw_p)):
+        if arr.shape != q.shape:
+            raise ValueError(f"{name}: shape {arr.shape} does not match target_probs' {q.shape}")
+    return rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
+
+
+def _as_plan(plan_or_rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs):
+    if isinstance(plan_or_rule, (TargetPlan, SpikePlan, DecisionPlan)):
+        return plan_or_rule
+    if target_probs is None or draft_probs is None:
+        raise ValueError("target_probs: required together with draft_probs when a rule is given")
+    return make_plan(plan_or_rule, target_probs, draft_probs,
+                     raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
+
+
+def acceptance_probabilities(rule, target_probs=None, draft_probs=None, *,
+                             raw_target_probs=None, raw_draft_probs=None) -> np.ndarray:
+    r"""Per-draft acceptance :math:`a_n` for every candidate drafted token n.
+
+    Parameters
+    ----------
+    rule : str, Rule or plan
+        What to analyse (a plan from :func:`make_plan` skips validation).
+    target_probs, draft_probs : array_like, shape (..., V)
+        Verifier q and drafter p.
+
+    Returns
+    -------
+    ndarray, shape (..., V)
+        :math:`a_n \in [0, 1]`; e.g. SpS gives :math:`\min(1, q_n/p_n)`.
+    """
+    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    return np.clip(plan.accept_probs(), 0.0, 1.0)
+
+
+def acceptance_rate(rule, target_probs=None, draft_probs=None, *,
+                    raw_target_probs=None, raw_draft_probs=None) -> np.ndarray:
+    r"""Overall acceptance :math:`\alpha = \sum_n p_n a_n` of one drafted token.
+
+    Examples
+    --------
+    >>> q, p = [0.30, 0.35, 0.35], [0.05, 0.80, 0.15]
+    >>> round(float(acceptance_rate("sps", q, p)), 4)    # sum min(p, q)
+    0.55
+    """
+    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    return np.sum(plan.draft_probs * np.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
+
+
+def _emitted_fixed_recovery(p, a, r):
+    """``p a + (sum_n p_n (1 - a_n)) r`` for a recovery r that does not depend on n."""
+    rejected = np.sum(p * (1.0 - a), axis=-1, keepdims=True)
+    return p * a + rejected * r
+
+
+def _emitted_spike_fast(q, p, gamma):
+    """Theorem 3's mixture for the spike structure in O(V log V) per row (module docstring)."""
+    V = q.shape[-1]
+    a = np.clip(_ratio(gamma, p), 0.0, 1.0)
+    w = np.where(p > 0, np.maximum(p - gamma, 0.0), 0.0)          # p_n (1 - a_n)
+    q_n = q
+    c = spike_scale(q_n, gamma)
+    pos_q = q > 0
+    t = np.where(pos_q, p / np.where(pos_q, q, 1.0), np.inf)      # t_j = p_j / q_j
+    # Z_n = sum_{j: t_j < c_n} (c_n q_j - p_j), corrected at j = n (h_n = gamma_n, not c_n q_n).
+    keys = np.concatenate([t, c], axis=-1)
+    # Ascending; at ties the t-entries (index < V) come first, but ties contribute 0 anyway.
+    order = np.argsort(keys, axis=-1, kind="stable")
+    is_t = order < V
+    zeros = np.zeros_like(q)
+    qs = np.take_along_axis(np.concatenate([q, zeros], -1), order, -1)
+    ps = np.take_along_axis(np.concatenate([p, zeros], -1), order, -1)
+    cq = np.cumsum(np.where(is_t, qs, 0.0), axis=-1)
+    cp = np.cumsum(np.where(is_t, ps, 0.0), axis=-1)
+    # for a c-entry, the prefix sums over t-entries strictly before it (ties: t before c, but a
+    # tied t has c q_j - p_j = 0, so including it is harmless)
+    inv = np.argsort(order, axis=-1)
+    cq_c = np.take_along_axis(cq, inv[..., V:], -1)
+    cp_c = np.take_along_axis(cp, inv[..., V:], -1)
+    S = np.maximum(c * cq_c - cp_c, 0.0)
+    Z = S - np.maximum(c * q - p, 0.0) + np.maximum(gamma - p, 0.0)
+    rejected = w > 0
+    u = np.where(rejected, w / np.where(rejected & (Z > 0), Z, 1.0), 0.0)
+    empty = rejected & (Z <= 0)
+    # sum_n u_n max(0, c_n - t_j): descending pass; for a t-entry, sum over c-entries before it.
+    keys_d = np.concatenate([-t, -c], axis=-1)
+    order_d = np.argsort(keys_d, axis=-1, kind="stable")
+    # at ties (c_n == t_j) the t-entries come first, so c_n == t_j is excluded (contributes 0)
+    is_c = order_d >= V
+    uc_all = np.concatenate([zeros, u * c], -1)
+    u_all = np.concatenate([zeros, u], -1)
+    suc = np.cumsum(np.where(is_c, np.take_along_axis(uc_all, order_d, -1), 0.0), axis=-1)
+    su = np.cumsum(np.where(is_c, np.take_along_axis(u_all, order_d, -1), 0.0), axis=-1)
+    inv_d = np.argsort(order_d, axis=-1)
+    suc_t = np.take_along_axis(suc, inv_d[..., :V], -1)
+    su_t = np.take_along_axis(su, inv_d[..., :V], -1)
+    t_fin = np.where(pos_q, t, 0.0)
+    mix = np.where(pos_q, q * np.maximum(suc_t - t_fin * su_t, 0.0), 0.0)
+    # corrections at j = n: remove u_n max(0, c_n q_n - p_n), add u_n max(0, gamma_n - p_n)
+    mix = mix - u * np.maximum(c * q - p, 0.0) + u * np.maximum(gamma - p, 0.0)
+    out = p * a + np.maximum(mix, 0.0)
+    if np.any(empty):
+        # Convention 3 (empty residual -> normalize(h^(n))); unreachable in exact arithmetic.
+        idx = np.argwhere(empty)
+        for pos in idx:
+            row, n = tuple(pos[:-1]), pos[-1]
+            h = c[row + (n,)] * q[row]
+            h[n] = gamma[row + (n,)]
+            out[row] += w[row + (n,)] * h / h.sum()
+    return out
+
+
+def _ratio(h, p):
+    pos = p > 0
+    return np.where(pos, np.minimum(h / np.where(pos, p, 1.0), 1.0), (h > 0).astype(float))
+
+
+def _emitted_dense(plan):
+    """Theorem 3 by enumeration: materializes every r^(n) (O(V^2) memory). Test oracle."""
+    p = plan.draft_probs
+    V = p.shape[-1]
+    a = np.clip(plan.accept_probs(), 0.0, 1.0)
+    out = p * a
+    for n in range(V):
+        ids = np.full(p.shape[:-1], n, dtype=np.int64)
+        r = plan.recovery_at(ids)
+        out = out + (p[..., n] * (1.0 - a[..., n]))[..., None] * r
+    return out
+
+
+def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_target_probs=None,
+                         raw_draft_probs=None, method: str = "fast") -> np.ndarray:
+    r"""The distribution of the emitted token, :math:`h_{alg}` (Theorem 3), exactly.
+
+    .. math:: h_{alg}(j) = p_j a_j + \sum_n p_n (1 - a_n)\, r^{(n)}_j
+
+    where q = verifier (``target_probs``), p = drafter (``draft_probs``), n = drafted token,
+    :math:`a_n` the rule's acceptance and :math:`r^{(n)}` its recovery distribution.
+
+    Parameters
+    ----------
+    rule : str, Rule or plan
+        A registry name, a configured rule or a plan from :func:`make_plan`.
+    target_probs, draft_probs : array_like, shape (..., V)
+        Verifier q and drafter p (validated; rows renormalized in float64).
+    raw_target_probs, raw_draft_probs : array_like, optional
+        Raw distributions for rules that decide on them.
+    method : {"fast", "dense"}
+        ``"fast"``: O(V log V) per row (spike plans) or O(V) (target and decision plans).
+        ``"dense"``: enumerate every draft's recovery (O(V^2)); for testing at small V.
+
+    Returns
+    -------
+    ndarray, shape (..., V)
+        A probability distribution per row (sums to 1 up to rounding).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> q, p = np.array([0.30, 0.35, 0.35]), np.array([0.05, 0.80, 0.15])
+    >>> np.allclose(emitted_distribution("sps", q, p), q)        # Theorem 1: SpS emits q
+    True
+
+    References
+    ----------
+    Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 3.
+    """
+    choice(method, EMIT_METHODS, "method")
+    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    if method == "dense":
+        return _emitted_dense(plan)
+    q, p = plan.target_probs, plan.draft_probs
+    if isinstance(plan, SpikePlan):
+        return _emitted_spike_fast(q, p, np.asarray(plan.spike, dtype=np.float64))
+    a = np.clip(plan.accept_probs(), 0.0, 1.0)
+    if isinstance(plan, TargetPlan):
+        return _emitted_fixed_recovery(p, a, residual_distribution(plan.target, p))
+    return _emitted_fixed_recovery(p, a, plan.recovery)
+
+
+def per_draft_divergence(rule, target_probs=None, draft_probs=None, divergence="kl", *,
+                         raw_target_probs=None, raw_draft_probs=None):
+    r""":math:`D(h^{(n)} \| q)` of the rule's per-draft target for every candidate n.
+
+    For a spike plan this is Theorem 2's two-point form at :math:`(\gamma_n, q_n)`; for a
+    target plan it is :math:`D(\mathrm{normalize}(h) \| q)` for every n. Decision plans have
+    no per-draft target and raise ValueError.
+
+    Returns
+    -------
+    ndarray, shape (..., V)
+    """
+    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    d = get_divergence(divergence)
+    if isinstance(plan, SpikePlan):
+        return d.two_point(np.asarray(plan.spike, dtype=np.float64), plan.target_probs)
+    if isinstance(plan, TargetPlan):
+        h = plan.target / plan.target.sum(axis=-1, keepdims=True)
+        val = d.unchecked(h, plan.target_probs)
+        return np.broadcast_to(val[..., None], h.shape).copy()
+    raise ValueError("rule: a decision rule has no per-draft target distribution")
+
+
+@dataclass(frozen=True)
+class OneStepResult:
+    """Exact one-step analysis of a rule on (q, p).
+
+    Attributes
+    ----------
+    rule : str
+        Registry name with knobs (``repr`` of the rule).
+    accept_probs : ndarray, shape (..., V)
+        Per-draft acceptance :math:`a_n`.
+    acceptance : ndarray, shape (...)
+        :math:`\\sum_n p_n a_n`.
+    emitted : ndarray, shape (..., V)
+        :math:`h_{alg}`.
+    divergences : dict of str to ndarray, shape (...)
+        ``D(h_alg || q)`` for each requested divergence (``+inf`` where infinite).
+    """
+
+    rule: str
+    accept_probs: np.ndarray
+    acceptance: np.ndarray
+    emitted: np.ndarray
+    divergences: dict
+
+
+def analyze(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None,
+            divergences=DEFAULT_DIVERGENCES) -> OneStepResult:
+    """Acceptance, emitted distribution and its divergences from q in one call.
+
+    Parameters
+    ----------
+    rule : str or Rule
+        What to analyse.
+    target_probs, draft_probs : array_like, shape (..., V)
+        Verifier q and drafter p.
+    divergences : sequence of str
+        Divergences ``D(h_alg || q)`` to report (default KL, reverse KL, TV).
+
+    Returns
+    -------
+    OneStepResult
+    """
+    rule = get_rule(rule)
+    plan = make_plan(rule, target_probs, draft_probs, raw_target_probs=raw_target_probs,
+                     raw_draft_probs=raw_draft_probs)
+    a = acceptance_probabilities(plan)
+    emitted = emitted_distribution(plan)
+    divs = {name: get_divergence(name).unchecked(emitted, plan.target_probs) for name in divergences}
+    return OneStepResult(repr(rule), a, np.sum(plan.draft_probs * a, axis=-1), emitted, divs)

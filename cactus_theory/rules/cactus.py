@@ -1,0 +1,89 @@
+r"""Cactus: constrained acceptance speculative sampling (Hao & Mou, ICLR 2026).
+
+For each candidate drafted token n, the per-draft target raises n to :math:`\gamma_n` and
+rescales the rest in proportion to q (Theorem 2):
+
+.. math::
+    h^{(n)}_n = \gamma_n, \quad h^{(n)}_i = q_i \frac{1-\gamma_n}{1-q_n}\ (i \ne n), \quad
+    a_n = \min(1, \gamma_n / p_n), \quad r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p)).
+
+Two ways to get :math:`\gamma_n`:
+
+- ``cactus-taylor`` (Corollary 5, as the official code computes it):
+  :math:`\gamma_n = \min(1, q_n + \sqrt{2\delta q_n(1-q_n)})`.
+- ``cactus-exact-<divergence>`` (Theorem 2): the largest root in :math:`[q_n, 1]` of the
+  two-point divergence :math:`= \delta`, capped at 1, for each divergence of
+  :mod:`cactus_theory.divergences`.
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
+delta budget (``delta``). The accept test reads only q_n and p_n; the recovery reads p.
+
+References
+----------
+Hao & Mou, "Cactus: Accelerating Auto-Regressive Decoding with Constrained Acceptance
+Speculative Sampling", ICLR 2026, arXiv 2604.04987: Theorem 2, Corollary 5; official code
+github.com/MANGA-UOFA/Cactus (``cactus.py::solve_constraint``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..divergences import DIVERGENCES
+from ..solvers.spike import exact_spike, taylor_spike
+from .plans import SpikePlan
+from .registry import Knob, Rule, RuleSpec, register
+
+__all__ = ["CactusTaylor", "CactusExact", "SMOOTH_DIVERGENCES"]
+
+#: Divergences with a second-order expansion at h = q (usable by the Taylor rule).
+SMOOTH_DIVERGENCES = tuple(n for n, d in DIVERGENCES.items() if math.isfinite(d.f_second_at_one))
+
+_DELTA = Knob("delta", 1.0, 0.0, math.inf, doc="divergence budget per draft (0 gives SpS)")
+
+
+class CactusTaylor(Rule):
+    r"""Cactus with Corollary 5's Taylor point :math:`\gamma_n = \min(1, q_n + \sqrt{2\delta q_n(1-q_n)})`."""
+
+    def __init__(self, delta: float, divergence: str = "kl"):
+        self.delta = delta
+        self.divergence = divergence
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """``SpikePlan`` with the Taylor gamma for every candidate token (array-agnostic)."""
+        return SpikePlan(target_probs, draft_probs,
+                         taylor_spike(target_probs, self.delta, self.divergence))
+
+
+class CactusExact(Rule):
+    """Cactus with Theorem 2's exact gamma: two-point ``D(h^(n) || q) = delta``, capped at 1."""
+
+    def __init__(self, delta: float, divergence: str):
+        self.delta = delta
+        self.divergence = divergence
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """``SpikePlan`` with the exact gamma for every candidate token (array-agnostic)."""
+        return SpikePlan(target_probs, draft_probs,
+                         exact_spike(target_probs, self.delta, self.divergence))
+
+
+register(RuleSpec(
+    name="cactus-taylor", factory=CactusTaylor,
+    knobs=(_DELTA, Knob("divergence", "kl", choices=SMOOTH_DIVERGENCES,
+                        doc="divergence whose 2nd-order expansion gives gamma (paper: KL)")),
+    sps_knobs={"delta": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
+    family="spike",
+    summary="Cactus, Corollary 5: gamma = min(1, q_n + sqrt(2 delta q_n (1 - q_n)))",
+    reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Corollary 5",
+))
+
+for _name in DIVERGENCES:
+    register(RuleSpec(
+        name=f"cactus-exact-{_name.replace('_', '-')}",
+        factory=(lambda d: (lambda delta: CactusExact(delta, d)))(_name),
+        knobs=(_DELTA,), sps_knobs={"delta": 0.0}, deterministic=False, reads_draft=True,
+        needs_raw=False, family="spike",
+        summary=f"Cactus, Theorem 2: largest gamma with two-point {_name} divergence = delta",
+        reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 2",
+    ))

@@ -1,0 +1,172 @@
+r"""The structure every single-draft verification rule produces: a plan.
+
+A single-draft rule is, for each candidate drafted token n, an acceptance probability
+:math:`a_n` and a recovery distribution :math:`r^{(n)}` used on rejection. The emitted token
+then follows (paper, Theorem 3)
+
+.. math:: h_{alg}(j) = p_j a_j + \sum_n p_n (1 - a_n) r^{(n)}_j.
+
+Rules come in three structural families, and a plan keeps that structure so that no consumer
+ever materializes a dense :math:`h^{(n)}` for every n (O(V^2)):
+
+:class:`TargetPlan`
+    One target h for every draft (SpS: h = q; interpolation; Mentored decoding; cascades;
+    top-k's un-normalized indicator). :math:`a_n = \min(1, h_n/p_n)`,
+    :math:`r = \mathrm{normalize}(\max(0, h - p))`.
+:class:`SpikePlan`
+    Cactus's structure (Theorem 2): :math:`h^{(n)}_n = \gamma_n` and
+    :math:`h^{(n)}_i = c_n q_i` for i != n, :math:`c_n = (1-\gamma_n)/(1-q_n)`. The plan stores
+    only :math:`\gamma` (one number per candidate token). :math:`a_n = \min(1, \gamma_n/p_n)`,
+    :math:`r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p))`.
+:class:`DecisionPlan`
+    An explicit acceptance per candidate token (often 0/1) and one recovery distribution for
+    every draft (typical acceptance, fuzzy speculative decoding).
+
+Every plan holds the (processed) ``target_probs`` q and ``draft_probs`` p it was built from.
+All functions here are array-agnostic (numpy or torch, via the array API) and implement the
+conventions of :mod:`cactus_theory.conventions` (p_n = 0, empty residual, q_n = 1, V = 1) once,
+for the analysis and the samplers alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+from array_api_compat import array_namespace
+
+from ..conventions import EMPTY_RESIDUAL_MASS
+from ..solvers.spike import spike_scale
+
+__all__ = [
+    "TargetPlan",
+    "SpikePlan",
+    "DecisionPlan",
+    "Plan",
+    "ratio_acceptance",
+    "residual_distribution",
+    "one_hot",
+    "gather",
+]
+
+
+def gather(x, token_ids):
+    """``x[..., token_ids]`` along the last axis: ``token_ids`` has shape ``x.shape[:-1]``."""
+    xp = array_namespace(x)
+    idx = xp.astype(token_ids, xp.int64)[..., None]
+    return xp.take_along_axis(x, idx, axis=-1)[..., 0]
+
+
+def one_hot(token_ids, vocab_size: int, like):
+    """Float one-hot rows ``[..., V]`` of the dtype/device of ``like``."""
+    xp = array_namespace(like)
+    ar = xp.arange(vocab_size, device=getattr(like, "device", None))
+    return xp.astype(ar == xp.astype(token_ids, xp.int64)[..., None], like.dtype)
+
+
+def ratio_acceptance(h_n, p_n):
+    r"""``min(1, h_n / p_n)`` with the p_n = 0 convention (1 if h_n > 0 else 0).
+
+    Parameters
+    ----------
+    h_n, p_n : array
+        Target and drafter probabilities of the candidate drafted token(s); same shape.
+    """
+    xp = array_namespace(h_n, p_n)
+    pos = p_n > 0
+    safe_p = xp.where(pos, p_n, xp.ones_like(p_n))
+    ratio = xp.minimum(h_n / safe_p, xp.ones_like(h_n))
+    limit = xp.astype(h_n > 0, h_n.dtype)
+    return xp.where(pos, ratio, limit)
+
+
+def residual_distribution(h, p):
+    r"""``normalize(max(0, h - p))`` over the last axis; ``normalize(h)`` if the residual is empty.
+
+    ``h`` may be un-normalized (top-k's indicator target). See convention 3.
+    """
+    xp = array_namespace(h, p)
+    res = xp.clip(h - p, 0.0, None)
+    mass = xp.sum(res, axis=-1, keepdims=True)
+    empty = mass <= EMPTY_RESIDUAL_MASS
+    h_mass = xp.sum(h, axis=-1, keepdims=True)
+    res = xp.where(empty, h, res)
+    mass = xp.where(empty, h_mass, mass)
+    return res / mass
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """One target ``target`` (h, shape [..., V], possibly un-normalized) for every draft."""
+
+    target_probs: Any
+    draft_probs: Any
+    target: Any
+
+    def accept_probs(self):
+        """Acceptance ``a_n = min(1, h_n/p_n)`` of every candidate token, shape [..., V]."""
+        return ratio_acceptance(self.target, self.draft_probs)
+
+    def accept_probs_at(self, token_ids):
+        """Acceptance of the drafted tokens ``token_ids`` (shape [...])."""
+        return ratio_acceptance(gather(self.target, token_ids), gather(self.draft_probs, token_ids))
+
+    def recovery_at(self, token_ids):
+        """Recovery distribution r for the drafted tokens (independent of n), shape [..., V]."""
+        return residual_distribution(self.target, self.draft_probs)
+
+
+@dataclass(frozen=True)
+class SpikePlan:
+    """Cactus structure: ``spike`` holds gamma_n for every candidate token n, shape [..., V]."""
+
+    target_probs: Any
+    draft_probs: Any
+    spike: Any
+
+    def accept_probs(self):
+        """Acceptance ``a_n = min(1, gamma_n/p_n)`` of every candidate token, shape [..., V]."""
+        return ratio_acceptance(self.spike, self.draft_probs)
+
+    def accept_probs_at(self, token_ids):
+        """Acceptance of the drafted tokens ``token_ids`` (shape [...])."""
+        return ratio_acceptance(gather(self.spike, token_ids), gather(self.draft_probs, token_ids))
+
+    def target_at(self, token_ids):
+        """The per-draft target :math:`h^{(n)}` for the drafted tokens, shape [..., V]."""
+        xp = array_namespace(self.target_probs)
+        q = self.target_probs
+        q_n = gather(q, token_ids)
+        gamma = gather(self.spike, token_ids)
+        c = spike_scale(q_n, gamma)
+        mask = one_hot(token_ids, q.shape[-1], q)
+        return xp.where(mask > 0, gamma[..., None], c[..., None] * q)
+
+    def recovery_at(self, token_ids):
+        """Recovery :math:`r^{(n)} = normalize(max(0, h^{(n)} - p))`, shape [..., V]."""
+        return residual_distribution(self.target_at(token_ids), self.draft_probs)
+
+
+@dataclass(frozen=True)
+class DecisionPlan:
+    """Explicit acceptance ``accept`` [..., V] per candidate and one ``recovery`` [..., V]."""
+
+    target_probs: Any
+    draft_probs: Any
+    accept: Any
+    recovery: Any
+
+    def accept_probs(self):
+        """The acceptance of every candidate token, shape [..., V]."""
+        return self.accept
+
+    def accept_probs_at(self, token_ids):
+        """Acceptance of the drafted tokens ``token_ids`` (shape [...])."""
+        return gather(self.accept, token_ids)
+
+    def recovery_at(self, token_ids):
+        """The recovery distribution (independent of the draft), shape [..., V]."""
+        return self.recovery
+
+
+Plan = Union[TargetPlan, SpikePlan, DecisionPlan]

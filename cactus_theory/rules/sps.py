@@ -1,0 +1,30 @@
+r"""Standard speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
+
+.. math:: a_n = \min(1, q_n/p_n), \qquad r = \mathrm{normalize}(\max(0, q - p)),
+
+which emits exactly q (paper, Theorem 1 with h = q). Symbols: q verifier
+(``target_probs``), p drafter (``draft_probs``), n drafted token.
+"""
+
+from __future__ import annotations
+
+from .plans import TargetPlan
+from .registry import Rule, RuleSpec, register
+
+__all__ = ["SpeculativeSampling"]
+
+
+class SpeculativeSampling(Rule):
+    """SpS: the target is the verifier itself, ``h = q``."""
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """Return ``TargetPlan(h = q)`` (array-agnostic)."""
+        return TargetPlan(target_probs, draft_probs, target_probs)
+
+
+register(RuleSpec(
+    name="sps", factory=SpeculativeSampling, knobs=(), sps_knobs={},
+    deterministic=False, reads_draft=True, needs_raw=False, family="target",
+    summary="standard speculative sampling: accept min(1, q_n/p_n), emits q exactly",
+    reference="Leviathan et al. 2023 (arXiv 2211.17192); Chen et al. 2023 (arXiv 2302.01318)",
+))
