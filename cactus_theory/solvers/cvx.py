@@ -1,0 +1,179 @@
+r"""The cvxpy oracle for the per-draft problem over the whole simplex.
+
+.. math:: \max_{h \in \Delta_V} h_n \quad \text{s.t.} \quad D_f(h \| q) \le \delta
+
+This is the problem Theorem 2 reduces to a scalar root; solving it over the whole simplex (no
+assumption on the shape of h) is what checks that reduction, including q with zeros. Symbols:
+q verifier (``target_probs``), n drafted token, delta budget, h target.
+
+The oracle is slow (an interior-point solve per instance) and meant for small V in tests.
+It reports the solver's status, falls back to the next solver when one fails (Clarabel
+fails on some well-posed instances), verifies every answer (feasibility of h within
+``tol``), and raises :class:`SolverFailure` rather than return an unverified answer.
+
+References
+----------
+Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987, Theorem 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_budget, as_probs, choice
+from ..divergences import get_divergence
+
+__all__ = ["CvxResult", "SolverFailure", "max_draft_probability_cvxpy", "CVX_DIVERGENCES",
+           "SOLVERS"]
+
+#: Divergences the oracle can express in disciplined convex form.
+CVX_DIVERGENCES = ("kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "tv", "js")
+#: Solvers tried in order.
+SOLVERS = ("CLARABEL", "SCS")
+#: Tightened accuracies (the defaults leave about 1e-6 of budget violation with inv_pos/sqrt).
+_SOLVER_OPTIONS = {
+    "CLARABEL": dict(tol_feas=1e-10, tol_gap_abs=1e-10, tol_gap_rel=1e-10, max_iter=400),
+    "SCS": dict(eps_abs=1e-9, eps_rel=1e-9, max_iters=200_000),
+}
+
+
+class SolverFailure(RuntimeError):
+    """Every solver failed or returned an answer that did not verify."""
+
+
+@dataclass(frozen=True)
+class CvxResult:
+    """Result of the cvxpy oracle.
+
+    Attributes
+    ----------
+    value : float
+        The optimum :math:`h_n` (the largest drafted-token probability within budget).
+    h : ndarray, shape (V,)
+        The maximizer (clipped at 0 and renormalized after verification).
+    divergence : float
+        :math:`D(h \\| q)` of the returned h, recomputed in float64.
+    status : str
+        cvxpy's status of the accepted solve (``"optimal"`` or ``"optimal_inaccurate"``).
+    solver : str
+        The solver that produced the accepted answer.
+    attempts : tuple of (str, str)
+        Every (solver, status or error) tried, in order.
+    """
+
+    value: float
+    h: np.ndarray
+    divergence: float
+    status: str
+    solver: str
+    attempts: tuple
+
+
+def _constraint(cp, h, q, name, delta):
+    """Disciplined-convex ``D(h || q) <= delta`` (and support constraints)."""
+    sup = q > 0
+    qs = q[sup]
+    cons = []
+    if name in ("kl", "chi2"):  # the divergences with f'(inf) = inf
+        # infinite cost for mass where q = 0
+        if np.any(~sup):
+            cons.append(h[np.flatnonzero(~sup)] == 0)
+    hs = h[np.flatnonzero(sup)]
+    if name == "kl":
+        cons.append(cp.sum(cp.rel_entr(hs, qs)) <= delta)
+    elif name == "reverse_kl":
+        cons.append(cp.sum(cp.multiply(qs, np.log(qs))) - cp.sum(cp.multiply(qs, cp.log(hs))) <= delta)
+    elif name == "chi2":
+        cons.append(cp.sum(cp.multiply(1.0 / qs, cp.square(hs - qs))) <= delta)
+    elif name == "neyman_chi2":
+        # sum (h - q)^2 / h = sum_{q > 0} q^2 / h - 1 on the simplex
+        cons.append(cp.sum(cp.multiply(qs, cp.inv_pos(cp.multiply(1.0 / qs, hs)))) - 1 <= delta)
+    elif name == "hellinger":
+        # (1/2) sum (sqrt h - sqrt q)^2 = 1 - sum sqrt(q h) on the simplex
+        cons.append(1 - cp.sum(cp.multiply(np.sqrt(qs), cp.sqrt(hs))) <= delta)
+    elif name == "tv":
+        cons.append(0.5 * cp.sum(cp.abs(h - q)) <= delta)
+    elif name == "js":
+        m_sup = (hs + qs) / 2
+        cons.append(0.5 * cp.sum(cp.rel_entr(h, (h + q) / 2)) + 0.5 * cp.sum(cp.rel_entr(qs, m_sup))
+                    <= delta)
+    return cons
+
+
+def max_draft_probability_cvxpy(target_probs, token_id: int, delta, divergence="kl", *,
+                                tol: float = 1e-7, solvers=SOLVERS) -> CvxResult:
+    r"""Solve :math:`\max h_n` s.t. :math:`h \in \Delta_V,\ D(h\|q) \le \delta` with cvxpy.
+
+    Parameters
+    ----------
+    target_probs : array_like, shape (V,)
+        The verifier distribution q (one row).
+    token_id : int
+        The drafted token n.
+    delta : float
+        Budget >= 0.
+    divergence : str
+        One of :data:`CVX_DIVERGENCES`.
+    tol : float
+        Verification tolerance: the answer is accepted only if ``min(h) >= -tol``,
+        ``|sum h - 1| <= tol`` and ``D(h||q) <= delta + tol`` (after clipping h at 0 and
+        renormalizing, the divergence is recomputed exactly in float64).
+    solvers : sequence of str
+        cvxpy solver names tried in order.
+
+    Returns
+    -------
+    CvxResult
+
+    Raises
+    ------
+    SolverFailure
+        When no solver returns a verified answer (the message lists every attempt).
+    ValueError
+        For invalid q, token id, delta or divergence.
+    """
+    import cvxpy as cp
+
+    q = as_probs(target_probs, "target_probs")
+    if q.ndim != 1:
+        raise ValueError(f"target_probs: expected one row of shape (V,), got {q.shape}")
+    V = q.shape[0]
+    if int(token_id) != token_id or not 0 <= token_id < V:
+        raise ValueError(f"token_id: out of range [0, {V})")
+    n = int(token_id)
+    delta = as_budget(delta)
+    name = choice(get_divergence(divergence).name, CVX_DIVERGENCES, "divergence")
+    d = get_divergence(name)
+    if delta == 0:
+        # D(h || q) = 0 iff h = q for every divergence here (f strictly convex at 1, or TV).
+        return CvxResult(float(q[n]), q.copy(), 0.0, "optimal", "none (delta = 0 forces h = q)",
+                         ())
+    h = cp.Variable(V, nonneg=True)
+    cons = [cp.sum(h) == 1] + _constraint(cp, h, q, name, min(delta, 1e6))
+    prob = cp.Problem(cp.Maximize(h[n]), cons)
+    attempts = []
+    for solver in solvers:
+        try:
+            prob.solve(solver=solver, **_SOLVER_OPTIONS.get(solver, {}))
+        except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
+            attempts.append((solver, f"error: {exc}"))
+            continue
+        attempts.append((solver, str(prob.status)))
+        if prob.status not in ("optimal", "optimal_inaccurate") or h.value is None:
+            continue
+        x = np.asarray(h.value, dtype=np.float64)
+        if np.any(~np.isfinite(x)) or x.min() < -tol or abs(x.sum() - 1) > tol:
+            attempts[-1] = (solver, f"{prob.status}, infeasible point")
+            continue
+        x = np.clip(x, 0.0, None)
+        if not d.finite_off_support:
+            x[q == 0] = 0.0  # the constraint h = 0 there, up to the solver's tolerance
+        x /= x.sum()
+        div = float(d.unchecked(x, q))
+        if not div <= delta + tol:
+            attempts[-1] = (solver, f"{prob.status}, divergence {div:.3g} > delta + tol")
+            continue
+        return CvxResult(float(x[n]), x, div, str(prob.status), solver, tuple(attempts))
+    raise SolverFailure(f"no verified solution for token {n}, delta={delta}, {name}: {attempts}")

@@ -1,0 +1,30 @@
+"""Shared test configuration: hypothesis profiles and the tolerance helper.
+
+Profiles: "ci" (default under ./dev test: derandomized, no database, modest example counts so
+the suite stays under 10 minutes on 2 cores) and "thorough" (random, many more examples).
+Choose one with HYPOTHESIS_PROFILE.
+"""
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", derandomize=True, database=None, max_examples=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(
+    "thorough", max_examples=1000, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def assert_close(actual, expected, *, rtol=None, atol=0.0, err_msg=""):
+    """``np.testing.assert_allclose`` with a dtype-dependent default rtol of 4 sqrt(eps)."""
+    actual = np.asarray(actual)
+    if rtol is None:
+        rtol = 4 * np.sqrt(np.finfo(actual.dtype if actual.dtype.kind == "f" else np.float64).eps)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=err_msg)
