@@ -1,0 +1,371 @@
+r"""A batched torch sampler for any registered rule, with vLLM 0.7.3's rejection-sampler interface.
+
+:class:`RuleSampler` is a drop-in for vLLM 0.7.3's V0 ``RejectionSampler`` /
+``TypicalAcceptanceSampler`` (``vllm/model_executor/layers/rejection_sampler.py``,
+``typical_acceptance_sampler.py``, ``spec_decode_base_sampler.py``): same ``forward`` signature,
+same ``[B, k+1]`` output layout, same three counters. What it verifies with is any rule of
+:data:`cactus_theory.rules.RULES`: it calls the rule's array-agnostic ``plan`` on float32
+torch tensors, so the formulas are the ones the exact analysis uses
+(:mod:`cactus_theory.analysis.one_step`), conventions included
+(:mod:`cactus_theory.conventions`).
+
+Per position i < k of row b, with q = verifier (``target_with_bonus_probs[:, :k]``),
+p = drafter (``draft_probs``), n = drafted token (``draft_token_ids``):
+
+.. math::
+    \text{accepted}_{b,i} = [\,u_{b,i} < a_n\,], \quad u \sim U[0, 1), \qquad
+    N_b = \max\{j : \text{accepted}_{b,0..j-1}\ \text{all true}\}
+
+and the row emits the N accepted drafts, then one extra token: a sample of the recovery
+distribution :math:`r^{(n)}` at position N if N < k, else the pre-sampled bonus token
+(``bonus_token_ids``, drawn by the caller from q at position k), then ``-1``. The emitted token
+at one position is distributed as :math:`h_{alg}` (paper, Theorem 3).
+
+Deterministic rules (``RuleSpec.deterministic``: TAS, top-k, fuzzy SD) accept iff
+:math:`a_n > 1/2` (their :math:`a_n` is 0 or 1) and draw no acceptance uniforms, as vLLM's
+``TypicalAcceptanceSampler`` draws none.
+
+.. warning::
+    Conventions differ between engines (engines.md 1.4, 1.9):
+
+    * p_n = 0 at a drafted token: here (the core's convention 2) :math:`a_n = 1` if
+      :math:`h_n > 0`, else 0. vLLM V0 computes q/0 = inf -> accept, 0/0 = NaN -> reject (the
+      same decisions); vLLM V1 *rejects* whenever p_n = 0.
+    * Empty recovery residual: here :math:`r = \mathrm{normalize}(h)`; vLLM V0 clamps the
+      residual at ``finfo(float32).tiny`` (uniform over the vocabulary when empty); V1 and the
+      official Cactus code return token 0.
+    * Acceptance test: ``u < a`` with float32 uniforms (vLLM V0); V1 uses ``u <= a`` with
+      float64 uniforms. The two differ on a set of measure zero.
+    * The recovery is sampled only at the first rejected position of each row (``[B, V]``),
+      not at all k positions as vLLM V0 does (``[B, k, V]``); the emitted tokens have the
+      same law, but the random streams (hence seeded outputs) are not vLLM's.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import torch
+
+from ..rules import Rule, get_rule
+
+__all__ = ["RuleSampler", "exponential_race"]
+
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def _as_float32_rows(x: torch.Tensor) -> torch.Tensor:
+    """Cast to float32 and divide each row by its sum (convention 1; no validation, no sync).
+
+    A row summing to 0 is left as zeros (it is invalid input; strict mode rejects it).
+    """
+    x = x.to(torch.float32)
+    s = x.sum(dim=-1, keepdim=True)
+    return x / torch.where(s > 0, s, torch.ones_like(s))
+
+
+def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
+    r"""One categorical sample per row by the exponential race: ``argmax(probs / E)``, E ~ Exp(1).
+
+    .. math:: \arg\max_i \frac{\pi_i}{E_i} = \arg\min_i \frac{E_i}{\pi_i}, \qquad
+              \frac{E_i}{\pi_i} \sim \mathrm{Exp}(\pi_i),
+
+    so index i wins with probability :math:`\pi_i / \sum_j \pi_j`; no ``torch.multinomial``, hence
+    no host-device synchronization (vLLM's ``_multinomial`` in ``rejection_sampler.py``).
+
+    Parameters
+    ----------
+    probs : Tensor, shape (B, V)
+        Non-negative weights (un-normalized is fine). Not modified.
+    generators : sequence of (torch.Generator or None), optional
+        Per-row generators (length B); rows whose entry is None share one draw from the
+        default generator.
+
+    Returns
+    -------
+    Tensor, shape (B,), int64
+        Indices in ``[0, V)``. A zero-weight index never wins unless the whole row is zero
+        (then index 0). E is clamped below at ``finfo(float32).tiny`` so that a zero weight
+        never meets E = 0 (0/0 = NaN would win the argmax).
+    """
+    noise = torch.empty_like(probs, dtype=torch.float32)
+    if generators is None or all(g is None for g in generators):
+        noise.exponential_()
+    else:
+        plain = [i for i, g in enumerate(generators) if g is None]
+        if plain:
+            idx = torch.tensor(plain, device=probs.device)
+            noise[idx] = torch.empty((len(plain), probs.shape[-1]), device=probs.device).exponential_()
+        for i, g in enumerate(generators):
+            if g is not None:
+                noise[i].exponential_(generator=g)
+    return torch.argmax(probs.to(torch.float32) / noise.clamp_min_(_TINY), dim=-1)
+
+
+def _uniforms(seeded_seqs, batch: int, k: int, device, counts=None) -> torch.Tensor:
+    """``[B, k]`` float32 uniforms in [0, 1); seeded rows drawn with their own generator.
+
+    As vLLM's ``_create_uniform_samples``: unseeded rows in one ``torch.rand`` call, each seeded
+    row with ``torch.rand(k, generator=g)``. With ``counts`` (ragged layout), a seeded row draws
+    only ``counts[i]`` uniforms (vLLM V1: "requests with 0 drafts draw nothing").
+    """
+    if not seeded_seqs:
+        return torch.rand(batch, k, device=device)
+    u = torch.empty(batch, k, device=device)
+    plain = [i for i in range(batch) if i not in seeded_seqs]
+    if plain:
+        u[torch.tensor(plain, device=device)] = torch.rand(len(plain), k, device=device)
+    for i, g in seeded_seqs.items():
+        n = k if counts is None else int(counts[i])
+        if n:
+            u[i, :n] = torch.rand(n, device=device, generator=g)
+        if n < k:
+            u[i, n:] = 1.0  # padding: never used
+    return u
+
+
+class RuleSampler(torch.nn.Module):
+    r"""Batched speculative-sampling verifier for one configured rule (vLLM 0.7.3 V0 interface).
+
+    Parameters
+    ----------
+    rule : str or Rule
+        A registry name (with ``**knobs``) or a configured rule (:func:`~cactus_theory.rules.get_rule`).
+    strict_mode : bool
+        As vLLM's: validate values (ids in range, probabilities finite and non-negative, rows
+        not all zero) before sampling, at the cost of host-device synchronizations. Shapes,
+        dtypes and devices are always checked (metadata only, no synchronization). Violations
+        raise ValueError naming the argument (vLLM asserts).
+    **knobs
+        The rule's knobs when ``rule`` is a name.
+
+    Attributes
+    ----------
+    num_accepted_tokens : Tensor (0-dim int64, on the device) or None
+        vLLM V0 semantics: the number of **every** True of the non-causal ``[B, k]`` accept
+        matrix, i.e. positions after the first rejection of a row count when their own test
+        passes (``spec_decode_base_sampler.py::_create_output``; vLLM's ``metrics.py`` calls it a
+        draft/target alignment measure). It is a per-position (marginal) count, not the
+        accepted-prefix length that sets the speed.
+    num_accepted_prefix_tokens : Tensor (0-dim int64) or None
+        Not in vLLM V0: the prefix-causal count :math:`\sum_b N_b` (what vLLM V1 calls
+        ``num_accepted_tokens``, and the numerator of the paper's AL).
+    num_emitted_tokens : Tensor (0-dim int64) or None
+        Non-``-1`` output entries: :math:`\sum_b (N_b + 1)` (accepted drafts plus one
+        recovered-or-bonus token each).
+    num_draft_tokens : int
+        ``B * k`` summed over calls (a Python int, as in vLLM).
+    last_accepted : Tensor (B, k) bool or None
+        The non-causal accept matrix of the latest call.
+
+    Notes
+    -----
+    vLLM creates the device counters in ``init_gpu_tensors`` / ``init_tensors`` and crashes
+    when ``forward`` runs before; here they are created on the input's device at the first
+    call if needed.
+
+    References
+    ----------
+    vLLM 0.7.3 ``vllm/model_executor/layers/spec_decode_base_sampler.py``,
+    ``rejection_sampler.py``, ``typical_acceptance_sampler.py``; engines.md sections 1.1-1.7.
+    """
+
+    probs_dtype = torch.float32
+    token_id_dtype = torch.int64
+    _num_bonus_tokens = 1
+
+    def __init__(self, rule, *, strict_mode: bool = False, **knobs):
+        super().__init__()
+        self.rule: Rule = get_rule(rule, **knobs)
+        self.spec = self.rule.spec
+        self._strict_mode = bool(strict_mode)
+        self.num_accepted_tokens: Optional[torch.Tensor] = None
+        self.num_accepted_prefix_tokens: Optional[torch.Tensor] = None
+        self.num_emitted_tokens: Optional[torch.Tensor] = None
+        self.num_draft_tokens = 0
+        self.last_accepted: Optional[torch.Tensor] = None
+
+    # -- counters (vLLM names) ------------------------------------------------------------
+    def init_gpu_tensors(self, device) -> None:
+        """Create the device counters on ``device`` (an int is a CUDA ordinal, as in vLLM)."""
+        if isinstance(device, int):
+            device = f"cuda:{device}"
+        self.init_tensors(device)
+
+    def init_tensors(self, device, device_type: str | None = None) -> None:
+        """Create the counters on ``device`` (``device_type`` prefixes an int ordinal)."""
+        if isinstance(device, int):
+            device = f"{device_type or 'cuda'}:{device}"
+        zero = lambda: torch.tensor(0, dtype=torch.long, device=device)  # noqa: E731
+        self.num_accepted_tokens = zero()
+        self.num_accepted_prefix_tokens = zero()
+        self.num_emitted_tokens = zero()
+
+    # -- validation ---------------------------------------------------------------------------
+    def _check_shapes(self, target, bonus, draft_probs, draft_ids, raw_target, raw_draft):
+        if target.dim() != 3:
+            raise ValueError(f"target_with_bonus_probs: expected [B, k+1, V], got shape {tuple(target.shape)}")
+        b, k1, v = target.shape
+        k = k1 - 1
+        if k < 1:
+            raise ValueError("target_with_bonus_probs: needs k+1 >= 2 positions (k >= 1 drafts)")
+        if draft_probs is not None and tuple(draft_probs.shape) != (b, k, v):
+            raise ValueError(f"draft_probs: expected shape {(b, k, v)}, got {tuple(draft_probs.shape)}")
+        if tuple(draft_ids.shape) != (b, k):
+            raise ValueError(f"draft_token_ids: expected shape {(b, k)}, got {tuple(draft_ids.shape)}")
+        if tuple(bonus.shape) != (b, 1):
+            raise ValueError(f"bonus_token_ids: expected shape {(b, 1)}, got {tuple(bonus.shape)}")
+        for name, t in (("target_with_bonus_probs", target), ("draft_probs", draft_probs),
+                        ("raw_target_probs", raw_target), ("raw_draft_probs", raw_draft)):
+            if t is not None and not t.is_floating_point():
+                raise ValueError(f"{name}: must be a floating tensor, got {t.dtype}")
+        for name, t in (("draft_token_ids", draft_ids), ("bonus_token_ids", bonus)):
+            if t.dtype not in (torch.int64, torch.int32):
+                raise ValueError(f"{name}: must be int64 (or int32), got {t.dtype}")
+        for name, t in (("draft_probs", draft_probs), ("draft_token_ids", draft_ids),
+                        ("bonus_token_ids", bonus), ("raw_target_probs", raw_target),
+                        ("raw_draft_probs", raw_draft)):
+            if t is not None and t.device != target.device:
+                raise ValueError(f"{name}: on {t.device}, target_with_bonus_probs on {target.device}")
+        if raw_target is not None and (raw_target.dim() != 3 or raw_target.shape[0] != b
+                                       or raw_target.shape[1] not in (k, k + 1) or raw_target.shape[2] != v):
+            raise ValueError(f"raw_target_probs: expected [B, k or k+1, V] = [{b}, {k}|{k + 1}, {v}], "
+                             f"got {tuple(raw_target.shape)}")
+        if raw_draft is not None and tuple(raw_draft.shape) != (b, k, v):
+            raise ValueError(f"raw_draft_probs: expected shape {(b, k, v)}, got {tuple(raw_draft.shape)}")
+        return b, k, v
+
+    @staticmethod
+    def _check_values(v, **tensors):
+        """Strict mode: value checks (they synchronize with the host)."""
+        for name, t in tensors.items():
+            if t is None:
+                continue
+            if t.is_floating_point():
+                tf = t.float()
+                if not bool(torch.isfinite(tf).all()):
+                    raise ValueError(f"{name}: contains NaN or infinite values")
+                if bool((tf < 0).any()):
+                    raise ValueError(f"{name}: contains negative probabilities")
+                if t.numel() and bool((tf.sum(-1) <= 0).any()):
+                    raise ValueError(f"{name}: a row sums to 0")
+            elif t.numel() and bool(((t < 0) | (t >= v)).any()):
+                raise ValueError(f"{name}: token id outside [0, {v})")
+
+    # -- the sampler ---------------------------------------------------------------------------
+    def forward(
+        self,
+        target_with_bonus_probs: torch.Tensor,
+        bonus_token_ids: torch.Tensor,
+        draft_probs: torch.Tensor,
+        draft_token_ids: torch.Tensor,
+        seeded_seqs: Optional[Dict[int, torch.Generator]] = None,
+        *,
+        raw_target_probs: Optional[torch.Tensor] = None,
+        raw_draft_probs: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        r"""Verify k drafted tokens per row and return the emitted tokens.
+
+        Parameters
+        ----------
+        target_with_bonus_probs : Tensor, shape (B, k+1, V)
+            Processed verifier distributions q at the k draft positions plus the bonus position
+            (only the first k enter; the bonus comes pre-sampled). float32; bf16/fp16 are cast
+            to float32. Rows are renormalized (convention 1), not validated.
+        bonus_token_ids : Tensor, shape (B, 1), int64
+            Token sampled by the caller from q at position k; emitted iff all k are accepted.
+        draft_probs : Tensor, shape (B, k, V)
+            Drafter distributions p (read even by rules that ignore p, for the shape).
+        draft_token_ids : Tensor, shape (B, k), int64
+            The drafted tokens n, sampled from ``draft_probs``.
+        seeded_seqs : dict of int to torch.Generator, optional
+            Row index -> generator, as vLLM's: a seeded row draws its k acceptance uniforms and
+            then its recovery noise (V exponentials) from its own generator, so its output
+            depends only on its inputs and its generator's state.
+        raw_target_probs, raw_draft_probs : Tensor, optional
+            Raw (temperature-1) distributions for rules that decide on them
+            (``RuleSpec.needs_raw``), shapes (B, k or k+1, V) and (B, k, V); default: the
+            processed ones.
+
+        Returns
+        -------
+        Tensor, shape (B, k+1), int64
+            Per row: the accepted prefix of drafts, one recovered-or-bonus token, then -1.
+
+        Raises
+        ------
+        ValueError
+            Wrong shapes, dtypes or devices (always); bad values (strict mode only).
+        """
+        return self._verify(target_with_bonus_probs, bonus_token_ids, draft_probs,
+                            draft_token_ids, seeded_seqs, raw_target_probs, raw_draft_probs)
+
+    def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
+                num_drafts: Optional[torch.Tensor] = None, counts=None):
+        b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
+        device = target.device
+        if self.num_accepted_tokens is None:
+            self.init_tensors(device)
+        if self._strict_mode:
+            self._check_values(v, target_with_bonus_probs=target, draft_probs=draft_probs,
+                               raw_target_probs=raw_target, raw_draft_probs=raw_draft,
+                               draft_token_ids=draft_ids, bonus_token_ids=bonus)
+        if b == 0:
+            self.last_accepted = torch.zeros((0, k), dtype=torch.bool, device=device)
+            return torch.empty((0, k + 1), dtype=self.token_id_dtype, device=device)
+        draft_ids = draft_ids.to(torch.int64)
+        bonus = bonus.to(torch.int64)
+
+        q = _as_float32_rows(target[:, :k])
+        p = _as_float32_rows(draft_probs)
+        raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :k])
+        raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
+
+        # Accept path: the rule's acceptance of each drafted token, [B, k]; no host sync.
+        plan = self.rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
+        a = plan.accept_probs_at(draft_ids)
+        if self.spec.deterministic:
+            accepted = a > 0.5
+        else:
+            accepted = _uniforms(seeded_seqs, b, k, device, counts) < a
+        if num_drafts is not None:  # ragged layout: positions >= k_i are padding
+            accepted = accepted & (torch.arange(k, device=device)[None, :] < num_drafts[:, None])
+            k_row = num_drafts
+        else:
+            k_row = torch.full((b,), k, dtype=torch.int64, device=device)
+        n_acc = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)          # N_b, [B]
+
+        # Recovery: only at the first rejected position of each row, [B, V].
+        rows = torch.arange(b, device=device)
+        pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
+        q_r, p_r, n_r = q[rows, pos], p[rows, pos], draft_ids[rows, pos]
+        plan_r = self.rule.plan(q_r, p_r,
+                                raw_target_probs=None if raw_q is None else raw_q[rows, pos],
+                                raw_draft_probs=None if raw_p is None else raw_p[rows, pos])
+        rec = torch.nan_to_num(plan_r.recovery_at(n_r).to(torch.float32), nan=0.0, posinf=0.0,
+                               neginf=0.0).clamp_min_(0.0)
+        # Safety net beyond the conventions (never reached for valid input): a recovery row with
+        # no mass falls back to q, so no sample is ever drawn from an all-zero row.
+        rec = torch.where(rec.sum(-1, keepdim=True) > 0, rec, q_r)
+        gens = None
+        if seeded_seqs:
+            gens = [seeded_seqs.get(i) for i in range(b)]
+        recovered = exponential_race(rec, gens)
+
+        # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
+        col = torch.arange(k + 1, device=device)[None, :]
+        drafts_ext = torch.cat([draft_ids, bonus], dim=1)
+        extra = torch.where(n_acc < k_row, recovered, bonus[:, 0])
+        out = torch.where(col < n_acc[:, None], drafts_ext,
+                          torch.where(col == n_acc[:, None], extra[:, None],
+                                      torch.full_like(drafts_ext, -1)))
+
+        self.last_accepted = accepted
+        self.num_accepted_tokens += accepted.sum()
+        self.num_accepted_prefix_tokens += n_acc.sum()
+        self.num_emitted_tokens += (out != -1).sum()
+        self.num_draft_tokens += b * k if counts is None else int(sum(counts))
+        return out
+
+    def extra_repr(self) -> str:
+        return f"rule={self.rule!r}, strict_mode={self._strict_mode}"

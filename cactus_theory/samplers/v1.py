@@ -1,0 +1,203 @@
+r"""A thin adapter for vLLM V1's ragged layout (``vllm/v1/sample/rejection_sampler.py``).
+
+vLLM V1 (2025 versions, engines.md 1.9(b)) flattens the drafts of a batch: ``draft_token_ids``
+is 1-D of length :math:`\sum_i k_i`, request i owns the slice
+``cu_num_draft_tokens[i-1] : cu_num_draft_tokens[i]`` (``k_i`` may differ between requests and
+may be 0), ``draft_probs`` and the verifier's ``target_probs`` are ``[num_tokens, V]`` and the
+output is ``[B, max_spec_len + 1]`` int32 padded with ``PLACEHOLDER_TOKEN_ID = -1``.
+:func:`ragged_forward` pads to the V0 layout and runs :class:`~.base.RuleSampler`'s core, so a
+rule behaves identically in both layouts; :func:`parse_output` and :class:`V1Stats` reproduce
+V1's output parsing and its prefix-causal counters (``vllm/v1/spec_decode/metrics.py``).
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+
+.. warning::
+    V1's own kernel rejects whenever p_n = 0 and accepts iff ``u <= q_n / p_n`` with float64
+    uniforms; this adapter keeps the core's conventions (p_n = 0: accept iff h_n > 0;
+    ``u < a`` in float32). ``draft_probs=None`` (n-gram / no-draft-probs proposers) is
+    handled as V1 does: p is the point mass at the drafted token, so SpS accepts with q_n and
+    recovers from q with n removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from .base import RuleSampler
+
+__all__ = ["ragged_forward", "parse_output", "V1Stats", "PLACEHOLDER_TOKEN_ID"]
+
+PLACEHOLDER_TOKEN_ID = -1
+
+
+def _counts(num_draft_tokens, cu_num_draft_tokens, n_tokens: int) -> List[int]:
+    if num_draft_tokens is None and cu_num_draft_tokens is None:
+        raise ValueError("num_draft_tokens: give num_draft_tokens or cu_num_draft_tokens")
+    if num_draft_tokens is None:
+        cu = [int(c) for c in (cu_num_draft_tokens.tolist() if torch.is_tensor(cu_num_draft_tokens)
+                               else cu_num_draft_tokens)]
+        counts = [c - p for p, c in zip([0] + cu[:-1], cu)]
+    else:
+        counts = [int(c) for c in num_draft_tokens]
+    if any(c < 0 for c in counts):
+        raise ValueError("num_draft_tokens: counts must be >= 0 (cumulative counts non-decreasing)")
+    if sum(counts) != n_tokens:
+        raise ValueError(f"num_draft_tokens: counts sum to {sum(counts)}, draft_token_ids has {n_tokens}")
+    return counts
+
+
+def ragged_forward(
+    sampler: RuleSampler,
+    draft_token_ids: torch.Tensor,
+    num_draft_tokens: Optional[Sequence[int]],
+    draft_probs: Optional[torch.Tensor],
+    target_probs: torch.Tensor,
+    bonus_token_ids: torch.Tensor,
+    *,
+    cu_num_draft_tokens=None,
+    generators: Optional[Dict[int, torch.Generator]] = None,
+    max_spec_len: Optional[int] = None,
+    raw_target_probs: Optional[torch.Tensor] = None,
+    raw_draft_probs: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    r"""Verify a ragged batch (vLLM V1 layout) with a :class:`RuleSampler`.
+
+    Parameters
+    ----------
+    sampler : RuleSampler
+        The rule's sampler (its V0 counters are updated too, counting only real drafts).
+    draft_token_ids : Tensor, shape (num_tokens,), int
+        Flat drafted tokens n, request by request.
+    num_draft_tokens : sequence of int, or None
+        ``k_i`` per request (host list, as in V1's ``SpecDecodeMetadata``); or give
+        ``cu_num_draft_tokens`` (cumulative sums) instead.
+    draft_probs : Tensor, shape (num_tokens, V), or None
+        Drafter p at each flat position; None means point masses at the drafted tokens.
+    target_probs : Tensor, shape (num_tokens, V)
+        Processed verifier q at each flat position (V1 computes it from logits inside its
+        sampler; pass the probabilities).
+    bonus_token_ids : Tensor, shape (B, 1)
+        Bonus token per request, sampled by the caller from q after the last draft.
+    generators : dict of int to torch.Generator, optional
+        Request index -> generator (V1's ``sampling_metadata.generators``). A seeded request
+        draws exactly ``k_i`` acceptance uniforms (none when ``k_i = 0``), then its recovery
+        noise, so it reproduces a V0 call on that request alone with the same generator.
+    max_spec_len : int, optional
+        Output width minus one; default ``max(k_i)``.
+    raw_target_probs, raw_draft_probs : Tensor, shape (num_tokens, V), optional
+        Raw distributions for rules that decide on them.
+
+    Returns
+    -------
+    Tensor, shape (B, max_spec_len + 1), int32
+        Per request: accepted drafts, then the recovered token (first rejection) or the bonus
+        token (all ``k_i`` accepted; for ``k_i = 0`` just the bonus), then -1.
+    """
+    if draft_token_ids.dim() != 1:
+        raise ValueError(f"draft_token_ids: expected 1-D, got shape {tuple(draft_token_ids.shape)}")
+    if bonus_token_ids.dim() != 2 or bonus_token_ids.shape[1] != 1:
+        raise ValueError(f"bonus_token_ids: expected [B, 1], got {tuple(bonus_token_ids.shape)}")
+    n_tok = draft_token_ids.shape[0]
+    counts = _counts(num_draft_tokens, cu_num_draft_tokens, n_tok)
+    b = bonus_token_ids.shape[0]
+    if len(counts) != b:
+        raise ValueError(f"num_draft_tokens: {len(counts)} requests, bonus_token_ids has {b}")
+    if target_probs.dim() != 2 or target_probs.shape[0] != n_tok:
+        raise ValueError(f"target_probs: expected [{n_tok}, V], got {tuple(target_probs.shape)}")
+    v = target_probs.shape[1]
+    for name, t in (("draft_probs", draft_probs), ("raw_target_probs", raw_target_probs),
+                    ("raw_draft_probs", raw_draft_probs)):
+        if t is not None and tuple(t.shape) != (n_tok, v):
+            raise ValueError(f"{name}: expected shape {(n_tok, v)}, got {tuple(t.shape)}")
+    kmax = max(counts, default=0)
+    width = kmax if max_spec_len is None else int(max_spec_len)
+    if width < kmax:
+        raise ValueError(f"max_spec_len: {width} < the longest draft ({kmax})")
+    device = target_probs.device
+    out = torch.full((b, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
+    if b == 0:
+        return out
+    if kmax == 0:
+        out[:, 0] = bonus_token_ids[:, 0].to(torch.int32)
+        return out
+
+    # Flat index of (request, position), padded with a dummy row (index n_tok) past k_i.
+    starts = [0]
+    for c in counts[:-1]:
+        starts.append(starts[-1] + c)
+    index = [[starts[i] + j if j < counts[i] else n_tok for j in range(kmax)] for i in range(b)]
+    index = torch.tensor(index, dtype=torch.int64, device=device)
+    uniform = torch.full((1, v), 1.0 / v, dtype=target_probs.dtype, device=device)
+
+    def pad(x):
+        return torch.cat([x, uniform.to(x.dtype)], dim=0)[index]          # [B, kmax, V]
+
+    ids = torch.cat([draft_token_ids.to(torch.int64),
+                     torch.zeros(1, dtype=torch.int64, device=device)])[index]
+    if draft_probs is None:
+        p = torch.zeros((b, kmax, v), dtype=torch.float32, device=device)
+        p.scatter_(-1, ids[..., None], 1.0)
+    else:
+        p = pad(draft_probs)
+    q = pad(target_probs)
+    q = torch.cat([q, q[:, -1:]], dim=1)                                   # unused bonus slot
+    raw_q = None if raw_target_probs is None else pad(raw_target_probs)
+    raw_p = None if raw_draft_probs is None else pad(raw_draft_probs)
+    k_row = torch.tensor(counts, dtype=torch.int64, device=device)
+    res = sampler._verify(q, bonus_token_ids.to(torch.int64), p, ids, generators, raw_q, raw_p,
+                          num_drafts=k_row, counts=counts)
+    out[:, : kmax + 1] = res.to(torch.int32)
+    return out
+
+
+def parse_output(output: torch.Tensor, vocab_size: int) -> List[List[int]]:
+    """V1's ``parse_output``: per request, the emitted ids without -1 and ids >= ``vocab_size``."""
+    rows = output.tolist()
+    return [[t for t in row if 0 <= t < vocab_size] for row in rows]
+
+
+@dataclass
+class V1Stats:
+    """vLLM V1's ``SpecDecodingStats`` for one step (prefix-causal counts).
+
+    Attributes
+    ----------
+    num_drafts : int
+        Requests that drafted at least one token.
+    num_draft_tokens : int
+        :math:`\\sum_i k_i`.
+    num_accepted_tokens : int
+        :math:`\\sum_i N_i` (prefix-causal, ``len(output_i) - 1``), unlike V0's non-causal count.
+    num_accepted_tokens_per_pos : list of int
+        Position j counted when :math:`N_i > j`.
+    """
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_accepted_tokens_per_pos: List[int]
+
+    @classmethod
+    def from_output(cls, output: torch.Tensor, num_draft_tokens: Sequence[int], vocab_size: int):
+        """Fill the counters from a :func:`ragged_forward` output (as V1's scheduler does)."""
+        parsed = parse_output(output, vocab_size)
+        k = max(num_draft_tokens, default=0)
+        per_pos = [0] * k
+        acc = drafts = 0
+        for row, ki in zip(parsed, num_draft_tokens):
+            if ki == 0:
+                continue
+            drafts += 1
+            n = len(row) - 1
+            acc += n
+            for j in range(n):
+                per_pos[j] += 1
+        return cls(drafts, int(sum(num_draft_tokens)), acc, per_pos)
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """V1's logged "Mean acceptance length" ``1 + accepted / drafts`` (counts the bonus)."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else float("nan")
