@@ -132,9 +132,14 @@ class Divergence:
         return self.unchecked(h, q, axis=axis)
 
     def unchecked(self, h, q, axis: int = -1):
-        """``D(h || q)`` without validation (array API: numpy or torch in, same out)."""
+        """``D(h || q)`` without validation (array API: numpy or torch in, same out).
+
+        The sum is clipped at 0: a divergence is non-negative, and rows with h = q up to
+        rounding would otherwise give values like -1e-17.
+        """
         xp = array_namespace(h, q)
-        return xp.sum(self.term(xp, h, q), axis=axis)
+        with np.errstate(over="ignore"):  # tiny q: a ratio overflowing to +inf is the value
+            return xp.clip(xp.sum(self.term(xp, h, q), axis=axis), 0.0, None)
 
     def two_point(self, gamma, s):
         r"""Two-point form :math:`s f(\gamma/s) + (1-s) f((1-\gamma)/(1-s))` (array API).
@@ -143,7 +148,8 @@ class Divergence:
         ``h_i = q_i (1-gamma)/(1-q_n)``, with ``s = q_n``.
         """
         xp = array_namespace(gamma, s)
-        return self.term(xp, gamma, s) + self.term(xp, 1 - gamma, 1 - s)
+        with np.errstate(over="ignore"):  # tiny s: a ratio overflowing to +inf is the value
+            return self.term(xp, gamma, s) + self.term(xp, 1 - gamma, 1 - s)
 
 
 def _f_kl(t):

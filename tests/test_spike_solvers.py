@@ -1,0 +1,160 @@
+"""Theorem 2's root, Corollary 5's Taylor point, Corollary 6, and the cvxpy oracle."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cactus_theory.analysis.comparison import (
+    TAYLOR_WITHIN_BUDGET_FROM,
+    taylor_kl_bound,
+    taylor_vs_exact_grid,
+)
+from cactus_theory.divergences import DIVERGENCES, get_divergence
+from cactus_theory.solvers.cvx import CVX_DIVERGENCES, max_draft_probability_cvxpy
+from cactus_theory.solvers.spike import exact_spike, taylor_spike
+from strategies import simplex
+
+qn = st.floats(0.0, 1.0)
+budget = st.one_of(st.just(0.0), st.floats(1e-8, 20.0))
+
+
+@pytest.mark.parametrize("name", sorted(DIVERGENCES))
+@given(s=qn, delta=budget)
+def test_exact_root_meets_and_hits_the_budget(name, s, delta):
+    d = get_divergence(name)
+    g = float(exact_spike(np.array(s), delta, name))
+    assert s <= g <= 1
+    dv = float(d.two_point(np.array(g), np.array(s)))
+    assert dv <= delta  # feasible as evaluated (bisection keeps the feasible end)
+    if g < 1 and delta > 0:
+        at_one = float(d.two_point(np.array(1.0), np.array(s)))
+        assert at_one > delta
+        if math.isfinite(float(d.two_point(np.array(min(1.0, g + 1e-9)), np.array(s)))):
+            # Hits the budget: one step of 1e-9 to the right already exceeds it, unless the
+            # two-point divergence is infinite to the right of s (KL with s = 0: g = s = 0).
+            assert float(d.two_point(np.array(g + 1e-9), np.array(s))) > delta
+
+
+@pytest.mark.parametrize("name", ["kl", "hellinger", "tv", "js"])
+@given(s=qn, d1=budget, d2=budget)
+def test_exact_root_monotone_in_delta(name, s, d1, d2):
+    lo, hi = sorted([d1, d2])
+    assert float(exact_spike(np.array(s), lo, name)) <= float(exact_spike(np.array(s), hi, name))
+
+
+def test_delta_zero_gives_q_exactly_and_bonus_shape():
+    s = np.linspace(0, 1, 101)
+    for name in DIVERGENCES:
+        assert np.array_equal(exact_spike(s, 0.0, name), s)
+    assert np.array_equal(taylor_spike(s, 0.0), s)
+    # Corollary 5: the bonus sqrt(2 delta q (1-q)) is largest at q = 1/2, zero at q in {0, 1}
+    bonus = taylor_spike(s, 0.01) - s
+    assert bonus[0] == 0 and bonus[-1] == 0
+    assert np.argmax(bonus) == 50
+
+
+def test_closed_forms_of_special_divergences():
+    """chi2 and TV have closed-form roots: q + sqrt(delta q (1-q)) and q + delta (capped)."""
+    s = np.linspace(0, 1, 51)[:, None]
+    delta = np.array([0.0, 0.01, 0.3, 2.0])[None, :]
+    s, delta = np.broadcast_arrays(s, delta)
+    chi2_root = np.minimum(1, s + np.sqrt(delta * s * (1 - s)))
+    np.testing.assert_allclose(exact_spike(s, delta, "chi2"), chi2_root, atol=1e-12)  # bisection
+    np.testing.assert_allclose(exact_spike(s, delta, "tv"), np.minimum(1, s + delta), atol=1e-12)
+
+
+@given(s=st.floats(0.0, 1.0), delta=st.floats(1e-9, 50.0))
+def test_corollary6_and_tight_taylor_bound(s, delta):
+    """Corollary 6: gamma_T <= 1/2 => kl <= delta. Beyond: kl <= log(1 + 2 delta), tight."""
+    kl = get_divergence("kl")
+    g = float(taylor_spike(np.array(s), delta))
+    val = float(kl.two_point(np.array(g), np.array(s)))
+    if g <= 0.5:
+        assert val <= delta * (1 + 1e-12)  # rounding of the two-point sum
+    assert val <= float(taylor_kl_bound(delta)) * (1 + 1e-12) + 1e-15
+
+
+@pytest.mark.parametrize("delta", [1e-3, 0.1, 0.5, 1.0, 10.0])
+def test_taylor_bound_attained_at_cap_boundary(delta):
+    """At q_n = 1/(1+2 delta) the Taylor point is exactly 1 and kl = log(1 + 2 delta) > delta."""
+    s = 1.0 / (1.0 + 2.0 * delta)
+    g = float(taylor_spike(np.array(s), delta))
+    assert g == pytest.approx(1.0, abs=1e-12)
+    val = float(get_divergence("kl").two_point(np.array(1.0), np.array(s)))
+    assert val == pytest.approx(math.log1p(2 * delta), rel=1e-12)
+    # log(1 + 2 delta) > delta iff delta < 1.2564...: the Taylor rule exceeds its budget there
+    # (a counterexample for gamma > 1/2) and stays within it for larger delta.
+    assert (val > delta) == (delta < TAYLOR_WITHIN_BUDGET_FROM)
+
+
+def test_taylor_within_budget_threshold():
+    """log(1 + 2 delta) = delta at delta* = 1.25643...: beyond it the Taylor point is feasible."""
+    d = TAYLOR_WITHIN_BUDGET_FROM
+    assert math.log1p(2 * d) == pytest.approx(d, rel=1e-12)
+    assert 1.2564 < d < 1.2565
+
+
+def test_taylor_budget_violation_counterexample():
+    """Pinned counterexample: q_n = 0.5, delta = 0.5 gives gamma_T = 1 and KL = log 2 > 0.5."""
+    g = float(taylor_spike(np.array(0.5), 0.5))
+    assert g == 1.0
+    assert float(get_divergence("kl").two_point(np.array(g), np.array(0.5))) == pytest.approx(math.log(2))
+
+
+def test_readme_worked_example():
+    """README: q = (.30, .35, .35), p = (.05, .80, .15), draft 'generate': .35 -> .66, 82%.
+
+    The README does not say which delta: the Taylor point reaches .66 at delta = 0.211, where
+    its per-draft KL is 0.198 (the README's '0.20 nats'), so the exact KL rule reaches .66 at
+    delta = 0.198. SpS accepts .35/.80 = 43.75%, the boosted target .66/.80 = 82.4%.
+    """
+    q_n, p_n = 0.35, 0.80
+    delta_taylor = (0.66 - q_n) ** 2 / (2 * q_n * (1 - q_n))
+    assert delta_taylor == pytest.approx(0.2112, abs=1e-4)
+    g = float(taylor_spike(np.array(q_n), delta_taylor))
+    assert g == pytest.approx(0.66, abs=1e-12)
+    kl = float(get_divergence("kl").two_point(np.array(g), np.array(q_n)))
+    assert kl == pytest.approx(0.198, abs=1e-3)
+    assert float(exact_spike(np.array(q_n), kl)) == pytest.approx(0.66, abs=1e-9)
+    assert q_n / p_n == pytest.approx(0.4375)
+    assert g / p_n == pytest.approx(0.825, abs=1e-3)
+    # the README's rescaled h is about (.16, .66, .18)
+    h = np.array([0.30, 0.0, 0.35]) * (1 - g) / (1 - q_n)
+    np.testing.assert_allclose(h[[0, 2]], [0.157, 0.183], atol=1e-3)
+
+
+@pytest.mark.parametrize("name", CVX_DIVERGENCES)
+@settings(max_examples=6)
+@given(q=st.integers(2, 6).flatmap(lambda V: simplex(V)), n_seed=st.integers(0, 100),
+       delta=st.sampled_from([0.0, 0.02, 0.3, 2.0]))
+def test_cvxpy_over_whole_simplex_agrees_with_theorem2(name, q, n_seed, delta):
+    """Theorem 2's reduction against an interior-point solve over the whole simplex.
+
+    Exact check: the solver's h cannot beat the root at the divergence it actually reached
+    (optimality of the proportional rescaling). Tolerance check: the root is feasible, so the
+    solver's optimum is at least the root minus its accuracy (tightened to ~1e-9; 1e-6 below).
+    """
+    n = n_seed % q.shape[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cvxpy's "solution may be inaccurate": we verify instead
+        res = max_draft_probability_cvxpy(q, n, delta, name)
+    root = float(exact_spike(np.array(q[n]), delta, name))
+    at_own_level = float(exact_spike(np.array(q[n]), res.divergence, name))
+    assert res.value <= at_own_level + 1e-12  # rounding of the two-point sum only
+    assert res.value >= root - 1e-6           # interior-point accuracy
+    assert res.divergence <= delta + 1e-7     # the oracle's own verification tolerance
+
+
+def test_grid_cvxpy_column_matches_root():
+    grid = taylor_vs_exact_grid([0.0, 0.1, 0.5, 0.9, 1.0], [0.0, 0.05, 1.0], with_cvxpy=True)
+    np.testing.assert_allclose(grid.gamma_cvxpy, grid.gamma_exact, atol=1e-6)  # solver accuracy
+    assert np.all(grid.gamma_taylor[:, 0] == grid.q_values)
+
+
+def test_taylor_rejects_divergence_without_second_derivative():
+    with pytest.raises(ValueError, match="divergence"):
+        taylor_spike(np.array(0.3), 0.1, "tv")
