@@ -1,0 +1,77 @@
+r"""Top-k acceptance, as the official Cactus repository runs it.
+
+The "relaxed target" is the **un-normalized** indicator of the verifier's top-k set
+
+.. math:: h_x = 1[q_x \ge q_{(k)}], \qquad q_{(k)} = \text{k-th largest entry of } q,
+
+run through the SpS skeleton: :math:`a_n = \min(1, h_n/p_n)` (1 inside the set, 0 outside:
+acceptance is deterministic) and recovery :math:`\mathrm{normalize}(\max(0, h - p)) =
+\mathrm{normalize}((1 - p_x)\, 1[x \in T_k])`. Ties at the threshold are accepted, so the set
+can hold more than k tokens. q's values inside the set are ignored, so the emitted
+distribution is not controlled: KL(q || h_alg) is infinite whenever q has mass outside the set.
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
+k = ``topk``.
+
+References
+----------
+Hao & Mou, Cactus official code github.com/MANGA-UOFA/Cactus ``cactus/topk.py``
+(``TopKRejectionSampler``, ``spec.py --topk``, default 5).
+"""
+
+from __future__ import annotations
+
+import math
+
+from array_api_compat import array_namespace
+
+from .plans import TargetPlan
+from .registry import Knob, Rule, RuleSpec, register
+
+__all__ = ["TopKAcceptance", "topk_indicator"]
+
+
+def topk_indicator(target_probs, topk: int):
+    r"""The indicator :math:`1[q_x \ge q_{(k)}]` (float, same dtype as q; array-agnostic).
+
+    Parameters
+    ----------
+    target_probs : array, shape (..., V)
+        Verifier q.
+    topk : int
+        k >= 1; values above V use k = V.
+
+    .. warning::
+       When k exceeds the number of tokens with q > 0 (truncated q), :math:`q_{(k)} = 0` and
+       the set includes every token, zeros of q too; this is what the official code's
+       ``q >= kth value`` test does. ``torch.topk`` in the official code fails for k > V; we
+       use k = V.
+    """
+    xp = array_namespace(target_probs)
+    V = target_probs.shape[-1]
+    k = min(int(topk), V)
+    kth = xp.sort(target_probs, axis=-1)[..., V - k:V - k + 1]
+    return xp.astype(target_probs >= kth, target_probs.dtype)
+
+
+class TopKAcceptance(Rule):
+    """Top-k acceptance: accept n iff n is in the verifier's top-k (ties included)."""
+
+    def __init__(self, topk: int):
+        self.topk = int(topk)
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """``TargetPlan`` whose target is the un-normalized top-k indicator."""
+        return TargetPlan(target_probs, draft_probs, topk_indicator(target_probs, self.topk))
+
+
+register(RuleSpec(
+    name="topk", factory=TopKAcceptance,
+    knobs=(Knob("topk", 5, 1, math.inf, integer=True,
+                doc="k: accept drafted tokens in the verifier's top-k (Cactus spec.py default 5)"),),
+    sps_knobs=None,
+    sps_note="no k gives SpS: acceptance is 0/1 and the recovery ignores q's values",
+    deterministic=True, reads_draft=True, needs_raw=False, family="target",
+    summary="top-k acceptance: accept iff q_n >= k-th largest q; recover normalize(1[top-k] - p)",
+    reference="Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/topk.py",
+))

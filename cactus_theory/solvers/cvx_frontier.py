@@ -1,0 +1,123 @@
+r"""The cvxpy oracle for the frontier / Mentored-decoding problem (small V, tests only).
+
+.. math:: \max_{\pi \in \Delta_V} \sum_x \min(p_x, \pi_x) \quad\text{s.t.}\quad
+          D_f(\pi \| q) \le \epsilon
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), :math:`\pi` target,
+:math:`\epsilon` budget. Solved over the whole simplex with no assumption on the shape of
+:math:`\pi` (no clip form), so it checks :mod:`cactus_theory.solvers.mentored`'s derivation,
+including q with zeros. It reuses the divergence constraints of
+:mod:`cactus_theory.solvers.cvx`, reports the solver status, falls back from Clarabel to SCS
+when a solver fails, verifies the answer (feasibility after clipping and renormalizing, the
+divergence recomputed in float64) and raises :class:`~cactus_theory.solvers.cvx.SolverFailure`
+instead of returning an unverified answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_budget, as_prob_pair, choice
+from ..divergences import get_divergence
+from .cvx import _SOLVER_OPTIONS, CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint
+
+__all__ = ["FrontierCvxResult", "max_acceptance_cvxpy"]
+
+
+@dataclass(frozen=True)
+class FrontierCvxResult:
+    """Result of the cvxpy frontier oracle.
+
+    Attributes
+    ----------
+    acceptance : float
+        :math:`\\sum_x \\min(p_x, \\pi_x)` of the verified (clipped, renormalized) maximiser.
+    target : ndarray, shape (V,)
+        The maximiser :math:`\\pi`.
+    divergence : float
+        :math:`D(\\pi\\|q)` recomputed in float64.
+    status : str
+        cvxpy's status of the accepted solve.
+    solver : str
+        The solver whose answer was accepted.
+    attempts : tuple of (str, str)
+        Every (solver, status or error) tried.
+    """
+
+    acceptance: float
+    target: np.ndarray
+    divergence: float
+    status: str
+    solver: str
+    attempts: tuple
+
+
+def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
+                         tol: float = 1e-7, solvers=SOLVERS) -> FrontierCvxResult:
+    r"""Solve :math:`\max \sum\min(p,\pi)` s.t. :math:`D(\pi\|q)\le\epsilon` with cvxpy.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (V,)
+        Verifier q and drafter p (one row each).
+    budget : float
+        :math:`\epsilon \ge 0`.
+    divergence : str
+        One of :data:`cactus_theory.solvers.cvx.CVX_DIVERGENCES`.
+    tol : float
+        Verification tolerance on ``min(pi) >= -tol``, ``|sum pi - 1| <= tol`` and
+        ``D(pi||q) <= budget + tol``.
+    solvers : sequence of str
+        Tried in order (default Clarabel, then SCS).
+
+    Returns
+    -------
+    FrontierCvxResult
+
+    Raises
+    ------
+    SolverFailure
+        No solver returned a verified answer (the message lists every attempt).
+    """
+    import cvxpy as cp
+
+    q, p = as_prob_pair(target_probs, draft_probs)
+    if q.ndim != 1:
+        raise ValueError(f"target_probs: expected one row of shape (V,), got {q.shape}")
+    eps = as_budget(budget, "budget")
+    name = choice(get_divergence(divergence).name, CVX_DIVERGENCES, "divergence")
+    d = get_divergence(name)
+    if eps == 0:
+        return FrontierCvxResult(float(np.minimum(p, q).sum()), q.copy(), 0.0, "optimal",
+                                 "none (budget 0 forces pi = q)", ())
+    V = q.shape[0]
+    pi = cp.Variable(V, nonneg=True)
+    cons = [cp.sum(pi) == 1] + _constraint(cp, pi, q, name, min(eps, 1e6))
+    prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(pi, p))), cons)
+    attempts = []
+    for solver in solvers:
+        try:
+            prob.solve(solver=solver, **_SOLVER_OPTIONS.get(solver, {}))
+        except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
+            attempts.append((solver, f"error: {exc}"))
+            continue
+        attempts.append((solver, str(prob.status)))
+        if prob.status not in ("optimal", "optimal_inaccurate") or pi.value is None:
+            continue
+        x = np.asarray(pi.value, dtype=np.float64)
+        if np.any(~np.isfinite(x)) or x.min() < -tol or abs(x.sum() - 1) > tol:
+            attempts[-1] = (solver, f"{prob.status}, infeasible point")
+            continue
+        x = np.clip(x, 0.0, None)
+        if not d.finite_off_support:
+            x[q == 0] = 0.0
+        x /= x.sum()
+        div = float(d.unchecked(x, q))
+        if not div <= eps + tol:
+            attempts[-1] = (solver, f"{prob.status}, divergence {div:.3g} > budget + tol")
+            continue
+        return FrontierCvxResult(float(np.minimum(p, x).sum()), x, div, str(prob.status), solver,
+                                 tuple(attempts))
+    raise SolverFailure(f"no verified frontier solution, budget={eps}, {name}: {attempts}")

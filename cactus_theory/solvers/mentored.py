@@ -1,0 +1,333 @@
+r"""Exact fast solver of the acceptance-maximisation problem (Mentored decoding, the frontier).
+
+.. math:: A^*(\epsilon) = \max_{\pi \in \Delta_V} \sum_x \min(p_x, \pi_x)
+          \quad\text{s.t.}\quad D_f(\pi \| q) \le \epsilon
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), :math:`\pi` the target
+(Mentored decoding runs SpS against it and so emits it exactly), :math:`\epsilon` the budget
+(the blog's D). The same problem is the *optimal frontier*: every single-draft rule emitting
+o accepts at most :math:`\sum_x \min(p_x, o_x)` (Theorem 1), so :math:`A^*(\epsilon)` bounds
+every rule whose emitted distribution is within :math:`\epsilon` of q.
+
+Derivation (KKT; f strictly convex and differentiable on (0, inf))
+-----------------------------------------------------------------
+With multipliers :math:`\lambda > 0` (budget) and :math:`\mu` (sum), each coordinate with
+:math:`q_x > 0` maximises :math:`\min(p_x, q_x t) - \lambda q_x f(t) - \mu q_x t` over
+:math:`t = \pi_x/q_x`; its solution is :math:`t = \mathrm{clip}(r_x, a, b)` with
+:math:`r_x = p_x/q_x`, :math:`f'(a) = -\mu/\lambda`, :math:`f'(b) = (1-\mu)/\lambda`, so
+
+.. math:: \pi_x = \mathrm{clip}(p_x,\ a q_x,\ b q_x), \qquad 0 \le a \le 1 \le b
+          \qquad (q_x > 0).
+
+A coordinate with :math:`q_x = 0` costs :math:`f'(\infty)\,\pi_x` (the divergence's slope at
+infinity: +inf for KL and Pearson chi-square, 0 for reverse KL, 1 for Neyman chi-square, 1/2
+for Hellinger and TV, log(2)/2 for JS). Its marginal value :math:`1 - \mu - \lambda f'(\infty)
+= \lambda (f'(b) - f'(\infty)) < 0` while some token is capped at :math:`b q_x`, so
+
+* **phase 1** (:math:`1 \le b \le r_{max} = \max_{q_x>0} r_x`): no mass off supp(q); a is
+  fixed by :math:`\sum_{q>0}\mathrm{clip}(p, aq, bq) = 1`, and along this path
+  :math:`dD/db = Q(r > b)(f'(b) - f'(a)) \ge 0` and :math:`dA/db = Q(r>b) \ge 0`;
+* **phase 2** (only if :math:`f'(\infty) < \infty` and :math:`p(q = 0) > 0`): every on-support
+  token is at least p; the mass m placed off supp(q) (at most p there, proportionally to p)
+  grows from 0 to :math:`p(q=0)`, a falls so that :math:`\sum_{q>0}\max(p, aq) + m = 1`, and
+  :math:`dD/dm = f'(\infty) - f'(a) > 0`, :math:`A = p(q>0) + m`.
+
+So the clip form holds for every strictly convex f on supp(q); when q has zeros, divergences
+with a finite slope at infinity put mass outside supp(q) once the budget exceeds the end of
+phase 1. Both phases are monotone one-parameter paths: each is solved by a scalar bisection
+(on log b, then on m) in which every evaluation costs O(log V) after one O(V log V) sort
+(prefix sums over the tokens sorted by r: a is found by a binary search over the breakpoints
+:math:`G_k = r_k Q_{<k} - P_{<k}` of :math:`\sum_{r<a}(a q - p)`). Acceptance along phase 1
+is :math:`A(b) = P(r \le b) + b\, Q(r > b)`. TV (not strictly convex) is solved in closed
+form: :math:`A^* = \min(1, \sum\min(p,q) + \epsilon)`, attained by
+:math:`\pi = q + \min(1, \epsilon/TV(p,q))(p - q)` (the coupling bound
+:math:`a \le 1 - TV(p,q) + TV(\pi,q)` is tight there).
+
+Everything is written once against the array API (numpy float64 for the analysis, torch for
+the samplers). The returned divergence is recomputed directly from the returned target.
+
+References
+----------
+V. Tran-Thien, "An optimal lossy variant of speculative decoding" (Hugging Face blog, 2023):
+the problem (KL budget D, direction unspecified); Narasimhan et al., ICLR 2025 (arXiv
+2405.19261), Table 3: the (alpha, beta) parametrisation b = 1/(1-alpha), a = 1/beta.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from array_api_compat import array_namespace
+
+from ..divergences import Divergence, get_divergence
+
+__all__ = ["MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
+           "slope_at_infinity", "BISECTION_STEPS"]
+
+#: Bisection steps for each phase (float64: the bracket reaches one ulp well before).
+BISECTION_STEPS = 90
+
+
+@dataclass(frozen=True)
+class MentoredSolution:
+    r"""Solution of :math:`\max \sum\min(p,\pi)` s.t. :math:`D(\pi\|q) \le \epsilon`.
+
+    Shapes: ``batch`` = the leading shape of q and p, ``E`` = the budgets' trailing axis
+    (absent when a scalar budget was given).
+
+    Attributes
+    ----------
+    acceptance : array, shape batch (+ (E,))
+        :math:`A^* = \sum_x \min(p_x, \pi_x)` (exact formula of the phase).
+    lower, upper : array, shape batch (+ (E,))
+        The clip band: :math:`\pi_x = \mathrm{clip}(p_x, a q_x, b q_x)` on supp(q) (TV: nan-free
+        placeholders a = 0, b = inf are not used; see ``target``).
+    off_support_mass : array, shape batch (+ (E,))
+        Mass m of :math:`\pi` outside supp(q) (phase 2), spread proportionally to p there.
+    divergence : array, shape batch (+ (E,))
+        :math:`D(\pi \| q)` recomputed from the closed form of the phase (<= budget up to
+        rounding).
+    target : array or None, shape batch (+ (E,)) + (V,)
+        :math:`\pi`, when requested.
+    """
+
+    acceptance: Any
+    lower: Any
+    upper: Any
+    off_support_mass: Any
+    divergence: Any
+    target: Any = None
+
+
+def slope_at_infinity(divergence) -> float:
+    r""":math:`f'(\infty) = \lim_{t\to\infty} f(t)/t`: the cost per unit of mass where q = 0."""
+    import numpy as np
+
+    d = get_divergence(divergence)
+    with np.errstate(all="ignore"):
+        return float(d.term(np, np.array(1.0), np.array(0.0)))
+
+
+def _count_le(xp, arr, val, steps):
+    """Number of entries of the ascending rows ``arr`` [..., N] that are <= ``val`` [..., E]."""
+    N = arr.shape[-1]
+    lo = xp.zeros(val.shape, dtype=xp.int64, device=getattr(val, "device", None))
+    hi = lo + N
+    for _ in range(steps):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        v = xp.take_along_axis(arr, xp.clip(mid, 0, N - 1), axis=-1)
+        right = active & (v <= val)
+        lo = xp.where(right, mid + 1, lo)
+        hi = xp.where(active & ~right, mid, hi)
+    return lo
+
+
+def _take(xp, arr, idx):
+    return xp.take_along_axis(arr, idx, axis=-1)
+
+
+class _Prepared:
+    """Per-row sorted quantities shared by every budget (O(V log V) once)."""
+
+    def __init__(self, xp, q, p, d: Divergence):
+        self.xp = xp
+        self.d = d
+        V = q.shape[-1]
+        self.V = V
+        on = q > 0
+        one = xp.ones_like(q)
+        zero = xp.zeros_like(q)
+        inf = xp.full_like(q, math.inf)
+        r = xp.where(on, p / xp.where(on, q, one), inf)
+        order = xp.argsort(r, axis=-1, stable=True)
+        rs = _take(xp, r, order)
+        qs = _take(xp, q, order)
+        ons = _take(xp, on, order)
+        ps = xp.where(ons, _take(xp, p, order), zero)
+        pad = xp.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=getattr(q, "device", None))
+        cs = lambda x: xp.concat([pad, xp.cumulative_sum(x, axis=-1)], axis=-1)  # noqa: E731
+        rcs = lambda x: xp.flip(cs(xp.flip(x, axis=-1)), axis=-1)  # noqa: E731
+        self.Qc, self.Pc = cs(qs), cs(ps)                 # sums over sorted[:k], length V+1
+        self.Qs = rcs(qs)                                  # sums over sorted[k:]
+        F = xp.where(ons, d.term(xp, ps, qs), zero)        # q f(r) = term(p, q) on supp(q)
+        self.Fs = rcs(F)                                   # suffix sums of q f(r)
+        # breakpoints of g(a) = sum_{r<a} (a q - p): G_k = r_k Q_{<k} - P_{<k}; +inf off supp
+        self.G = xp.where(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], inf)
+        self.rs = rs
+        self.K = xp.sum(xp.astype(on, xp.int64), axis=-1, keepdims=True)   # on-support count
+        self.P0 = xp.sum(xp.where(on, zero, p), axis=-1, keepdims=True)       # p(q = 0)
+        self.Pon = _take(xp, self.Pc, self.K)                                # p(q > 0)
+        self.r_max = xp.max(xp.where(on, r, zero), axis=-1, keepdims=True)
+        self.steps = max(1, math.ceil(math.log2(V + 1)) + 1)
+
+    def lower_from_residual(self, T):
+        """a with sum_{r<a} (a q - p) = T (T >= 0), and the a-group size k."""
+        xp = self.xp
+        T = xp.clip(T, 0.0, None)
+        k = _count_le(xp, self.G, T, self.steps)          # G_0 = 0 <= T, so k >= 1
+        Qk, Pk = _take(xp, self.Qc, k), _take(xp, self.Pc, k)
+        pos = Qk > 0
+        a = xp.where(pos, (T + Pk) / xp.where(pos, Qk, xp.ones_like(Qk)), xp.zeros_like(Qk))
+        a = xp.where(T > 0, a, xp.zeros_like(a))
+        k = xp.where(T > 0, k, xp.zeros_like(k))
+        return a, k
+
+    def phase1(self, b):
+        """(acceptance, divergence, a) at upper factor b >= 1 (m = 0)."""
+        xp, d = self.xp, self.d
+        kb = _count_le(xp, self.rs, b, self.steps)
+        Qhi, Plo = _take(xp, self.Qs, kb), _take(xp, self.Pc, kb)
+        A = Plo + b * Qhi
+        a, ka = self.lower_from_residual(1.0 - A)
+        Qa = _take(xp, self.Qc, ka)
+        D = (d.term(xp, a * Qa, Qa) + (_take(xp, self.Fs, ka) - _take(xp, self.Fs, kb))
+             + d.term(xp, b * Qhi, Qhi))
+        return A, D, a
+
+    def phase2(self, m, slope):
+        """(acceptance, divergence, a) with off-support mass m in [0, P0] (b = r_max)."""
+        xp, d = self.xp, self.d
+        a, ka = self.lower_from_residual(self.P0 - m)
+        Qa = _take(xp, self.Qc, ka)
+        D = d.term(xp, a * Qa, Qa) + _take(xp, self.Fs, ka) + slope * m
+        return self.Pon + m, D, a
+
+
+def _bisect(xp, fn, lo, hi, budget, steps):
+    """Largest x in [lo, hi] with fn(x) <= budget, for fn nondecreasing; fn(lo) <= budget."""
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        ok = fn(mid) <= budget
+        lo = xp.where(ok, mid, lo)
+        hi = xp.where(ok, hi, mid)
+    return lo
+
+
+def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
+                   return_target: bool = True, budget_axis: bool = False) -> MentoredSolution:
+    r"""Solve :math:`\max_\pi \sum_x\min(p_x,\pi_x)` s.t. :math:`D(\pi\|q)\le\epsilon` exactly.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array, shape (..., V)
+        Verifier q and drafter p, valid probability rows (numpy or torch; not validated here:
+        use :func:`cactus_theory.solvers.frontier.frontier` for validated numpy input).
+    budget : float or array
+        :math:`\epsilon \ge 0` (``inf`` allowed). With ``budget_axis=False`` it broadcasts
+        against the batch shape ``q.shape[:-1]``; with ``budget_axis=True`` it is a 1-D array
+        of E budgets applied to every row (one sort per row, results gain a trailing E axis).
+    divergence : str
+        Any of :data:`cactus_theory.divergences.DIVERGENCES` (the direction: KL is
+        :math:`KL(\pi\|q)`, ``reverse_kl`` is :math:`KL(q\|\pi)`).
+    return_target : bool
+        Also build :math:`\pi` (memory batch x E x V).
+
+    Returns
+    -------
+    MentoredSolution
+
+    Notes
+    -----
+    O(V log V) per row for the sort plus O(E log V) per bisection step; no generic optimizer.
+    See the module docstring for the derivation (clip form on supp(q), off-support mass in
+    phase 2 for divergences with a finite slope at infinity).
+    """
+    d = get_divergence(divergence)
+    q, p = target_probs, draft_probs
+    xp = array_namespace(q, p)
+    dev = getattr(q, "device", None)
+    if not hasattr(budget, "shape"):
+        budget = xp.asarray(budget, dtype=q.dtype, device=dev)
+    else:
+        budget = xp.astype(budget, q.dtype)
+    batch = q.shape[:-1]
+    if budget_axis:
+        eps = xp.reshape(budget, (1,) * len(batch) + (-1,))
+        eps = xp.broadcast_to(eps, batch + (eps.shape[-1],))
+    else:
+        eps = xp.broadcast_to(budget, batch)[..., None]
+    if d.name == "tv":
+        sol = _solve_tv(xp, q, p, eps, return_target)
+    else:
+        sol = _solve_smooth(xp, q, p, eps, d, return_target)
+    if budget_axis:
+        return sol
+    squeeze = lambda x: None if x is None else x[..., 0]  # noqa: E731
+    tgt = None if sol.target is None else sol.target[..., 0, :]
+    return MentoredSolution(squeeze(sol.acceptance), squeeze(sol.lower), squeeze(sol.upper),
+                            squeeze(sol.off_support_mass), squeeze(sol.divergence), tgt)
+
+
+def _solve_tv(xp, q, p, eps, return_target):
+    tv = xp.sum(xp.clip(p - q, 0.0, None), axis=-1, keepdims=True)       # [..., 1]
+    pos = tv > 0
+    lam = xp.where(pos, xp.clip(eps / xp.where(pos, tv, xp.ones_like(tv)), 0.0, 1.0),
+                   xp.zeros_like(eps))                                   # [..., E]
+    acc = xp.clip(1.0 - tv + eps, None, 1.0)
+    acc = xp.where(pos, acc, xp.ones_like(acc))
+    div = lam * tv
+    tgt = None
+    if return_target:
+        tgt = q[..., None, :] + lam[..., None] * (p - q)[..., None, :]
+        tgt = xp.clip(tgt, 0.0, None)
+    zero = xp.zeros_like(acc)
+    return MentoredSolution(acc, zero, zero + math.inf, zero, div, tgt)
+
+
+def _solve_smooth(xp, q, p, eps, d, return_target):
+    prep = _Prepared(xp, q, p, d)
+    slope = slope_at_infinity(d)
+    one = xp.ones_like(eps)
+    log_rmax = xp.log(xp.clip(prep.r_max, 1.0, None)) * one               # [..., E]
+    A_end, D_end, _ = prep.phase1(xp.exp(log_rmax))
+    done1 = D_end <= eps
+    fn = lambda x: prep.phase1(xp.exp(x))[1]  # noqa: E731
+    logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
+    b = xp.where(done1, prep.r_max * one, xp.exp(logb))
+    b = xp.where(eps > 0, b, one)   # eps = 0: exactly pi = q (the bisection stalls ~1e-8 away)
+    A, D, a = prep.phase1(b)
+    m = xp.zeros_like(eps)
+    if math.isfinite(slope):
+        P0 = prep.P0 * one
+        has2 = done1 & (P0 > 0)
+        A2_end, D2_end, _ = prep.phase2(P0, slope)
+        fn2 = lambda x: prep.phase2(x, slope)[1]  # noqa: E731
+        m2 = _bisect(xp, fn2, xp.zeros_like(eps), P0, xp.where(has2, eps, xp.full_like(eps, math.inf)),
+                     BISECTION_STEPS)
+        m2 = xp.where(D2_end <= eps, P0, m2)
+        m = xp.where(has2, m2, m)
+        A2, Dv2, a2 = prep.phase2(m, slope)
+        A = xp.where(has2, A2, A)
+        D = xp.where(has2, Dv2, D)
+        a = xp.where(has2, a2, a)
+    tgt = None
+    if return_target:
+        q3, p3 = q[..., None, :], p[..., None, :]
+        on = q3 > 0
+        clip = xp.minimum(xp.maximum(p3, a[..., None] * q3), b[..., None] * q3)
+        P0 = prep.P0[..., None]
+        share = xp.where(P0 > 0, m[..., None] / xp.where(P0 > 0, P0, xp.ones_like(P0)),
+                         xp.zeros_like(P0))
+        tgt = xp.where(on, clip, share * p3)
+        tgt = tgt / xp.sum(tgt, axis=-1, keepdims=True)
+    return MentoredSolution(A, a, b, m, D, tgt)
+
+
+def mentored_target(target_probs, draft_probs, budget, divergence="kl"):
+    r"""The Mentored-decoding target :math:`\pi` (the maximiser; shape of q). Array-agnostic.
+
+    .. math:: \pi = \arg\max_{\pi\in\Delta_V} \sum_x \min(p_x, \pi_x)
+              \ \text{s.t.}\ D(\pi\|q) \le \epsilon
+
+    See :func:`solve_mentored`.
+    """
+    return solve_mentored(target_probs, draft_probs, budget, divergence).target
+
+
+def max_acceptance(target_probs, draft_probs, budget, divergence="kl"):
+    r"""The optimal acceptance :math:`A^*(\epsilon)` (shape of the batch). See :func:`solve_mentored`."""
+    return solve_mentored(target_probs, draft_probs, budget, divergence,
+                          return_target=False).acceptance
