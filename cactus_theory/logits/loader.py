@@ -1,0 +1,246 @@
+"""Loader of real-distribution dumps: (q, p) trajectories for every analysis and the simulator.
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``). See
+:mod:`cactus_theory.logits.format` for the on-disk layout and the errors it introduces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+import numpy as np
+
+from .format import (
+    COMPACT_REQUIRED, FULL_REQUIRED, FULL_VOCAB_FORMAT, PAD_ID, TAIL_ID, DumpFormatError, read_arrays,
+    validate_compact,
+)
+
+REAL_DIR = Path(__file__).resolve().parents[1] / "data" / "real"
+FULL_VOCAB_PATH = REAL_DIR / "full_vocab" / "smollm2-135m_full-vocab.npz"
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One generated continuation with both models' next-token distributions at every position.
+
+    Attributes
+    ----------
+    target_probs, draft_probs : float64 [T, W]
+        Processed q (verifier) and p (drafter) on ``columns``; rows sum to 1 within 1e-9.
+    raw_target_probs, raw_draft_probs : float64 [T, W]
+        Raw (temperature-1) q and p on the same columns; the tail column (id ``TAIL_ID = -2``)
+        holds all raw mass outside the stored columns; rows sum to 1 within 1e-9.
+    columns : int64 [T, W]
+        Vocabulary ids; ``-1`` for padding (all four distributions 0), ``-2`` for the tail bucket
+        (processed mass 0).
+    token_ids : int64 [T]
+        The emitted token at each position.
+    prompt_id, category : str
+    prompt_token_ids : int64 [P]
+    extras : dict of str -> ndarray [T, ...]
+        Optional per-position records (e.g. decoding rounds).
+    """
+
+    target_probs: np.ndarray
+    draft_probs: np.ndarray
+    raw_target_probs: np.ndarray
+    raw_draft_probs: np.ndarray
+    columns: np.ndarray
+    token_ids: np.ndarray
+    prompt_id: str
+    category: str
+    prompt_token_ids: np.ndarray
+    extras: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.target_probs.shape[0])
+
+    @property
+    def acceptance(self) -> np.ndarray:
+        """Per-position SpS acceptance ``beta_t = sum_x min(p_x, q_x)`` (processed), float64 [T]."""
+        return np.minimum(self.target_probs, self.draft_probs).sum(-1)
+
+
+class Pairs(NamedTuple):
+    """All positions of a dump stacked (padded to a common width); unpacks as four arrays."""
+
+    target_probs: np.ndarray
+    draft_probs: np.ndarray
+    raw_target_probs: np.ndarray
+    raw_draft_probs: np.ndarray
+
+
+def _renorm(a: np.ndarray) -> np.ndarray:
+    s = a.sum(-1, keepdims=True)
+    return np.divide(a, s, out=np.zeros_like(a), where=s > 0)
+
+
+class Dump:
+    """A loaded compact dump (see :func:`load_dump`).
+
+    Attributes
+    ----------
+    path : Path
+    meta : dict
+        Models, tokenizer, transforms, prompts, seed, versions, checksum.
+    n_positions, n_trajectories : int
+    """
+
+    def __init__(self, path, arrays: dict, meta: dict):
+        self.path = Path(path)
+        self.meta = meta
+        self._a = arrays
+        self.n_positions = int(len(arrays["token_ids"]))
+        self.n_trajectories = int(len(arrays["traj_offsets"]) - 1)
+
+    def __repr__(self) -> str:
+        return (f"Dump({self.path.name}: {self.meta.get('verifier')} / {self.meta.get('drafter')}, "
+                f"{self.n_trajectories} trajectories, {self.n_positions} positions)")
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("name", self.path.stem)
+
+    def _block(self, lo: int, hi: int, width: int | None = None):
+        a = self._a
+        ro = a["row_offsets"]
+        widths = np.diff(ro[lo:hi + 1])
+        W = int(widths.max()) if width is None else width
+        T = hi - lo
+        rows = np.repeat(np.arange(T), widths)
+        within = np.arange(ro[lo], ro[hi]) - np.repeat(ro[lo:hi], widths)
+        sl = slice(ro[lo], ro[hi])
+        cols = np.full((T, W), PAD_ID, dtype=np.int64)
+        cols[rows, within] = a["columns"][sl]
+        out = []
+        for k in ("target_probs", "draft_probs", "raw_target_probs", "raw_draft_probs"):
+            m = np.zeros((T, W), dtype=np.float64)
+            m[rows, within] = a[k][sl]
+            out.append(_renorm(m))
+        return cols, out
+
+    def trajectories(self) -> Iterator[Trajectory]:
+        """Yield one :class:`Trajectory` per prompt, in file order."""
+        a = self._a
+        to, po = a["traj_offsets"], a["prompt_offsets"]
+        extras_names = [k for k in a if k.startswith("x_")]
+        for i, info in enumerate(self.meta["trajectories"]):
+            lo, hi = int(to[i]), int(to[i + 1])
+            if hi == lo:
+                continue
+            cols, (q, p, rq, rp) = self._block(lo, hi)
+            yield Trajectory(
+                target_probs=q, draft_probs=p, raw_target_probs=rq, raw_draft_probs=rp, columns=cols,
+                token_ids=a["token_ids"][lo:hi].astype(np.int64), prompt_id=info["prompt_id"],
+                category=info["category"], prompt_token_ids=a["prompt_token_ids"][po[i]:po[i + 1]].astype(np.int64),
+                extras={k[2:]: a[k][lo:hi] for k in extras_names},
+            )
+
+    def pairs(self) -> Pairs:
+        """``(target_probs, draft_probs, raw_target_probs, raw_draft_probs)`` stacked over all
+        positions, each float64 [N, W] padded with zero columns to the widest position."""
+        if self.n_positions == 0:
+            z = np.zeros((0, 1))
+            return Pairs(z, z, z, z)
+        _, (q, p, rq, rp) = self._block(0, self.n_positions)
+        return Pairs(q, p, rq, rp)
+
+    def columns(self) -> np.ndarray:
+        """int64 [N, W] column ids matching :meth:`pairs` (-1 padding, -2 tail)."""
+        cols, _ = self._block(0, self.n_positions)
+        return cols
+
+    def categories(self) -> np.ndarray:
+        """Category of each position, [N] object array (aligned with :meth:`pairs`)."""
+        to = self._a["traj_offsets"]
+        cats = [t["category"] for t in self.meta["trajectories"]]
+        return np.repeat(np.array(cats, dtype=object), np.diff(to))
+
+    def acceptance(self) -> np.ndarray:
+        """Per-position SpS acceptance ``sum_x min(p_x, q_x)`` of the processed distributions [N]."""
+        q, p, _, _ = self.pairs()
+        return np.minimum(q, p).sum(-1)
+
+
+def load_dump(path) -> Dump:
+    """Load and verify a compact dump.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    Dump
+
+    Raises
+    ------
+    DumpFormatError (a ValueError)
+        If the file is missing, truncated, corrupted or inconsistent; the message names the file.
+    """
+    arrays, meta = read_arrays(path, COMPACT_REQUIRED)
+    validate_compact(path, arrays, meta)
+    return Dump(path, arrays, meta)
+
+
+def shipped_dumps() -> list[Path]:
+    """The committed real-distribution samples (``cactus_theory/data/real/*.npz``), sorted."""
+    return sorted(REAL_DIR.glob("*.npz"))
+
+
+def load_full_vocab(path=None):
+    """Load a full-vocabulary sample.
+
+    Returns
+    -------
+    (target_probs, draft_probs, meta) : float64 [T, V], float64 [T, V], dict
+        Raw (temperature-1) distributions, renormalized in float64 (error stated in
+        :mod:`cactus_theory.logits.format`).
+    """
+    path = Path(path) if path is not None else FULL_VOCAB_PATH
+    arrays, meta = read_arrays(path, FULL_REQUIRED)
+    if meta.get("format") != FULL_VOCAB_FORMAT:
+        raise DumpFormatError(f"{path}: format {meta.get('format')!r}, expected {FULL_VOCAB_FORMAT!r}")
+    if arrays["logp16_q"].shape != arrays["logp16_p"].shape:
+        raise DumpFormatError(f"{path}: logp16_q and logp16_p differ in shape")
+    q = _renorm(np.exp(arrays["logp16_q"].astype(np.float64)))
+    p = _renorm(np.exp(arrays["logp16_p"].astype(np.float64)))
+    return q, p, meta
+
+
+def load_full_vocab_sample(path=None):
+    """``(target_probs [T, V], draft_probs [T, V])`` of the shipped full-vocabulary sample (raw,
+    temperature 1; see its metadata for the pair). Apply :func:`apply_transforms` for processed
+    versions."""
+    q, p, _ = load_full_vocab(path)
+    return q, p
+
+
+def apply_transforms(probs: np.ndarray, temperature=0.6, top_p=0.95, top_k=20) -> np.ndarray:
+    """Sampling transforms on full-vocabulary raw probabilities (float64 [..., V]); same rule as
+    :class:`cactus_theory.logits.runner.SamplingParams` (temperature, then top-k, then top-p)."""
+    logp = np.log(np.maximum(probs, 1e-300))
+    V = probs.shape[-1]
+    k = top_k if top_k and top_k > 0 else V
+    order = np.argsort(-logp, axis=-1, kind="stable")[..., :k]
+    s = np.take_along_axis(logp, order, -1) / temperature
+    s = s - s.max(-1, keepdims=True)
+    pr = np.exp(s)
+    pr /= pr.sum(-1, keepdims=True)
+    if top_p is not None and top_p < 1:
+        before = np.cumsum(pr, -1) - pr
+        keep = before < top_p
+        keep[..., 0] = True
+        pr = np.where(keep, pr, 0.0)
+        pr /= pr.sum(-1, keepdims=True)
+    out = np.zeros_like(probs, dtype=np.float64)
+    np.put_along_axis(out, order, pr, -1)
+    return out
+
+
+__all__ = [
+    "Dump", "FULL_VOCAB_PATH", "Pairs", "REAL_DIR", "TAIL_ID", "Trajectory", "apply_transforms",
+    "load_dump", "load_full_vocab", "load_full_vocab_sample", "shipped_dumps",
+]
