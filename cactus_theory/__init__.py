@@ -4,6 +4,7 @@ Notation: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted 
 delta budget, h target. The vocabulary is the last axis; batch axes lead.
 """
 
+from . import distributions
 from .divergences import DIVERGENCES, divergence, get_divergence, two_point_divergence
 from .rules import RULES, get_rule, rule_names
 from .analysis import (
@@ -18,6 +19,7 @@ from .analysis import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "distributions",
     "DIVERGENCES", "divergence", "get_divergence", "two_point_divergence",
     "RULES", "get_rule", "rule_names",
     "OneStepResult", "acceptance_probabilities", "acceptance_rate", "analyze",

@@ -29,6 +29,7 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorems 1 and 3.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,19 @@ DEFAULT_DIVERGENCES = ("kl", "reverse_kl", "tv")
 EMIT_METHODS = ("fast", "dense")
 
 
+def _overflow_is_inf(fn):
+    """Ratios like p_j/q_j with subnormal q_j overflow to +inf, which is the right limit in
+    every formula here (min(1, inf) = 1; t_j = inf never enters a residual): no warning."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with np.errstate(over="ignore"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_overflow_is_inf
 def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
     """Validate the inputs (float64, rows renormalized) and build the rule's plan.
 
@@ -86,6 +100,7 @@ def _as_plan(plan_or_rule, target_probs, draft_probs, raw_target_probs, raw_draf
                      raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
 
 
+@_overflow_is_inf
 def acceptance_probabilities(rule, target_probs=None, draft_probs=None, *,
                              raw_target_probs=None, raw_draft_probs=None) -> np.ndarray:
     r"""Per-draft acceptance :math:`a_n` for every candidate drafted token n.
@@ -106,6 +121,7 @@ def acceptance_probabilities(rule, target_probs=None, draft_probs=None, *,
     return np.clip(plan.accept_probs(), 0.0, 1.0)
 
 
+@_overflow_is_inf
 def acceptance_rate(rule, target_probs=None, draft_probs=None, *,
                     raw_target_probs=None, raw_draft_probs=None) -> np.ndarray:
     r"""Overall acceptance :math:`\alpha = \sum_n p_n a_n` of one drafted token.
@@ -167,8 +183,9 @@ def _emitted_spike_fast(q, p, gamma):
     inv_d = np.argsort(order_d, axis=-1)
     suc_t = np.take_along_axis(suc, inv_d[..., :V], -1)
     su_t = np.take_along_axis(su, inv_d[..., :V], -1)
-    t_fin = np.where(pos_q, t, 0.0)
-    mix = np.where(pos_q, q * np.maximum(suc_t - t_fin * su_t, 0.0), 0.0)
+    finite_t = np.isfinite(t)  # t_j = inf (q_j = 0, or p_j/q_j overflowing): never in a residual
+    t_fin = np.where(finite_t, t, 0.0)
+    mix = np.where(finite_t, q * np.maximum(suc_t - t_fin * su_t, 0.0), 0.0)
     # corrections at j = n: remove u_n max(0, c_n q_n - p_n), add u_n max(0, gamma_n - p_n)
     mix = mix - u * np.maximum(c * q - p, 0.0) + u * np.maximum(gamma - p, 0.0)
     out = p * a + np.maximum(mix, 0.0)
@@ -201,6 +218,7 @@ def _emitted_dense(plan):
     return out
 
 
+@_overflow_is_inf
 def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_target_probs=None,
                          raw_draft_probs=None, method: str = "fast") -> np.ndarray:
     r"""The distribution of the emitted token, :math:`h_{alg}` (Theorem 3), exactly.
@@ -251,6 +269,7 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
     return _emitted_fixed_recovery(p, a, plan.recovery)
 
 
+@_overflow_is_inf
 def per_draft_divergence(rule, target_probs=None, draft_probs=None, divergence="kl", *,
                          raw_target_probs=None, raw_draft_probs=None):
     r""":math:`D(h^{(n)} \| q)` of the rule's per-draft target for every candidate n.
@@ -299,6 +318,7 @@ class OneStepResult:
     divergences: dict
 
 
+@_overflow_is_inf
 def analyze(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None,
             divergences=DEFAULT_DIVERGENCES) -> OneStepResult:
     """Acceptance, emitted distribution and its divergences from q in one call.

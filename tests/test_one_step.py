@@ -1,0 +1,204 @@
+"""Exact one-step analysis: fast vs dense vs sampling; SpS and Cactus properties; conventions."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import cactus_theory as ct
+from cactus_theory.analysis.one_step import make_plan
+from cactus_theory.divergences import DIVERGENCES, get_divergence
+from cactus_theory.rules import TargetPlan
+from strategies import deltas, pairs
+
+CACTUS = ["cactus-taylor"] + [f"cactus-exact-{d.replace('_', '-')}" for d in DIVERGENCES]
+
+
+def _rule(name, delta):
+    return ct.get_rule(name, delta=delta)
+
+
+@pytest.mark.parametrize("name", CACTUS)
+@given(pair=pairs(1, 64), delta=deltas)
+def test_fast_emitted_equals_dense_enumeration(name, pair, delta):
+    q, p = pair
+    rule = _rule(name, delta)
+    fast = ct.emitted_distribution(rule, q, p)
+    dense = ct.emitted_distribution(rule, q, p, method="dense")
+    # Both are sums of <= 2V non-negative terms of size <= 1 in float64: the prefix-sum
+    # cancellation of the fast path costs at most ~V ulps.
+    np.testing.assert_allclose(fast, dense, rtol=0, atol=1e-12)
+    assert np.all(fast >= 0)
+    assert abs(fast.sum() - 1) <= 1e-12
+
+
+@pytest.mark.parametrize("name", CACTUS)
+@given(pair=pairs(1, 64))
+def test_delta_zero_is_sps_exactly(name, pair):
+    q, p = pair
+    a_sps = ct.acceptance_probabilities("sps", q, p)
+    rule = _rule(name, 0.0)
+    assert np.array_equal(ct.acceptance_probabilities(rule, q, p), a_sps)
+    np.testing.assert_allclose(ct.emitted_distribution(rule, q, p), q / q.sum(), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", CACTUS)
+@given(pair=pairs(1, 64), d1=deltas, d2=deltas)
+def test_acceptance_at_least_sps_and_monotone_in_delta(name, pair, d1, d2):
+    q, p = pair
+    lo, hi = sorted([d1, d2])
+    a_sps = ct.acceptance_probabilities("sps", q, p)
+    a_lo = ct.acceptance_probabilities(_rule(name, lo), q, p)
+    a_hi = ct.acceptance_probabilities(_rule(name, hi), q, p)
+    assert np.all(a_lo >= a_sps) and np.all(a_hi >= a_lo)  # per draft
+    assert ct.acceptance_rate(_rule(name, hi), q, p) >= ct.acceptance_rate("sps", q, p)
+
+
+@given(pair=pairs(1, 64), w=st.floats(0, 1))
+def test_theorem1_fixed_target_is_emitted_exactly(pair, w):
+    """Theorem 1: SpS against any fixed h emits h, accepting with sum min(p, h)."""
+    q, p = pair
+    h = w * p + (1 - w) * q
+    plan = TargetPlan(q, p, h)
+    np.testing.assert_allclose(ct.emitted_distribution(plan), h, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(ct.acceptance_rate(plan), np.minimum(p, h).sum(), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", CACTUS)
+@pytest.mark.parametrize("div", sorted(DIVERGENCES))
+@settings(max_examples=25)
+@given(pair=pairs(1, 32), delta=deltas)
+def test_theorem3_emitted_no_farther_than_drafter(name, div, pair, delta):
+    """Theorem 3's bound D(h_alg || q) <= D(p || q), for every divergence and Cactus variant."""
+    q, p = pair
+    d = get_divergence(div)
+    emitted = ct.emitted_distribution(_rule(name, delta), q, p)
+    lhs, rhs = float(d.unchecked(emitted, q)), float(d.unchecked(p, q))
+    assert lhs <= rhs * (1 + 1e-9) + 1e-12  # rounding of two V-term sums
+
+
+def _sample_one_step(plan, n_samples, rng):
+    """Monte Carlo of one verification step, straight from the definition (numpy)."""
+    p = plan.draft_probs
+    V = p.shape[-1]
+    drafts = rng.choice(V, size=n_samples, p=p)
+    a = plan.accept_probs()[drafts]
+    accepted = rng.random(n_samples) < a
+    out = np.where(accepted, drafts, -1)
+    for n in np.unique(drafts[~accepted]):
+        idx = np.flatnonzero((drafts == n) & ~accepted)
+        r = plan.recovery_at(np.array(n))
+        out[idx] = rng.choice(V, size=idx.size, p=r / r.sum())
+    return out
+
+
+@pytest.mark.parametrize("name", ["sps", "cactus-taylor", "cactus-exact-kl", "cactus-exact-tv"])
+def test_emitted_distribution_matches_sampling(name):
+    """Chi-square goodness of fit of 200,000 simulated steps; false-alarm rate 1e-4 per test."""
+    from scipy.stats import chisquare
+
+    rng = np.random.default_rng(12345)
+    q, p = ct.distributions.synthetic_pairs("noisy_copy", 1, 12, rng, noise=1.5)
+    rule = ct.get_rule(name) if name == "sps" else _rule(name, 0.3)
+    plan = make_plan(rule, q[0], p[0])
+    expected = ct.emitted_distribution(plan)
+    counts = np.bincount(_sample_one_step(plan, 200_000, rng), minlength=12)
+    keep = expected > 0
+    assert counts[~keep].sum() == 0
+    stat = chisquare(counts[keep], expected[keep] / expected[keep].sum() * counts.sum())
+    assert stat.pvalue > 1e-4
+
+
+def test_full_vocabulary_runs_and_is_a_distribution():
+    """V = 151,936 (Qwen's vocabulary) through the O(V log V) path; speed is in the benchmark."""
+    rng = np.random.default_rng(0)
+    q = rng.dirichlet(np.full(151_936, 0.05))
+    p = rng.dirichlet(np.full(151_936, 0.05))
+    e = ct.emitted_distribution(_rule("cactus-taylor", 1.0), q, p)
+    assert e.shape == q.shape and np.all(e >= 0) and abs(e.sum() - 1) < 1e-9
+
+
+# --- the conventions of cactus_theory.conventions, one test each --------------------------
+
+def test_convention_p_zero_at_drafted_token():
+    q = np.array([0.5, 0.5, 0.0])
+    p = np.array([0.0, 1.0, 0.0])
+    a = ct.acceptance_probabilities("sps", q, p)
+    assert a[0] == 1.0 and a[2] == 0.0  # limit p -> 0+: 1 if h_n > 0 else 0
+    assert not np.any(np.isnan(a))
+
+
+def test_convention_empty_residual_falls_back_to_target():
+    from cactus_theory.rules.plans import residual_distribution
+
+    p = np.array([0.2, 0.8])
+    np.testing.assert_array_equal(residual_distribution(p.copy(), p), p)
+
+
+def test_convention_q_n_one():
+    q = np.array([1.0, 0.0, 0.0])
+    p = np.array([0.2, 0.5, 0.3])
+    for name in CACTUS:
+        plan = make_plan(_rule(name, 0.5), q, p)
+        assert plan.accept_probs()[0] == 1.0
+        h = plan.target_at(np.array(0))
+        np.testing.assert_array_equal(h, [1.0, 0.0, 0.0])
+        if name in ("cactus-taylor", "cactus-exact-kl", "cactus-exact-chi2"):
+            # infinite cost off supp(q): tokens 1, 2 get gamma = 0 and are never emitted
+            np.testing.assert_allclose(ct.emitted_distribution(plan), q, atol=1e-15)
+
+
+def test_convention_single_token_vocabulary():
+    for name in ["sps"] + CACTUS:
+        rule = ct.get_rule(name) if name == "sps" else _rule(name, 1.0)
+        assert ct.acceptance_rate(rule, [1.0], [1.0]) == 1.0
+        np.testing.assert_array_equal(ct.emitted_distribution(rule, [1.0], [1.0]), [1.0])
+
+
+def test_convention_normalization_tolerance_and_renormalization():
+    q = np.array([0.5, 0.5 + 5e-7])  # within 1e-6: accepted and renormalized
+    e = ct.emitted_distribution("sps", q, [0.5, 0.5])
+    assert e.sum() == pytest.approx(1.0, abs=1e-15)
+    with pytest.raises(ValueError, match="target_probs"):
+        ct.emitted_distribution("sps", [0.5, 0.5 + 2e-6], [0.5, 0.5])
+    q32 = np.array([0.5, 0.5004], dtype=np.float32)  # float32 rows: tolerance 1e-3
+    assert ct.acceptance_rate("sps", q32, [0.5, 0.5]) > 0
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(target_probs=[0.5, np.nan]), "target_probs.*NaN"),
+    (dict(target_probs=[0.5, np.inf]), "target_probs.*NaN or infinite"),
+    (dict(draft_probs=[1.2, -0.2]), "draft_probs.*negative"),
+    (dict(draft_probs=[0.3, 0.3]), "draft_probs.*sum to 1"),
+    (dict(draft_probs=[0.2, 0.3, 0.5]), "draft_probs.*vocabulary"),
+    (dict(target_probs=[]), "target_probs.*empty"),
+])
+def test_bad_probabilities_raise_valueerror_naming_the_argument(bad, match):
+    args = dict(target_probs=[0.5, 0.5], draft_probs=[0.5, 0.5])
+    args.update(bad)
+    with pytest.raises(ValueError, match=match):
+        ct.emitted_distribution("sps", **args)
+
+
+def test_bad_rule_knob_method_raise_valueerror():
+    with pytest.raises(ValueError, match="rule"):
+        ct.get_rule("no-such-rule")
+    with pytest.raises(ValueError, match="delta"):
+        ct.get_rule("cactus-taylor", delta=-0.1)
+    with pytest.raises(ValueError, match="delta"):
+        ct.get_rule("cactus-taylor", delta=float("nan"))
+    with pytest.raises(ValueError, match="gamma"):
+        ct.get_rule("cactus-taylor", gamma=0.1)
+    with pytest.raises(ValueError, match="method"):
+        ct.emitted_distribution("sps", [1.0], [1.0], method="magic")
+    with pytest.raises(ValueError, match="divergence"):
+        ct.get_rule("cactus-taylor", divergence="tv")
+
+
+def test_bad_token_ids_raise():
+    from cactus_theory._validation import as_token_ids
+
+    with pytest.raises(ValueError, match="draft_token_ids.*out of range"):
+        as_token_ids(np.array([3]), 3, (1,))
+    with pytest.raises(ValueError, match="draft_token_ids.*out of range"):
+        as_token_ids(np.array([-1]), 3, (1,))
