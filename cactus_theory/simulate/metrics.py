@@ -18,7 +18,10 @@ name                           definition (sums over rounds)
 ``v0_acceptance_rate``         non-causal accepted / drafted: vLLM V0 ``draft_acceptance_rate``
                                (every position judged, also after the first rejection)
 ``prefix_acceptance_rate``     :math:`\sum N / \sum m_s`: vLLM V1 "Avg Draft acceptance rate"
-``v0_system_efficiency``       :math:`T / (\sum m_s / m \cdot (m+1))`: vLLM V0
+``v0_system_efficiency``       :math:`T / \sum (m_s + 1)`: emitted over the most that could
+                               be emitted; vLLM V0's ``emitted / (drafts / k \cdot (k+1))``
+                               when every round drafts m (here also exact for the shorter
+                               last rounds, so it never exceeds 1)
 ``rejected_per_token``         :math:`\sum (m_s - N) / T`: drafted tokens thrown away per
                                generated token; the paper's Rej is its relative change
                                against SpS (:func:`rej_relative`)
@@ -191,7 +194,7 @@ def compute_metrics(t: ChainTotals, cost_ratio: float = 0.0) -> dict:
         "tokens_per_call": r(t.tokens, t.rounds),
         "v0_acceptance_rate": r(t.noncausal, t.drafts),
         "prefix_acceptance_rate": r(t.accepted, t.drafts),
-        "v0_system_efficiency": r(t.tokens, t.drafts / m * (m + 1)),
+        "v0_system_efficiency": r(t.tokens, t.drafts + t.rounds),
         "rejected_per_token": r(t.drafts - t.accepted, t.tokens),
         "speedup": r(t.tokens, cost_ratio * t.drafts + t.rounds),
         "pos_marginal": [r(t.accepted_pos[:, i], t.exposure[:, i]) for i in range(m)],
