@@ -110,7 +110,7 @@ def simulate_table(args) -> str:
         for key, r in (("rule", rule), ("sps", sps)):
             laws = position_laws(r, traj)
             run_ = simulate_chain(r, traj, m, n_runs=args.runs, rng=rng, laws=laws,
-                                  record_tokens=(key == "rule"), progress=not args.no_progress)
+                                  record_tokens=(key == "rule"))
             chain = exact_chain(r, traj, m, laws=laws)
             sim[key].append(run_.totals())
             ex[key].append(chain.totals)
