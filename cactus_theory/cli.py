@@ -48,6 +48,15 @@ def _cmd_rules(args) -> int:
     return 0
 
 
+def _cmd_benchmark(args) -> int:
+    from .benchmark import run_benchmarks
+
+    if args.repeats < 1:
+        raise ValueError(f"repeats: must be >= 1, got {args.repeats}")
+    sys.stdout.write(run_benchmarks(repeats=args.repeats))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cactus-theory", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -58,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_cmd_report)
     rules = sub.add_parser("rules", help="list every registered rule with its knobs")
     rules.set_defaults(func=_cmd_rules)
+    bench = sub.add_parser("benchmark", help="speed goals as medians and ratios")
+    bench.add_argument("--repeats", type=int, default=5)
+    bench.set_defaults(func=_cmd_benchmark)
     for modname in ("cactus_theory.simulate.cli", "cactus_theory.logits.cli"):
         try:
             module = __import__(modname, fromlist=["add_parser"])
@@ -65,10 +77,6 @@ def _parser() -> argparse.ArgumentParser:
             continue
         module.add_parser(sub)
     return parser
-
-
-class _Parser(argparse.ArgumentParser):
-    pass
 
 
 def main(argv=None) -> int:
