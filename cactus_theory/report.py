@@ -66,7 +66,15 @@ def section_families(seed: int = 0, n_pairs: int = 400, vocab_size: int = 64) ->
     return "\n".join(out)
 
 
+def section_claims(seed: int = 0) -> str:
+    """Verdicts with numbers on the paper's checkable claims."""
+    from .paper_claims import check_claims, format_verdicts
+
+    return "## The paper's claims, checked\n" + format_verdicts(check_claims(seed=seed))
+
+
 SECTIONS = {
+    "claims": section_claims,
     "taylor": section_taylor_grid,
     "families": section_families,
 }
