@@ -57,6 +57,14 @@ def _cmd_benchmark(args) -> int:
     return 0
 
 
+def _cmd_figures(args) -> int:
+    from .plots import write_figures
+
+    for path in write_figures(args.out, args.names, seed=args.seed):
+        print(path)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cactus-theory", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -67,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_cmd_report)
     rules = sub.add_parser("rules", help="list every registered rule with its knobs")
     rules.set_defaults(func=_cmd_rules)
+    figs = sub.add_parser("figures", help="write every figure as PNG")
+    figs.add_argument("--out", default="figures")
+    figs.add_argument("--names", nargs="*", default=None)
+    figs.add_argument("--seed", type=int, default=0)
+    figs.set_defaults(func=_cmd_figures)
     bench = sub.add_parser("benchmark", help="speed goals as medians and ratios")
     bench.add_argument("--repeats", type=int, default=5)
     bench.set_defaults(func=_cmd_benchmark)
