@@ -158,3 +158,44 @@ def test_grid_cvxpy_column_matches_root():
 def test_taylor_rejects_divergence_without_second_derivative():
     with pytest.raises(ValueError, match="divergence"):
         taylor_spike(np.array(0.3), 0.1, "tv")
+
+
+def test_cvxpy_falls_back_when_a_solver_fails():
+    q = np.array([0.2, 0.3, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = max_draft_probability_cvxpy(q, 0, 0.1, "kl", solvers=("NO_SUCH_SOLVER", "CLARABEL"))
+    assert res.solver == "CLARABEL"
+    assert res.attempts[0][0] == "NO_SUCH_SOLVER" and res.attempts[0][1].startswith("error")
+
+
+def test_cvxpy_never_returns_unverified_answer():
+    from cactus_theory.solvers.cvx import SolverFailure
+
+    with pytest.raises(SolverFailure, match="NO_SUCH_SOLVER"):
+        max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "kl", solvers=("NO_SUCH_SOLVER",))
+
+
+def test_cvxpy_bad_input():
+    with pytest.raises(ValueError, match="token_id"):
+        max_draft_probability_cvxpy(np.array([0.2, 0.8]), 2, 0.1)
+    with pytest.raises(ValueError, match="delta"):
+        max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, -1.0)
+    with pytest.raises(ValueError, match="divergence"):
+        max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "wasserstein")
+
+
+@pytest.mark.parametrize("name", ["kl", "hellinger", "tv"])
+def test_spike_solvers_are_array_agnostic_torch_float32(name):
+    """The same code on torch float32 agrees with numpy float64 to float32 precision."""
+    torch = pytest.importorskip("torch")
+    s = np.linspace(0, 1, 257)
+    for delta in (0.0, 0.05, 1.0):
+        ref = exact_spike(s, delta, name)
+        got = exact_spike(torch.tensor(s, dtype=torch.float32), delta, name)
+        assert got.dtype == torch.float32
+        # 32 bisection steps on [q_n, 1] plus float32 rounding of the two-point form
+        np.testing.assert_allclose(got.numpy(), ref, atol=2e-5)
+        if name == "kl":
+            t = taylor_spike(torch.tensor(s, dtype=torch.float32), delta)
+            np.testing.assert_allclose(t.numpy(), taylor_spike(s, delta), atol=1e-6)
