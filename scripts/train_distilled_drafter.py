@@ -3,7 +3,8 @@
 
 Usage (from the repository root, after ``./dev setup``)::
 
-    .venv/bin/python scripts/train_distilled_drafter.py teacher --minutes 10   # cache teacher data
+    .venv/bin/python scripts/train_distilled_drafter.py teacher --minutes 12   # teacher samples
+    .venv/bin/python scripts/train_distilled_drafter.py teacher-forced --minutes 6  # teacher on text
     .venv/bin/python scripts/train_distilled_drafter.py train --minutes 15     # fit the drafter
     .venv/bin/python scripts/train_distilled_drafter.py eval                   # held-out acceptance
 
@@ -11,7 +12,9 @@ Phase ``teacher`` samples continuations from the verifier (temperature 0.6, top-
 the decoding setting) on the *train* split of the shipped prompts (disjoint from every prompt the
 dumps and the decoding measurements use, see :mod:`cactus_theory.logits.prompts`), and caches at
 every generated position the verifier's raw (temperature-1) top-32 log-probabilities, under
-``.cache/distill/`` (git-ignored). Phase ``train`` fits the drafter by minimizing the
+``.cache/distill/`` (git-ignored). Phase ``teacher-forced`` adds, much more cheaply (no
+sampling, one batched forward per sequence), the teacher's top-32 on existing train-split text:
+GSM8K reference solutions as assistant turns and the Spec-Bench / IFEval user texts. Phase ``train`` fits the drafter by minimizing the
 cross-entropy ``-sum_x q~_x log p_x`` between the teacher's top-32 distribution ``q~`` (restricted
 to the drafter's sub-vocabulary and renormalized) and the drafter's raw distribution ``p`` over
 its sub-vocabulary, i.e. the KL from the teacher up to a constant. Its result is written to
@@ -103,9 +106,74 @@ def teacher(args):
         print(f"batch {b}/{nb}: {sum(len(r['gen']) for r in rows)} tokens, {time.strftime('%H:%M:%S')}", flush=True)
 
 
+def teacher_forced(args):
+    """Teacher top-32 on existing text (cheap: one batched forward per sequence, no sampling):
+    GSM8K train-split problems with their reference solutions (calculator annotations removed)
+    as assistant turns, and the Spec-Bench / IFEval train-split user texts."""
+    import re
+
+    out_dir = cache_dir() / "distill"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lm = load_smollm2()
+    tok = lm.tokenizer
+    import gzip
+
+    from cactus_theory.logits.prompts import PROMPT_DIR
+
+    gs = [json.loads(x) for x in gzip.open(PROMPT_DIR / "gsm8k" / "test.jsonl.gz", "rt")][200:]
+    items = []
+    for i, r in enumerate(gs):
+        sol = re.sub(r"<<[^>]*>>", "", r["answer"])
+        body, ans = sol.rsplit("####", 1)
+        sol = body.strip() + f"\nThe answer is {ans.strip()}."
+        items.append((r["question"], sol))
+    gsm_prompts = {p.text.split("\n\n", 1)[1]: p for p in load_prompts("gsm8k", "train")}
+    rows_in = []
+    for qtext, sol in items:
+        p = gsm_prompts.get(qtext)
+        if p is None:
+            continue
+        ctx = chat_ids(tok, p.text, max_prompt_tokens=args.max_prompt_tokens)
+        gen = tok(sol, add_special_tokens=False).input_ids + [tok.eos_token_id]
+        rows_in.append((ctx, gen))
+    for p in load_prompts("spec_bench", "train") + load_prompts("ifeval", "train"):
+        ids = tok(p.text, add_special_tokens=False).input_ids[:args.max_prompt_tokens]
+        if len(ids) > 16:
+            rows_in.append((ids[:4], ids[4:]))
+    random.Random(2).shuffle(rows_in)
+    t_end = time.time() + 60 * args.minutes
+    B = 8
+    for b in range(0, len(rows_in), B):
+        f = out_dir / f"tf_{b // B}.pt"
+        if f.exists():
+            continue
+        if time.time() > t_end:
+            break
+        batch = rows_in[b:b + B]
+        seqs = [c + g[:-1] for c, g in batch]
+        L = max(len(s) for s in seqs)
+        ids = torch.zeros((len(seqs), L), dtype=torch.long)
+        mask = torch.zeros((len(seqs), L), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = torch.as_tensor(s)
+            mask[i, :len(s)] = 1
+        with torch.no_grad():
+            z = lm.model(input_ids=ids, attention_mask=mask).logits
+        rows = []
+        for i, (c, g) in enumerate(batch):
+            lp = torch.log_softmax(z[i, len(c) - 1:len(c) - 1 + len(g)].double(), -1)
+            v, k = lp.topk(TOPK, -1)
+            rows.append({"prompt": c, "gen": g, "topk_ids": k.to(torch.int32), "topk_lp": v.to(torch.float16)})
+        tmp = out_dir / f".tmp_tf_{b // B}.pt"
+        torch.save(rows, tmp)
+        tmp.replace(f)
+        if (b // B) % 10 == 0:
+            print(f"tf batch {b // B}/{len(rows_in) // B}: {time.strftime('%H:%M:%S')}", flush=True)
+
+
 def _load_teacher():
     rows = []
-    for p in sorted((cache_dir() / "distill").glob("batch_*.pt")):
+    for p in sorted((cache_dir() / "distill").glob("*.pt")):
         rows += torch.load(p)
     return rows
 
@@ -209,7 +277,7 @@ def train(args):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("phase", choices=["teacher", "train"])
+    ap.add_argument("phase", choices=["teacher", "teacher-forced", "train"])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -225,7 +293,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    {"teacher": teacher, "train": train}[args.phase](args)
+    {"teacher": teacher, "teacher-forced": teacher_forced, "train": train}[args.phase](args)
 
 
 if __name__ == "__main__":

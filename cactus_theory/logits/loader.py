@@ -118,7 +118,9 @@ class Dump:
         for k in ("target_probs", "draft_probs", "raw_target_probs", "raw_draft_probs"):
             m = np.zeros((T, W), dtype=np.float64)
             m[rows, within] = a[k][sl]
-            out.append(_renorm(m))
+            # processed rows are stored exactly in float64 (kept bit for bit); raw rows were
+            # rounded to float32 and are renormalized in float64
+            out.append(_renorm(m) if k.startswith("raw_") else m)
         return cols, out
 
     def trajectories(self) -> Iterator[Trajectory]:

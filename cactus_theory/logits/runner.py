@@ -150,7 +150,7 @@ class BatchRunner:
         drop = self.mask.shape[1] - keep
         if drop <= 0:
             return
-        self.cache.crop(keep)
+        self.cache.crop(-drop)  # negative: remove that many (works in transformers 4.x and 5.x)
         self.mask = self.mask[:, :keep]
         self.next_pos = self.next_pos - drop
 
