@@ -104,7 +104,8 @@ def cascade_target(kind: str, alpha: float, target_probs, draft_probs, raw_targe
     else:
         A = rq >= (1.0 - alpha) * max_rq
     pA = xp.where(A, p, xp.zeros_like(p))
-    return pA + (1.0 - xp.sum(pA, axis=-1, keepdims=True)) * q
+    rest = 1.0 - xp.sum(pA, axis=-1, keepdims=True)
+    return pA + xp.maximum(rest, xp.zeros_like(rest)) * q   # rest < 0 only by rounding
 
 
 class Cascade(Rule):

@@ -66,8 +66,9 @@ from ..divergences import Divergence, get_divergence
 __all__ = ["MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
            "slope_at_infinity", "BISECTION_STEPS"]
 
-#: Bisection steps for each phase (float64: the bracket reaches one ulp well before).
-BISECTION_STEPS = 90
+#: Bisection steps for each phase: the log-b bracket is at most ~710 wide (the cap on r), and
+#: 710 / 2**64 < 4e-17, below float64's resolution of b near 1.
+BISECTION_STEPS = 64
 
 
 @dataclass(frozen=True)
@@ -113,12 +114,16 @@ def slope_at_infinity(divergence) -> float:
 def _count_le(xp, arr, val, steps):
     """Number of entries of the ascending rows ``arr`` [..., N] that are <= ``val`` [..., E]."""
     N = arr.shape[-1]
+    if N * math.prod(val.shape) <= 4096:
+        # small problems: one broadcast comparison beats a Python-level binary search
+        return xp.sum(xp.astype(arr[..., None, :] <= val[..., None], xp.int64), axis=-1)
     lo = xp.zeros(val.shape, dtype=xp.int64, device=getattr(val, "device", None))
     hi = lo + N
+    cap = lo + (N - 1)
     for _ in range(steps):
         active = lo < hi
         mid = (lo + hi) // 2
-        v = xp.take_along_axis(arr, xp.clip(mid, 0, N - 1), axis=-1)
+        v = xp.take_along_axis(arr, xp.minimum(mid, cap), axis=-1)
         right = active & (v <= val)
         lo = xp.where(right, mid + 1, lo)
         hi = xp.where(active & ~right, mid, hi)
@@ -141,7 +146,10 @@ class _Prepared:
         one = xp.ones_like(q)
         zero = xp.zeros_like(q)
         inf = xp.full_like(q, math.inf)
-        r = xp.where(on, p / xp.where(on, q, one), inf)
+        # r = p / q on supp(q), capped near the dtype's max (a subnormal q would overflow)
+        big = float(xp.finfo(q.dtype).max) * 0.25
+        r = xp.where(on, p / xp.where(on, xp.maximum(q, p / big), one), inf)
+        self.r = r
         order = xp.argsort(r, axis=-1, stable=True)
         rs = _take(xp, r, order)
         qs = _take(xp, q, order)
@@ -160,13 +168,14 @@ class _Prepared:
         self.K = xp.sum(xp.astype(on, xp.int64), axis=-1, keepdims=True)   # on-support count
         self.P0 = xp.sum(xp.where(on, zero, p), axis=-1, keepdims=True)       # p(q = 0)
         self.Pon = _take(xp, self.Pc, self.K)                                # p(q > 0)
-        self.r_max = xp.max(xp.where(on, r, zero), axis=-1, keepdims=True)
+        # b's range is [1, max(1, max r)] (b >= 1 always: pi >= q where p >= q)
+        self.r_max = xp.max(xp.where(on, r, one), axis=-1, keepdims=True)
         self.steps = max(1, math.ceil(math.log2(V + 1)) + 1)
 
     def lower_from_residual(self, T):
         """a with sum_{r<a} (a q - p) = T (T >= 0), and the a-group size k."""
         xp = self.xp
-        T = xp.clip(T, 0.0, None)
+        T = xp.maximum(T, xp.zeros_like(T))
         k = _count_le(xp, self.G, T, self.steps)          # G_0 = 0 <= T, so k >= 1
         Qk, Pk = _take(xp, self.Qc, k), _take(xp, self.Pc, k)
         pos = Qk > 0
@@ -281,7 +290,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
     prep = _Prepared(xp, q, p, d)
     slope = slope_at_infinity(d)
     one = xp.ones_like(eps)
-    log_rmax = xp.log(xp.clip(prep.r_max, 1.0, None)) * one               # [..., E]
+    log_rmax = xp.log(prep.r_max) * one                                    # [..., E]
     A_end, D_end, _ = prep.phase1(xp.exp(log_rmax))
     done1 = D_end <= eps
     fn = lambda x: prep.phase1(xp.exp(x))[1]  # noqa: E731
@@ -305,9 +314,12 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
         a = xp.where(has2, a2, a)
     tgt = None
     if return_target:
-        q3, p3 = q[..., None, :], p[..., None, :]
+        q3, p3, r3 = q[..., None, :], p[..., None, :], prep.r[..., None, :]
         on = q3 > 0
-        clip = xp.minimum(xp.maximum(p3, a[..., None] * q3), b[..., None] * q3)
+        # clip(p, a q, b q), decided on r = p/q as the bisection counted the groups (so a
+        # token whose r hit the overflow cap is treated consistently)
+        a3, b3 = a[..., None], b[..., None]
+        clip = xp.where(r3 > b3, b3 * q3, xp.where(r3 < a3, a3 * q3, p3))
         P0 = prep.P0[..., None]
         share = xp.where(P0 > 0, m[..., None] / xp.where(P0 > 0, P0, xp.ones_like(P0)),
                          xp.zeros_like(P0))

@@ -1,0 +1,173 @@
+r"""Each rule's operating points as its knob sweeps, and their gap to the optimal frontier.
+
+An operating point of a rule on (q, p) is (true divergence of what it emits, acceptance):
+
+.. math:: \big(D(h_{alg}\|q),\ \alpha = \textstyle\sum_n p_n a_n\big),
+
+with :math:`h_{alg}` the exact emitted distribution (Theorem 3). The optimal frontier
+:math:`F_D(\epsilon)` (:mod:`cactus_theory.solvers.frontier`) bounds every operating point:
+:math:`\alpha \le F_D(D(h_{alg}\|q))`. The *gap* at equal true divergence is
+:math:`F_D(D(h_{alg}\|q)) - \alpha \ge 0`: the acceptance a rule leaves on the table compared
+with the best rule emitting something equally far from q. Where :math:`D(h_{alg}\|q) = +\infty`
+(e.g. KL(q||h) of top-k, whose emitted support is the top-k set) the divergence is reported
+as ``inf`` and the gap is taken against :math:`F_D(\infty)` (every finite budget qualifies):
+never NaN.
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+
+References
+----------
+Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_prob_pair
+from ..divergences import get_divergence
+from ..rules import RULES, get_rule
+from ..solvers.mentored import solve_mentored
+from .one_step import emitted_distribution, make_plan
+
+__all__ = ["OperatingPoints", "default_sweep", "operating_points", "gap_to_frontier",
+           "FRONTIER_DIVERGENCES"]
+
+FRONTIER_DIVERGENCES = ("kl", "reverse_kl", "tv")
+
+
+def default_sweep(rule: str, n_points: int = 13):
+    """The knob a rule's sweep moves and its values (from the SpS end, where it has one).
+
+    Returns
+    -------
+    knob : str or None
+        The first numeric knob (None for rules without one, e.g. SpS).
+    values : list
+        ``n_points`` values across its range: linear on a finite range, ``[0] + geomspace``
+        on ``[0, inf)``, ``1..n_points`` for an integer knob, and ``-inf``, a linear grid and
+        ``inf`` on the whole line.
+    """
+    spec = RULES[rule]
+    for k in spec.knobs:
+        if k.choices is not None:
+            continue
+        lo, hi = k.low, k.high
+        if k.integer:
+            return k.name, list(range(max(1, int(lo)), max(1, int(lo)) + n_points))
+        if math.isfinite(lo) and math.isfinite(hi):
+            return k.name, list(np.linspace(lo, hi, n_points))
+        if math.isfinite(lo):
+            return k.name, [lo] + list(lo + np.geomspace(1e-3, 10.0, n_points - 1))
+        return k.name, [-math.inf] + list(np.linspace(-3.0, 3.0, n_points - 2)) + [math.inf]
+    return None, []
+
+
+def gap_to_frontier(target_probs, draft_probs, acceptance, divergence_value, divergence="kl"):
+    r""":math:`F_D(D) - \alpha` per row: the frontier at the rule's true divergence minus its
+    acceptance (``D = inf`` uses :math:`F_D(\infty)`).
+
+    Parameters
+    ----------
+    target_probs, draft_probs : ndarray, shape batch + (V,)
+        Validated q and p.
+    acceptance, divergence_value : ndarray, shape batch (+ (K,))
+        The operating points (K points per row, optional).
+
+    Returns
+    -------
+    frontier, gap : ndarray, same shape as ``acceptance``
+    """
+    q, p = target_probs, draft_probs
+    acc = np.asarray(acceptance, dtype=np.float64)
+    D = np.asarray(divergence_value, dtype=np.float64)
+    extra = acc.ndim - (q.ndim - 1)
+    qb, pb = q, p
+    for _ in range(extra):
+        qb, pb = qb[..., None, :], pb[..., None, :]
+    qb = np.broadcast_to(qb, acc.shape + (q.shape[-1],))
+    pb = np.broadcast_to(pb, qb.shape)
+    F = np.asarray(solve_mentored(qb, pb, D, divergence, return_target=False).acceptance)
+    return F, F - acc
+
+
+@dataclass(frozen=True)
+class OperatingPoints:
+    """A rule's operating points along a knob sweep.
+
+    Attributes
+    ----------
+    rule : str
+        Registry name.
+    knob : str or None
+        The swept knob.
+    values : list
+        Its values (K).
+    acceptance : ndarray, shape batch + (K,)
+    divergences : dict of str to ndarray, shape batch + (K,)
+        :math:`D(h_{alg}\\|q)` (``inf`` where infinite).
+    frontier : dict of str to ndarray, shape batch + (K,)
+        :math:`F_D` at each point's true divergence.
+    gap : dict of str to ndarray, shape batch + (K,)
+        ``frontier - acceptance`` (>= 0 up to rounding).
+    """
+
+    rule: str
+    knob: str | None
+    values: list
+    acceptance: np.ndarray
+    divergences: dict
+    frontier: dict
+    gap: dict
+
+
+def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
+                     divergences=FRONTIER_DIVERGENCES, raw_target_probs=None,
+                     raw_draft_probs=None, fixed_knobs=None) -> OperatingPoints:
+    r"""Sweep a rule's knob and return its operating points and gaps to the frontier.
+
+    Parameters
+    ----------
+    rule : str
+        Registry name.
+    target_probs, draft_probs : array_like, shape (..., V)
+        Verifier q and drafter p.
+    knob, values : str and sequence, optional
+        The knob and its values (default :func:`default_sweep`).
+    divergences : sequence of str
+        Divergences of the emitted distribution reported, each with its own frontier.
+    raw_target_probs, raw_draft_probs : array_like, optional
+        Raw distributions for rules that decide on them.
+    fixed_knobs : dict, optional
+        Other knobs held fixed.
+
+    Returns
+    -------
+    OperatingPoints
+    """
+    if rule not in RULES:
+        get_rule(rule)  # raises the ValueError naming ``rule``
+    q, p = as_prob_pair(target_probs, draft_probs)
+    if knob is None:
+        knob, dflt = default_sweep(rule)
+        values = dflt if values is None else values
+    values = list(values) if values is not None else []
+    fixed = dict(fixed_knobs or {})
+    settings = [dict(fixed, **{knob: v}) for v in values] if knob else [fixed]
+    accs, divs = [], {d: [] for d in divergences}
+    for kn in settings:
+        plan = make_plan(get_rule(rule, **kn), q, p, raw_target_probs=raw_target_probs,
+                         raw_draft_probs=raw_draft_probs)
+        h = emitted_distribution(plan)
+        accs.append(np.sum(plan.draft_probs * np.clip(plan.accept_probs(), 0, 1), axis=-1))
+        for d in divergences:
+            divs[d].append(get_divergence(d).unchecked(h, plan.target_probs))
+    acc = np.stack(accs, axis=-1)
+    divs = {d: np.stack(v, axis=-1) for d, v in divs.items()}
+    front, gap = {}, {}
+    for d in divergences:
+        front[d], gap[d] = gap_to_frontier(q, p, acc, divs[d], d)
+    return OperatingPoints(rule, knob, values if knob else [None], acc, divs, front, gap)
