@@ -25,6 +25,15 @@ ALL_RULES = list(RULES)
 ALPHA = 1e-3
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: on 2 shared cores torch's thread pool contends (10x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _batch(B, k, V, seed=0, scale=2.0):
     g = torch.Generator().manual_seed(seed)
     q = torch.softmax(scale * torch.randn(B, k + 1, V, generator=g), -1)
