@@ -243,7 +243,8 @@ def sequence_divergence(chain: ExactChain) -> SequenceDivergence:
     marg = b[:, None] * q + (1.0 - b[:, None]) * h
     lower = float(np.sum(kl.unchecked(marg, q)))
     w = 1.0 - b
-    weighted = np.where(w > 0, w * kl_t, 0.0)
+    # (1 - b_t) KL_t with 0 * inf = 0: a position that is surely a bonus adds nothing
+    weighted = np.multiply(w, kl_t, out=np.zeros_like(kl_t), where=w > 0)
     return SequenceDivergence(lower, float(weighted.sum()), float(kl_t.sum()),
                               float(np.max(w * tv_t)), float(np.sum(w * tv_t)))
 
