@@ -87,7 +87,7 @@ class DecodeResult:
 def _call_sampler(sampler, q, bonus, p, drafts, raw_q=None, raw_p=None):
     kw = {}
     try:
-        params = inspect.signature(sampler).parameters
+        params = inspect.signature(getattr(sampler, "forward", sampler)).parameters
     except (TypeError, ValueError):
         params = {}
     if "raw_target_probs" in params and raw_q is not None:
@@ -100,7 +100,7 @@ def _call_sampler(sampler, q, bonus, p, drafts, raw_q=None, raw_p=None):
 @torch.no_grad()
 def speculative_decode(verifier, drafter, prompt_ids, sampler, m: int, max_new_tokens: int,
                        sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None,
-                       eos_id: int | None = None, record: bool = False, pass_raw: bool = False) -> DecodeResult:
+                       eos_id: int | None = None, record: bool = False, pass_raw: bool = True) -> DecodeResult:
     """Speculative decoding of one prompt.
 
     Parameters
@@ -122,7 +122,8 @@ def speculative_decode(verifier, drafter, prompt_ids, sampler, m: int, max_new_t
     record : bool
         Keep per-round distributions (for :func:`records_to_dump` and ``expected_al``).
     pass_raw : bool
-        Also give the sampler ``raw_target_probs`` / ``raw_draft_probs`` when it accepts them.
+        Also give the sampler ``raw_target_probs`` / ``raw_draft_probs`` when its ``forward``
+        accepts them (rules that decide on raw distributions need them).
 
     Returns
     -------
@@ -299,12 +300,137 @@ def records_to_dump(results, prompts, path, meta: dict, top_k_raw: int = 64):
 
 def resolve_sampler(rule: str, **knobs):
     """``cactus_theory.samplers.make_sampler(rule, **knobs)`` (the torch samplers)."""
-    from .. import samplers  # noqa: F401  (raises ImportError until the samplers exist)
+    from ..samplers import make_sampler
 
-    return samplers.make_sampler(rule, **knobs)
+    return make_sampler(rule, **knobs)
+
+
+@dataclass
+class BenchConfig:
+    """One speculative configuration of :func:`run_benchmark`."""
+
+    drafter: str
+    m: int
+    rule: str = "sps"
+    knobs: dict = field(default_factory=dict)
+    record: bool = True
+
+    @property
+    def label(self) -> str:
+        k = ",".join(f"{a}={b}" for a, b in self.knobs.items())
+        return f"{self.drafter}|m={self.m}|{self.rule}{'(' + k + ')' if k else ''}"
+
+
+def run_benchmark(prompts, configs, max_new_tokens: int = 192, seed: int = 0, threads: int | None = None,
+                  out_dir=None, progress: bool = True, sampling: SamplingParams = SamplingParams(),
+                  max_prompt_tokens: int = 384) -> dict:
+    """Measure speculative decoding against verifier-only decoding on the same prompts.
+
+    The runs are *interleaved* per prompt (verifier-only, then every configuration), so that a
+    shared, loaded machine slows all of them alike; wall-time speedup is the ratio of total
+    seconds per emitted token. Per configuration: AL (bonus not counted), tokens per verifier
+    call, speedup, the verifier's raw per-token NLL of the output, GSM8K accuracy (strict and
+    flexible extraction) where the prompts are GSM8K problems, and the expected AL from the
+    recorded distributions (:func:`expected_accepted`). Records are written to
+    ``out_dir/<label>.npz`` when ``out_dir`` is given.
+
+    Returns
+    -------
+    dict
+        ``{"verifier": {...}, "configs": {label: {...}}, "settings": {...}}``.
+    """
+    from pathlib import Path
+
+    from tqdm.auto import tqdm
+
+    from .drafters import make_drafter
+    from .models import load_smollm2
+    from .prompts import chat_ids, extract_gsm8k_answer
+
+    if threads:
+        torch.set_num_threads(threads)
+    lm = load_smollm2()
+    tok = lm.tokenizer
+    eos = tok.eos_token_id
+    drafters = {}
+    for c in configs:
+        if c.drafter not in drafters:
+            drafters[c.drafter] = make_drafter(c.drafter, lm)[0]
+    samplers = {c.label: resolve_sampler(c.rule, **c.knobs) for c in configs}
+    base = {"wall_s": 0.0, "tokens": 0, "calls": 0, "nll": 0.0, "outputs": []}
+    per = {c.label: {"wall_s": 0.0, "tokens": 0, "calls": 0, "accepted": 0, "drafted": 0, "nll": 0.0,
+                     "outputs": [], "results": [], "expected": []} for c in configs}
+    bar = tqdm(total=len(prompts) * (1 + len(configs)), disable=not progress, desc="decode")
+    for i, pr in enumerate(prompts):
+        ids = chat_ids(tok, pr.text, max_prompt_tokens=max_prompt_tokens)
+        g = torch.Generator().manual_seed(seed * 7919 + i)
+        r = verifier_decode(lm.model, ids, max_new_tokens, sampling, g, eos)
+        nll, n = verifier_nll(lm.model, ids, r.tokens)
+        base["wall_s"] += r.wall_s; base["tokens"] += len(r.tokens); base["calls"] += r.verifier_calls
+        base["nll"] += nll
+        base["outputs"].append(tok.decode(r.tokens, skip_special_tokens=True))
+        bar.update()
+        for c in configs:
+            torch.manual_seed(seed * 7919 + i)  # the sampler's own randomness
+            g = torch.Generator().manual_seed(seed * 7919 + i)
+            r = speculative_decode(lm.model, drafters[c.drafter], ids, samplers[c.label], c.m, max_new_tokens,
+                                   sampling, g, eos, record=c.record)
+            nll, n = verifier_nll(lm.model, ids, r.tokens)
+            d = per[c.label]
+            d["wall_s"] += r.wall_s; d["tokens"] += len(r.tokens); d["calls"] += r.verifier_calls
+            d["accepted"] += r.accepted; d["drafted"] += r.drafted; d["nll"] += nll
+            d["outputs"].append(tok.decode(r.tokens, skip_special_tokens=True))
+            if c.record:
+                d["expected"].extend(expected_accepted(r.rounds, c.rule if c.rule != "sps" else None).tolist())
+                d["results"].append(r)
+            bar.update()
+    bar.close()
+
+    def gsm(outputs):
+        golds = [p.answer for p in prompts]
+        if not all(golds):
+            return None
+        ok_s = sum(extract_gsm8k_answer(o, strict=True) == g for o, g in zip(outputs, golds))
+        ok_f = sum(extract_gsm8k_answer(o) == g for o, g in zip(outputs, golds))
+        return {"strict": ok_s / len(golds), "flexible": ok_f / len(golds), "n": len(golds)}
+
+    sec_per_tok = base["wall_s"] / max(base["tokens"], 1)
+    out = {
+        "settings": {"n_prompts": len(prompts), "max_new_tokens": max_new_tokens, "seed": seed,
+                     "sampling": sampling.as_dict(), "threads": torch.get_num_threads(),
+                     "prompts": [p.id for p in prompts]},
+        "verifier": {"ms_per_token": 1000 * sec_per_tok, "tokens": base["tokens"],
+                     "nll_per_token": base["nll"] / max(base["tokens"], 1), "gsm8k": gsm(base["outputs"])},
+        "configs": {},
+    }
+    for c in configs:
+        d = per[c.label]
+        res = {
+            "al": d["accepted"] / max(d["calls"], 1),
+            "tokens_per_call": d["tokens"] / max(d["calls"], 1),
+            "ms_per_token": 1000 * d["wall_s"] / max(d["tokens"], 1),
+            "speedup": sec_per_tok / (d["wall_s"] / max(d["tokens"], 1)),
+            "nll_per_token": d["nll"] / max(d["tokens"], 1),
+            "gsm8k": gsm(d["outputs"]),
+            "tokens": d["tokens"], "calls": d["calls"],
+        }
+        if d["expected"]:
+            e = np.asarray(d["expected"])
+            res["expected_al"] = float(e.mean())
+            res["expected_al_se"] = float(e.std(ddof=1) / np.sqrt(len(e))) if len(e) > 1 else None
+            res["rounds"] = int(len(e))
+        if out_dir is not None and d["results"]:
+            path = Path(out_dir) / (c.label.replace("|", "_").replace(":", "-").replace("=", "").replace(",", "_")
+                                    .replace("(", "_").replace(")", "") + ".npz")
+            records_to_dump(d["results"], prompts, path, {"verifier": lm.name, "drafter": c.drafter, "m": c.m,
+                                                          "rule": c.rule, "knobs": c.knobs,
+                                                          "transforms": sampling.as_dict()})
+            res["records"] = str(path)
+        out["configs"][c.label] = res
+    return out
 
 
 __all__ = [
-    "DecodeResult", "RoundRecord", "expected_accepted", "records_to_dump", "resolve_sampler",
+    "BenchConfig", "run_benchmark", "DecodeResult", "RoundRecord", "expected_accepted", "records_to_dump", "resolve_sampler",
     "speculative_decode", "verifier_decode", "verifier_nll",
 ]

@@ -183,6 +183,14 @@ class DistilledDrafter(nn.Module):
                 v.copy_(sd[f"norm.{k}"])
             self.head_bias.copy_(sd["head_bias"])
 
+    def hidden(self, input_ids, attention_mask=None):
+        """Final hidden states ``norm(f(x))`` [B, L, d] (training, without a cache)."""
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+
+    def head(self, h):
+        """Sub-vocabulary logits ``E_S h + b``."""
+        return h @ self.head_weight[self.sub_vocab].T + self.head_bias
+
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
                 use_cache=False, output_hidden_states=False, full_vocab=True, **kwargs):
         kw = {}

@@ -1,0 +1,109 @@
+"""Model-backed smoke tests (marked ``model``): SmolLM2-135M-Instruct through the dump tool.
+
+SmolLM2 loads in about 20 s from its GGUF file the first time (then about 1 s from the local
+cache); the tests themselves take a few seconds.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from cactus_theory.logits.drafters import early_exit_logits, early_exit_model, rtn_quantize_  # noqa: E402
+from cactus_theory.logits.models import ModelNotAvailable, load_smollm2  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    torch.set_num_threads(2)
+    try:
+        return load_smollm2()
+    except ModelNotAvailable as exc:  # pragma: no cover - ./dev setup installs it
+        pytest.skip(str(exc))
+
+
+def test_rtn_quantize_levels_and_error():
+    w = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
+    q = rtn_quantize_(w.clone(), bits=3)
+    for g in range(2):
+        blk, orig = q[:, 32 * g:32 * (g + 1)], w[:, 32 * g:32 * (g + 1)]
+        for r in range(4):
+            assert len(torch.unique(blk[r])) <= 8  # 3 bits: at most 8 levels per group
+            step = (orig[r].max() - orig[r].min()) / 7
+            # round to nearest: error at most half a step (plus float32 rounding, 1e-6)
+            assert (blk[r] - orig[r]).abs().max() <= step / 2 + 1e-6
+
+
+@pytest.mark.model
+def test_dump_matches_direct_forward(smollm2, tmp_path):
+    from cactus_theory.logits import load_dump
+    from cactus_theory.logits.dump import DumpConfig, dump_pairs
+    from cactus_theory.logits.prompts import benchmark_mix
+    from cactus_theory.logits.runner import SamplingParams, processed_dense
+
+    prompts = [p for p in benchmark_mix(1) if p.category in ("gsm8k", "coding")]
+    sp = SamplingParams()
+    cfg = DumpConfig(sampling=sp, new_tokens=5, batch_size=2, top_k_raw=16, max_prompt_tokens=64)
+    (path,) = dump_pairs(smollm2, ["early-exit:10"], prompts, tmp_path, cfg, progress=False)
+    d = load_dump(path)
+    assert d.meta["transforms"] == sp.as_dict() and d.meta["drafter_spec"] == "early-exit:10"
+    ee = early_exit_model(smollm2.model, 10)
+    n = 0
+    for t in d.trajectories():
+        seq = torch.tensor([list(t.prompt_token_ids) + list(t.token_ids)])
+        P = len(t.prompt_token_ids)
+        with torch.no_grad():
+            zq = smollm2.model(seq).logits[0, P - 1:P - 1 + len(t)]
+            zp = ee(seq).logits[0, P - 1:P - 1 + len(t)]
+        for z, proc, raw in ((zq, t.target_probs, t.raw_target_probs), (zp, t.draft_probs, t.raw_draft_probs)):
+            full_raw = torch.softmax(z.double(), -1).numpy()
+            full_proc = processed_dense(z, sp).numpy()
+            c = t.columns
+            real = c >= 0
+            idx = np.where(real, c, 0)
+            # The dump ran batched (left padding) with a KV cache, the check runs one unpadded
+            # forward: float32 kernels differ by ~1e-5 in the logits, i.e. ~1e-5 relative in the
+            # probabilities; 1e-4 absolute leaves a margin and still catches any misalignment
+            # (an off-by-one position changes probabilities by O(0.1)).
+            np.testing.assert_allclose(np.take_along_axis(full_raw, idx, 1)[real], raw[real], atol=1e-4)
+            np.testing.assert_allclose(np.take_along_axis(full_proc, idx, 1)[real], proc[real], atol=1e-4)
+            # the processed support is entirely inside the stored columns
+            assert np.allclose(proc.sum(-1), 1.0, atol=1e-9)
+            assert np.all((full_proc > 1e-3).sum(-1) <= (proc > 0).sum(-1) + 1)
+        # the emitted tokens are in the verifier's processed support
+        hit = t.columns == t.token_ids[:, None]
+        assert np.all(hit.sum(1) == 1) and np.all(t.target_probs[hit] > 0)
+        n += len(t)
+    assert 2 <= n <= 10  # 5 tokens per prompt, fewer only if an EOS came first
+
+
+@pytest.mark.model
+def test_early_exit_reads_hidden_states(smollm2):
+    ids = smollm2.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = smollm2.model(ids, output_hidden_states=True)
+        for k in (3, 30):
+            a = early_exit_model(smollm2.model, k)(ids).logits
+            b = early_exit_logits(smollm2.model, out.hidden_states, k)
+            # same modules, same inputs: identical up to float32 reassociation (1e-4 on logits ~10)
+            assert (a - b).abs().max() < 1e-4
+        # the model is the real SmolLM2: the documented check from models-and-data.md
+        pr = torch.softmax(out.logits[0, -1], -1)
+        top = int(pr.argmax())
+        assert smollm2.tokenizer.decode([top]) == " Paris" and 0.7 < float(pr[top]) < 0.85
+
+
+@pytest.mark.model
+def test_distilled_drafter_loads_and_is_sparse(smollm2):
+    from cactus_theory.logits.drafters import DISTILLED_PATH, load_distilled
+
+    if not DISTILLED_PATH.exists():
+        pytest.skip("distilled drafter weights not trained yet")
+    d = load_distilled(smollm2.model)
+    ids = smollm2.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        z = d(ids).logits[0, -1]
+    p = torch.softmax(z.double(), -1)
+    assert abs(float(p.sum()) - 1) < 1e-9  # float64 softmax
+    assert int((p > 0).sum()) == len(d.sub_vocab)  # zero outside the sub-vocabulary
