@@ -36,8 +36,11 @@ def test_target_is_feasible_and_attains_the_reported_acceptance(div, pair, eps):
     d = get_divergence(div)
     assert np.all(pi >= 0) and abs(pi.sum() - 1) <= 1e-12   # V <= 40 terms, renormalized
     D = float(d.unchecked(pi, q))
-    # The bisection keeps the feasible end; D is recomputed from pi with ~1e-15 rounding.
-    assert D <= eps + 1e-12
+    # The bisection keeps the feasible end. Recomputing D from pi (rounded to ~1 ulp per
+    # entry by the renormalization) adds up to ~ulp * sum_x pi_x |d term/d pi_x|, and
+    # |d term/d pi| = |f'(pi/q)| <= f'(b) grows like 2b for chi-square: hence the b factor.
+    b = float(sol.upper) if np.isfinite(sol.upper) and sol.upper < 1e6 else 1e6
+    assert D <= eps + 1e-14 * (1 + b) * q.size + 1e-13
     np.testing.assert_allclose(np.minimum(p, pi).sum(), sol.acceptance, rtol=0, atol=1e-12)
     assert sol.acceptance >= np.minimum(p, q).sum() - 1e-12       # >= SpS
     assert sol.acceptance <= 1 + 1e-12
@@ -64,7 +67,8 @@ def test_clip_form_on_the_support_of_q(div, pair, eps):
     """pi = clip(p, a q, b q) wherever q > 0, for every strictly convex divergence."""
     q, p = pair
     sol = solve_mentored(q, p, eps, div)
-    on = q > 0
+    # supp(q) as the solver sees it: ratios p/q representable in float64 (OVERFLOW_NOTE)
+    on = (q > 0) & (p < q * (np.finfo(float).max / 4))
     clip = np.clip(p, sol.lower * q, sol.upper * q)
     # pi is renormalized after the clip: the sum was 1 up to the bisection's rounding.
     np.testing.assert_allclose(sol.target[on], clip[on], rtol=0, atol=1e-12)

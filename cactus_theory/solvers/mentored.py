@@ -63,7 +63,11 @@ from array_api_compat import array_namespace
 
 from ..divergences import Divergence, get_divergence
 
-__all__ = ["MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
+#: The one place the solver departs from exact arithmetic on valid input.
+OVERFLOW_NOTE = ("tokens with 0 < q_x < p_x / (max_float / 4) (about 4.5e-308 p_x in float64) are "
+                 "treated as q_x = 0: their ratio p/q is not representable")
+
+__all__ = ["OVERFLOW_NOTE", "MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
            "slope_at_infinity", "BISECTION_STEPS"]
 
 #: Bisection steps for each phase: the log-b bracket is at most ~710 wide (the cap on r), and
@@ -142,13 +146,16 @@ class _Prepared:
         self.d = d
         V = q.shape[-1]
         self.V = V
-        on = q > 0
+        # supp(q), numerically: a token whose ratio p/q would overflow (q below ~1e-308 p in
+        # float64) is treated as outside it, where its cost q f(pi/q) is pi f'(inf) up to
+        # O(q) (see OVERFLOW_NOTE)
+        big = float(xp.finfo(q.dtype).max) * 0.25
+        on = (q > 0) & (p < q * big)
+        self.on = on
         one = xp.ones_like(q)
         zero = xp.zeros_like(q)
         inf = xp.full_like(q, math.inf)
-        # r = p / q on supp(q), capped near the dtype's max (a subnormal q would overflow)
-        big = float(xp.finfo(q.dtype).max) * 0.25
-        r = xp.where(on, p / xp.where(on, xp.maximum(q, p / big), one), inf)
+        r = xp.where(on, p / xp.where(on, q, one), inf)
         self.r = r
         order = xp.argsort(r, axis=-1, stable=True)
         rs = _take(xp, r, order)
@@ -158,7 +165,10 @@ class _Prepared:
         pad = xp.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=getattr(q, "device", None))
         cs = lambda x: xp.concat([pad, xp.cumulative_sum(x, axis=-1)], axis=-1)  # noqa: E731
         rcs = lambda x: xp.flip(cs(xp.flip(x, axis=-1)), axis=-1)  # noqa: E731
-        self.Qc, self.Pc = cs(qs), cs(ps)                 # sums over sorted[:k], length V+1
+        self.Pc = cs(ps)                                   # sums over sorted[:k], length V+1
+        qs = xp.where(ons, qs, zero)
+        self.Qc = cs(qs)
+        self.Dc = cs(qs - ps)        # sum (q - p) over sorted[:k], without cancellation
         self.Qs = rcs(qs)                                  # sums over sorted[k:]
         F = xp.where(ons, d.term(xp, ps, qs), zero)        # q f(r) = term(p, q) on supp(q)
         self.Fs = rcs(F)                                   # suffix sums of q f(r)
@@ -166,7 +176,7 @@ class _Prepared:
         self.G = xp.where(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], inf)
         self.rs = rs
         self.K = xp.sum(xp.astype(on, xp.int64), axis=-1, keepdims=True)   # on-support count
-        self.P0 = xp.sum(xp.where(on, zero, p), axis=-1, keepdims=True)       # p(q = 0)
+        self.P0 = xp.sum(xp.where(on, zero, p), axis=-1, keepdims=True)       # p off supp(q)
         self.Pon = _take(xp, self.Pc, self.K)                                # p(q > 0)
         # b's range is [1, max(1, max r)] (b >= 1 always: pi >= q where p >= q)
         self.r_max = xp.max(xp.where(on, r, one), axis=-1, keepdims=True)
@@ -190,7 +200,8 @@ class _Prepared:
         kb = _count_le(xp, self.rs, b, self.steps)
         Qhi, Plo = _take(xp, self.Qs, kb), _take(xp, self.Pc, kb)
         A = Plo + b * Qhi
-        a, ka = self.lower_from_residual(1.0 - A)
+        # residual 1 - A = sum_{r<=b} (q - p) - (b - 1) Q(r > b), summed without cancellation
+        a, ka = self.lower_from_residual(_take(xp, self.Dc, kb) - (b - 1.0) * Qhi)
         Qa = _take(xp, self.Qc, ka)
         D = (d.term(xp, a * Qa, Qa) + (_take(xp, self.Fs, ka) - _take(xp, self.Fs, kb))
              + d.term(xp, b * Qhi, Qhi))
@@ -315,7 +326,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
     tgt = None
     if return_target:
         q3, p3, r3 = q[..., None, :], p[..., None, :], prep.r[..., None, :]
-        on = q3 > 0
+        on = prep.on[..., None, :]
         # clip(p, a q, b q), decided on r = p/q as the bisection counted the groups (so a
         # token whose r hit the overflow cap is treated consistently)
         a3, b3 = a[..., None], b[..., None]
@@ -323,8 +334,11 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
         P0 = prep.P0[..., None]
         share = xp.where(P0 > 0, m[..., None] / xp.where(P0 > 0, P0, xp.ones_like(P0)),
                          xp.zeros_like(P0))
-        tgt = xp.where(on, clip, share * p3)
+        # off supp(q): m spread in proportion to p; a token only numerically off it
+        # (OVERFLOW_NOTE) keeps at least its own q_x (< 1e-307), so no f(0) = inf is charged
+        tgt = xp.where(on, clip, xp.maximum(share * p3, q3))
         tgt = tgt / xp.sum(tgt, axis=-1, keepdims=True)
+        tgt = xp.where(eps[..., None] > 0, tgt, q3)           # budget 0: pi = q exactly
     return MentoredSolution(A, a, b, m, D, tgt)
 
 
