@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from cactus_theory.analysis.one_step import acceptance_rate, emitted_distribution
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import get_rule
-from cactus_theory.solvers.frontier import frontier
+from cactus_theory.solvers.frontier import LARGEST_FINITE, frontier
 from cactus_theory.solvers.mentored import mentored_target, slope_at_infinity, solve_mentored
 from strategies import pairs
 
@@ -52,7 +52,7 @@ def test_target_is_feasible_and_attains_the_reported_acceptance(div, pair, eps):
 def test_budget_is_hit_unless_saturated(div, pair, eps):
     q, p = pair
     sol = solve_mentored(q, p, eps, div, return_target=False)
-    sat = solve_mentored(q, p, math.inf, div, return_target=False)
+    sat = solve_mentored(q, p, LARGEST_FINITE, div, return_target=False)
     if sat.divergence > eps * (1 + 1e-6):
         # not saturated: the constraint is active (bisection to ~1e-15 in log b / m)
         assert abs(sol.divergence - eps) <= 1e-9 * max(1.0, eps)

@@ -15,6 +15,7 @@ instead of returning an unverified answer.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,11 +100,15 @@ def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
     attempts = []
     for solver in solvers:
         try:
-            prob.solve(solver=solver, **_SOLVER_OPTIONS.get(solver, {}))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                prob.solve(solver=solver, **_SOLVER_OPTIONS.get(solver, {}))
         except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
             attempts.append((solver, f"error: {exc}"))
             continue
-        attempts.append((solver, str(prob.status)))
+        # cvxpy's warnings (e.g. "Solution may be inaccurate") are kept in the attempt log
+        note = "; ".join(str(w.message) for w in caught)
+        attempts.append((solver, str(prob.status) + (f" ({note})" if note else "")))
         if prob.status not in ("optimal", "optimal_inaccurate") or pi.value is None:
             continue
         x = np.asarray(pi.value, dtype=np.float64)

@@ -8,16 +8,18 @@ the coupling inequality bounds :math:`P(\text{emit} = \text{draft})`). Hence
           \quad\text{s.t.}\quad D(o\|q) \le \epsilon
 
 bounds the acceptance of every rule whose emitted distribution lies within :math:`\epsilon`
-of the verifier, and Mentored decoding attains it. It is exactly the Mentored-decoding
+of the verifier, and Mentored decoding attains it. :math:`F(\infty) = 1` (every o is
+admitted, :math:`o = p` included); over distributions of finite divergence the supremum is
+reached at the saturation budget. It is exactly the Mentored-decoding
 problem, so this module shares :func:`cactus_theory.solvers.mentored.solve_mentored`
 (one sort per row, scalar bisections; V = 151,936 in milliseconds) and adds validation, the
 budget grid and the inverse (the least divergence that reaches an acceptance level).
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), :math:`\epsilon` budget,
 o (or :math:`\pi`) an emitted distribution. :math:`F` is concave and nondecreasing in
-:math:`\epsilon`, :math:`F(0) = \sum\min(p,q)` (SpS) and it saturates at
-:math:`F(\infty) = 1` when :math:`D(p\|q) < \infty`, or at :math:`p(q > 0)` for divergences
-that forbid mass off supp(q) (KL, Pearson chi-square).
+:math:`\epsilon`, :math:`F(0) = \sum\min(p,q)` (SpS); over finite budgets it saturates
+(at the saturation budget) at 1 when :math:`D(p\|q) < \infty`, or at :math:`p(q > 0)` for
+divergences that forbid mass off supp(q) (KL, Pearson chi-square).
 
 References
 ----------
@@ -35,7 +37,10 @@ from .._validation import as_budget_array, as_prob_pair
 from ..divergences import get_divergence
 from .mentored import solve_mentored
 
-__all__ = ["FrontierResult", "frontier", "frontier_curve", "saturation_budget",
+#: The largest finite budget: the frontier's supremum over distributions of finite divergence.
+LARGEST_FINITE = float(np.finfo(np.float64).max)
+
+__all__ = ["LARGEST_FINITE", "FrontierResult", "frontier", "frontier_curve", "saturation_budget",
            "min_divergence_for_acceptance"]
 
 
@@ -104,15 +109,17 @@ def frontier(target_probs, draft_probs, eps, divergence="kl", *,
 def saturation_budget(target_probs, draft_probs, divergence="kl") -> np.ndarray:
     r"""The least budget at which the frontier reaches its maximum :math:`F(\infty)`.
 
-    That is :math:`D(\pi_\infty\|q)` of the maximiser at an infinite budget (finite even when
-    :math:`D(p\|q) = \infty`: for KL it is the divergence of :math:`\max(p, aq)` on supp(q)).
+    That is :math:`D(\pi\|q)` of the maximiser over distributions of *finite* divergence
+    (finite even when :math:`D(p\|q) = \infty`: for KL it is the divergence of
+    :math:`\max(p, aq)` on supp(q)). An infinite budget admits :math:`\pi = p` itself
+    (acceptance 1, divergence possibly ``inf``).
 
     Returns
     -------
     ndarray, shape batch
     """
     q, p = as_prob_pair(target_probs, draft_probs)
-    sol = solve_mentored(q, p, np.inf, get_divergence(divergence), return_target=False)
+    sol = solve_mentored(q, p, LARGEST_FINITE, get_divergence(divergence), return_target=False)
     return np.asarray(sol.divergence)
 
 
@@ -153,7 +160,7 @@ def min_divergence_for_acceptance(target_probs, draft_probs, acceptance, diverge
     if np.any(~np.isfinite(A)) or np.any((A < 0) | (A > 1)):
         raise ValueError("acceptance: must lie in [0, 1]")
     A = np.broadcast_to(A, q.shape[:-1]).astype(np.float64)
-    full = solve_mentored(q, p, np.inf, d, return_target=False)
+    full = solve_mentored(q, p, LARGEST_FINITE, d, return_target=False)
     lo = np.zeros(q.shape[:-1])
     hi = np.asarray(full.divergence, dtype=np.float64) * np.ones(q.shape[:-1])
     reach = np.asarray(full.acceptance) >= A

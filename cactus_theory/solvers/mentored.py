@@ -171,7 +171,12 @@ class _Prepared:
         self.Dc = cs(qs - ps)        # sum (q - p) over sorted[:k], without cancellation
         self.Qs = rcs(qs)                                  # sums over sorted[k:]
         F = xp.where(ons, d.term(xp, ps, qs), zero)        # q f(r) = term(p, q) on supp(q)
-        self.Fs = rcs(F)                                   # suffix sums of q f(r)
+        # sum_{a <= r <= b} q f(r) without cancellation against the extreme terms (f(0) can
+        # be inf, f(r) huge for large r): the r < 1 part as suffix sums (only tokens with
+        # r >= a enter), the r >= 1 part as prefix sums (only tokens with r <= b enter)
+        low = rs < 1.0
+        self.FsLow = rcs(xp.where(low, F, zero))
+        self.FcHigh = cs(xp.where(low, zero, F))
         # breakpoints of g(a) = sum_{r<a} (a q - p): G_k = r_k Q_{<k} - P_{<k}; +inf off supp
         self.G = xp.where(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], inf)
         self.rs = rs
@@ -203,8 +208,10 @@ class _Prepared:
         # residual 1 - A = sum_{r<=b} (q - p) - (b - 1) Q(r > b), summed without cancellation
         a, ka = self.lower_from_residual(_take(xp, self.Dc, kb) - (b - 1.0) * Qhi)
         Qa = _take(xp, self.Qc, ka)
-        D = (d.term(xp, a * Qa, Qa) + (_take(xp, self.Fs, ka) - _take(xp, self.Fs, kb))
-             + d.term(xp, b * Qhi, Qhi))
+        # middle = FsLow[ka] + FcHigh[kb] - FcHigh[ka]; the last is 0 because a <= 1 (tokens at
+        # r = 1 exactly have f(1) = 0)
+        mid = _take(xp, self.FsLow, ka) + _take(xp, self.FcHigh, kb)
+        D = d.term(xp, a * Qa, Qa) + mid + d.term(xp, b * Qhi, Qhi)
         return A, D, a
 
     def phase2(self, m, slope):
@@ -212,7 +219,8 @@ class _Prepared:
         xp, d = self.xp, self.d
         a, ka = self.lower_from_residual(self.P0 - m)
         Qa = _take(xp, self.Qc, ka)
-        D = d.term(xp, a * Qa, Qa) + _take(xp, self.Fs, ka) + slope * m
+        mid = _take(xp, self.FsLow, ka) + self.FcHigh[..., -1:]
+        D = d.term(xp, a * Qa, Qa) + mid + slope * m
         return self.Pon + m, D, a
 
 
@@ -236,7 +244,10 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
         Verifier q and drafter p, valid probability rows (numpy or torch; not validated here:
         use :func:`cactus_theory.solvers.frontier.frontier` for validated numpy input).
     budget : float or array
-        :math:`\epsilon \ge 0` (``inf`` allowed). With ``budget_axis=False`` it broadcasts
+        :math:`\epsilon \ge 0`. ``inf`` admits every distribution (D = inf included), so it
+        returns :math:`\pi = p` and acceptance 1; the largest acceptance within a *finite*
+        divergence is reached at a finite budget (the saturation budget, e.g. the largest
+        float). With ``budget_axis=False`` it broadcasts
         against the batch shape ``q.shape[:-1]``; with ``budget_axis=True`` it is a 1-D array
         of E budgets applied to every row (one sort per row, results gain a trailing E axis).
     divergence : str
@@ -284,8 +295,8 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
 def _solve_tv(xp, q, p, eps, return_target):
     tv = xp.sum(xp.clip(p - q, 0.0, None), axis=-1, keepdims=True)       # [..., 1]
     pos = tv > 0
-    lam = xp.where(pos, xp.clip(eps / xp.where(pos, tv, xp.ones_like(tv)), 0.0, 1.0),
-                   xp.zeros_like(eps))                                   # [..., E]
+    safe_tv = xp.where(pos, tv, xp.ones_like(tv))
+    lam = xp.where(pos, xp.minimum(eps, safe_tv) / safe_tv, xp.zeros_like(eps))   # [..., E]
     acc = xp.clip(1.0 - tv + eps, None, 1.0)
     acc = xp.where(pos, acc, xp.ones_like(acc))
     div = lam * tv
@@ -339,6 +350,13 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
         tgt = xp.where(on, clip, xp.maximum(share * p3, q3))
         tgt = tgt / xp.sum(tgt, axis=-1, keepdims=True)
         tgt = xp.where(eps[..., None] > 0, tgt, q3)           # budget 0: pi = q exactly
+        tgt = xp.where(xp.isinf(eps[..., None]), p3 + 0.0 * q3, tgt)
+    # budget +inf admits every distribution, D(pi||q) = inf included: pi = p, acceptance 1
+    # (any finite budget, however large, stays within finite divergence: see saturation)
+    inf_b = xp.isinf(eps)
+    A = xp.where(inf_b, one, A)
+    D = xp.where(inf_b, d.unchecked(p, q)[..., None] * one, D)
+    m = xp.where(inf_b, prep.P0 * one, m)
     return MentoredSolution(A, a, b, m, D, tgt)
 
 
