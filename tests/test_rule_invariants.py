@@ -34,6 +34,27 @@ BLIND = [n for n in NAMES if not RULES[n].reads_draft]
 PROB_ATOL = 1e-12
 
 
+@pytest.fixture(autouse=True)
+def _core_overflow_known():
+    """plans.ratio_acceptance computes h_n / p_n before min(1, .), which overflows (a
+    RuntimeWarning, an error under the suite's filterwarnings) for a subnormal p_n although
+    the result, 1, is right. Pinned by test_ratio_acceptance_subnormal_draft (strict xfail)
+    and reported to the owner of plans.py; ignored here so the battery tests the rules."""
+    with np.errstate(over="ignore"):
+        yield
+
+
+@pytest.mark.xfail(strict=True, raises=FloatingPointError,
+                   reason="core: ratio_acceptance overflows h_n/p_n for subnormal p_n "
+                          "(fix: min(h_n, p_n) / p_n); remove the errstate fixture when fixed")
+def test_ratio_acceptance_subnormal_draft():
+    from cactus_theory.rules.plans import ratio_acceptance
+
+    with np.errstate(over="raise"):
+        a = ratio_acceptance(np.array([1.0]), np.array([1.16290051e-309]))
+    assert a[0] == 1.0
+
+
 def _raw(q, p, seed):
     """Raw (temperature-1) rows for needs_raw rules: a flatter version of the processed ones
     on the same support plus mass elsewhere (raw rows have full support in practice)."""
@@ -305,3 +326,109 @@ def test_torch_plan_matches_numpy(name):
     r_np = np.asarray(plan_np.recovery_at(ids))
     r_t = plan_t.recovery_at(torch.tensor(ids)).double().numpy()
     np.testing.assert_allclose(rej * r_t, rej * r_np, rtol=0, atol=2e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# rule-specific pins (each rule's own formula, and the claims that fail)
+# ---------------------------------------------------------------------------------------
+
+README_Q = np.array([0.30, 0.35, 0.35])
+README_P = np.array([0.05, 0.80, 0.15])
+
+
+def test_tas_threshold_and_recoveries():
+    from cactus_theory.rules.tas import tas_threshold
+
+    q = np.array([0.6, 0.25, 0.1, 0.05])
+    H_vllm = -np.sum(q * np.log(q + 1e-5))
+    tau = min(0.09, 0.3 * np.exp(-H_vllm))
+    assert float(tas_threshold(q, 0.09, 0.3)[0]) == pytest.approx(tau, rel=1e-15)
+    H = -np.sum(q * np.log(q))
+    assert float(tas_threshold(q, 0.09, 0.3, "exact")[0]) == pytest.approx(
+        min(0.09, 0.3 * np.exp(-H)), rel=1e-15)
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    plan = make_plan(get_rule("tas"), q, p)
+    np.testing.assert_array_equal(plan.accept_probs(), (q > tau).astype(float))
+    np.testing.assert_array_equal(plan.recovery, [1, 0, 0, 0])           # vLLM: argmax q
+    med = make_plan(get_rule("tas", recovery="truncated"), q, p)
+    keep = q >= tau
+    np.testing.assert_allclose(med.recovery, np.where(keep, q, 0) / q[keep].sum(), rtol=1e-15)
+    # one step: p on {q > tau} plus the rejected mass on the recovery
+    h = emitted_distribution(plan)
+    np.testing.assert_allclose(h, p * (q > tau) + p[q <= tau].sum() * np.eye(4)[0], atol=1e-15)
+
+
+def test_topk_ties_and_truncated_q():
+    q = np.array([0.4, 0.2, 0.2, 0.2])
+    p = np.array([0.1, 0.1, 0.1, 0.7])
+    a = make_plan(get_rule("topk", topk=2), q, p).accept_probs()
+    np.testing.assert_array_equal(a, [1, 1, 1, 1])     # ties at the k-th value are accepted
+    # k beyond supp(q): the k-th largest q is 0 and every token passes, zeros of q included
+    qt = np.array([0.5, 0.5, 0.0, 0.0])
+    r = emitted_distribution(get_rule("topk", topk=3), qt, p)
+    np.testing.assert_allclose(r, p, atol=1e-15)
+    assert math.isinf(float(get_divergence("kl").unchecked(r, qt)))
+    # inside the set q's values are ignored: recovery normalize((1 - p) 1[top-k])
+    plan = make_plan(get_rule("topk", topk=1), q, p)
+    np.testing.assert_allclose(plan.recovery_at(np.array(3)), [1, 0, 0, 0], atol=1e-15)
+
+
+@given(pair=pairs(1, 32), alpha=st.floats(0, 1))
+@settings(max_examples=30)
+def test_interpolation_formulas(pair, alpha):
+    q, p = pair
+    rule = get_rule("interpolation", alpha=alpha)
+    sps = np.minimum(p, q).sum()
+    # float64 rounding of V <= 32 terms
+    assert float(acceptance_rate(rule, q, p)) == pytest.approx(alpha + (1 - alpha) * sps, abs=1e-12)
+    h = emitted_distribution(rule, q, p)
+    tv_pq = 0.5 * np.abs(p - q).sum()
+    assert 0.5 * np.abs(h - q).sum() == pytest.approx(alpha * tv_pq, abs=1e-12)
+
+
+def test_cascade_sps_ends_are_their_own():
+    """alpha = 0 is not SpS for Chow (one-hot p), OPT and Token-V2/V3; -1 / -inf are."""
+    q = np.array([0.5, 0.3, 0.2])
+    onehot = np.array([0.0, 1.0, 0.0])
+    h = emitted_distribution(get_rule("cascade-chow", alpha=0.0), q, onehot)
+    np.testing.assert_allclose(h, onehot)                         # max p = 1 >= 1 - 0: defer to p
+    p = np.array([0.1, 0.6, 0.3])
+    h = emitted_distribution(get_rule("cascade-opt", alpha=0.0), q, p)
+    np.testing.assert_allclose(h, p)                              # max p >= max q
+    for name in ("cascade-token-v2", "cascade-token-v3"):
+        h = emitted_distribution(get_rule(name, alpha=0.0), q, p)
+        # A = {argmax q} = {0}: pi = p_0 e_0 + (1 - p_0) q, not q
+        np.testing.assert_allclose(h, 0.1 * np.eye(3)[0] + 0.9 * q, atol=1e-15)
+    for name in ("cascade-chow", "cascade-opt", "cascade-token-v2", "cascade-token-v3"):
+        sps = get_rule(name, **RULES[name].sps_knobs)
+        np.testing.assert_allclose(emitted_distribution(sps, q, onehot), q, atol=1e-15)
+
+
+def test_cascades_decide_on_raw_distributions():
+    """Diff: pick p iff max p~ >= max q~ - alpha on the raw rows; pi uses the processed ones."""
+    q, p = np.array([0.9, 0.1, 0.0]), np.array([0.2, 0.7, 0.1])        # processed
+    raw_q, raw_p = np.array([0.5, 0.3, 0.2]), np.array([0.4, 0.35, 0.25])
+    rule = get_rule("cascade-diff", alpha=0.05)
+    # processed: 0.7 >= 0.9 - 0.05 is false (q); raw: 0.4 >= 0.5 - 0.05 is false too
+    np.testing.assert_allclose(emitted_distribution(rule, q, p, raw_target_probs=raw_q,
+                                                    raw_draft_probs=raw_p), q, atol=1e-15)
+    rule = get_rule("cascade-diff", alpha=0.15)
+    # raw: 0.4 >= 0.35 -> p, although processed 0.7 >= 0.75 would say q
+    np.testing.assert_allclose(emitted_distribution(rule, q, p, raw_target_probs=raw_q,
+                                                    raw_draft_probs=raw_p), p, atol=1e-15)
+
+
+def test_fuzzy_emits_p_or_q():
+    from cactus_theory.rules.fuzzy import fsd_divergence
+
+    js = float(fsd_divergence("js_div", README_Q, README_P))
+    assert js == pytest.approx(float(get_divergence("js").unchecked(README_P, README_Q)))
+    for T, expected in ((js + 1e-9, README_P), (js - 1e-9, README_Q)):
+        rule = get_rule("fuzzy", fsd_div_threshold=T)
+        np.testing.assert_allclose(emitted_distribution(rule, README_Q, README_P), expected,
+                                   atol=1e-15)
+    # kl_div is KL(p || q), kl_div_reversed KL(q || p)
+    assert float(fsd_divergence("kl_div", README_Q, README_P)) == pytest.approx(
+        float(np.sum(README_P * np.log(README_P / README_Q))))
+    assert float(fsd_divergence("kl_div_reversed", README_Q, README_P)) == pytest.approx(
+        float(np.sum(README_Q * np.log(README_Q / README_P))))
