@@ -432,3 +432,16 @@ def test_fuzzy_emits_p_or_q():
         float(np.sum(README_P * np.log(README_P / README_Q))))
     assert float(fsd_divergence("kl_div_reversed", README_Q, README_P)) == pytest.approx(
         float(np.sum(README_Q * np.log(README_Q / README_P))))
+
+
+def test_token_cascade_can_accept_less_than_sps():
+    """Counterexample: Token-V3 (notebook default lenience 0.5) accepts less than SpS.
+
+    Outside A the target is (1 - p(A)) q < q, so drafts the verifier likes but A excludes
+    lose acceptance. q = (.5, .3, .2), p = (.1, .2, .7): A = {0, 1}, pi = (.45, .41, .14),
+    acceptance .44 < SpS .5.
+    """
+    q, p = np.array([0.5, 0.3, 0.2]), np.array([0.1, 0.2, 0.7])
+    acc = float(acceptance_rate(get_rule("cascade-token-v3"), q, p))
+    assert acc == pytest.approx(0.44, abs=1e-15)
+    assert acc < float(np.minimum(p, q).sum()) == pytest.approx(0.5)
