@@ -37,7 +37,7 @@ import numpy as np
 from .._validation import as_prob_pair, as_probs, choice
 from ..divergences import get_divergence
 from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
-from ..rules.plans import residual_distribution
+from ..rules.plans import ratio_acceptance, residual_distribution
 from ..solvers.spike import spike_scale
 
 __all__ = [
@@ -145,7 +145,7 @@ def _emitted_fixed_recovery(p, a, r):
 def _emitted_spike_fast(q, p, gamma):
     """Theorem 3's mixture for the spike structure in O(V log V) per row (module docstring)."""
     V = q.shape[-1]
-    a = np.clip(_ratio(gamma, p), 0.0, 1.0)
+    a = np.clip(ratio_acceptance(gamma, p), 0.0, 1.0)
     w = np.where(p > 0, np.maximum(p - gamma, 0.0), 0.0)          # p_n (1 - a_n)
     q_n = q
     c = spike_scale(q_n, gamma)
@@ -198,11 +198,6 @@ def _emitted_spike_fast(q, p, gamma):
             h[n] = gamma[row + (n,)]
             out[row] += w[row + (n,)] * h / h.sum()
     return out
-
-
-def _ratio(h, p):
-    pos = p > 0
-    return np.where(pos, np.minimum(h / np.where(pos, p, 1.0), 1.0), (h > 0).astype(float))
 
 
 def _emitted_dense(plan):

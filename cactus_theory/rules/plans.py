@@ -75,7 +75,7 @@ def ratio_acceptance(h_n, p_n):
     xp = array_namespace(h_n, p_n)
     pos = p_n > 0
     safe_p = xp.where(pos, p_n, xp.ones_like(p_n))
-    ratio = xp.minimum(h_n / safe_p, xp.ones_like(h_n))
+    ratio = xp.minimum(h_n, safe_p) / safe_p  # <= 1, so no overflow for subnormal p_n
     limit = xp.astype(h_n > 0, h_n.dtype)
     return xp.where(pos, ratio, limit)
 
