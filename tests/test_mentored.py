@@ -54,8 +54,13 @@ def test_budget_is_hit_unless_saturated(div, pair, eps):
     sol = solve_mentored(q, p, eps, div, return_target=False)
     sat = solve_mentored(q, p, LARGEST_FINITE, div, return_target=False)
     if sat.divergence > eps * (1 + 1e-6):
-        # not saturated: the constraint is active (bisection to ~1e-15 in log b / m)
-        assert abs(sol.divergence - eps) <= 1e-9 * max(1.0, eps)
+        # not saturated: the constraint is active. Bisection resolves b to ~1e-16; where
+        # D(b) is steep (dD/db = Q(r>b)(f'(b) - f'(a)), e.g. reverse KL with a -> 0) that is
+        # ~1e-8 in D but still ~1e-16 in acceptance (dA/db = Q(r>b) <= 1). So: D hits eps,
+        # or the remaining slack buys no acceptance.
+        more = solve_mentored(q, p, eps * (1 + 1e-6), div, return_target=False)
+        assert (abs(sol.divergence - eps) <= 1e-9 * max(1.0, eps)
+                or float(more.acceptance) - float(sol.acceptance) <= 1e-9)
     else:
         assert sol.acceptance == pytest.approx(float(sat.acceptance), abs=1e-12)
 

@@ -56,12 +56,15 @@ __all__ = [
 #: How gamma is computed from delta: Corollary 5 (the paper's rule) or Theorem 2's root.
 BASES = ("taylor", "exact")
 #: Grid points of the first-crossing scan and bisection steps of its refinement.
-GRID_POINTS = 48
-REFINE_STEPS = 50
+GRID_POINTS = 24
+REFINE_STEPS = 60
 #: Lower end of the geometric delta grid (below it, gamma - q_n < 1e-4 q_n-ish: no crossing
 #: of a practical eps is missed there).
 DELTA_MIN = 1e-8
-#: Upper end used when the base never saturates (exact rules with a finite cost off supp(q)).
+#: Rows x grid points x V processed at once in the grid scan (memory bound).
+CHUNK_ELEMENTS = 4_000_000
+#: Upper end of the scan when the base never saturates (exact rules with a finite cost off
+#: supp(q)); such a row that stays within eps up to it is reported saturated at DELTA_CAP.
 DELTA_CAP = 1e4
 
 
@@ -128,6 +131,14 @@ def _curve(q, p, g, base, div, m):
     return m.unchecked(h, qb), a
 
 
+def _curve_grid(q, p, grids, base, div, m):
+    """Rows (n, V) with a grid per row (n, G): D(h_alg || q), shape (n, G)."""
+    qb = np.broadcast_to(q[:, None, :], (q.shape[0], grids.shape[1], q.shape[1]))
+    pb = np.broadcast_to(p[:, None, :], qb.shape)
+    gamma = spike_for(qb, grids[..., None], base, div)
+    return m.unchecked(emitted_distribution(SpikePlan(qb, pb, gamma)), qb)
+
+
 def _curve_rows(q, p, delta_rows, base, div, m):
     """Per-row delta (shape batch): (D [...], acceptance [...], emitted [..., V])."""
     gamma = spike_for(q, delta_rows[..., None], base, div)
@@ -157,7 +168,7 @@ def saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray
         # tokens with q_n = 0 whose gamma can grow (finite cost off supp): never saturate
         if d.finite_off_support:
             zero_t = d.two_point(np.ones_like(q), np.zeros_like(q))
-            val = np.where((q == 0), np.where(np.isfinite(zero_t), zero_t, 0.0), val)
+            val = np.where(q == 0, zero_t, val)            # inf: gamma -> 1 only as delta -> inf
     return np.max(val, axis=-1)
 
 
@@ -169,7 +180,8 @@ class CalibrationResult:
     ----------
     delta : ndarray, shape batch
         The calibrated delta (first crossing of :math:`\Gamma = \epsilon`; the saturation
-        delta, possibly ``inf``, where :math:`\Gamma` never exceeds :math:`\epsilon`).
+        delta where :math:`\Gamma` never exceeds :math:`\epsilon`, or :data:`DELTA_CAP` for a
+        base that never saturates).
     divergence : ndarray, shape batch
         :math:`\Gamma(\delta)` achieved (<= eps).
     acceptance : ndarray, shape batch
@@ -184,8 +196,37 @@ class CalibrationResult:
     saturated: np.ndarray
 
 
+def _illinois(excess, lo, hi, steps=REFINE_STEPS):
+    """Refine brackets excess(lo) <= 0 < excess(hi) (vectorised) by the Illinois variant of
+    regula falsi, with a bisection step wherever the secant is unusable (an infinite end);
+    returns (lo, hi) with the feasible end lo. Stops when every bracket is within ~1e-13."""
+    f_lo = excess(lo)
+    f_hi = excess(hi)
+    side = np.zeros(lo.shape, dtype=np.int8)
+    for _ in range(steps):
+        width = hi - lo
+        if np.all((width <= 1e-13 * np.abs(hi)) | (f_lo >= -1e-15)):
+            break
+        ok = np.isfinite(f_hi) & np.isfinite(f_lo) & (f_hi > f_lo)
+        den = np.where(ok, f_hi - f_lo, 1.0)
+        x = np.where(ok, lo - f_lo * (width / den), 0.5 * (lo + hi))
+        # keep strictly inside the bracket (a secant at an end makes no progress)
+        x = np.clip(x, lo + 1e-3 * width, hi - 1e-3 * width)
+        x = np.where(width > 0, x, lo)
+        fx = excess(x)
+        feasible = fx <= 0
+        lo, f_lo = np.where(feasible, x, lo), np.where(feasible, fx, f_lo)
+        hi, f_hi = np.where(feasible, hi, x), np.where(feasible, f_hi, fx)
+        # Illinois: halve the stale end's value when the same end moved twice in a row
+        f_hi = np.where(feasible & (side == 1), 0.5 * f_hi, f_hi)
+        f_lo = np.where(~feasible & (side == -1), 0.5 * f_lo, f_lo)
+        side = np.where(feasible, 1, -1).astype(np.int8)
+    return lo, hi
+
+
 def _grid(top):
-    top = float(min(max(top, DELTA_MIN * 10), DELTA_CAP))
+    top = float(top) if math.isfinite(top) else DELTA_CAP
+    top = max(top, DELTA_MIN * 10)
     return np.concatenate([[0.0], np.geomspace(DELTA_MIN, top, GRID_POINTS - 1)])
 
 
@@ -212,9 +253,9 @@ def calibrate_delta(target_probs, draft_probs, eps, *, base="taylor", divergence
     Notes
     -----
     A geometric grid of :data:`GRID_POINTS` deltas up to the saturation delta is scanned
-    for the first grid point above eps, then the bracket is refined by
-    :data:`REFINE_STEPS` bisection steps (keeping the feasible end). eps = 0 gives delta = 0
-    (SpS) exactly.
+    for the first grid point above eps, then the bracket is refined by at most
+    :data:`REFINE_STEPS` Illinois (regula falsi) steps, keeping the feasible end.
+    eps = 0 gives delta = 0 (SpS) exactly.
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     d = _check(base, divergence)
@@ -226,28 +267,31 @@ def calibrate_delta(target_probs, draft_probs, eps, *, base="taylor", divergence
     lo = np.zeros(qf.shape[0])
     hi = np.zeros(qf.shape[0])
     saturated = np.zeros(qf.shape[0], dtype=bool)
-    for i in range(qf.shape[0]):
-        if eps == 0:
-            continue
-        grid = _grid(sat[i])
-        D, _ = _curve(qf[i], pf[i], grid, base, d.name, m)
-        over = np.flatnonzero(D > eps)
-        if over.size == 0:
-            saturated[i] = True
-            lo[i] = sat[i] if math.isfinite(sat[i]) else np.inf
-            hi[i] = lo[i]
-        else:
-            k = over[0]
-            lo[i], hi[i] = (grid[k - 1] if k > 0 else 0.0), grid[k]
+    N, V = qf.shape
+    chunk = max(1, int(CHUNK_ELEMENTS // (GRID_POINTS * V)))
+    for start in range(0, N if eps > 0 else 0, chunk):
+        sl = slice(start, min(N, start + chunk))
+        grids = np.stack([_grid(s) for s in sat[sl]])                      # (n, G)
+        D = _curve_grid(qf[sl], pf[sl], grids, base, d.name, m)            # (n, G)
+        over = D > eps
+        anyover = over.any(axis=-1)
+        k = np.argmax(over, axis=-1)
+        rows = np.arange(grids.shape[0])
+        lo_c = np.where(k > 0, grids[rows, np.maximum(k - 1, 0)], 0.0)
+        hi_c = grids[rows, k]
+        # no crossing up to the saturation delta (or, if it never saturates, up to DELTA_CAP)
+        sat_val = np.where(np.isfinite(sat[sl]), sat[sl], DELTA_CAP)
+        saturated[sl] = ~anyover
+        lo[sl] = np.where(anyover, lo_c, sat_val)
+        hi[sl] = np.where(anyover, hi_c, sat_val)
     active = ~saturated & (hi > lo)
-    for _ in range(REFINE_STEPS):
-        if not np.any(active):
-            break
-        mid = np.where(active, 0.5 * (lo + hi), lo)
-        D, _, _ = _curve_rows(qf, pf, np.where(np.isfinite(mid), mid, DELTA_CAP), base, d.name, m)
-        ok = D <= eps
-        lo = np.where(active & ok, mid, lo)
-        hi = np.where(active & ~ok, mid, hi)
+    if np.any(active):
+        idx = np.flatnonzero(active)
+
+        def excess(x):
+            return _curve_rows(qf[idx], pf[idx], x, base, d.name, m)[0] - eps
+
+        lo[idx], hi[idx] = _illinois(excess, lo[idx], hi[idx])
     delta_eval = np.where(np.isfinite(lo), lo, DELTA_CAP)
     D, a, _ = _curve_rows(qf, pf, delta_eval, base, d.name, m)
     return CalibrationResult(lo.reshape(batch), D.reshape(batch), a.reshape(batch),
@@ -360,13 +404,13 @@ def global_delta(target_probs, draft_probs, eps, *, statistic="mean", base="tayl
         else:
             k = over[0]
             lo, hi = (grid[k - 1] if k > 0 else 0.0), grid[k]
-        for _ in range(REFINE_STEPS if hi > lo else 0):
-            mid = 0.5 * (lo + hi)
-            Dm, _, _ = _curve_rows(q2, p2, np.full(q2.shape[0], mid), base, d.name, m)
-            if _stat(Dm, statistic) <= eps:
-                lo = mid
-            else:
-                hi = mid
+        if hi > lo:
+            def excess(x):
+                Dm, _, _ = _curve_rows(q2, p2, np.full(q2.shape[0], float(x[0])), base, d.name, m)
+                return np.array([_stat(Dm, statistic) - eps])
+
+            lo_a, _ = _illinois(excess, np.array([lo]), np.array([hi]))
+            lo = float(lo_a[0])
     D, a, _ = _curve_rows(q2, p2, np.full(q2.shape[0], lo), base, d.name, m)
     return GlobalDelta(float(lo), statistic, _stat(D, statistic), D, a)
 
