@@ -74,6 +74,9 @@ def spike_for(target_probs, delta, base="taylor", divergence="kl"):
     ``base="taylor"``: Corollary 5, :math:`\min(1, q_n + \sqrt{2\delta q_n(1-q_n)/f''(1)})`
     (KL's expansion unless ``divergence`` is another smooth divergence); ``"exact"``:
     Theorem 2's root of the two-point ``divergence`` = delta.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
     if base == "taylor":
         d = divergence if get_divergence(divergence).name in SMOOTH_DIVERGENCES else "kl"
@@ -109,6 +112,9 @@ def emitted_divergence_curve(target_probs, draft_probs, deltas, *, base="taylor"
         :math:`D(h_{alg}\|q)`; ``+inf`` where infinite, never NaN.
     acceptance : ndarray, shape (..., G)
         :math:`\sum_n p_n \min(1, \gamma_n/p_n)`.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     d = _check(base, divergence)
@@ -155,6 +161,9 @@ def saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray
     divergence at :math:`\gamma = 1`. Beyond it the rule (and :math:`\Gamma`) no longer
     changes. ``+inf`` where it never saturates (exact rules whose two-point divergence at
     1 is infinite, e.g. reverse KL). Shape: the batch shape of q.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
     q = np.asarray(target_probs, dtype=np.float64)
     d = _check(base, divergence)
@@ -188,6 +197,9 @@ class CalibrationResult:
         Cactus's acceptance at that delta.
     saturated : ndarray of bool, shape batch
         True where no delta makes :math:`\Gamma` exceed :math:`\epsilon`.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
 
     delta: np.ndarray
@@ -256,6 +268,9 @@ def calibrate_delta(target_probs, draft_probs, eps, *, base="taylor", divergence
     for the first grid point above eps, then the bracket is refined by at most
     :data:`REFINE_STEPS` Illinois (regula falsi) steps, keeping the feasible end.
     eps = 0 gives delta = 0 (SpS) exactly.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     d = _check(base, divergence)
@@ -318,6 +333,9 @@ def corpus_divergence_distribution(target_probs, draft_probs, deltas, *, base="t
         ``"deltas"`` (G,), ``"divergences"`` (N, G) exact values, ``"mean"`` (G,),
         ``"quantiles"`` (len(quantiles), G), ``"max"`` (G,), ``"acceptance_mean"`` (G,).
         Infinite values propagate to the mean and the upper quantiles (never NaN).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
     D, a = emitted_divergence_curve(target_probs, draft_probs, deltas, base=base,
                                     divergence=divergence, measure=measure)
@@ -345,6 +363,9 @@ class GlobalDelta:
         :math:`\\Gamma` per position at ``delta``.
     acceptance : ndarray, shape (N,)
         Cactus's acceptance per position at ``delta``.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
 
     delta: float
@@ -377,6 +398,9 @@ def global_delta(target_probs, draft_probs, eps, *, statistic="mean", base="tayl
     Returns
     -------
     GlobalDelta
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     d = _check(base, divergence)
@@ -430,6 +454,9 @@ class MentoredComparison:
     summary : dict
         Mean acceptance of the three, mean emitted divergence, and the fraction of positions
         whose emitted divergence exceeds eps (global delta).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
 
     eps: float
@@ -446,6 +473,9 @@ def compare_with_mentored(target_probs, draft_probs, eps, *, base="taylor", dive
     Mentored decoding emits :math:`\pi` with :math:`D(\pi\|q) \le \epsilon` and the optimal
     acceptance (:mod:`cactus_theory.solvers.mentored`), so its acceptance bounds both
     calibrated Cactus variants position by position (the frontier).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     q2, p2 = q.reshape(-1, q.shape[-1]), p.reshape(-1, p.shape[-1])
@@ -476,6 +506,9 @@ class CalibratedCactus(Rule):
        float64 analysis (numpy) on each row; with torch input the rows are copied to the
        host, calibrated, and gamma is rebuilt on the input's device and dtype from the
        calibrated deltas (the only non-array-API step of any rule's ``plan``).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
 
     def __init__(self, eps: float, base: str, divergence: str):

@@ -50,6 +50,9 @@ def default_sweep(rule: str, n_points: int = 13):
         ``n_points`` values across its range: linear on a finite range, ``[0] + geomspace``
         on ``[0, inf)``, ``1..n_points`` for an integer knob, and ``-inf``, a linear grid and
         ``inf`` on the whole line.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     spec = RULES[rule]
     for k in spec.knobs:
@@ -80,6 +83,9 @@ def gap_to_frontier(target_probs, draft_probs, acceptance, divergence_value, div
     Returns
     -------
     frontier, gap : ndarray, same shape as ``acceptance``
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     q, p = target_probs, draft_probs
     acc = np.asarray(acceptance, dtype=np.float64)
@@ -113,6 +119,9 @@ class OperatingPoints:
         :math:`F_D` at each point's true divergence.
     gap : dict of str to ndarray, shape batch + (K,)
         ``frontier - acceptance`` (>= 0 up to rounding).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
 
     rule: str
@@ -147,6 +156,9 @@ def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
     Returns
     -------
     OperatingPoints
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     if rule not in RULES:
         get_rule(rule)  # raises the ValueError naming ``rule``

@@ -63,6 +63,9 @@ def rule_table(target_probs, draft_probs, *, rules=None, raw_target_probs=None,
     >>> rows = rule_table([0.30, 0.35, 0.35], [0.05, 0.80, 0.15], rules=["sps", "interpolation"])
     >>> [(r["rule"], round(r["acceptance"], 3), round(r["tv"], 3)) for r in rows]
     [('sps', 0.55, 0.0), ('interpolation', 0.775, 0.225)]
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     names = list(RULES) if rules is None else list(rules)
@@ -98,6 +101,9 @@ def format_rule_table(rows, *, title: str | None = None, show_knobs: bool = True
     """Plain-text table of :func:`rule_table`'s rows (for the report and the README).
 
     Divergences are printed with 4 decimals, ``inf`` where infinite.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
     head = ["rule"] + [h for _, h in COLUMNS] + (["knobs"] if show_knobs else [])
     body = []

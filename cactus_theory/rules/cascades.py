@@ -76,6 +76,9 @@ def cascade_target(kind: str, alpha: float, target_probs, draft_probs, raw_targe
     -------
     array, shape (..., V)
         :math:`\pi`, a probability row.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Narasimhan et al., ICLR 2025 (arXiv 2405.19261) eqs. 2, 5, 10, 13-15; official Gemma notebook.
     """
     q, p = target_probs, draft_probs
     rq = q if raw_target_probs is None else raw_target_probs
@@ -109,7 +112,11 @@ def cascade_target(kind: str, alpha: float, target_probs, draft_probs, raw_targe
 
 
 class Cascade(Rule):
-    """SpS against a speculative-cascade deferral target (module table)."""
+    """SpS against a speculative-cascade deferral target (module table).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Narasimhan et al., ICLR 2025 (arXiv 2405.19261) eqs. 2, 5, 10, 13-15; official Gemma notebook.
+    """
 
     def __init__(self, kind: str, alpha: float):
         self.kind = kind

@@ -53,6 +53,9 @@ def fsd_divergence(fsd_div_type: str, target_probs, draft_probs):
     ``kl_div`` is :math:`KL(p\|q) = \sum p \log(p/q)`, ``kl_div_reversed`` is
     :math:`KL(q\|p)`, ``js_div`` and ``tv_div`` are symmetric. Infinite where the KL
     is (different supports); never NaN.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Holsman et al., Findings of ACL 2025 (arXiv 2502.20704), fsd_utils.py.
     """
     name = FSD_DIVERGENCES[fsd_div_type.removesuffix("_processed")]
     # our divergences are D(h || q) with h first: D(p || q) for kl_div, KL(q||p) = reverse_kl(p, q)
@@ -66,6 +69,8 @@ class FuzzySpeculative(Rule):
        Only the per-position rule is modelled; the code's top-k(=50)/top-p variants of the
        divergence are not. Which JS normalisation (natural log) the code uses was not re-read;
        we use nats, in [0, log 2].
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     """
 
     def __init__(self, fsd_div_threshold: float, fsd_div_type: str):

@@ -34,6 +34,8 @@ class Interpolation(Rule):
        The official code clamps the residual at a tiny positive value instead of 0 (so an
        all-zero residual is never divided by 0); we follow convention 3 of
        :mod:`cactus_theory.conventions` (empty residual -> normalize(h)) instead.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     """
 
     def __init__(self, alpha: float):

@@ -44,6 +44,8 @@ class Mentored(Rule):
        budget; ``D = 0.1`` is our default. For divergences with a finite cost off supp(q)
        (reverse KL, Neyman chi-square, Hellinger, TV, JS) and a truncated q, :math:`\pi` can
        put mass where q = 0 (the clip form of the blog does not hold there).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     """
 
     def __init__(self, D: float, divergence: str):

@@ -63,6 +63,8 @@ def tas_threshold(target_probs, posterior_threshold: float, posterior_alpha: flo
     -------
     array, shape (..., 1)
         The threshold, kept as a trailing axis for broadcasting against q.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     """
     xp = array_namespace(target_probs)
     q = target_probs
@@ -84,6 +86,8 @@ class TypicalAcceptance(Rule):
        :math:`\alpha \le 1` (because :math:`e^{-H} \le \max q + 10^{-5}`); for larger
        :math:`\alpha` Medusa's code can mask every token (a NaN distribution), where we keep
        the argmax instead.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     """
 
     def __init__(self, posterior_threshold: float, posterior_alpha: float, entropy: str,

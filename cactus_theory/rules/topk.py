@@ -46,6 +46,8 @@ def topk_indicator(target_probs, topk: int):
        the set includes every token, zeros of q too; this is what the official code's
        ``q >= kth value`` test does. ``torch.topk`` in the official code fails for k > V; we
        use k = V.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     """
     xp = array_namespace(target_probs)
     V = target_probs.shape[-1]
@@ -55,7 +57,10 @@ def topk_indicator(target_probs, topk: int):
 
 
 class TopKAcceptance(Rule):
-    """Top-k acceptance: accept n iff n is in the verifier's top-k (ties included)."""
+    """Top-k acceptance: accept n iff n is in the verifier's top-k (ties included).
+
+    Source: Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/topk.py.
+    """
 
     def __init__(self, topk: int):
         self.topk = int(topk)

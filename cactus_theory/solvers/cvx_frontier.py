@@ -45,6 +45,9 @@ class FrontierCvxResult:
         The solver whose answer was accepted.
     attempts : tuple of (str, str)
         Every (solver, status or error) tried.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Tran-Thien (2023) for the problem; Hao & Mou, ICLR 2026, Theorem 1.
     """
 
     acceptance: float
@@ -81,6 +84,9 @@ def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
     ------
     SolverFailure
         No solver returned a verified answer (the message lists every attempt).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Tran-Thien (2023) for the problem; Hao & Mou, ICLR 2026, Theorem 1.
     """
     import cvxpy as cp
 

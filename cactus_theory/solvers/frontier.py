@@ -60,6 +60,9 @@ class FrontierResult:
         The maximisers, when requested.
     divergence_name : str
         The divergence.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
 
     eps: np.ndarray
@@ -95,6 +98,9 @@ def frontier(target_probs, draft_probs, eps, divergence="kl", *,
     >>> r = frontier(q, p, [0.0, 0.1], "tv")      # TV: min(1, sum min(p, q) + eps)
     >>> [round(float(x), 6) for x in r.acceptance]
     [0.55, 0.65]
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     d = get_divergence(divergence)
@@ -117,6 +123,9 @@ def saturation_budget(target_probs, draft_probs, divergence="kl") -> np.ndarray:
     Returns
     -------
     ndarray, shape batch
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     sol = solve_mentored(q, p, LARGEST_FINITE, get_divergence(divergence), return_target=False)
@@ -130,6 +139,9 @@ def frontier_curve(target_probs, draft_probs, divergence="kl", n_points: int = 6
     -------
     eps, acceptance : ndarray, shape (n_points,)
         A grid (quadratic spacing: dense near 0, where :math:`F` is steep) and :math:`F`.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     if int(n_points) != n_points or n_points < 2:
         raise ValueError(f"n_points: must be an integer >= 2, got {n_points}")
@@ -153,6 +165,9 @@ def min_divergence_for_acceptance(target_probs, draft_probs, acceptance, diverge
     ----------
     acceptance : float or array broadcastable to the batch shape
         Target acceptance levels in [0, 1].
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     d = get_divergence(divergence)

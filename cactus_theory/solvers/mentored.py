@@ -96,6 +96,9 @@ class MentoredSolution:
         rounding).
     target : array or None, shape batch (+ (E,)) + (V,)
         :math:`\pi`, when requested.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
     """
 
     acceptance: Any
@@ -107,7 +110,11 @@ class MentoredSolution:
 
 
 def slope_at_infinity(divergence) -> float:
-    r""":math:`f'(\infty) = \lim_{t\to\infty} f(t)/t`: the cost per unit of mass where q = 0."""
+    r""":math:`f'(\infty) = \lim_{t\to\infty} f(t)/t`: the cost per unit of mass where q = 0.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
+    """
     import numpy as np
 
     d = get_divergence(divergence)
@@ -265,6 +272,9 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
     O(V log V) per row for the sort plus O(E log V) per bisection step; no generic optimizer.
     See the module docstring for the derivation (clip form on supp(q), off-support mass in
     phase 2 for divergences with a finite slope at infinity).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
     """
     d = get_divergence(divergence)
     q, p = target_probs, draft_probs
@@ -367,11 +377,18 @@ def mentored_target(target_probs, draft_probs, budget, divergence="kl"):
               \ \text{s.t.}\ D(\pi\|q) \le \epsilon
 
     See :func:`solve_mentored`.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
     """
     return solve_mentored(target_probs, draft_probs, budget, divergence).target
 
 
 def max_acceptance(target_probs, draft_probs, budget, divergence="kl"):
-    r"""The optimal acceptance :math:`A^*(\epsilon)` (shape of the batch). See :func:`solve_mentored`."""
+    r"""The optimal acceptance :math:`A^*(\epsilon)` (shape of the batch). See :func:`solve_mentored`.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
+    """
     return solve_mentored(target_probs, draft_probs, budget, divergence,
                           return_target=False).acceptance
