@@ -33,7 +33,8 @@ from ..rules import RULES, get_rule
 from ..solvers.mentored import solve_mentored
 from .one_step import emitted_distribution, make_plan
 
-__all__ = ["OperatingPoints", "default_sweep", "operating_points", "gap_to_frontier",
+__all__ = ["OperatingPoints", "default_sweep", "operating_points", "all_operating_points",
+           "gap_to_frontier",
            "FRONTIER_DIVERGENCES"]
 
 FRONTIER_DIVERGENCES = ("kl", "reverse_kl", "tv")
@@ -183,3 +184,20 @@ def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
     for d in divergences:
         front[d], gap[d] = gap_to_frontier(q, p, acc, divs[d], d)
     return OperatingPoints(rule, knob, values if knob else [None], acc, divs, front, gap)
+
+
+def all_operating_points(target_probs, draft_probs, *, rules=None,
+                         divergences=FRONTIER_DIVERGENCES, raw_target_probs=None,
+                         raw_draft_probs=None) -> dict:
+    r""":func:`operating_points` of every registered rule along its :func:`default_sweep`.
+
+    Rules without a numeric knob (SpS) give one point. Returns ``{rule name: OperatingPoints}``.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
+    """
+    names = list(RULES) if rules is None else list(rules)
+    return {name: operating_points(name, target_probs, draft_probs, divergences=divergences,
+                                   raw_target_probs=raw_target_probs,
+                                   raw_draft_probs=raw_draft_probs)
+            for name in names}

@@ -141,6 +141,15 @@ def _count_le(xp, arr, val, steps):
     return lo
 
 
+def _overflow_to_inf(xp):
+    """numpy: let an overflow round to +inf silently (torch never warns)."""
+    import contextlib
+
+    import numpy as np
+
+    return np.errstate(over="ignore") if "numpy" in xp.__name__ else contextlib.nullcontext()
+
+
 def _take(xp, arr, idx):
     return xp.take_along_axis(arr, idx, axis=-1)
 
@@ -177,7 +186,10 @@ class _Prepared:
         self.Qc = cs(qs)
         self.Dc = cs(qs - ps)        # sum (q - p) over sorted[:k], without cancellation
         self.Qs = rcs(qs)                                  # sums over sorted[k:]
-        F = xp.where(ons, d.term(xp, ps, qs), zero)        # q f(r) = term(p, q) on supp(q)
+        with _overflow_to_inf(xp):
+            # q f(r) = term(p, q) on supp(q); f(r) can exceed the float range (Neyman
+            # chi-square at a subnormal p): +inf is the correctly rounded value there
+            F = xp.where(ons, d.term(xp, ps, qs), zero)
         # sum_{a <= r <= b} q f(r) without cancellation against the extreme terms (f(0) can
         # be inf, f(r) huge for large r): the r < 1 part as suffix sums (only tokens with
         # r >= a enter), the r >= 1 part as prefix sums (only tokens with r <= b enter)
