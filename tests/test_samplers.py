@@ -376,3 +376,26 @@ def test_make_sampler_is_a_module():
     s = make_sampler("cactus-taylor", delta=0.75)
     assert isinstance(s, RuleSampler) and isinstance(s, torch.nn.Module)
     assert s.rule.knobs["delta"] == 0.75 and math.isfinite(s.rule.knobs["delta"])
+
+
+def test_optional_accept_hook_agrees_with_plan_path():
+    """A rule may provide accept_probs_at (acceptance at the drafted tokens only); the sampler
+    then uses it. Here Cactus-Taylor's gamma is evaluated at q_n alone ([B, k] instead of
+    [B, k, V]) and the outputs equal the plan path's bit for bit."""
+    from cactus_theory.rules.cactus import CactusTaylor
+    from cactus_theory.rules.plans import gather, ratio_acceptance
+    from cactus_theory.solvers.spike import taylor_spike
+
+    class TaylorAtDrafts(CactusTaylor):
+        def accept_probs_at(self, target_probs, draft_probs, token_ids, **raw):
+            gamma = taylor_spike(gather(target_probs, token_ids), self.delta, self.divergence)
+            return ratio_acceptance(gamma, gather(draft_probs, token_ids))
+
+    base = get_rule("cactus-taylor", delta=0.3)
+    fast = TaylorAtDrafts(0.3)
+    fast.spec, fast.knobs = base.spec, dict(base.knobs)
+    q, bonus, p, ids = _batch(32, 5, 40, seed=8)
+    gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(32)}  # noqa: E731
+    a = make_sampler(base)(q, bonus, p, ids, seeded_seqs=gens())
+    b = make_sampler(fast)(q, bonus, p, ids, seeded_seqs=gens())
+    assert torch.equal(a, b)

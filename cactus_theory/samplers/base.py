@@ -300,6 +300,21 @@ class RuleSampler(torch.nn.Module):
         return self._verify(target_with_bonus_probs, bonus_token_ids, draft_probs,
                             draft_token_ids, seeded_seqs, raw_target_probs, raw_draft_probs)
 
+    def _accept_probs(self, q, p, draft_ids, raw_q, raw_p):
+        """:math:`a_n` at the drafted tokens, [B, k].
+
+        Uses the rule's optional ``accept_probs_at(target_probs, draft_probs, token_ids, *,
+        raw_target_probs, raw_draft_probs)`` when it has one (a rule can compute its acceptance
+        at the drafted tokens only, e.g. Cactus's gamma at q_n instead of at every candidate),
+        else ``rule.plan(q, p).accept_probs_at(token_ids)``, which for spike rules evaluates
+        gamma for all B*k*V candidates.
+        """
+        hook = getattr(self.rule, "accept_probs_at", None)
+        if callable(hook):
+            return hook(q, p, draft_ids, raw_target_probs=raw_q, raw_draft_probs=raw_p)
+        plan = self.rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
+        return plan.accept_probs_at(draft_ids)
+
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
                 num_drafts: Optional[torch.Tensor] = None, counts=None):
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
@@ -322,8 +337,7 @@ class RuleSampler(torch.nn.Module):
         raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
 
         # Accept path: the rule's acceptance of each drafted token, [B, k]; no host sync.
-        plan = self.rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
-        a = plan.accept_probs_at(draft_ids)
+        a = self._accept_probs(q, p, draft_ids, raw_q, raw_p)
         if self.spec.deterministic:
             accepted = a > 0.5
         else:
