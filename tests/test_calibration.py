@@ -123,3 +123,14 @@ def test_bad_input_raises():
         emitted_divergence_curve(README_Q, README_P, [-1.0])
     with pytest.raises(ValueError, match="eps"):
         get_rule("cactus-calibrated", eps=-1)
+
+
+def test_emitted_divergence_far_exceeds_the_per_draft_budget():
+    """Counterexample to reading delta as a bound on what is emitted: every per-draft target
+    satisfies KL(h^(n)||q) <= delta (exact rule) or ~delta (Taylor), yet the emitted mixture
+    h_alg is 150-340x further from q at delta = 0.001 on a V = 1000 Dirichlet(0.3) pair."""
+    q, p = synthetic_pairs("dirichlet", 1, 1000, 7)
+    D_taylor, _ = emitted_divergence_curve(q[0], p[0], [0.001], base="taylor")
+    D_exact, _ = emitted_divergence_curve(q[0], p[0], [0.001], base="exact")
+    assert D_taylor[0] == pytest.approx(0.15630, abs=1e-4)
+    assert D_exact[0] == pytest.approx(0.33998, abs=1e-4)
