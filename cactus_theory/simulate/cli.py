@@ -155,15 +155,16 @@ def simulate_table(args) -> str:
     lines.append(f"Sequence-level KL(emitted text || verifier), nats per trajectory of T = "
                  f"{args.length} ({TEACHER_FORCED}; mean over trajectories):")
     mean = lambda xs: float(np.mean(xs))  # noqa: E731
-    lines.append(f"  exact lower bound  sum_t KL(b_t q_t + (1-b_t) h_t || q_t)   "
+    w2 = 74
+    lines.append(f"  {'exact lower bound   sum_t KL(b_t q_t + (1-b_t) h_t || q_t)':<{w2}} "
                  f"{mean([s.kl_lower for s, _ in seq]):.4f}")
-    lines.append(f"  exact upper bound  sum_t (1-b_t) KL(h_t || q_t)             "
+    lines.append(f"  {'exact upper bound   sum_t (1-b_t) KL(h_t || q_t)':<{w2}} "
                  f"{mean([s.kl_upper for s, _ in seq]):.4f}")
-    lines.append(f"  per-step sum       sum_t KL(h_t || q_t)  (a looser upper bound, not an identity) "
+    lines.append(f"  {'per-step sum        sum_t KL(h_t || q_t)  (looser upper bound, not equal)':<{w2}} "
                  f"{mean([s.kl_per_step_sum for s, _ in seq]):.4f}")
     est = [e for _, e in seq]
     se = float(np.sqrt(np.sum([e.se ** 2 for e in est]))) / len(est)
-    lines.append(f"  Monte-Carlo estimate of KL(P || Q) (forward algorithm)     "
+    lines.append(f"  {'Monte-Carlo estimate of KL(P || Q) (forward algorithm, simulated texts)':<{w2}} "
                  f"{mean([e.value for e in est]):.4f} ± {se:.4f}")
     lines.append("  (b_t = probability that position t is a bonus token, emitted from q_t)")
     return "\n".join(lines)
