@@ -7,11 +7,12 @@ throughout: the trajectories' distributions do not depend on the emitted text.
 """
 
 import argparse
+import math
 
 import numpy as np
 import pytest
 
-from cactus_theory.rules import RULES
+from cactus_theory.rules import RULES, get_rule
 from cactus_theory.simulate import (Estimate, Trajectory, brute_force_chain, compute_metrics,
                                     exact_chain, position_laws, rej_relative,
                                     sequence_divergence, sequence_kl_brute_force,
@@ -20,6 +21,25 @@ from cactus_theory.simulate import (Estimate, Trajectory, brute_force_chain, com
 from cactus_theory.simulate import cli
 
 ALL_RULES = list(RULES)
+
+
+def _mid_knobs(spec):
+    """Halfway between the defaults and the rule's SpS knobs (finite numeric knobs only), so
+    rules whose defaults accept everything on small vocabularies are also tested partway."""
+    if not spec.sps_knobs:
+        return None
+    mid = {}
+    for k, v in spec.sps_knobs.items():
+        d = spec.defaults[k]
+        if isinstance(v, (int, float)) and isinstance(d, (int, float)) and math.isfinite(v):
+            mid[k] = 0.5 * (v + d)
+    return mid or None
+
+
+#: (test id, rule name, knobs): every rule at its defaults, plus halfway to SpS where defined.
+CONFIGS = [(n, n, {}) for n in RULES] + [
+    (f"{n}[{','.join(f'{k}={v:g}' for k, v in _mid_knobs(s).items())}]", n, _mid_knobs(s))
+    for n, s in RULES.items() if _mid_knobs(s)]
 TOTAL_FIELDS = ("rounds", "tokens", "accepted", "drafts", "noncausal", "exposure",
                 "accepted_pos", "reached", "hist")
 
@@ -67,19 +87,20 @@ def test_dp_matches_leviathan_iid_formula():
 # ---------------------------------------------------------------------------------------------
 # Simulation against the exact expectations (every rule)
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ALL_RULES)
-def test_simulated_metrics_within_5_se_of_exact(name):
+@pytest.mark.parametrize("name, knobs", [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])
+def test_simulated_metrics_within_5_se_of_exact(name, knobs):
     """Pooled simulated ratios vs ratios of expected totals, |diff| <= 5 se.
 
     5 standard errors: two-sided false-alarm ~6e-7 per check under the normal approximation of
     the delta method (400 runs of ~60 rounds). When the simulated se is 0 (every run
     identical) the values must agree to 1e-12 (floating-point summation).
     """
+    rule = get_rule(name, **knobs)
     traj = synthetic_trajectory("noisy_copy", 60, 16, 3, temperature=0.8, top_k=8)
-    laws = position_laws(name, traj)
-    run = simulate_chain(name, traj, 4, n_runs=400, rng=5, laws=laws, record_tokens=False)
+    laws = position_laws(rule, traj)
+    run = simulate_chain(rule, traj, 4, n_runs=400, rng=5, laws=laws, record_tokens=False)
     sim = compute_metrics(run.totals(), cost_ratio=0.1)
-    ex = compute_metrics(exact_chain(name, traj, 4, laws=laws).totals, cost_ratio=0.1)
+    ex = compute_metrics(exact_chain(rule, traj, 4, laws=laws).totals, cost_ratio=0.1)
     checks = ["al_paper", "tokens_per_call", "v0_acceptance_rate", "prefix_acceptance_rate",
               "rejected_per_token", "speedup"]
     for key in checks:
