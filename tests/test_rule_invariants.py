@@ -34,20 +34,8 @@ BLIND = [n for n in NAMES if not RULES[n].reads_draft]
 PROB_ATOL = 1e-12
 
 
-@pytest.fixture(autouse=True)
-def _core_overflow_known():
-    """plans.ratio_acceptance computes h_n / p_n before min(1, .), which overflows (a
-    RuntimeWarning, an error under the suite's filterwarnings) for a subnormal p_n although
-    the result, 1, is right. Pinned by test_ratio_acceptance_subnormal_draft (strict xfail)
-    and reported to the owner of plans.py; ignored here so the battery tests the rules."""
-    with np.errstate(over="ignore"):
-        yield
-
-
-@pytest.mark.xfail(strict=True, raises=FloatingPointError,
-                   reason="core: ratio_acceptance overflows h_n/p_n for subnormal p_n "
-                          "(fix: min(h_n, p_n) / p_n); remove the errstate fixture when fixed")
 def test_ratio_acceptance_subnormal_draft():
+    """Found by this battery (h_n / p_n overflowed for a subnormal p_n); fixed in the core."""
     from cactus_theory.rules.plans import ratio_acceptance
 
     with np.errstate(over="raise"):
