@@ -154,7 +154,24 @@ def ragged_forward(
 
 
 def parse_output(output: torch.Tensor, vocab_size: int) -> List[List[int]]:
-    """V1's ``parse_output``: per request, the emitted ids without -1 and ids >= ``vocab_size``."""
+    """vLLM V1's ``RejectionSampler.parse_output``: per request, the emitted token ids.
+
+    Parameters
+    ----------
+    output : Tensor, shape (B, max_spec_len + 1)
+        From :func:`ragged_forward` (or a V0 ``[B, k+1]`` output).
+    vocab_size : int
+        V; ids outside ``[0, V)`` (the -1 placeholder) are dropped, as V1 does.
+
+    Returns
+    -------
+    list of list of int
+        Accepted drafts n followed by the recovered-or-bonus token, per request.
+
+    References
+    ----------
+    ``vllm/v1/sample/rejection_sampler.py`` (engines.md 1.9).
+    """
     rows = output.tolist()
     return [[t for t in row if 0 <= t < vocab_size] for row in rows]
 

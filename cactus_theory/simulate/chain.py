@@ -121,7 +121,29 @@ class PositionLaws:
 
 
 def position_laws(rule, trajectory: Trajectory) -> PositionLaws:
-    """The rule's exact one-step laws at every position (:mod:`cactus_theory.analysis.one_step`)."""
+    r"""The rule's exact one-step laws at every position of a trajectory.
+
+    .. math:: \alpha_t = \sum_n p_t(n) a_t(n), \qquad
+              h_{alg,t}(x) = p_t(x) a_t(x) + \sum_n p_t(n)(1 - a_t(n)) r_t^{(n)}(x)
+
+    with q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token, from
+    :func:`cactus_theory.analysis.one_step.make_plan` and ``emitted_distribution`` (float64).
+
+    Parameters
+    ----------
+    rule : str or Rule
+        Any registered rule.
+    trajectory : Trajectory
+        Its raw distributions are passed to rules that decide on them.
+
+    Returns
+    -------
+    PositionLaws
+
+    References
+    ----------
+    Hao & Mou, ICLR 2026, Theorem 3.
+    """
     rule = get_rule(rule)
     plan = make_plan(rule, trajectory.target_probs, trajectory.draft_probs,
                      raw_target_probs=trajectory.raw_target_probs,

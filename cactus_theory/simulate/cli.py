@@ -32,7 +32,17 @@ TEACHER_FORCED = ("teacher-forced: the (q_t, p_t) along each trajectory do not d
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the ``simulate`` sub-command on an ``argparse`` subparsers object."""
+    """Register the ``simulate`` sub-command.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        From ``parser.add_subparsers()``; the new parser's ``func`` default is :func:`run`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
     p = subparsers.add_parser(
         "simulate", help="simulate a rule over synthetic trajectories (teacher-forced) vs exact",
         description=__doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else None)
@@ -91,7 +101,24 @@ def _check(args) -> None:
 
 
 def simulate_table(args) -> str:
-    """Run the simulation described by ``args`` and return the printed report."""
+    """Run the simulation described by ``args`` and return the report as text.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        As parsed by the parser of :func:`add_parser`.
+
+    Returns
+    -------
+    str
+        The metrics table (simulated ± se beside exact) and the sequence-KL block, every
+        number labelled teacher-forced.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument for a bad value (the main CLI exits 2 with one line).
+    """
     _check(args)
     rule = get_rule(args.rule, **_parse_knobs(args.knob))
     sps = get_rule("sps")
@@ -171,6 +198,16 @@ def simulate_table(args) -> str:
 
 
 def run(args) -> int:
-    """Execute ``cactus-theory simulate``: print the table; ValueError on bad arguments."""
+    """Execute ``cactus-theory simulate``: print :func:`simulate_table`'s report.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+
+    Returns
+    -------
+    int
+        0 (bad arguments raise ValueError instead).
+    """
     print(simulate_table(args))
     return 0

@@ -169,6 +169,21 @@ def brute_force_chain(rule, trajectory: Trajectory, m: int, *,
     Each pattern (one accept flag per position, independent Bernoulli(:math:`\alpha_t`)) fixes
     every round; its probability weights the totals. The non-causal count of a pattern adds
     the expected :math:`\alpha` of the drafts after the first rejection of each round. T <= 16.
+
+    Parameters
+    ----------
+    rule, trajectory, m, laws
+        As :func:`exact_chain` (teacher-forced).
+
+    Returns
+    -------
+    ExactChain
+        Same fields as :func:`exact_chain`, computed independently of the DP.
+
+    Raises
+    ------
+    ValueError
+        Naming ``trajectory`` when T > 16.
     """
     m = _positive_int(m, "m")
     laws = position_laws(get_rule(rule), trajectory) if laws is None else laws
@@ -232,9 +247,28 @@ class SequenceDivergence:
 
 
 def sequence_divergence(chain: ExactChain) -> SequenceDivergence:
-    """Exact bounds on the sequence-level KL and TV from an :class:`ExactChain` (module docstring).
+    r"""Exact bounds on the sequence-level KL and TV of the emitted text from the verifier's.
 
-    ``+inf`` where a per-step divergence is infinite (h puts mass outside supp(q)); never NaN.
+    .. math:: \sum_t KL(b_t q_t + (1-b_t) h_t \| q_t) \le KL(P\|Q) \le
+              \sum_t (1-b_t) KL(h_t \| q_t) \le \sum_t KL(h_t \| q_t)
+
+    (derivation in the module docstring; q verifier, :math:`h_t` the one-step emitted law,
+    :math:`b_t` the bonus probability of position t; teacher-forced).
+
+    Parameters
+    ----------
+    chain : ExactChain
+        From :func:`exact_chain`.
+
+    Returns
+    -------
+    SequenceDivergence
+        ``+inf`` where a per-step divergence is infinite (h puts mass outside supp(q) at a
+        position that is not surely a bonus); never NaN.
+
+    References
+    ----------
+    Chain rule of KL (Cover & Thomas, Thm 2.5.3); Hao & Mou, ICLR 2026, Theorem 3.
     """
     q, h, b = chain.laws.target_probs, chain.laws.emitted, chain.bonus_prob
     kl, tv = get_divergence("kl"), get_divergence("tv")
@@ -307,6 +341,20 @@ def sequence_kl_monte_carlo(laws: PositionLaws, m: int, tokens) -> Estimate:
 
     :math:`\widehat{KL} = \mathrm{mean}_r[\log P(x^{(r)}) - \sum_t \log q_t(x^{(r)}_t)]` with its
     standard error (teacher-forced; ``tokens`` from :func:`~.chain.simulate_chain`).
+
+    Parameters
+    ----------
+    laws : PositionLaws
+        The rule's per-position laws on the trajectory.
+    m : int
+        Draft length.
+    tokens : array_like of int, shape (R, T)
+        Texts sampled from the chain (``ChainRun.tokens``).
+
+    Returns
+    -------
+    Estimate
+        ``inf`` when a text has probability 0 under the verifier.
     """
     x = np.asarray(tokens, dtype=np.int64)
     lp = sequence_log_prob(laws, m, x)
@@ -321,7 +369,28 @@ def sequence_kl_monte_carlo(laws: PositionLaws, m: int, tokens) -> Estimate:
 
 
 def sequence_kl_brute_force(laws: PositionLaws, m: int) -> float:
-    r"""Exact :math:`KL(P\|Q)` by enumerating all :math:`V^T` texts (tiny cases only: V^T <= 2^16)."""
+    r"""Exact :math:`KL(P\|Q)` by enumerating all :math:`V^T` texts (test oracle).
+
+    :math:`\sum_x P(x) \log(P(x)/Q(x))` with :math:`P` from :func:`sequence_log_prob` and
+    :math:`Q(x) = \prod_t q_t(x_t)` (teacher-forced).
+
+    Parameters
+    ----------
+    laws : PositionLaws
+        Per-position laws (V and T from their shape).
+    m : int
+        Draft length.
+
+    Returns
+    -------
+    float
+        ``inf`` when P charges a text that Q does not.
+
+    Raises
+    ------
+    ValueError
+        Naming ``trajectory`` when :math:`V^T > 2^{16}`.
+    """
     T, V = laws.target_probs.shape
     if V ** T > 2 ** 16:
         raise ValueError(f"trajectory: V^T = {V}^{T} texts is too many to enumerate")

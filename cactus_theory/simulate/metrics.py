@@ -116,7 +116,19 @@ class ChainTotals:
 
 
 def pool_totals(parts) -> ChainTotals:
-    """Concatenate totals of several trajectories (group labels renumbered per part)."""
+    """Concatenate the totals of several trajectories into one :class:`ChainTotals`.
+
+    Parameters
+    ----------
+    parts : iterable of ChainTotals
+        One per trajectory (same draft length m).
+
+    Returns
+    -------
+    ChainTotals
+        Units of part i get group label i, so standard errors are centred per trajectory;
+        exact iff every part is.
+    """
     parts = list(parts)
     if not parts:
         raise ValueError("parts: nothing to pool")
@@ -149,6 +161,19 @@ def ratio_estimate(num, den, group=None, exact: bool = False) -> Estimate:
 
     units independent, identically distributed within a group g (one trajectory); groups of
     one unit contribute no variance. ``den`` summing to 0 gives ``nan``.
+
+    Parameters
+    ----------
+    num, den : array_like, shape (n,)
+        Per-unit numerator and denominator totals (e.g. accepted drafts and rounds).
+    group : array_like of int, shape (n,), optional
+        Trajectory label of each unit.
+    exact : bool
+        The totals are expectations: return the ratio with no standard error.
+
+    Returns
+    -------
+    Estimate
     """
     num = np.asarray(num, dtype=np.float64)
     den = np.asarray(den, dtype=np.float64)
@@ -213,6 +238,20 @@ def rej_relative(rule_metrics: dict, sps_metrics: dict) -> Estimate:
     column from its AL column to within about 2 points (e.g. GSM8K Cactus delta = 0.75:
     (20 - 7.15)/8.15 against (20 - 5.11)/6.11 gives -35 %, the paper prints -36 %).
     The standard error assumes the two runs independent.
+
+    Parameters
+    ----------
+    rule_metrics, sps_metrics : dict
+        From :func:`compute_metrics` for the rule and for SpS on the same trajectories.
+
+    Returns
+    -------
+    Estimate
+        ``nan`` when SpS rejects nothing.
+
+    References
+    ----------
+    Hao & Mou, ICLR 2026, main table (Rej column); paper.md claim 10.
     """
     x, y = rule_metrics["rejected_per_token"], sps_metrics["rejected_per_token"]
     if y.value <= 0:
