@@ -418,3 +418,58 @@ def test_optional_accept_hook_agrees_with_plan_path():
     a = make_sampler(base)(q, bonus, p, ids, seeded_seqs=gens())
     b = make_sampler(fast)(q, bonus, p, ids, seeded_seqs=gens())
     assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name, knobs", [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])
+def test_accepted_prefix_length_law(name, knobs):
+    """k = 4 different positions per row: the accepted prefix N follows
+    P(N = j) = prod_{i<j} alpha_i (1 - alpha_j), P(N = k) = prod alpha_i, with alpha_i the exact
+    acceptance rate at position i (acceptance events of different positions independent).
+    Chi-square, n = 6,000 rows (kept small: the Mentored solvers cost ~1 ms per row on one
+    CPU thread), false alarm ALPHA; cells with expected count < 5 pooled."""
+    from cactus_theory.analysis.one_step import acceptance_rate
+
+    rule = get_rule(name, **knobs)
+    rng = np.random.default_rng(21)
+    k, V, n = 4, 6, 6_000
+    q = rng.dirichlet(np.full(V, 0.8), size=k + 1)
+    p = rng.dirichlet(np.full(V, 0.8), size=k)
+    alpha = acceptance_rate(rule, q[:k], p)
+    surv = np.concatenate([[1.0], np.cumprod(alpha)])
+    law = np.append(surv[:-1] * (1 - alpha), surv[-1])
+    g = torch.Generator().manual_seed(22)
+    qt = torch.tensor(q, dtype=torch.float32).expand(n, k + 1, V)
+    pt = torch.tensor(p, dtype=torch.float32).expand(n, k, V)
+    ids = torch.stack([torch.multinomial(pt[:, i], 1, replacement=True, generator=g)[:, 0]
+                       for i in range(k)], dim=1)
+    torch.manual_seed(23)
+    out = make_sampler(rule)(qt, torch.zeros(n, 1, dtype=torch.int64), pt, ids)
+    N = ((out != -1).sum(1) - 1).numpy()
+    counts = np.bincount(N, minlength=k + 1).astype(float)
+    exp = n * law
+    assert counts[exp == 0].sum() == 0
+    big = exp >= 5
+    obs_c = np.append(counts[big], counts[~big].sum())
+    exp_c = np.append(exp[big], exp[~big].sum())
+    keep = exp_c > 0
+    if keep.sum() < 2:
+        return
+    pval = stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue
+    assert pval > ALPHA, f"{name}: p = {pval:.2e}, counts {counts}, expected {exp}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_no_host_sync_on_cuda():
+    """forward without seeded rows runs under torch.cuda.set_sync_debug_mode('error')."""
+    dev = torch.device("cuda")
+    q, bonus, p, ids = (t.to(dev) for t in _batch(8, 4, 1000, seed=9))
+    for name in ("sps", "cactus-taylor", "cactus-exact-kl", "tas", "topk", "interpolation"):
+        s = make_sampler(name)
+        s(q, bonus, p, ids)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            s(q, bonus, p, ids)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")

@@ -25,6 +25,15 @@ Deterministic rules (``RuleSpec.deterministic``: TAS, top-k, fuzzy SD) accept if
 :math:`a_n > 1/2` (their :math:`a_n` is 0 or 1) and draw no acceptance uniforms, as vLLM's
 ``TypicalAcceptanceSampler`` draws none.
 
+Memory and synchronization: the accept path holds float32, row-normalized copies of q and p
+(``[B, k, V]`` each, also for float32 input) and whatever the rule's ``plan`` builds (SpS:
+nothing more; Cactus: gamma for every candidate token, ``[B, k, V]``, unless the rule provides
+the optional ``accept_probs_at`` hook used by :meth:`RuleSampler._accept_probs`); the
+recovery step works on ``[B, V]`` rows (the first rejected position of each row). Nothing in
+``forward`` reads a device value on the host (no ``.item()``, ``nonzero``, boolean masking or
+``torch.multinomial``) unless ``strict_mode`` is on; seeded rows add host-to-device index
+copies only.
+
 .. warning::
     Conventions differ between engines (engines.md 1.4, 1.9):
 
