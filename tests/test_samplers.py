@@ -168,6 +168,8 @@ def test_strict_mode_rejects_bad_values():
     bad[0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="target_with_bonus_probs"):
         s(bad, bonus, p, ids)
+    with pytest.raises(ValueError, match="seeded_seqs"):
+        make_sampler("sps")(q, bonus, p, ids, seeded_seqs={5: torch.Generator()})
     with pytest.raises(ValueError, match="rule"):
         make_sampler("no-such-rule")
     with pytest.raises(ValueError, match="delta"):

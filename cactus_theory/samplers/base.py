@@ -290,7 +290,8 @@ class RuleSampler(torch.nn.Module):
         seeded_seqs : dict of int to torch.Generator, optional
             Row index -> generator, as vLLM's: a seeded row draws its k acceptance uniforms and
             then its recovery noise (V exponentials) from its own generator, so its output
-            depends only on its inputs and its generator's state.
+            depends only on its inputs and its generator's state. Generators must live on the
+            inputs' device (as vLLM's); keys outside ``[0, B)`` raise ValueError.
         raw_target_probs, raw_draft_probs : Tensor, optional
             Raw (temperature-1) distributions for rules that decide on them
             (``RuleSpec.needs_raw``), shapes (B, k or k+1, V) and (B, k, V); default: the
@@ -334,6 +335,10 @@ class RuleSampler(torch.nn.Module):
             self._check_values(v, target_with_bonus_probs=target, draft_probs=draft_probs,
                                raw_target_probs=raw_target, raw_draft_probs=raw_draft,
                                draft_token_ids=draft_ids, bonus_token_ids=bonus)
+        if seeded_seqs:
+            bad = [i for i in seeded_seqs if not (isinstance(i, int) and 0 <= i < b)]
+            if bad:
+                raise ValueError(f"seeded_seqs: row indices {bad} outside [0, {b})")
         if b == 0:
             self.last_accepted = torch.zeros((0, k), dtype=torch.bool, device=device)
             return torch.empty((0, k + 1), dtype=self.token_id_dtype, device=device)
