@@ -52,6 +52,7 @@ copies only.
 
 from __future__ import annotations
 
+import numbers
 from typing import Dict, Optional
 
 import torch
@@ -336,7 +337,8 @@ class RuleSampler(torch.nn.Module):
                                raw_target_probs=raw_target, raw_draft_probs=raw_draft,
                                draft_token_ids=draft_ids, bonus_token_ids=bonus)
         if seeded_seqs:
-            bad = [i for i in seeded_seqs if not (isinstance(i, int) and 0 <= i < b)]
+            bad = [i for i in seeded_seqs
+                   if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < b]
             if bad:
                 raise ValueError(f"seeded_seqs: row indices {bad} outside [0, {b})")
         if b == 0:
