@@ -127,6 +127,7 @@ def simulate_table(args) -> str:
     sim = {"rule": [], "sps": []}
     ex = {"rule": [], "sps": []}
     seq = []
+    alphas = []
     from tqdm.auto import tqdm
 
     for _ in tqdm(range(args.trajectories), desc="trajectories (teacher-forced)",
@@ -143,6 +144,7 @@ def simulate_table(args) -> str:
             ex[key].append(chain.totals)
             if key == "rule":
                 seq.append((sequence_divergence(chain), sequence_kl_monte_carlo(laws, m, run_.tokens)))
+                alphas.append(laws.alpha)
     ms = {k: compute_metrics(pool_totals(v), args.cost_ratio) for k, v in sim.items()}
     mx = {k: compute_metrics(pool_totals(v), args.cost_ratio) for k, v in ex.items()}
 
@@ -169,6 +171,10 @@ def simulate_table(args) -> str:
         rej_relative(ms["rule"], ms["sps"]), rej_relative(mx["rule"], mx["sps"]))
     row("AL_m of SpS on the same trajectories (reference)", ms["sps"]["al_paper"],
         mx["sps"]["al_paper"])
+    a_bar = float(np.mean(np.concatenate(alphas)))
+    iid = float(m + 1) if a_bar >= 1.0 else (1.0 - a_bar ** (m + 1)) / (1.0 - a_bar)
+    lines.append(f"{'tokens / call, i.i.d. model (1-a^(m+1))/(1-a), a = mean alpha ' + format(a_bar, '.4f'):<{w}} "
+                 f"{'-':>20} {iid:>10.4f}")
     for i in range(m):
         row(f"per-position acceptance, marginal P(N > {i}) (vLLM V1 per-pos)",
             ms["rule"]["pos_marginal"][i], mx["rule"]["pos_marginal"][i])
