@@ -171,7 +171,8 @@ def saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray
     if base == "taylor":
         name = d.name if d.name in SMOOTH_DIVERGENCES else "kl"
         f2 = get_divergence(name).f_second_at_one
-        val = np.where(mid, f2 * (1 - q) / (2 * np.where(mid, q, 1.0)), 0.0)
+        with np.errstate(over="ignore"):  # a subnormal q_n: beyond the float range -> inf
+            val = np.where(mid, f2 * (1 - q) / (2 * np.where(mid, q, 1.0)), 0.0)
     else:
         val = np.where(mid, d.two_point(np.ones_like(q), q), 0.0)
         # tokens with q_n = 0 whose gamma can grow (finite cost off supp): never saturate
@@ -196,7 +197,10 @@ class CalibrationResult:
     acceptance : ndarray, shape batch
         Cactus's acceptance at that delta.
     saturated : ndarray of bool, shape batch
-        True where no delta makes :math:`\Gamma` exceed :math:`\epsilon`.
+        True where no delta up to the saturation delta makes :math:`\Gamma` exceed
+        :math:`\epsilon`; where the saturation delta is infinite (a base that never
+        saturates, or one beyond the float range for a subnormal q_n) the scan stops at
+        :data:`DELTA_CAP`.
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
