@@ -13,8 +13,9 @@ Families (``synthetic_pairs``):
     with exponent ``s * (1 + jitter)`` over a partially shuffled permutation (a drafter that
     agrees on the head, less on the tail).
 ``"logits"``
-    Gaussian logits with scale ``scale``, q = softmax(z / T), p = softmax((z + noise) / T):
-    temperature-scaled random logits with a correlated drafter.
+    Gaussian logits z with scale ``scale``; the drafter's logits are correlated with
+    correlation ``rho``: z' = rho z + sqrt(1 - rho^2) scale N(0, 1); q = softmax(z / t),
+    p = softmax(z' / t) (temperature-scaled random logits).
 ``"noisy_copy"``
     q from Gaussian logits; p = softmax(log q + noise * N(0,1)): the drafter is a noisy copy
     of the verifier (the usual small/large model relation).
@@ -134,7 +135,7 @@ def truncate(probs, *, temperature: float = 1.0, top_k: int | None = None,
 
 def synthetic_pairs(family: str, n_pairs: int, vocab_size: int, rng=None, *,
                     concentration: float = 0.3, s: float = 1.1, jitter: float = 0.1,
-                    scale: float = 3.0, noise: float = 1.0, t: float = 1.0):
+                    scale: float = 3.0, noise: float = 1.0, t: float = 1.0, rho: float = 0.8):
     """Draw ``n_pairs`` verifier/drafter pairs from a synthetic family.
 
     Parameters
@@ -152,7 +153,9 @@ def synthetic_pairs(family: str, n_pairs: int, vocab_size: int, rng=None, *,
     s, jitter : float
         Zipf exponent and the drafter's relative exponent change (``"zipf"``).
     scale, noise, t : float
-        Logit scale, drafter noise scale and temperature (``"logits"``, ``"noisy_copy"``).
+        Logit scale, drafter noise scale (``"noisy_copy"``) and temperature.
+    rho : float
+        Correlation of the drafter's logits with the verifier's (``"logits"``), in [-1, 1].
 
     Returns
     -------
@@ -185,9 +188,12 @@ def synthetic_pairs(family: str, n_pairs: int, vocab_size: int, rng=None, *,
             perm2[swap] = rng.permutation(perm2[swap])
             p[i, perm2] = ranks ** (-s * (1 + jitter * rng.standard_normal()))
         return q / q.sum(-1, keepdims=True), p / p.sum(-1, keepdims=True)
+    if not -1 <= rho <= 1:
+        raise ValueError(f"rho: must lie in [-1, 1], got {rho}")
     z = scale * rng.standard_normal((n, V))
     if family == "logits":
-        return softmax(z / t), softmax((z + noise * rng.standard_normal((n, V))) / t)
+        z2 = rho * z + np.sqrt(1 - rho ** 2) * scale * rng.standard_normal((n, V))
+        return softmax(z / t), softmax(z2 / t)
     q = softmax(z / t)
     return q, softmax(np.log(q) + noise * rng.standard_normal((n, V)))
 

@@ -21,6 +21,13 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+try:  # one intra-op thread per test worker: xdist already runs one worker per core, and
+    import torch  # thread-pool contention on 2 shared cores made torch tests ~8x slower
+
+    torch.set_num_threads(1)
+except ImportError:  # pragma: no cover - torch is a dependency; stay importable without it
+    pass
+
 
 def assert_close(actual, expected, *, rtol=None, atol=0.0, err_msg=""):
     """``np.testing.assert_allclose`` with a dtype-dependent default rtol of 4 sqrt(eps)."""

@@ -202,3 +202,13 @@ def test_bad_token_ids_raise():
         as_token_ids(np.array([3]), 3, (1,))
     with pytest.raises(ValueError, match="draft_token_ids.*out of range"):
         as_token_ids(np.array([-1]), 3, (1,))
+
+
+@pytest.mark.parametrize("name", CACTUS)
+@given(pair=pairs(1, 64), delta=deltas, seed=st.integers(0, 2**31 - 1))
+def test_accept_probs_at_drafted_tokens_equals_plan_path(name, pair, delta, seed):
+    """The samplers' shortcut (gamma at q_n only) is the plan's acceptance, bit for bit."""
+    q, p = pair
+    rule = _rule(name, delta)
+    ids = np.random.default_rng(seed).integers(0, q.shape[-1], size=())
+    assert rule.accept_probs_at(q, p, ids) == make_plan(rule, q, p).accept_probs_at(ids)

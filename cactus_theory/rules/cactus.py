@@ -31,7 +31,7 @@ import math
 
 from ..divergences import DIVERGENCES
 from ..solvers.spike import exact_spike, taylor_spike
-from .plans import SpikePlan
+from .plans import SpikePlan, gather, ratio_acceptance
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["CactusTaylor", "CactusExact", "SMOOTH_DIVERGENCES"]
@@ -42,30 +42,51 @@ SMOOTH_DIVERGENCES = tuple(n for n, d in DIVERGENCES.items() if math.isfinite(d.
 _DELTA = Knob("delta", 1.0, 0.0, math.inf, doc="divergence budget per draft (0 gives SpS)")
 
 
-class CactusTaylor(Rule):
+class _CactusBase(Rule):
+    """Shared by both Cactus rules: gamma is an elementwise function of q_n."""
+
+    def spike(self, q_n):
+        """gamma for verifier probabilities ``q_n`` (any shape; array-agnostic)."""
+        raise NotImplementedError
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """``SpikePlan`` with gamma for every candidate token (array-agnostic)."""
+        return SpikePlan(target_probs, draft_probs, self.spike(target_probs))
+
+    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                        raw_draft_probs=None):
+        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` of the drafted tokens only.
+
+        Equal to ``plan(...).accept_probs_at(token_ids)`` but evaluates gamma at the drafted
+        tokens alone (shape ``token_ids.shape``) instead of the whole vocabulary: the samplers'
+        accept path uses it.
+        """
+        q_n = gather(target_probs, token_ids)
+        return ratio_acceptance(self.spike(q_n), gather(draft_probs, token_ids))
+
+
+class CactusTaylor(_CactusBase):
     r"""Cactus with Corollary 5's Taylor point :math:`\gamma_n = \min(1, q_n + \sqrt{2\delta q_n(1-q_n)})`."""
 
     def __init__(self, delta: float, divergence: str = "kl"):
         self.delta = delta
         self.divergence = divergence
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``SpikePlan`` with the Taylor gamma for every candidate token (array-agnostic)."""
-        return SpikePlan(target_probs, draft_probs,
-                         taylor_spike(target_probs, self.delta, self.divergence))
+    def spike(self, q_n):
+        """Corollary 5's gamma for ``q_n`` (array-agnostic)."""
+        return taylor_spike(q_n, self.delta, self.divergence)
 
 
-class CactusExact(Rule):
+class CactusExact(_CactusBase):
     """Cactus with Theorem 2's exact gamma: two-point ``D(h^(n) || q) = delta``, capped at 1."""
 
     def __init__(self, delta: float, divergence: str):
         self.delta = delta
         self.divergence = divergence
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``SpikePlan`` with the exact gamma for every candidate token (array-agnostic)."""
-        return SpikePlan(target_probs, draft_probs,
-                         exact_spike(target_probs, self.delta, self.divergence))
+    def spike(self, q_n):
+        """Theorem 2's gamma for ``q_n`` (array-agnostic)."""
+        return exact_spike(q_n, self.delta, self.divergence)
 
 
 register(RuleSpec(
