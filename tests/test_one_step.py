@@ -211,4 +211,5 @@ def test_accept_probs_at_drafted_tokens_equals_plan_path(name, pair, delta, seed
     q, p = pair
     rule = _rule(name, delta)
     ids = np.random.default_rng(seed).integers(0, q.shape[-1], size=())
-    assert rule.accept_probs_at(q, p, ids) == make_plan(rule, q, p).accept_probs_at(ids)
+    plan = make_plan(rule, q, p)  # validated, renormalized rows: the same inputs for both paths
+    assert rule.accept_probs_at(plan.target_probs, plan.draft_probs, ids) == plan.accept_probs_at(ids)
