@@ -199,7 +199,17 @@ def train(args):
     sub = torch.sort(torch.topk(mass, args.sub_vocab).indices).values
     cover = mass[sub].sum() / mass.sum()
     print(f"sub-vocabulary of {args.sub_vocab} covers {float(cover):.4f} of the teacher top-32 mass (specials weighted up)")
-    model = DistilledDrafter.from_verifier(lm.model, sub, n_frozen=args.n_frozen, n_trained=args.n_trained)
+    if args.init:
+        # continue from saved weights (their sub-vocabulary and layer counts win)
+        from cactus_theory.logits.drafters import load_distilled
+
+        model = load_distilled(lm.model, args.init)
+        sub = model.sub_vocab.clone()
+        args.n_frozen, args.n_trained, args.sub_vocab = model.n_frozen, model.n_trained, len(sub)
+        model.train()
+        print(f"continuing from {args.init} ({model.meta})", flush=True)
+    else:
+        model = DistilledDrafter.from_verifier(lm.model, sub, n_frozen=args.n_frozen, n_trained=args.n_trained)
     params = [p for p in model.parameters() if p.requires_grad]
     print(f"trainable params: {sum(p.numel() for p in params) / 1e6:.2f} M", flush=True)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
@@ -284,7 +294,8 @@ def train(args):
                 save_distilled(model, args.out, meta={"steps": step})
     va = val_acceptance()
     print(f"final val acceptance (T=1, vs teacher top-32): {va:.4f} after {step} steps", flush=True)
-    save_distilled(model, args.out, meta={"steps": step, "val_acceptance_T1_top32": va,
+    prev = int(getattr(model, "meta", {}).get("steps", 0)) if args.init else 0
+    save_distilled(model, args.out, meta={"steps": prev + step, "val_acceptance_T1_top32": va,
                                            "train_sequences": len(tr), "n_frozen": args.n_frozen,
                                            "n_trained": args.n_trained, "sub_vocab": args.sub_vocab})
     print(f"saved {args.out}")
@@ -304,6 +315,7 @@ def main(argv=None):
     ap.add_argument("--n-trained", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--max-steps", type=int, default=10**9)
+    ap.add_argument("--init", default=None, help="continue training from these saved weights")
     ap.add_argument("--max-len", type=int, default=320, help="training sequence length cap (tokens)")
     ap.add_argument("--positions", type=int, default=768, help="loss positions sampled per step")
     ap.add_argument("--out", default=str(REPO / "cactus_theory" / "data" / "drafters" / "smollm2-distilled.pt"))
