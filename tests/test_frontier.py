@@ -182,3 +182,14 @@ def test_every_rule_sweep_stays_below_the_frontier():
             # the rule's recomputed divergence carries ~1e-15 of rounding and F ~ sqrt(eps)
             # near 0, so a point at D = 0 may read up to ~1e-7 above F; elsewhere ~1e-12
             assert np.all(gap >= -1e-7), (name, d, gap.min())
+
+
+def test_cvxpy_oracle_falls_back_and_never_returns_unverified():
+    q, p = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.2, 0.6])
+    res = max_acceptance_cvxpy(q, p, 0.1, "kl", solvers=("NOT_A_SOLVER", "CLARABEL"))
+    assert res.solver == "CLARABEL" and res.attempts[0][1].startswith("error")
+    assert abs(res.acceptance - float(frontier(q, p, 0.1, "kl").acceptance[0])) <= 1e-6
+    with pytest.raises(SolverFailure, match="NOT_A_SOLVER"):
+        max_acceptance_cvxpy(q, p, 0.1, "kl", solvers=("NOT_A_SOLVER",))
+    with pytest.raises(ValueError, match="budget"):
+        max_acceptance_cvxpy(q, p, -1.0, "kl")
