@@ -66,6 +66,27 @@ def section_families(seed: int = 0, n_pairs: int = 400, vocab_size: int = 64) ->
     return "\n".join(out)
 
 
+def section_rules(seed: int = 0, vocab_size: int = 256, n_pairs: int = 8) -> str:
+    """Every registered rule at its default knobs: acceptance, true emitted divergences, gaps."""
+    from .analysis.rule_table import format_rule_table, rule_table
+
+    out = ["## Every rule at its default knobs (issue 3's table; means over positions)",
+           "accept = sum_n p_n a_n; KL, TV of the emitted h_alg from q; gap = frontier acceptance at "
+           "the rule's own true divergence minus the rule's (>= 0; inf divergence: frontier = 1).",
+           "Cascades and fuzzy SD decide on the raw (untruncated) rows."]
+    q, p = np.array([[0.30, 0.35, 0.35]]), np.array([[0.05, 0.80, 0.15]])
+    out.append(format_rule_table(rule_table(q, p), title="[README pair q = (.30,.35,.35), "
+                                 "p = (.05,.80,.15), untruncated]", show_knobs=False))
+    rq, rp = synthetic_pairs("noisy_copy", n_pairs, vocab_size, seed)
+    out.append(format_rule_table(rule_table(rq, rp), title=f"[noisy copy, V = {vocab_size}, "
+                                 f"{n_pairs} positions, untruncated]", show_knobs=False))
+    tq, tp = truncate(rq, **PAPER_TRUNCATION), truncate(rp, **PAPER_TRUNCATION)
+    out.append(format_rule_table(rule_table(tq, tp, raw_target_probs=rq, raw_draft_probs=rp),
+                                 title=f"[noisy copy, V = {vocab_size}, {n_pairs} positions, "
+                                 "truncated T 0.6 / top-k 20 / top-p 0.95]", show_knobs=True))
+    return "\n\n".join(out)
+
+
 #: Rules compared in the chain section, at the paper's deltas and every peer's defaults.
 CHAIN_RULES = (("sps", {}), ("tas", {}), ("cactus-taylor", {"delta": 0.75}),
                ("cactus-taylor", {"delta": 1.0}), ("cactus-exact-kl", {"delta": 0.75}),
@@ -123,6 +144,7 @@ SECTIONS = {
     "claims": section_claims,
     "taylor": section_taylor_grid,
     "families": section_families,
+    "rules": section_rules,
     "chain": section_chain,
 }
 

@@ -1,4 +1,7 @@
-"""What a rule emits: exact one-step analysis, and the Taylor-vs-exact comparison."""
+"""What a rule emits: one-step analysis, Taylor vs exact, the frontier, calibration, tables.
+
+Importing it registers the ``cactus-calibrated`` rule (defined in :mod:`.calibration`).
+"""
 
 from .one_step import (
     OneStepResult,
@@ -9,6 +12,7 @@ from .one_step import (
     make_plan,
     per_draft_divergence,
 )
+from . import calibration  # noqa: F401,E402  (registers cactus-calibrated)
 
 __all__ = [
     "OneStepResult", "acceptance_probabilities", "acceptance_rate", "analyze",
