@@ -87,6 +87,29 @@ def section_rules(seed: int = 0, vocab_size: int = 256, n_pairs: int = 8) -> str
     return "\n\n".join(out)
 
 
+def section_calibration(seed: int = 0, vocab_size: int = 256, n_pairs: int = 100) -> str:
+    """Delta calibrated to a target emitted KL eps: per position, one global delta, Mentored."""
+    from .analysis.calibration import compare_with_mentored
+
+    lines = ["## Calibration: the delta that meets a target emitted KL(h_alg||q) = eps (Cactus-Taylor)",
+             f"noisy copy, V = {vocab_size}, {n_pairs} positions. per-position = the largest delta with "
+             "emitted KL <= eps at each position (the cactus-calibrated rule); global = one delta whose",
+             "MEAN emitted KL is eps (so some positions exceed eps); Mentored = the acceptance-optimal "
+             "rule with KL(pi||q) <= eps at every position (an upper bound on both).",
+             f"{'rows':<12}{'eps':>6}{'SpS':>8}{'per-pos':>9}{'global':>8}{'Mentored':>10}"
+             f"{'global delta':>14}{'median delta':>14}{'% > eps':>9}"]
+    q, p = synthetic_pairs("noisy_copy", n_pairs, vocab_size, seed)
+    for label, (qq, pp) in (("untruncated", (q, p)),
+                            ("truncated", (truncate(q, **PAPER_TRUNCATION), truncate(p, **PAPER_TRUNCATION)))):
+        for eps in (0.05, 0.1, 0.2):
+            s = compare_with_mentored(qq, pp, eps).summary
+            lines.append(f"{label:<12}{eps:>6g}{s['acceptance_sps']:>8.4f}{s['acceptance_per_position']:>9.4f}"
+                         f"{s['acceptance_global']:>8.4f}{s['acceptance_mentored']:>10.4f}"
+                         f"{s['global_delta']:>14.4g}{s['median_per_position_delta']:>14.4g}"
+                         f"{100 * s['fraction_over_eps_global']:>9.0f}")
+    return "\n".join(lines)
+
+
 #: Rules compared in the chain section, at the paper's deltas and every peer's defaults.
 CHAIN_RULES = (("sps", {}), ("tas", {}), ("cactus-taylor", {"delta": 0.75}),
                ("cactus-taylor", {"delta": 1.0}), ("cactus-exact-kl", {"delta": 0.75}),
@@ -145,6 +168,7 @@ SECTIONS = {
     "taylor": section_taylor_grid,
     "families": section_families,
     "rules": section_rules,
+    "calibration": section_calibration,
     "chain": section_chain,
 }
 
