@@ -86,24 +86,32 @@ def sample_counts(verifier, drafter, sampler, n, prompt):
 
 def chi2_pvalue(counts, probs):
     # Pearson chi-square on all V**L = 64 cells; the fixture models give every cell an expected
-    # count above 5 at n = 1000 (checked below), where the chi-square approximation holds.
+    # count above 5 at n = 800 (checked below), where the chi-square approximation holds.
     exp = probs * counts.sum()
     assert exp.min() > 5
     return stats.chisquare(counts, exp).pvalue
 
 
-N_SAMPLES = 1000
+N_SAMPLES = 800
 ALPHA = 1e-3  # false-alarm rate of the test for a correct loop (the seed is fixed, so it is deterministic)
 
 
-def test_sps_loop_reproduces_verifier_distribution(pair):
+def toolkit_sps():
+    from cactus_theory.samplers import make_sampler
+
+    return make_sampler("sps")
+
+
+@pytest.mark.parametrize("which", ["local", "toolkit"])
+def test_sps_loop_reproduces_verifier_distribution(pair, which):
     verifier, drafter = pair
+    sampler = local_sps if which == "local" else toolkit_sps()
     prompt = [1, 2]
     _, probs = exact_sequence_probs(verifier, prompt)
     _, dprobs = exact_sequence_probs(drafter, prompt)
     # The pair must be far apart, or the test would pass even for a loop that emits the drafter.
     assert 0.5 * np.abs(probs - dprobs).sum() > 0.25  # it is 0.32 for these seeds
-    counts = sample_counts(verifier, drafter, local_sps, N_SAMPLES, prompt)
+    counts = sample_counts(verifier, drafter, sampler, N_SAMPLES, prompt)
     assert chi2_pvalue(counts, probs) > ALPHA
 
 
