@@ -70,6 +70,8 @@ def run_dump(args) -> int:
 def add_decode_parser(subparsers):
     p = subparsers.add_parser("decode", help="real speculative decoding vs verifier-only decoding",
                               description="Real speculative decoding with SmolLM2-135M-Instruct on CPU.")
+    p.add_argument("--shipped", action="store_true",
+                   help="re-run the shipped measurement into cactus_theory/data/real/decode (about 15 CPU minutes)")
     p.add_argument("--drafter", default="distilled", help="early-exit:K, requant:B or distilled")
     p.add_argument("--m", type=int, action="append", default=None, help="draft length (repeatable; default 2 and 4)")
     p.add_argument("--rule", default="sps", help="a rule of cactus_theory.rules (e.g. sps, cactus-taylor)")
@@ -89,6 +91,11 @@ def run_decode(args) -> int:
     from .decode import BenchConfig, run_benchmark
     from .prompts import benchmark_mix, load_prompts, load_user_prompts
 
+    if args.shipped:
+        from .decode import regenerate_decode_results
+
+        print(json.dumps(regenerate_decode_results(threads=args.threads or 2, progress=True), indent=1))
+        return 0
     if args.prompts in ("gsm8k", "spec_bench", "ifeval"):
         prompts = load_prompts(args.prompts, "eval")[: args.n_prompts]
     elif args.prompts == "mix":

@@ -430,7 +430,61 @@ def run_benchmark(prompts, configs, max_new_tokens: int = 192, seed: int = 0, th
     return out
 
 
+DECODE_DIR = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "real" / "decode"
+SHIPPED_RECORDS = ("distilled_m2_sps.npz", "distilled_m2_cactus-taylor_delta0.75.npz")
+
+
+def regenerate_decode_results(out_dir=None, threads: int = 2, progress: bool = False) -> dict:
+    """Re-run the shipped decoding measurement (about 15 CPU minutes on 2 cores).
+
+    Main run: the first 8 GSM8K evaluation problems, 200 new tokens, distilled drafter with SpS at
+    m = 1, 2, 3 and Cactus (Taylor, delta = 0.75) at m = 2, interleaved with verifier-only
+    decoding. Side run: 2 Spec-Bench prompts (writing, coding), 64 tokens, early-exit-15 and
+    requant-4 drafters at m = 2 (SpS). Writes ``results.json`` and the recorded (q, p) of the two
+    m = 2 runs (:data:`SHIPPED_RECORDS`) to ``out_dir`` (default ``cactus_theory/data/real/decode``).
+    """
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from .format import atomic_write_bytes
+    from .prompts import load_prompts
+
+    out_dir = Path(out_dir) if out_dir else DECODE_DIR
+    tmp = Path(tempfile.mkdtemp())
+    main = run_benchmark(load_prompts("gsm8k", "eval")[:8],
+                         [BenchConfig("distilled", 1), BenchConfig("distilled", 2), BenchConfig("distilled", 3),
+                          BenchConfig("distilled", 2, "cactus-taylor", {"delta": 0.75})],
+                         max_new_tokens=200, seed=0, threads=threads, out_dir=tmp, progress=progress)
+    side = run_benchmark(load_prompts("spec_bench", "eval", categories=["writing", "coding"])[:2],
+                         [BenchConfig("early-exit:15", 2), BenchConfig("requant:4", 2)],
+                         max_new_tokens=64, seed=0, threads=threads, out_dir=None, progress=progress)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in SHIPPED_RECORDS:
+        shutil.copyfile(tmp / name, out_dir / (name + ".tmp"))
+        (out_dir / (name + ".tmp")).replace(out_dir / name)
+    for r in (main, side):
+        for c in r["configs"].values():
+            c.pop("records", None)
+    res = {"main": main, "side": side}
+    atomic_write_bytes(out_dir / "results.json", json.dumps(res, indent=1).encode())
+    shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def shipped_decode_records() -> list:
+    """The committed decoding records (compact dumps of drafted positions, see
+    :func:`records_to_dump`)."""
+    return sorted(DECODE_DIR.glob("*.npz"))
+
+
 __all__ = [
+    "DECODE_DIR", "regenerate_decode_results", "shipped_decode_records",
     "BenchConfig", "run_benchmark", "DecodeResult", "RoundRecord", "expected_accepted", "records_to_dump", "resolve_sampler",
     "speculative_decode", "verifier_decode", "verifier_nll",
 ]
+
+
+if __name__ == "__main__":  # python -m cactus_theory.logits.decode: regenerate the shipped measurement
+    regenerate_decode_results(progress=True)
