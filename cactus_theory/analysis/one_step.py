@@ -143,27 +143,30 @@ def _emitted_fixed_recovery(p, a, r):
 
 
 def _emitted_spike_fast(q, p, gamma):
-    """Theorem 3's mixture for the spike structure in O(V log V) per row (module docstring)."""
+    """Theorem 3's mixture for the spike structure in O(V log V) per row (module docstring).
+
+    One joint ascending sort of the keys (t_j, c_n) per row serves both passes: prefix sums
+    over t-entries give Z_n, suffix sums over c-entries give sum_{c_n > t_j} u_n (c_n - t_j).
+    Entries with c_n == t_j contribute c_n q_j - p_j = 0 to both, so the order among ties is
+    immaterial.
+    """
     V = q.shape[-1]
     a = np.clip(ratio_acceptance(gamma, p), 0.0, 1.0)
     w = np.where(p > 0, np.maximum(p - gamma, 0.0), 0.0)          # p_n (1 - a_n)
-    q_n = q
-    c = spike_scale(q_n, gamma)
+    c = spike_scale(q, gamma)
     pos_q = q > 0
     t = np.where(pos_q, p / np.where(pos_q, q, 1.0), np.inf)      # t_j = p_j / q_j
-    # Z_n = sum_{j: t_j < c_n} (c_n q_j - p_j), corrected at j = n (h_n = gamma_n, not c_n q_n).
-    keys = np.concatenate([t, c], axis=-1)
-    # Ascending; at ties the t-entries (index < V) come first, but ties contribute 0 anyway.
-    order = np.argsort(keys, axis=-1, kind="stable")
-    is_t = order < V
+    order = np.argsort(np.concatenate([t, c], axis=-1), axis=-1, kind="stable")
+    inv = np.empty_like(order)                                    # inverse permutation
+    np.put_along_axis(inv, order, np.broadcast_to(np.arange(2 * V), order.shape), axis=-1)
     zeros = np.zeros_like(q)
-    qs = np.take_along_axis(np.concatenate([q, zeros], -1), order, -1)
-    ps = np.take_along_axis(np.concatenate([p, zeros], -1), order, -1)
-    cq = np.cumsum(np.where(is_t, qs, 0.0), axis=-1)
-    cp = np.cumsum(np.where(is_t, ps, 0.0), axis=-1)
-    # for a c-entry, the prefix sums over t-entries strictly before it (ties: t before c, but a
-    # tied t has c q_j - p_j = 0, so including it is harmless)
-    inv = np.argsort(order, axis=-1)
+
+    def sorted_(x_t, x_c):
+        return np.take_along_axis(np.concatenate([x_t, x_c], -1), order, -1)
+
+    # Z_n = sum_{j: t_j < c_n} (c_n q_j - p_j), corrected at j = n (h_n = gamma_n, not c_n q_n)
+    cq = np.cumsum(sorted_(q, zeros), axis=-1)
+    cp = np.cumsum(sorted_(p, zeros), axis=-1)
     cq_c = np.take_along_axis(cq, inv[..., V:], -1)
     cp_c = np.take_along_axis(cp, inv[..., V:], -1)
     S = np.maximum(c * cq_c - cp_c, 0.0)
@@ -171,18 +174,11 @@ def _emitted_spike_fast(q, p, gamma):
     rejected = w > 0
     u = np.where(rejected, w / np.where(rejected & (Z > 0), Z, 1.0), 0.0)
     empty = rejected & (Z <= 0)
-    # sum_n u_n max(0, c_n - t_j): descending pass; for a t-entry, sum over c-entries before it.
-    keys_d = np.concatenate([-t, -c], axis=-1)
-    order_d = np.argsort(keys_d, axis=-1, kind="stable")
-    # at ties (c_n == t_j) the t-entries come first, so c_n == t_j is excluded (contributes 0)
-    is_c = order_d >= V
-    uc_all = np.concatenate([zeros, u * c], -1)
-    u_all = np.concatenate([zeros, u], -1)
-    suc = np.cumsum(np.where(is_c, np.take_along_axis(uc_all, order_d, -1), 0.0), axis=-1)
-    su = np.cumsum(np.where(is_c, np.take_along_axis(u_all, order_d, -1), 0.0), axis=-1)
-    inv_d = np.argsort(order_d, axis=-1)
-    suc_t = np.take_along_axis(suc, inv_d[..., :V], -1)
-    su_t = np.take_along_axis(su, inv_d[..., :V], -1)
+    # sum_{n: c_n > t_j} u_n c_n and u_n: suffix sums over the c-entries after t-entry j
+    suc = np.cumsum(sorted_(zeros, u * c)[..., ::-1], axis=-1)[..., ::-1]
+    su = np.cumsum(sorted_(zeros, u)[..., ::-1], axis=-1)[..., ::-1]
+    suc_t = np.take_along_axis(suc, inv[..., :V], -1)
+    su_t = np.take_along_axis(su, inv[..., :V], -1)
     finite_t = np.isfinite(t)  # t_j = inf (q_j = 0, or p_j/q_j overflowing): never in a residual
     t_fin = np.where(finite_t, t, 0.0)
     mix = np.where(finite_t, q * np.maximum(suc_t - t_fin * su_t, 0.0), 0.0)

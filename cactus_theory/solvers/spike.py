@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from array_api_compat import array_namespace
 
 from ..divergences import get_divergence
@@ -112,18 +113,35 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None):
     d = get_divergence(divergence)
     xp, delta = _as_xp(q_n, delta)
     q_n, delta = xp.broadcast_arrays(q_n, delta)
+    if isinstance(q_n, np.ndarray):
+        q_n, delta = np.array(q_n, dtype=np.float64), np.asarray(delta, dtype=np.float64)
     if iterations is None:
         iterations = 64 if "float64" in str(q_n.dtype) else 32
     one = xp.ones_like(q_n)
     at_one = d.two_point(one, q_n)
-    lo, hi = q_n, one
+    if isinstance(q_n, np.ndarray):
+        # numpy: bisect only the entries whose root is not known in advance (capped at 1,
+        # delta = 0, or q_n = 0 under a divergence that charges +inf off supp(q)); truncated
+        # rows are mostly zeros. Same arithmetic on the rest, so the same result bit for bit.
+        gamma = np.where(at_one <= delta, 1.0, q_n)
+        active = (at_one > delta) & (delta > 0) & ((q_n > 0) | d.finite_off_support)
+        if np.any(active):
+            gamma[active] = _bisect(np, d, q_n[active], delta[active], iterations)
+        return gamma
+    lo = _bisect(xp, d, q_n, delta, iterations)
+    gamma = xp.where(at_one <= delta, one, lo)
+    return xp.where(delta == 0, q_n, gamma)
+
+
+def _bisect(xp, d, q_n, delta, iterations):
+    """The feasible end of the bisection bracket [q_n, 1] after ``iterations`` halvings."""
+    lo, hi = q_n, xp.ones_like(q_n)
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
         ok = d.two_point(mid, q_n) <= delta
         lo = xp.where(ok, mid, lo)
         hi = xp.where(ok, hi, mid)
-    gamma = xp.where(at_one <= delta, one, lo)
-    return xp.where(delta == 0, q_n, gamma)
+    return lo
 
 
 def spike_scale(q_n, gamma):
