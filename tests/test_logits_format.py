@@ -187,3 +187,19 @@ def test_shipped_dumps_load_and_are_normalized():
         assert (q > 0).sum(-1).max() <= d.meta["transforms"]["top_k"]
         cats = set(d.categories())
         assert {"gsm8k", "ifeval", "coding", "translation"} <= cats
+
+
+@pytest.mark.parametrize("which,V", [("smollm2", 49152), ("gemma3", 262144)])
+def test_shipped_full_vocab_samples(which, V):
+    from cactus_theory.logits import load_full_vocab_sample
+    from cactus_theory.logits.loader import FULL_VOCAB_SAMPLES
+
+    if not FULL_VOCAB_SAMPLES[which].exists():
+        pytest.skip("sample not generated")
+    q, p = load_full_vocab_sample(which)
+    assert q.shape == p.shape and q.shape[1] == V and q.dtype == np.float64
+    np.testing.assert_allclose(q.sum(-1), 1, atol=1e-9)  # renormalized in float64 on load
+    np.testing.assert_allclose(p.sum(-1), 1, atol=1e-9)
+    acc = np.minimum(q, p).sum(-1)
+    # a 4-bit re-quantized copy of the same model: neither identical nor unrelated
+    assert np.all((acc > 0.3) & (acc < 0.999))

@@ -345,7 +345,22 @@ def regenerate_shipped(out_dir=None, progress=True, full_vocab=True, threads: in
         fv = out_dir / FULL_VOCAB_PATH.relative_to(REAL_DIR)
         fv_prompts = [p for p in benchmark_mix(1) if p.category in ("gsm8k", "coding", "writing", "translation")]
         paths.append(dump_full_vocab(lm, "requant:4", fv_prompts, 6, fv, DumpConfig(device=dev, seed=0)))
+        paths.append(regenerate_gemma_full_vocab(out_dir))
     return paths
+
+
+def regenerate_gemma_full_vocab(out_dir=None) -> Path:
+    """Gemma-3-270M full-vocabulary sample (4 positions x 262,144 tokens; q = Gemma-3-270M base,
+    p = its 4-bit RTN re-quantized copy): one position after each of 4 prompts (GSM8K, coding,
+    writing, translation), formatted by :func:`chat_ids` (the GGUF's chat template when it carries one)."""
+    from .models import default_device, load_gemma3
+
+    out_dir = Path(out_dir) if out_dir else REAL_DIR
+    dev = default_device()
+    lm = load_gemma3(device=dev)
+    fv_prompts = [p for p in benchmark_mix(1) if p.category in ("gsm8k", "coding", "writing", "translation")]
+    return dump_full_vocab(lm, "requant:4", fv_prompts, 1, out_dir / "full_vocab" / "gemma-3-270m_full-vocab.npz",
+                           DumpConfig(device=dev, seed=0))
 
 
 def build_parser(ap: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

