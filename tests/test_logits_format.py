@@ -201,5 +201,6 @@ def test_shipped_full_vocab_samples(which, V):
     np.testing.assert_allclose(q.sum(-1), 1, atol=1e-9)  # renormalized in float64 on load
     np.testing.assert_allclose(p.sum(-1), 1, atol=1e-9)
     acc = np.minimum(q, p).sum(-1)
-    # a 4-bit re-quantized copy of the same model: neither identical nor unrelated
-    assert np.all((acc > 0.3) & (acc < 0.999))
+    # a 4-bit re-quantized copy of the same model: neither identical nor unrelated (single
+    # positions can be near-deterministic for both, with acceptance ~1, so test the mean)
+    assert 0.3 < acc.mean() < 0.99 and acc.min() > 0.3
