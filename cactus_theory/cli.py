@@ -6,25 +6,16 @@ Errors in arguments or inputs exit with status 2 and one line on stderr.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
+
+from ._io import atomic_write_text
 
 __all__ = ["main", "write_atomic"]
 
 
 def write_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename (never half-written)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, text)
 
 
 def _cmd_report(args) -> int:

@@ -6,9 +6,12 @@ from seeded synthetic inputs, so re-running gives the same picture.
 
 from __future__ import annotations
 
+import io
 import os
 
 import numpy as np
+
+from ._io import atomic_write_bytes
 
 from .analysis.comparison import taylor_kl_bound, taylor_vs_exact_grid, taylor_vs_exact_pairs
 from .distributions import synthetic_pairs, truncate
@@ -97,10 +100,10 @@ def write_figures(folder: str, names=None, seed: int = 0) -> list[str]:
     paths = []
     for name in names:
         fig = FIGURES[name](seed=seed)
-        path = os.path.join(folder, f"{name}.png")
-        tmp = os.path.join(folder, f".tmp-{name}.png")
-        fig.savefig(tmp, bbox_inches="tight")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
         plt.close(fig)
-        os.replace(tmp, path)
+        path = os.path.join(folder, f"{name}.png")
+        atomic_write_bytes(path, buf.getvalue())
         paths.append(path)
     return paths

@@ -32,15 +32,18 @@ def test_cli_rules_lists_registry(capsys):
     assert "cactus-taylor" in out and "sps" in out
 
 
-def test_write_atomic_leaves_nothing_half_written(tmp_path):
+def test_write_atomic_leaves_nothing_half_written(tmp_path, monkeypatch):
     target = tmp_path / "out.txt"
     write_atomic(str(target), "first")
 
+    def interrupted(*args):
+        raise KeyboardInterrupt  # the process is stopped between writing and renaming
 
-    with pytest.raises(TypeError):
-        write_atomic(str(target), 12345)  # not text: the write fails midway
+    monkeypatch.setattr("os.replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(str(target), "second, never seen")
     assert target.read_text() == "first"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # no temporary left
 
 
 def test_console_script_runs():

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import copy
 import io
-import os
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from torch import nn
+
+from .._io import atomic_write_bytes
 
 DISTILLED_PATH = Path(__file__).resolve().parents[1] / "data" / "drafters" / "smollm2-distilled.pt"
 BUILTIN_DRAFTERS = ("early-exit:K", "requant:B", "distilled")
@@ -249,18 +249,7 @@ def save_distilled(model: DistilledDrafter, path, meta: dict | None = None) -> P
     }
     buf = io.BytesIO()
     torch.save(blob, buf)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buf.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def load_distilled(verifier, path=None) -> DistilledDrafter:

@@ -69,12 +69,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from .._io import atomic_write_bytes  # noqa: F401  (re-exported: part of this module's API)
 
 FORMAT = "cactus_theory.dump/1"
 FULL_VOCAB_FORMAT = "cactus_theory.full_vocab/1"
@@ -106,27 +106,6 @@ def checksum(arrays: dict) -> str:
         h.update(repr(tuple(a.shape)).encode())
         h.update(a.tobytes())
     return h.hexdigest()
-
-
-def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def write_arrays(path, arrays: dict, meta: dict) -> Path:
