@@ -87,26 +87,36 @@ def section_rules(seed: int = 0, vocab_size: int = 256, n_pairs: int = 8) -> str
     return "\n\n".join(out)
 
 
-def section_calibration(seed: int = 0, vocab_size: int = 256, n_pairs: int = 100) -> str:
-    """Delta calibrated to a target emitted KL eps: per position, one global delta, Mentored."""
+def calibration_table(target_probs, draft_probs, eps_values=(0.05, 0.1, 0.2), label="") -> list[str]:
+    """Rows of calibrated Cactus-Taylor (per position, global) vs Mentored at each eps."""
     from .analysis.calibration import compare_with_mentored
 
+    rows = []
+    for eps in eps_values:
+        sm = compare_with_mentored(target_probs, draft_probs, eps).summary
+        rows.append(f"{label:<12}{eps:>6g}{sm['acceptance_sps']:>8.4f}{sm['acceptance_per_position']:>9.4f}"
+                    f"{sm['acceptance_global']:>8.4f}{sm['acceptance_mentored']:>10.4f}"
+                    f"{sm['global_delta']:>14.4g}{sm['median_per_position_delta']:>14.4g}"
+                    f"{100 * sm['fraction_over_eps_global']:>9.0f}")
+    return rows
+
+
+CALIBRATION_HEADER = (f"{'rows':<12}{'eps':>6}{'SpS':>8}{'per-pos':>9}{'global':>8}{'Mentored':>10}"
+                      f"{'global delta':>14}{'median delta':>14}{'% > eps':>9}")
+
+
+def section_calibration(seed: int = 0, vocab_size: int = 256, n_pairs: int = 100) -> str:
+    """Delta calibrated to a target emitted KL eps: per position, one global delta, Mentored."""
     lines = ["## Calibration: the delta that meets a target emitted KL(h_alg||q) = eps (Cactus-Taylor)",
              f"noisy copy, V = {vocab_size}, {n_pairs} positions. per-position = the largest delta with "
              "emitted KL <= eps at each position (the cactus-calibrated rule); global = one delta whose",
              "MEAN emitted KL is eps (so some positions exceed eps); Mentored = the acceptance-optimal "
              "rule with KL(pi||q) <= eps at every position (an upper bound on both).",
-             f"{'rows':<12}{'eps':>6}{'SpS':>8}{'per-pos':>9}{'global':>8}{'Mentored':>10}"
-             f"{'global delta':>14}{'median delta':>14}{'% > eps':>9}"]
+             CALIBRATION_HEADER]
     q, p = synthetic_pairs("noisy_copy", n_pairs, vocab_size, seed)
-    for label, (qq, pp) in (("untruncated", (q, p)),
-                            ("truncated", (truncate(q, **PAPER_TRUNCATION), truncate(p, **PAPER_TRUNCATION)))):
-        for eps in (0.05, 0.1, 0.2):
-            s = compare_with_mentored(qq, pp, eps).summary
-            lines.append(f"{label:<12}{eps:>6g}{s['acceptance_sps']:>8.4f}{s['acceptance_per_position']:>9.4f}"
-                         f"{s['acceptance_global']:>8.4f}{s['acceptance_mentored']:>10.4f}"
-                         f"{s['global_delta']:>14.4g}{s['median_per_position_delta']:>14.4g}"
-                         f"{100 * s['fraction_over_eps_global']:>9.0f}")
+    lines += calibration_table(q, p, label="untruncated")
+    lines += calibration_table(truncate(q, **PAPER_TRUNCATION), truncate(p, **PAPER_TRUNCATION),
+                               label="truncated")
     return "\n".join(lines)
 
 
@@ -117,32 +127,45 @@ CHAIN_RULES = (("sps", {}), ("tas", {}), ("cactus-taylor", {"delta": 0.75}),
                ("cascade-token-v3", {}), ("fuzzy", {}))
 
 
-def section_chain(seed: int = 0, m: int = 20, length: int = 200, trajectories: int = 4) -> str:
-    """Exact chain expectations (dynamic programme) at the paper's draft length m = 20."""
+def chain_table(trajectories, m: int, rules=None) -> str:
+    """Exact chain metrics (dynamic programme) of several rules over the same trajectories.
+
+    Columns: AL_m (no bonus), tokens per call (with the bonus), Rej relative to SpS (the
+    first row must be SpS), and the sequence KL(emitted text || verifier) per token: exact
+    lower and upper bounds and the naive per-step sum (teacher-forced).
+    """
     from .rules import get_rule
     from .simulate.exact import exact_chain, sequence_divergence
     from .simulate.metrics import compute_metrics, pool_totals
+
+    rules = CHAIN_RULES if rules is None else rules
+    if rules[0][0] != "sps":
+        raise ValueError("rules: the first rule must be sps (the Rej reference)")
+    tokens = sum(t.length for t in trajectories)
+    lines = [f"{'rule':<30}{'AL_m':>7}{'tok/call':>9}{'Rej %':>8}{'KL lo':>8}{'KL up':>8}{'sum KL':>8}"]
+    sps_rej = None
+    for name, knobs in rules:
+        chains = [exact_chain(get_rule(name, **knobs), t, m) for t in trajectories]
+        met = compute_metrics(pool_totals([c.totals for c in chains]))
+        seq = [sequence_divergence(c) for c in chains]
+        rej = met["rejected_per_token"].value
+        sps_rej = rej if sps_rej is None else sps_rej
+        label = name + (" " + " ".join(f"{k}={v:g}" for k, v in knobs.items()) if knobs
+                        else " (defaults)")
+        lo, up, naive = (sum(getattr(x, f) for x in seq) / tokens
+                         for f in ("kl_lower", "kl_upper", "kl_per_step_sum"))
+        lines.append(f"{label:<30}{met['al_paper'].value:>7.2f}{met['tokens_per_call'].value:>9.2f}"
+                     f"{100 * (rej / sps_rej - 1):>8.1f}{lo:>8.3f}{up:>8.3f}{naive:>8.3f}")
+    return "\n".join(lines)
+
+
+def section_chain(seed: int = 0, m: int = 20, length: int = 200, trajectories: int = 4) -> str:
+    """Exact chain expectations (dynamic programme) at the paper's draft length m = 20."""
     from .simulate.synthetic import synthetic_trajectory
 
     rng = np.random.default_rng(seed)
     trajs = [synthetic_trajectory("noisy_copy", length, 64, rng, **PAPER_TRUNCATION)
              for _ in range(trajectories)]
-    rows, sps_rej = [], None
-    for name, knobs in CHAIN_RULES:
-        rule = get_rule(name, **knobs)
-        chains = [exact_chain(rule, t, m) for t in trajs]
-        met = compute_metrics(pool_totals([c.totals for c in chains]))
-        seq = [sequence_divergence(c) for c in chains]
-        rej = met["rejected_per_token"].value
-        if name == "sps":
-            sps_rej = rej
-        label = name + (" " + " ".join(f"{k}={v:g}" for k, v in knobs.items()) if knobs
-                        else " (defaults)")
-        rows.append((label, met["al_paper"].value,
-                     met["tokens_per_call"].value, 100 * (rej / sps_rej - 1),
-                     np.mean([x.kl_lower for x in seq]) / length,
-                     np.mean([x.kl_upper for x in seq]) / length,
-                     np.mean([x.kl_per_step_sum for x in seq]) / length))
     lines = [f"## Chains: exact expectations at draft length m = {m} (dynamic programme over round starts)",
              f"{trajectories} noisy-copy trajectories of T = {length} positions, V = 64, the paper's "
              "truncation; teacher-forced (the (q_t, p_t) do not depend on what is emitted).",
@@ -150,21 +173,21 @@ def section_chain(seed: int = 0, m: int = 20, length: int = 200, trajectories: i
              "bonus (vLLM V1, Spec-Bench); Rej = rejected drafts per token relative to SpS;",
              "sequence KL(emitted text || verifier) per token: exact lower and upper bounds, and the "
              "naive sum of per-step KL(h_t||q_t) (a looser upper bound, not an identity).",
-             f"{'rule':<30}{'AL_m':>7}{'tok/call':>9}{'Rej %':>8}{'KL lo':>8}{'KL up':>8}{'sum KL':>8}"]
-    for r in rows:
-        lines.append(f"{r[0]:<30}{r[1]:>7.2f}{r[2]:>9.2f}{r[3]:>8.1f}{r[4]:>8.3f}{r[5]:>8.3f}{r[6]:>8.3f}")
+             chain_table(trajs, m)]
     return "\n".join(lines)
+
+
+#: Rules of the real-data chain tables.
+REAL_CHAIN_RULES = (("sps", {}), ("tas", {}), ("cactus-taylor", {"delta": 0.75}),
+                    ("cactus-taylor", {"delta": 1.0}), ("cactus-exact-kl", {"delta": 1.0}),
+                    ("mentored-kl", {}))
 
 
 def section_real(seed: int = 0, m: int = 8) -> str:
     """The same analyses on the shipped real distributions (SmolLM2-135M and its drafters)."""
-    from .analysis.calibration import compare_with_mentored
     from .analysis.rule_table import format_rule_table, rule_table
     from .logits import load_dump, load_full_vocab_sample, shipped_dumps
-    from .rules import get_rule
     from .simulate.chain import Trajectory
-    from .simulate.exact import exact_chain
-    from .simulate.metrics import compute_metrics, pool_totals
 
     files = shipped_dumps()
     if not files:
@@ -185,33 +208,16 @@ def section_real(seed: int = 0, m: int = 8) -> str:
         out.append(format_family_comparison(res, f"[drafter {name}: {q.shape[0]} positions]"))
         trajs = [Trajectory(t.target_probs, t.draft_probs, t.raw_target_probs, t.raw_draft_probs)
                  for t in d.trajectories() if t.target_probs.shape[0] >= 2]
-        lines = [f"{'rule':<30}{'AL_m':>7}{'tok/call':>9}{'Rej %':>8}"]
-        sps_rej = None
-        for rname, knobs in (("sps", {}), ("tas", {}), ("cactus-taylor", {"delta": 0.75}),
-                             ("cactus-taylor", {"delta": 1.0}), ("cactus-exact-kl", {"delta": 1.0}),
-                             ("mentored-kl", {})):
-            rule = get_rule(rname, **knobs)
-            met = compute_metrics(pool_totals([exact_chain(rule, t, m).totals for t in trajs]))
-            rej = met["rejected_per_token"].value
-            sps_rej = rej if rname == "sps" else sps_rej
-            label = rname + (" " + " ".join(f"{k}={v:g}" for k, v in knobs.items()) if knobs else "")
-            lines.append(f"{label:<30}{met['al_paper'].value:>7.2f}{met['tokens_per_call'].value:>9.2f}"
-                         f"{100 * (rej / sps_rej - 1):>8.1f}")
-        out.append("\n".join(lines))
+        out.append(chain_table(trajs, m, REAL_CHAIN_RULES))
     if "distilled" in dumps:
         q, p, rq, rp = dumps["distilled"].pairs()
         out.append("")
         out.append(format_rule_table(rule_table(q, p, raw_target_probs=rq, raw_draft_probs=rp),
                                      title="[every rule at default knobs, drafter distilled, "
                                      f"{q.shape[0]} positions, means]", show_knobs=False))
-        lines = ["", "Calibration on the distilled pair (Cactus-Taylor): acceptance at emitted KL <= eps",
-                 f"{'eps':>6}{'SpS':>8}{'per-pos':>9}{'global':>8}{'Mentored':>10}{'global delta':>14}{'% > eps':>9}"]
-        for eps in (0.05, 0.1, 0.2):
-            sm = compare_with_mentored(q, p, eps).summary
-            lines.append(f"{eps:>6g}{sm['acceptance_sps']:>8.4f}{sm['acceptance_per_position']:>9.4f}"
-                         f"{sm['acceptance_global']:>8.4f}{sm['acceptance_mentored']:>10.4f}"
-                         f"{sm['global_delta']:>14.4g}{100 * sm['fraction_over_eps_global']:>9.0f}")
-        out.append("\n".join(lines))
+        out.append("\n".join(["", "Calibration on the distilled pair (Cactus-Taylor): acceptance at "
+                               "emitted KL <= eps", CALIBRATION_HEADER]
+                              + calibration_table(q, p, label="distilled")))
     for which, model in (("smollm2", "SmolLM2-135M-Instruct"), ("gemma3", "Gemma-3-270M")):
         Q, P = load_full_vocab_sample(which)
         res = taylor_vs_exact_pairs(Q, P, (0.1, 1.0), "kl")
