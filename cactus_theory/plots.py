@@ -16,7 +16,8 @@ from ._io import atomic_write_bytes
 from .analysis.comparison import taylor_kl_bound, taylor_vs_exact_grid, taylor_vs_exact_pairs
 from .distributions import synthetic_pairs, truncate
 
-__all__ = ["figure_gamma", "figure_taylor_overshoot", "figure_per_draft_vs_emitted", "FIGURES",
+__all__ = ["figure_gamma", "figure_taylor_overshoot", "figure_per_draft_vs_emitted",
+           "figure_frontier", "FIGURES",
            "write_figures"]
 
 _TRUNC = dict(temperature=0.6, top_k=20, top_p=0.95)
@@ -82,10 +83,43 @@ def figure_per_draft_vs_emitted(seed: int = 0):
     return fig
 
 
+def figure_frontier(seed: int = 0):
+    """Acceptance vs true emitted KL on one truncated position: the frontier and each rule."""
+    from .analysis.frontier import operating_points
+    from .solvers.frontier import frontier_curve
+
+    plt = _plt()
+    q, p = synthetic_pairs("noisy_copy", 32, 256, seed)
+    tq, tp = truncate(q, **_TRUNC), truncate(p, **_TRUNC)
+    from .solvers.frontier import frontier
+
+    gain = frontier(tq, tp, [0.0, 1.0], "kl").acceptance
+    i = int(np.argmax(gain[:, 1] - gain[:, 0]))  # the position where a KL budget buys the most
+    q, p, tq, tp = q[i:i + 1], p[i:i + 1], tq[i], tp[i]
+    eps, F = frontier_curve(tq, tp, "kl", n_points=80)
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ax.plot(eps, F, "k-", lw=1.5, label="optimal frontier F(eps) (= Mentored decoding)")
+    sweeps = (("cactus-taylor", "delta", np.geomspace(1e-3, 5, 14)),
+              ("cactus-exact-kl", "delta", np.geomspace(1e-3, 5, 14)),
+              ("cascade-token-v3", "alpha", np.linspace(0.05, 0.85, 9)),
+              ("tas", "posterior_threshold", np.geomspace(0.005, 0.5, 9)))
+    for k, (name, knob, values) in enumerate(sweeps):
+        op = operating_points(name, tq, tp, knob=knob, values=values, divergences=("kl",),
+                              raw_target_probs=q[0], raw_draft_probs=p[0])
+        kl = op.divergences["kl"]
+        ok = np.isfinite(kl)
+        ax.plot(kl[ok], op.acceptance[ok], "o-", ms=3, color=f"C{k}", label=f"{name} ({knob} sweep)")
+    ax.set(xlabel="true KL(h_alg || q) of what is emitted", ylabel="acceptance",
+           title="Rules vs the optimal frontier (one truncated position)")
+    ax.legend(fontsize=6, loc="lower right")
+    return fig
+
+
 FIGURES = {
     "gamma": figure_gamma,
     "taylor_overshoot": figure_taylor_overshoot,
     "per_draft_vs_emitted": figure_per_draft_vs_emitted,
+    "frontier": figure_frontier,
 }
 
 
