@@ -25,8 +25,8 @@ import numpy as np
 from .._validation import as_budget, as_probs, choice
 from ..divergences import get_divergence
 
-__all__ = ["CvxResult", "SolverFailure", "max_draft_probability_cvxpy", "CVX_DIVERGENCES",
-           "SOLVERS"]
+__all__ = ["CvxResult", "SolverFailure", "max_draft_probability_cvxpy", "solve_verified",
+           "CVX_DIVERGENCES", "SOLVERS"]
 
 #: Divergences the oracle can express in disciplined convex form.
 CVX_DIVERGENCES = ("kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "tv", "js")
@@ -153,27 +153,57 @@ def max_draft_probability_cvxpy(target_probs, token_id: int, delta, divergence="
     h = cp.Variable(V, nonneg=True)
     cons = [cp.sum(h) == 1] + _constraint(cp, h, q, name, min(delta, 1e6))
     prob = cp.Problem(cp.Maximize(h[n]), cons)
+    x, div, status, solver, attempts = solve_verified(
+        prob, h, q, d, delta, tol=tol, solvers=solvers,
+        context=f"token {n}, delta={delta}, {name}")
+    return CvxResult(float(x[n]), x, div, status, solver, attempts)
+
+
+def solve_verified(prob, var, q, d, budget, *, tol, solvers, context):
+    """Solve ``prob`` with each solver in turn; return the first answer that verifies.
+
+    The answer ``var.value`` is accepted only if it is finite, ``min >= -tol``,
+    ``|sum - 1| <= tol`` and, after clipping at 0 (and zeroing mass off supp(q) where the
+    divergence forbids it) and renormalizing, ``D(x || q) <= budget + tol`` recomputed in
+    float64. cvxpy's warnings are kept in the attempt log.
+
+    Returns
+    -------
+    x, divergence, status, solver, attempts
+
+    Raises
+    ------
+    SolverFailure
+        No solver produced a verified answer (``context`` and every attempt in the message).
+    """
+    import warnings
+
+    import cvxpy as cp
+
     attempts = []
     for solver in solvers:
         try:
-            prob.solve(solver=solver, **_SOLVER_OPTIONS.get(solver, {}))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                prob.solve(solver=solver, **_SOLVER_OPTIONS.get(solver, {}))
         except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
             attempts.append((solver, f"error: {exc}"))
             continue
-        attempts.append((solver, str(prob.status)))
-        if prob.status not in ("optimal", "optimal_inaccurate") or h.value is None:
+        note = "; ".join(str(w.message) for w in caught)
+        attempts.append((solver, str(prob.status) + (f" ({note})" if note else "")))
+        if prob.status not in ("optimal", "optimal_inaccurate") or var.value is None:
             continue
-        x = np.asarray(h.value, dtype=np.float64)
+        x = np.asarray(var.value, dtype=np.float64)
         if np.any(~np.isfinite(x)) or x.min() < -tol or abs(x.sum() - 1) > tol:
             attempts[-1] = (solver, f"{prob.status}, infeasible point")
             continue
         x = np.clip(x, 0.0, None)
         if not d.finite_off_support:
-            x[q == 0] = 0.0  # the constraint h = 0 there, up to the solver's tolerance
+            x[q == 0] = 0.0  # the constraint forces 0 there, up to the solver's tolerance
         x /= x.sum()
         div = float(d.unchecked(x, q))
-        if not div <= delta + tol:
-            attempts[-1] = (solver, f"{prob.status}, divergence {div:.3g} > delta + tol")
+        if not div <= budget + tol:
+            attempts[-1] = (solver, f"{prob.status}, divergence {div:.3g} > budget + tol")
             continue
-        return CvxResult(float(x[n]), x, div, str(prob.status), solver, tuple(attempts))
-    raise SolverFailure(f"no verified solution for token {n}, delta={delta}, {name}: {attempts}")
+        return x, div, str(prob.status), solver, tuple(attempts)
+    raise SolverFailure(f"no verified solution for {context}: {attempts}")

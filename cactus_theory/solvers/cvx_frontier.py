@@ -15,14 +15,13 @@ instead of returning an unverified answer.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._validation import as_budget, as_prob_pair, choice
 from ..divergences import get_divergence
-from .cvx import _SOLVER_OPTIONS, CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint
+from .cvx import CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint, solve_verified  # noqa: F401
 
 __all__ = ["FrontierCvxResult", "max_acceptance_cvxpy"]
 
@@ -103,32 +102,6 @@ def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
     pi = cp.Variable(V, nonneg=True)
     cons = [cp.sum(pi) == 1] + _constraint(cp, pi, q, name, min(eps, 1e6))
     prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(pi, p))), cons)
-    attempts = []
-    for solver in solvers:
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                prob.solve(solver=solver, **_SOLVER_OPTIONS.get(solver, {}))
-        except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
-            attempts.append((solver, f"error: {exc}"))
-            continue
-        # cvxpy's warnings (e.g. "Solution may be inaccurate") are kept in the attempt log
-        note = "; ".join(str(w.message) for w in caught)
-        attempts.append((solver, str(prob.status) + (f" ({note})" if note else "")))
-        if prob.status not in ("optimal", "optimal_inaccurate") or pi.value is None:
-            continue
-        x = np.asarray(pi.value, dtype=np.float64)
-        if np.any(~np.isfinite(x)) or x.min() < -tol or abs(x.sum() - 1) > tol:
-            attempts[-1] = (solver, f"{prob.status}, infeasible point")
-            continue
-        x = np.clip(x, 0.0, None)
-        if not d.finite_off_support:
-            x[q == 0] = 0.0
-        x /= x.sum()
-        div = float(d.unchecked(x, q))
-        if not div <= eps + tol:
-            attempts[-1] = (solver, f"{prob.status}, divergence {div:.3g} > budget + tol")
-            continue
-        return FrontierCvxResult(float(np.minimum(p, x).sum()), x, div, str(prob.status), solver,
-                                 tuple(attempts))
-    raise SolverFailure(f"no verified frontier solution, budget={eps}, {name}: {attempts}")
+    x, div, status, solver, attempts = solve_verified(
+        prob, pi, q, d, eps, tol=tol, solvers=solvers, context=f"the frontier, budget={eps}, {name}")
+    return FrontierCvxResult(float(np.minimum(p, x).sum()), x, div, status, solver, attempts)
