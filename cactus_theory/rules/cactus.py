@@ -45,6 +45,10 @@ _DELTA = Knob("delta", 1.0, 0.0, math.inf, doc="divergence budget per draft (0 g
 class _CactusBase(Rule):
     """Shared by both Cactus rules: gamma is an elementwise function of q_n."""
 
+    def __init__(self, delta: float, divergence: str = "kl"):
+        self.delta = delta
+        self.divergence = divergence
+
     def spike(self, q_n):
         """gamma for verifier probabilities ``q_n`` (any shape; array-agnostic)."""
         raise NotImplementedError
@@ -68,10 +72,6 @@ class _CactusBase(Rule):
 class CactusTaylor(_CactusBase):
     r"""Cactus with Corollary 5's Taylor point :math:`\gamma_n = \min(1, q_n + \sqrt{2\delta q_n(1-q_n)})`."""
 
-    def __init__(self, delta: float, divergence: str = "kl"):
-        self.delta = delta
-        self.divergence = divergence
-
     def spike(self, q_n):
         """Corollary 5's gamma for ``q_n`` (array-agnostic)."""
         return taylor_spike(q_n, self.delta, self.divergence)
@@ -79,10 +79,6 @@ class CactusTaylor(_CactusBase):
 
 class CactusExact(_CactusBase):
     """Cactus with Theorem 2's exact gamma: two-point ``D(h^(n) || q) = delta``, capped at 1."""
-
-    def __init__(self, delta: float, divergence: str):
-        self.delta = delta
-        self.divergence = divergence
 
     def spike(self, q_n):
         """Theorem 2's gamma for ``q_n`` (array-agnostic)."""
