@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .format import FORMAT, compact_columns, write_arrays
+from .format import FORMAT, compact_columns, pack_compact, write_arrays
 from .runner import BatchRunner, SamplingParams, processed_sparse
 
 
@@ -282,15 +282,7 @@ def records_to_dump(results, prompts, path, meta: dict, top_k_raw: int = 64):
         tl.append(n)
         pt.extend(res.prompt_ids); pl.append(len(res.prompt_ids))
         traj.append({"prompt_id": pr.id, "category": pr.category, "source": pr.source, "n_positions": n})
-    arrays = {
-        "columns": np.concatenate(cols).astype(np.int32), "target_probs": np.concatenate(q),
-        "draft_probs": np.concatenate(p), "raw_target_probs": np.concatenate(rq).astype(np.float32),
-        "raw_draft_probs": np.concatenate(rp).astype(np.float32), "token_ids": np.asarray(toks, np.int32),
-        "row_offsets": np.concatenate([[0], np.cumsum(widths)]).astype(np.int64),
-        "traj_offsets": np.concatenate([[0], np.cumsum(tl)]).astype(np.int64),
-        "prompt_offsets": np.concatenate([[0], np.cumsum(pl)]).astype(np.int64),
-        "prompt_token_ids": np.asarray(pt, np.int32),
-    }
+    arrays = pack_compact(cols, q, p, rq, rp, widths, toks, tl, pt, pl)
     for k, v in ex.items():
         arrays[f"x_{k}"] = np.asarray(v, np.int32)
     m = {"format": FORMAT, "kind": "decode_records", "trajectories": traj,

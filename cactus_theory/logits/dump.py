@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .format import FORMAT, FULL_VOCAB_FORMAT, compact_columns, write_arrays
+from .format import FORMAT, FULL_VOCAB_FORMAT, compact_columns, pack_compact, write_arrays
 from .loader import FULL_VOCAB_PATH, REAL_DIR
 from .prompts import Prompt, benchmark_mix, chat_ids
 from .runner import BatchRunner, SamplingParams, processed_sparse
@@ -180,14 +180,9 @@ def _chunk_arrays(seqs, toks, recs):
 
 def _merge(chunks) -> dict:
     c = {k: np.concatenate([ch[k] for ch in chunks]) for k in chunks[0]}
-    return {
-        "columns": c["columns"], "target_probs": c["target_probs"], "draft_probs": c["draft_probs"],
-        "raw_target_probs": c["raw_target_probs"], "raw_draft_probs": c["raw_draft_probs"],
-        "token_ids": c["token_ids"], "prompt_token_ids": c["prompt_token_ids"],
-        "row_offsets": np.concatenate([[0], np.cumsum(c["widths"])]).astype(np.int64),
-        "traj_offsets": np.concatenate([[0], np.cumsum(c["traj_len"])]).astype(np.int64),
-        "prompt_offsets": np.concatenate([[0], np.cumsum(c["prompt_len"])]).astype(np.int64),
-    }
+    return pack_compact(c["columns"], c["target_probs"], c["draft_probs"], c["raw_target_probs"],
+                        c["raw_draft_probs"], c["widths"], c["token_ids"], c["traj_len"],
+                        c["prompt_token_ids"], c["prompt_len"])
 
 
 def _safe(name: str) -> str:

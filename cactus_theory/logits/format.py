@@ -193,6 +193,50 @@ def validate_compact(path, arrays: dict, meta: dict) -> None:
         raise DumpFormatError(f"{path}: metadata lists {len(meta.get('trajectories', []))} trajectories, arrays {len(to) - 1}")
 
 
+def pack_compact(columns, target_probs, draft_probs, raw_target_probs, raw_draft_probs, widths,
+                 token_ids, traj_len, prompt_token_ids, prompt_len) -> dict:
+    """The arrays of a compact dump from per-position pieces (the layout in one place).
+
+    Parameters
+    ----------
+    columns, target_probs, draft_probs, raw_target_probs, raw_draft_probs : sequence of arrays
+        Per position (or already concatenated): the W_t column ids, processed q and p, raw q and
+        p on those columns.
+    widths : sequence of int
+        W_t per position.
+    token_ids : sequence of int
+        The token at each position.
+    traj_len, prompt_len : sequence of int
+        Positions and prompt tokens per trajectory.
+    prompt_token_ids : sequence of int
+        All prompt tokens, trajectory after trajectory.
+
+    Returns
+    -------
+    dict
+        ``columns`` int32, ``target_probs``/``draft_probs`` float64, raw float32, ``token_ids``
+        and ``prompt_token_ids`` int32, and the int64 ``row_offsets``, ``traj_offsets`` and
+        ``prompt_offsets`` (cumulative counts starting at 0), as :func:`validate_compact` reads them.
+    """
+    def cat(xs, dtype):
+        xs = [np.asarray(x) for x in xs] if isinstance(xs, (list, tuple)) else [np.asarray(xs)]
+        return np.concatenate(xs).astype(dtype) if xs else np.zeros(0, dtype)
+
+    def offsets(counts):
+        return np.concatenate([[0], np.cumsum(np.asarray(counts, np.int64))]).astype(np.int64)
+
+    return {
+        "columns": cat(columns, np.int32), "target_probs": cat(target_probs, np.float64),
+        "draft_probs": cat(draft_probs, np.float64),
+        "raw_target_probs": cat(raw_target_probs, np.float32),
+        "raw_draft_probs": cat(raw_draft_probs, np.float32),
+        "token_ids": np.asarray(token_ids, np.int32),
+        "prompt_token_ids": np.asarray(prompt_token_ids, np.int32),
+        "row_offsets": offsets(widths), "traj_offsets": offsets(traj_len),
+        "prompt_offsets": offsets(prompt_len),
+    }
+
+
 def compact_columns(q_ids, q_pr, p_ids, p_pr, raw_q, raw_p, top_k_raw: int = 64):
     """Column set and values of one position (numpy, float64 raw inputs on the full vocabulary).
 
@@ -225,5 +269,5 @@ def compact_columns(q_ids, q_pr, p_ids, p_pr, raw_q, raw_p, top_k_raw: int = 64)
 
 __all__ = [
     "DumpFormatError", "FORMAT", "FULL_VOCAB_FORMAT", "PAD_ID", "TAIL_ID", "atomic_write_bytes",
-    "checksum", "compact_columns", "read_arrays", "validate_compact", "write_arrays",
+    "checksum", "compact_columns", "pack_compact", "read_arrays", "validate_compact", "write_arrays",
 ]
