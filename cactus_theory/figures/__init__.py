@@ -1,0 +1,170 @@
+r"""Figures for papers: one function per figure, one style, and the registry that writes them.
+
+Each figure function takes the user's data (q, p arrays, a loaded dump or trajectories), an
+optional matplotlib ``ax``, and returns the Figure; its defaults reproduce the shipped figure
+in ``figures/``. No function selects a matplotlib backend (the caller does, e.g.
+``MPLBACKEND=Agg``); the style is applied through a ``matplotlib.rc_context``
+(:mod:`.style`). :func:`write_figures` writes every registered figure as PDF (TrueType
+vector text) and PNG (300 dpi); ``cactus-theory figures`` calls it.
+
+=================================  ===============================================  ==========
+name                               what it shows                                    module
+=================================  ===============================================  ==========
+gamma                              Taylor point vs exact root over q_n              taylor
+taylor_overshoot                   worst per-draft KL / delta, bound, delta*        taylor
+taylor_exact_acceptance            exact minus Taylor acceptance, synthetic + real  taylor
+worked_example                     q, p, h^(n) for two drafts, h_alg as bars        emitted
+per_draft_vs_emitted               per-draft vs emitted KL band over positions      emitted
+acceptance_vs_delta                acceptance and AL_m vs delta for several m       tradeoff
+frontier                           every rule's operating points, pooled frontier   frontier
+calibration                        delta needed for a target emitted KL             calibration
+real_*                             the same on the shipped SmolLM2 recordings       (same)
+real_acceptance_by_category        acceptance per prompt category and drafter       real
+real_al_by_m                       exact AL_m against m for the four drafters       tradeoff
+=================================  ===============================================  ==========
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
+:math:`\delta` budget, :math:`h_{alg}` the emitted distribution (Hao & Mou, ICLR 2026, arXiv
+2604.04987, Theorem 3).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .calibration import figure_calibration
+from .emitted import figure_per_draft_vs_emitted, figure_worked_example
+from .frontier import figure_frontier, pooled_frontier
+from .real import figure_acceptance_by_category
+from .style import FORMATS, figure_style, save_figure
+from .taylor import figure_gamma, figure_taylor_exact_acceptance, figure_taylor_overshoot
+from .tradeoff import figure_acceptance_vs_delta, figure_al_by_m
+
+__all__ = [
+    "figure_gamma", "figure_taylor_overshoot", "figure_taylor_exact_acceptance",
+    "figure_worked_example", "figure_per_draft_vs_emitted", "figure_acceptance_vs_delta",
+    "figure_al_by_m", "figure_frontier", "pooled_frontier", "figure_calibration",
+    "figure_acceptance_by_category", "FIGURES", "register_figure", "write_figures",
+    "figure_style", "save_figure", "FORMATS",
+]
+
+
+def _real(fn, **kwargs):
+    def make(seed: int = 0):
+        from .data import real_data
+
+        return fn(real_data(seed=seed), **kwargs)
+
+    return make
+
+
+def _real_trajectories(seed: int = 0):
+    from .data import real_trajectories
+
+    return figure_acceptance_vs_delta(real_trajectories(), ms=(1, 2, 4, 8))
+
+
+def _seeded(fn):
+    def make(seed: int = 0):
+        from .data import synthetic_data
+
+        return fn(synthetic_data(seed=seed))
+
+    return make
+
+
+def _seeded_frontier(seed: int = 0):
+    from .data import synthetic_data
+
+    return figure_frontier(synthetic_data(64, 128, seed=seed))
+
+
+def _seeded_tradeoff(seed: int = 0):
+    from .data import synthetic_trajectories
+
+    return figure_acceptance_vs_delta(synthetic_trajectories(seed=seed))
+
+
+def _unseeded(fn):
+    def make(seed: int = 0):
+        return fn()
+
+    return make
+
+
+#: name -> callable(seed=0) returning the Figure the shipped ``figures/<name>.{pdf,png}`` holds.
+FIGURES = {
+    "gamma": _unseeded(figure_gamma),
+    "taylor_overshoot": _unseeded(figure_taylor_overshoot),
+    "taylor_exact_acceptance": _unseeded(figure_taylor_exact_acceptance),
+    "worked_example": _unseeded(figure_worked_example),
+    "per_draft_vs_emitted": _seeded(figure_per_draft_vs_emitted),
+    "acceptance_vs_delta": _seeded_tradeoff,
+    "frontier": _seeded_frontier,
+    "calibration": _seeded(figure_calibration),
+    "real_per_draft_vs_emitted": _real(figure_per_draft_vs_emitted),
+    "real_acceptance_vs_delta": _real_trajectories,
+    "real_frontier": _real(figure_frontier),
+    "real_calibration": _real(figure_calibration),
+    "real_acceptance_by_category": _unseeded(figure_acceptance_by_category),
+    "real_al_by_m": _unseeded(figure_al_by_m),
+}
+
+
+def register_figure(name: str, make) -> None:
+    """Add a figure to :data:`FIGURES`: ``make(seed=0)`` returns a matplotlib Figure.
+
+    Raises ValueError naming ``name`` if it is taken or not a plain identifier.
+    """
+    if not name.isidentifier():
+        raise ValueError(f"name: {name!r} is not a plain identifier (it names the output files)")
+    if name in FIGURES:
+        raise ValueError(f"name: figure {name!r} is already registered")
+    FIGURES[name] = make
+
+
+def write_figures(out_dir, names=None, formats=FORMATS, seed: int = 0) -> list:
+    """Render figures and write ``<out_dir>/<name>.<format>`` atomically; return the paths.
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        Output folder (created if needed).
+    names : sequence of str, optional
+        Keys of :data:`FIGURES` (default: all, in registry order).
+    formats : sequence of {"pdf", "png"}
+        PDF with TrueType vector text, PNG at 300 dpi.
+    seed : int
+        Seed of the synthetic data and of the real-position subsample.
+
+    Returns
+    -------
+    list of Path
+        In the order written (figure by figure, formats in the order given).
+
+    Raises
+    ------
+    ValueError
+        Naming ``names`` (unknown figure) or ``formats`` (unknown format), before anything is
+        written.
+    """
+    import matplotlib.pyplot as plt
+
+    names = list(FIGURES) if not names else list(names)
+    for name in names:
+        if name not in FIGURES:
+            raise ValueError(f"names: unknown figure {name!r}; valid: {', '.join(FIGURES)}")
+    formats = tuple(formats) if formats else FORMATS
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise ValueError(f"formats: unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in names:
+        fig = FIGURES[name](seed=seed)
+        try:
+            paths += save_figure(fig, out / name, formats)
+        finally:
+            plt.close(fig)
+    return paths
