@@ -148,7 +148,7 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
         axk.plot([0], [sps], marker="*", ms=9, color=PALETTE[5], ls="none", label="SpS", zorder=5)
         axk.set(xlabel=r"mean emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q)$ (nats)", xlim=(0, 1.5 * right))
         axk.set_xscale("symlog", linthresh=1e-3, linscale=0.5)
-        axk.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, columnspacing=0.8,
+        axk.legend(loc="upper center", bbox_to_anchor=(0.5, -0.23), ncol=2, columnspacing=0.8,
                    handlelength=1.6, borderaxespad=0)
     axes[0].set(ylabel=r"mean acceptance $\alpha$")
     return fig

@@ -63,7 +63,7 @@ def figure_acceptance_by_category(dumps=None, *, rule="sps", knobs=None, ax=None
         ax.bar(x + (k - (len(accs) - 1) / 2) * width, [a.get(c, np.nan) for c in cats], width,
                color=PALETTE[1 + k % (len(PALETTE) - 1)], label=label)
     ax.set_xticks(x, [c.replace("_", " ") for c in cats], rotation=35, ha="right")
-    ax.set(ylabel=f"mean acceptance ({rule})", ylim=(0, 1), xlim=(-0.6, len(cats) - 0.4))
+    ax.set(xlabel="prompt category", ylabel=f"mean acceptance ({rule})", ylim=(0, 1), xlim=(-0.6, len(cats) - 0.4))
     ax.grid(axis="x", visible=False)
     ax.legend(loc="upper center", ncol=len(accs), bbox_to_anchor=(0.5, 1.16), borderaxespad=0)
     return fig

@@ -154,7 +154,7 @@ def figure_al_by_m(trajectory_sets=None, *, rules=(("sps", {}), ("cactus-taylor"
     for r, (name, knobs) in enumerate(rules):
         ax.plot([], [], color="k", ls=lss[r % len(lss)], label=rule_label(name, knobs))
     ax.set(xlabel="draft length $m$", ylabel=r"accepted length $AL_m$ (no bonus)")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="center right", fontsize=8)
     return fig
 
 
