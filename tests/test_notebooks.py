@@ -8,6 +8,7 @@ one, which fails if the library switched the backend. A failing cell fails the t
 cell's traceback (nbclient's CellExecutionError).
 """
 
+import json
 import os
 import pathlib
 import re
@@ -61,3 +62,11 @@ def test_notebook_runs_in_a_kernel(path, monkeypatch):
             assert out.get("output_type") != "error", f"{path.name}: error output in\n{cell.source}"
             if out.get("name") == "stderr":
                 assert "Warning" not in out.get("text", ""), f"{path.name}: warning\n{out['text']}"
+
+    # widgets (ipywidgets.interact) draw into Output widgets, whose outputs nbclient keeps in
+    # the notebook's widget state: an exception there must fail the test too
+    state = json.dumps(nb.metadata.get("widgets", {}))
+    assert '"output_type": "error"' not in state, f"{path.name}: error inside a widget"
+    if path.stem == "1_delta_tradeoff":
+        shown = state + "".join(o.get("text", "") for c in code for o in c.outputs)
+        assert "F@KL" in shown, "explore() did not print its table"
