@@ -105,6 +105,8 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
     is drawn where the mean KL over positions is finite (a rule that emits mass outside
     supp(q) at some position has infinite KL there and is not drawn at that knob value). SpS
     is the star at KL = 0. The black curve is the pooled frontier (:func:`pooled_frontier`).
+    Every registered rule appears: those outside ``panels`` join the first panel, or, when
+    they have no finite point besides SpS's, are listed in a note on it.
 
     Parameters
     ----------
@@ -133,11 +135,20 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
                 raise ValueError(f"panels: unknown rule {name!r}")
     eps, G = pooled_frontier(data.target_probs, data.draft_probs, "kl")
     points = {name: _sweep_points(name, data) for group in panels for name in group}
+    shown = {name for group in panels for name in group}
+    # every other registered rule: listed in a note when it has no finite point besides SpS
+    rest = {name: _sweep_points(name, data) for name in RULES if name not in shown and name != "sps"}
+    never = [name for name, (kl, _) in rest.items() if not np.any(kl > 0)]
+    extra = [name for name in rest if name not in never]
     right = max([eps[-1]] + [float(kl.max()) for kl, _ in points.values() if kl.size])
     eps, G = np.append(eps, 1.5 * right), np.append(G, G[-1])   # F is flat past saturation
     sps = float(np.minimum(data.target_probs, data.draft_probs).sum(-1).mean())
-    fig, axes = new_axes_row(ax, len(panels), DOUBLE_COLUMN, 3.3, sharey=True)
-    for axk, group in zip(axes, panels):
+    groups = [list(g) for g in panels]
+    groups[0] += extra
+    rows = max((len(g) + 3) // 2 for g in groups)          # legend rows below the panels
+    fig, axes = new_axes_row(ax, len(panels), DOUBLE_COLUMN, 2.2 + 0.17 * rows, sharey=True)
+    points.update({name: rest[name] for name in extra})
+    for axk, group in zip(axes, groups):
         axk.plot(eps, G, color="k", lw=1.6, label="optimal frontier")
         for j, name in enumerate(group):
             kl, acc = points[name]
@@ -148,7 +159,22 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
         axk.plot([0], [sps], marker="*", ms=9, color=PALETTE[5], ls="none", label="SpS", zorder=5)
         axk.set(xlabel=r"mean emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q)$ (nats)", xlim=(0, 1.5 * right))
         axk.set_xscale("symlog", linthresh=1e-3, linscale=0.5)
-        axk.legend(loc="upper center", bbox_to_anchor=(0.5, -0.23), ncol=2, columnspacing=0.8,
+        axk.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, columnspacing=0.8,
                    handlelength=1.6, borderaxespad=0)
     axes[0].set(ylabel=r"mean acceptance $\alpha$")
+    if never:
+        axes[0].text(0.98, 0.03, "KL = $\\infty$ at every knob value but SpS's:\n" + _grouped(never),
+                     transform=axes[0].transAxes, ha="right", va="bottom", fontsize=8)
     return fig
+
+
+def _grouped(names) -> str:
+    """``cactus-exact-{tv, js}``-style short list, one family per line."""
+    fams = {}
+    for n in names:
+        head, tail = n, ""
+        for prefix in ("cactus-exact-", "mentored-", "cascade-"):
+            if n.startswith(prefix):
+                head, tail = prefix[:-1], n[len(prefix):]
+        fams.setdefault(head, []).append(tail)
+    return "\n".join(f"{h}-{{{', '.join(t)}}}" if all(t) else h for h, t in fams.items())
