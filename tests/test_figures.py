@@ -209,3 +209,9 @@ def test_pooled_frontier_bounds_cactus_and_mentored_means():
         kl, acc = op.divergences["kl"].mean(0), op.acceptance.mean(0)
         bound = np.interp(kl, eps, G)
         assert np.all(acc <= bound + 1e-3), (name, acc - bound)
+
+
+def test_write_figures_is_byte_reproducible(tmp_path):
+    a = F.write_figures(tmp_path / "a", ["worked_example"])
+    b = F.write_figures(tmp_path / "b", ["worked_example"])
+    assert [x.read_bytes() for x in a] == [y.read_bytes() for y in b]
