@@ -1,0 +1,336 @@
+r"""The sequence-level KL budget: the best acceptance over a trajectory at a total divergence.
+
+Problem (single-token steps, teacher-forced positions :math:`t = 0..T-1` with verifier
+:math:`q_t` and drafter :math:`p_t`): choose the emitted distribution :math:`o_t` of every step
+to
+
+.. math:: \max_{o_0..o_{T-1}\in\Delta_V} \sum_t \sum_x \min(p_{t,x}, o_{t,x})
+          \quad\text{s.t.}\quad \sum_t KL(o_t \| q_t) \le T\epsilon .
+
+Why the sum: the law P of the emitted text against the verifier's :math:`Q = \prod_t q_t`
+satisfies :math:`KL(P\|Q) = \sum_t E_P\,KL(P(\cdot|x_{<t})\|q_t)` (chain rule), and with
+single-token steps :math:`P(\cdot|x_{<t}) = o_t`. The per-step value is the optimal frontier
+:math:`A_t(e) = \max\{\sum\min(p_t, o): KL(o\|q_t) \le e\}` (Theorem 1 bounds the acceptance
+of any rule emitting o by :math:`\sum\min(p, o)`; :mod:`cactus_theory.solvers.frontier`), so
+the problem is :math:`\max \sum_t A_t(e_t)` s.t. :math:`\sum_t e_t \le T\epsilon`: a convex
+programme (each :math:`A_t` is concave), separable with one multiplier :math:`\lambda \ge 0`.
+
+Per step at multiplier lambda (closed form). From the KKT conditions of the frontier
+(:mod:`cactus_theory.solvers.mentored`), the frontier point with budget e is
+:math:`o = \mathrm{clip}(p, a q, b q)` on supp(q) and its slope is
+:math:`dA/de = 1/(f'(b) - f'(a)) = 1/\log(b/a)` for KL. So the maximiser of
+:math:`A_t(e) - \lambda e` is the clip with the band width fixed,
+
+.. math:: o_t(\lambda) = \mathrm{clip}(p_t,\ a q_t,\ a e^{1/\lambda} q_t)\ \text{on supp}(q_t),
+          \qquad \sum_x o_{t,x} = 1 \ \text{fixes}\ a\in(0, 1],
+
+(0 off supp(q_t)): :math:`\lambda = \infty` gives :math:`o = q` (SpS), :math:`\lambda = 0` the
+saturation point :math:`\max(p, aq)` (the frontier's largest finite-budget value). The total
+spend :math:`\sum_t KL(o_t(\lambda)\|q_t)` is continuous and nonincreasing in lambda (each
+:math:`A_t` is strictly concave below its saturation budget), so bisection on
+:math:`1/\lambda` meets :math:`T\epsilon` exactly; by Lagrangian sufficiency (Everett 1963) the
+result is the optimum of the problem, and *every* lambda is optimal for the budget it spends.
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o (or :math:`\pi`) the
+emitted distribution of a step, e its divergence :math:`KL(o\|q)`, :math:`\epsilon` the
+per-token budget, :math:`\lambda` the multiplier (acceptance per nat).
+
+References
+----------
+Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023) for the
+per-step problem; H. Everett, Operations Research 11 (1963), generalized Lagrange multipliers;
+Cover & Thomas, Thm 2.5.3 (chain rule of KL).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from array_api_compat import array_namespace
+
+from .._validation import as_budget, as_prob_pair
+from ..divergences import get_divergence
+from .mentored import solve_mentored
+
+__all__ = ["multiplier_step", "budgeted_multiplier_step", "SequenceBudgetSolution",
+           "solve_sequence_budget", "sequence_budget_cvxpy", "budget_account",
+           "BAND_STEPS"]
+
+#: Bisection steps on the lower clip factor a in [0, 1]: 2**-64 is below float64's resolution.
+BAND_STEPS = 64
+#: Bisection steps on the band width 1/lambda of the sequence problem.
+MULTIPLIER_STEPS = 100
+
+
+def multiplier_step(target_probs, draft_probs, lam):
+    r"""The frontier point maximising :math:`A(e) - \lambda e` (KL), row by row.
+
+    .. math:: o = \mathrm{clip}(p,\ a q,\ a e^{1/\lambda} q)\ \text{on supp}(q),\ 0\ \text{off it},
+              \qquad \textstyle\sum_x o_x = 1.
+
+    Array-agnostic (numpy float64 in the analysis, torch float32 in the samplers); ``a`` is
+    found by :data:`BAND_STEPS` bisection steps on [0, 1] (the sum is nondecreasing in a, 0 at
+    a = 0 and >= 1 at a = 1).
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array, shape (..., V)
+        q and p (normalized rows; not validated here).
+    lam : float or array broadcastable to the batch shape
+        :math:`\lambda \in [0, \infty]` (acceptance per nat): ``inf`` gives o = q (SpS), 0
+        the saturation point.
+
+    Returns
+    -------
+    array, shape (..., V)
+        o (normalized up to the bisection's resolution).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o the emitted
+    distribution. Source: Hao & Mou, ICLR 2026, Theorem 1; Tran-Thien (2023).
+    """
+    xp = array_namespace(target_probs, draft_probs)
+    q, p = target_probs, draft_probs
+    on = q > 0
+    zero = xp.zeros_like(q)
+    lam_arr = xp.asarray(lam, dtype=q.dtype, device=getattr(q, "device", None))
+    if lam_arr.ndim:
+        lam_arr = lam_arr[..., None]
+    # band width b/a = e^{1/lambda}: inf at lambda = 0, 1 at lambda = inf
+    width = xp.exp(xp.where(lam_arr > 0, 1.0 / xp.where(lam_arr > 0, lam_arr, 1.0), math.inf))
+    p_on = xp.where(on, p, zero)
+    q_on = xp.where(on, q, xp.ones_like(q))  # 1 off supp(q): keeps inf * 0 out of the band
+
+    def total(a):
+        lo_ = xp.where(on, a * q, zero)
+        hi_ = xp.where(on, a * q_on * width, zero)
+        return xp.clip(p_on, lo_, hi_), None
+
+    shape = q.shape[:-1] + (1,)
+    lo = xp.zeros(shape, dtype=q.dtype, device=getattr(q, "device", None))
+    hi = xp.ones(shape, dtype=q.dtype, device=getattr(q, "device", None))
+    for _ in range(BAND_STEPS):
+        mid = 0.5 * (lo + hi)
+        s = xp.sum(total(mid)[0], axis=-1, keepdims=True)
+        under = s < 1.0
+        lo = xp.where(under, mid, lo)
+        hi = xp.where(under, hi, mid)
+    o = total(hi)[0]
+    return o / xp.sum(o, axis=-1, keepdims=True)
+
+
+def _kl_rows(xp, o, q):
+    """KL(o||q) per row, clipped at 0 (the closed-form terms can round to -1e-16)."""
+    kl = xp.sum(get_divergence("kl").term(xp, o, q), axis=-1)
+    return xp.maximum(kl, xp.zeros_like(kl))
+
+
+def budgeted_multiplier_step(target_probs, draft_probs, lam, cap=math.inf):
+    r"""The frontier point maximising :math:`A(e) - \lambda e` subject to :math:`e \le` ``cap``.
+
+    A is concave, so the answer is the frontier point at :math:`\min(e(\lambda), cap)`:
+    :func:`multiplier_step` where its divergence is within ``cap``, else the frontier
+    (Mentored decoding) at budget ``cap``. ``cap`` is what a running budget account passes:
+    the budget left for the rest of the text.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array, shape (..., V)
+        q and p (normalized rows).
+    lam : float
+        :math:`\lambda \in [0, \infty]`.
+    cap : float or array broadcastable to the batch shape
+        Largest divergence :math:`KL(o\|q)` allowed at this step (``inf``: none).
+
+    Returns
+    -------
+    array, shape (..., V)
+        o with :math:`KL(o\|q) \le` cap (up to the frontier solver's rounding).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o emitted.
+    Source: Hao & Mou, ICLR 2026, Theorem 1; Tran-Thien (2023).
+    """
+    o = multiplier_step(target_probs, draft_probs, lam)
+    if isinstance(cap, (int, float)) and math.isinf(cap):
+        return o
+    xp = array_namespace(target_probs, draft_probs)
+    q = target_probs
+    capped = solve_mentored(q, draft_probs, cap, "kl", return_target=True).target
+    over = _kl_rows(xp, o, q) > xp.asarray(cap, dtype=q.dtype, device=getattr(q, "device", None))
+    return xp.where(over[..., None], capped, o)
+
+
+@dataclass(frozen=True)
+class SequenceBudgetSolution:
+    r"""The exact optimum of the sequence-level budget problem (module docstring).
+
+    Attributes
+    ----------
+    lam : float
+        The multiplier :math:`\lambda^*` (0 when every step is saturated within the budget).
+    emitted : ndarray, shape (T, V)
+        The optimal per-step emitted distributions :math:`o_t`.
+    acceptance : ndarray, shape (T,)
+        :math:`A_t = \sum_x \min(p_{t,x}, o_{t,x})`.
+    divergence : ndarray, shape (T,)
+        :math:`e_t = KL(o_t\|q_t)`; :math:`\sum_t e_t \le T\epsilon`.
+    budget : float
+        :math:`T\epsilon`.
+
+    Symbols: q verifier, p drafter, o emitted. Source: Hao & Mou, ICLR 2026, Theorem 1.
+    """
+
+    lam: float
+    emitted: np.ndarray
+    acceptance: np.ndarray
+    divergence: np.ndarray
+    budget: float
+
+    @property
+    def total_acceptance(self) -> float:
+        """:math:`\\sum_t A_t`."""
+        return float(self.acceptance.sum())
+
+
+def _evaluate(q, p, o):
+    return np.minimum(p, o).sum(-1), np.asarray(_kl_rows(np, o, q), dtype=np.float64)
+
+
+def solve_sequence_budget(target_probs, draft_probs, eps) -> SequenceBudgetSolution:
+    r"""Exact optimum of :math:`\max\sum_t\sum_x\min(p_t, o_t)` s.t. :math:`\sum_t KL(o_t\|q_t)\le T\epsilon`.
+
+    Bisection on the band width :math:`w = 1/\lambda` (the spend is nondecreasing in w) after
+    doubling w until the spend reaches :math:`T\epsilon`; the feasible end is returned.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (T, V)
+        The trajectory's q_t and p_t (validated, float64).
+    eps : float
+        Per-token budget :math:`\epsilon \ge 0`.
+
+    Returns
+    -------
+    SequenceBudgetSolution
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o emitted.
+    Source: Hao & Mou, ICLR 2026, Theorem 1; Everett (1963).
+    """
+    q, p = as_prob_pair(target_probs, draft_probs)
+    if q.ndim != 2:
+        raise ValueError(f"target_probs: expected shape (T, V), got {q.shape}")
+    eps = as_budget(eps, "eps")
+    budget = eps * q.shape[0]
+    spend = lambda w: float(_kl_rows(np, multiplier_step(q, p, 1.0 / w if w > 0 else math.inf), q).sum())  # noqa: E731
+    if budget == 0:
+        o = q.copy()
+        A, D = _evaluate(q, p, o)
+        return SequenceBudgetSolution(math.inf, o, A, D, 0.0)
+    o_sat = multiplier_step(q, p, 0.0)
+    if float(_kl_rows(np, o_sat, q).sum()) <= budget:
+        A, D = _evaluate(q, p, o_sat)
+        return SequenceBudgetSolution(0.0, o_sat, A, D, budget)
+    lo, hi = 0.0, 1.0
+    while spend(hi) <= budget:
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e6:  # a band wider than e^1e6 is saturated in float64: unreachable here
+            break
+    for _ in range(MULTIPLIER_STEPS):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if spend(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    lam = 1.0 / lo if lo > 0 else math.inf
+    o = multiplier_step(q, p, lam)
+    A, D = _evaluate(q, p, o)
+    return SequenceBudgetSolution(lam, o, A, D, budget)
+
+
+def budget_account(target_probs, draft_probs, lam, eps):
+    r"""The running budget account along a teacher-forced trajectory (the online rule's loop).
+
+    Step t spends :math:`e_t = \min(e_t(\lambda), B_t)` with :math:`B_0 = T\epsilon`,
+    :math:`B_{t+1} = B_t - e_t` (:func:`budgeted_multiplier_step` with ``cap = B_t``); it
+    reads only position t and the budget left, so a decoding loop can run it. Guarantee, per
+    realised sequence: :math:`\sum_t KL(o_t\|q_t) \le T\epsilon`.
+
+    Returns
+    -------
+    emitted : ndarray, shape (T, V)
+    remaining : ndarray, shape (T + 1,)
+        :math:`B_t` (clipped at 0).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o emitted.
+    Source: Hao & Mou, ICLR 2026, Theorem 1; Tran-Thien (2023).
+    """
+    q, p = as_prob_pair(target_probs, draft_probs)
+    if q.ndim != 2:
+        raise ValueError(f"target_probs: expected shape (T, V), got {q.shape}")
+    eps = as_budget(eps, "eps")
+    B = np.empty(q.shape[0] + 1)
+    B[0] = eps * q.shape[0]
+    out = np.empty_like(q)
+    for t in range(q.shape[0]):
+        o = budgeted_multiplier_step(q[t], p[t], lam, float(B[t]))
+        out[t] = o
+        B[t + 1] = max(0.0, B[t] - float(_kl_rows(np, o, q[t])))
+    return out, B
+
+
+def sequence_budget_cvxpy(target_probs, draft_probs, eps, *, tol: float = 1e-7,
+                          solvers=("CLARABEL", "SCS")) -> SequenceBudgetSolution:
+    r"""cvxpy oracle of the sequence problem over the per-step emitted distributions (small T, V).
+
+    .. math:: \max_{O \ge 0,\ O\mathbf 1 = \mathbf 1} \sum_{t,x}\min(P_{t,x}, O_{t,x})
+              \quad\text{s.t.}\quad \sum_{t,x} O_{t,x}\log(O_{t,x}/Q_{t,x}) \le T\epsilon,
+
+    :math:`O_{t,x} = 0` where :math:`Q_{t,x} = 0`. No clip form, no multiplier: it checks
+    :func:`solve_sequence_budget`. The answer is verified (clipped, renormalized, total KL
+    recomputed in float64 within ``T eps + tol``) or the next solver is tried; raises
+    :class:`~cactus_theory.solvers.cvx.SolverFailure` when none verifies.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o emitted.
+    Source: Hao & Mou, ICLR 2026, Theorem 1.
+    """
+    import warnings
+
+    import cvxpy as cp
+
+    from .cvx import SolverFailure
+
+    q, p = as_prob_pair(target_probs, draft_probs)
+    if q.ndim != 2:
+        raise ValueError(f"target_probs: expected shape (T, V), got {q.shape}")
+    eps = as_budget(eps, "eps")
+    budget = eps * q.shape[0]
+    on = q > 0
+    O = cp.Variable(q.shape, nonneg=True)
+    idx = np.nonzero(on)
+    cons = [cp.sum(O, axis=1) == 1, cp.sum(cp.rel_entr(O[idx], q[idx])) <= budget]
+    if np.any(~on):
+        cons.append(O[np.nonzero(~on)] == 0)
+    prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(O, p))), cons)
+    attempts = []
+    for solver in solvers:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prob.solve(solver=solver)
+        except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
+            attempts.append((solver, f"error: {exc}"))
+            continue
+        attempts.append((solver, str(prob.status)))
+        if prob.status not in ("optimal", "optimal_inaccurate") or O.value is None:
+            continue
+        x = np.clip(np.asarray(O.value, dtype=np.float64), 0.0, None)
+        x[~on] = 0.0
+        x /= x.sum(-1, keepdims=True)
+        A, D = _evaluate(q, p, x)
+        if float(D.sum()) <= budget + tol:
+            return SequenceBudgetSolution(math.nan, x, A, D, budget)
+        attempts[-1] = (solver, f"{prob.status}, divergence {D.sum():.3g} > budget + tol")
+    raise SolverFailure(f"no verified solution of the sequence budget problem: {attempts}")
