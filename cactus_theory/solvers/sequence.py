@@ -91,7 +91,16 @@ def multiplier_step(target_probs, draft_probs, lam):
     distribution. Source: Hao & Mou, ICLR 2026, Theorem 1; Tran-Thien (2023).
     """
     xp = array_namespace(target_probs, draft_probs)
-    q, p = target_probs, draft_probs
+    q = target_probs
+    shape = q.shape[:-1] + (1,)
+    lo = xp.zeros(shape, dtype=q.dtype, device=getattr(q, "device", None))
+    hi = xp.ones(shape, dtype=q.dtype, device=getattr(q, "device", None))
+    o, _, _ = _band(xp, target_probs, draft_probs, lam, lo, hi, BAND_STEPS)
+    return o
+
+
+def _band(xp, q, p, lam, lo, hi, steps, early_stop=False):
+    """Bisection for a in [lo, hi] (per row); returns (o, lo, hi) with o at the upper end."""
     on = q > 0
     zero = xp.zeros_like(q)
     lam_arr = xp.asarray(lam, dtype=q.dtype, device=getattr(q, "device", None))
@@ -102,22 +111,48 @@ def multiplier_step(target_probs, draft_probs, lam):
     p_on = xp.where(on, p, zero)
     q_on = xp.where(on, q, xp.ones_like(q))  # 1 off supp(q): keeps inf * 0 out of the band
 
-    def total(a):
-        lo_ = xp.where(on, a * q, zero)
-        hi_ = xp.where(on, a * q_on * width, zero)
-        return xp.clip(p_on, lo_, hi_), None
+    def clipped(a):
+        return xp.clip(p_on, xp.where(on, a * q, zero), xp.where(on, a * q_on * width, zero))
 
-    shape = q.shape[:-1] + (1,)
-    lo = xp.zeros(shape, dtype=q.dtype, device=getattr(q, "device", None))
-    hi = xp.ones(shape, dtype=q.dtype, device=getattr(q, "device", None))
-    for _ in range(BAND_STEPS):
+    for _ in range(steps):
         mid = 0.5 * (lo + hi)
-        s = xp.sum(total(mid)[0], axis=-1, keepdims=True)
-        under = s < 1.0
+        under = xp.sum(clipped(mid), axis=-1, keepdims=True) < 1.0
         lo = xp.where(under, mid, lo)
         hi = xp.where(under, hi, mid)
-    o = total(hi)[0]
-    return o / xp.sum(o, axis=-1, keepdims=True)
+        if early_stop and bool(np.all(hi - lo <= 2.3e-16 * hi)):  # numpy only: a float64 ulp
+            break
+    o = clipped(hi)
+    return o / xp.sum(o, axis=-1, keepdims=True), lo, hi
+
+
+def _band_newton(q, p, width, lo, hi, max_steps=200):
+    """numpy: the root a of sum clip(p, aq, a w q) = 1 by Newton safeguarded by bisection.
+
+    The sum is piecewise linear and increasing in a, so Newton is exact (to rounding) once in
+    the root's segment; a step leaving the bracket [lo, hi] is replaced by the midpoint.
+    Returns (o, lo, hi) with o at the root, normalized.
+    """
+    on = q > 0
+    p_on = np.where(on, p, 0.0)
+    qw = np.where(on, q * width, 0.0) if math.isfinite(width) else np.where(on, np.inf, 0.0)
+    lo, hi = lo.copy(), hi.copy()
+    a = 0.5 * (lo + hi)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for _ in range(max_steps):
+            low, up = a * q, a * qw
+            o = np.clip(p_on, low, up)
+            g = o.sum(-1, keepdims=True) - 1.0
+            lo = np.where(g < 0, a, lo)
+            hi = np.where(g < 0, hi, a)
+            slope = (np.where(on & (p_on < low), q, 0.0) + np.where(on & (p_on > up), qw, 0.0)).sum(-1, keepdims=True)
+            step = a - g / np.where(slope > 0, slope, 1.0)
+            ok = (slope > 0) & (step > lo) & (step < hi)
+            done = (np.abs(g) <= 4e-16) | (hi - lo <= 2.3e-16 * hi)
+            if np.all(done):
+                break
+            a = np.where(done, a, np.where(ok, step, 0.5 * (lo + hi)))
+    o = np.clip(p_on, a * q, a * qw)
+    return o / o.sum(-1, keepdims=True), lo, hi
 
 
 def _kl_rows(xp, o, q):
@@ -222,7 +257,6 @@ def solve_sequence_budget(target_probs, draft_probs, eps) -> SequenceBudgetSolut
         raise ValueError(f"target_probs: expected shape (T, V), got {q.shape}")
     eps = as_budget(eps, "eps")
     budget = eps * q.shape[0]
-    spend = lambda w: float(_kl_rows(np, multiplier_step(q, p, 1.0 / w if w > 0 else math.inf), q).sum())  # noqa: E731
     if budget == 0:
         o = q.copy()
         A, D = _evaluate(q, p, o)
@@ -231,20 +265,48 @@ def solve_sequence_budget(target_probs, draft_probs, eps) -> SequenceBudgetSolut
     if float(_kl_rows(np, o_sat, q).sum()) <= budget:
         A, D = _evaluate(q, p, o_sat)
         return SequenceBudgetSolution(0.0, o_sat, A, D, budget)
-    lo, hi = 0.0, 1.0
-    while spend(hi) <= budget:
-        lo, hi = hi, 2.0 * hi
-        if hi > 1e6:  # a band wider than e^1e6 is saturated in float64: unreachable here
+    shape = q.shape[:-1] + (1,)
+    # a(w), the lower clip factor, decreases as the band width w = e^{1/lambda} grows, so the
+    # roots at the two ends of the bracket on 1/lambda bracket the root at any width between
+    a_lo, a_hi = np.zeros(shape), np.ones(shape)
+
+    def spend(c, lo, hi):
+        o, lo, hi = _band_newton(q, p, math.exp(c), lo, hi)
+        return float(_kl_rows(np, o, q).sum()), lo, hi
+
+    lo_c, hi_c = 0.0, 1.0
+    f_lo = -budget  # spend(0) = 0: the band of width 1 emits q
+    while True:
+        val, l_, h_ = spend(hi_c, a_lo, a_hi)
+        if val > budget:
+            a_lo, f_hi = l_, val - budget
             break
+        lo_c, a_hi, f_lo = hi_c, h_, val - budget
+        hi_c *= 2.0
+        if hi_c > 700:  # e^700 is near float64's largest: the band is saturated beyond it
+            f_hi = val - budget
+            break
+    # Illinois (regula falsi with halving of the stale end's value) on spend(c) - budget: the
+    # spend is continuous and nondecreasing in c = 1/lambda; the feasible end lo_c is kept
+    side = 0
     for _ in range(MULTIPLIER_STEPS):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
+        if hi_c - lo_c <= 1e-13 * hi_c or -f_lo <= 1e-13 * budget:
             break
-        if spend(mid) <= budget:
-            lo = mid
+        mid = (lo_c * f_hi - hi_c * f_lo) / (f_hi - f_lo) if f_hi > f_lo else 0.5 * (lo_c + hi_c)
+        if not lo_c < mid < hi_c:
+            mid = 0.5 * (lo_c + hi_c)
+        val, l_, h_ = spend(mid, a_lo, a_hi)
+        if val <= budget:
+            lo_c, a_hi, f_lo = mid, h_, val - budget
+            if side == -1:
+                f_hi *= 0.5
+            side = -1
         else:
-            hi = mid
-    lam = 1.0 / lo if lo > 0 else math.inf
+            hi_c, a_lo, f_hi = mid, l_, val - budget
+            if side == 1:
+                f_lo *= 0.5
+            side = 1
+    lam = 1.0 / lo_c if lo_c > 0 else math.inf
     o = multiplier_step(q, p, lam)
     A, D = _evaluate(q, p, o)
     return SequenceBudgetSolution(lam, o, A, D, budget)
