@@ -107,7 +107,9 @@ def _band(xp, q, p, lam, lo, hi, steps, early_stop=False):
     if lam_arr.ndim:
         lam_arr = lam_arr[..., None]
     # band width b/a = e^{1/lambda}: inf at lambda = 0, 1 at lambda = inf
-    width = xp.exp(xp.where(lam_arr > 0, 1.0 / xp.where(lam_arr > 0, lam_arr, 1.0), math.inf))
+    expo = xp.where(lam_arr > 0, 1.0 / xp.where(lam_arr > 0, lam_arr, 1.0), math.inf)
+    # e^x overflows float64 past 709.78: the band is then infinitely wide (no warning raised)
+    width = xp.where(expo > 700.0, math.inf, xp.exp(xp.minimum(expo, xp.full_like(expo, 700.0))))
     p_on = xp.where(on, p, zero)
     q_on = xp.where(on, q, xp.ones_like(q))  # 1 off supp(q): keeps inf * 0 out of the band
 
@@ -333,13 +335,22 @@ def budget_account(target_probs, draft_probs, lam, eps):
     if q.ndim != 2:
         raise ValueError(f"target_probs: expected shape (T, V), got {q.shape}")
     eps = as_budget(eps, "eps")
-    B = np.empty(q.shape[0] + 1)
-    B[0] = eps * q.shape[0]
-    out = np.empty_like(q)
-    for t in range(q.shape[0]):
-        o = budgeted_multiplier_step(q[t], p[t], lam, float(B[t]))
-        out[t] = o
-        B[t + 1] = max(0.0, B[t] - float(_kl_rows(np, o, q[t])))
+    T = q.shape[0]
+    # until the account binds every step spends e_t(lambda); at the first step t* whose
+    # e_t(lambda) exceeds the budget left, it spends exactly what is left (the frontier at
+    # that budget); after t* nothing is left, and budget 0 is SpS (o = q)
+    out = multiplier_step(q, p, lam)
+    e = np.asarray(_kl_rows(np, out, q), dtype=np.float64)
+    B = np.empty(T + 1)
+    B[0] = eps * T
+    over = np.flatnonzero(np.cumsum(e) > B[0])
+    if over.size:
+        t = int(over[0])
+        left = max(0.0, B[0] - float(e[:t].sum()))
+        out[t] = budgeted_multiplier_step(q[t], p[t], lam, left)
+        out[t + 1:] = q[t + 1:]
+        e = np.asarray(_kl_rows(np, out, q), dtype=np.float64)
+    B[1:] = np.maximum(0.0, B[0] - np.cumsum(e))
     return out, B
 
 
