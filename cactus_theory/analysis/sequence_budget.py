@@ -10,11 +10,12 @@ method                                     knob and how it is set
 =========================================  =====================================================
 ``cactus-taylor, one delta``               one delta for the corpus whose mean emitted KL is eps
                                            (:func:`~cactus_theory.analysis.calibration.global_delta`)
-``cactus-taylor, delta per position``      each position's delta meets KL(h_alg||q) <= eps
-                                           (``cactus-calibrated``)
-``mentored-kl, D = eps per position``      the acceptance-optimal target with KL <= eps, each step
+``cactus-taylor, delta per position``      each position's delta meets KL(h_alg||q) <= L, one
+                                           level L for the corpus (``cactus-calibrated`` at L)
+``mentored-kl, one D per position``        the acceptance-optimal target with KL <= D at each
+                                           step, one D for the corpus
 ``offline optimum, lambda per trajectory`` :func:`~cactus_theory.solvers.sequence.solve_sequence_budget`
-                                           on each trajectory (sees its future positions)
+                                           on each trajectory (T eps each; sees its future)
 ``sequence-budget-kl, one lambda``         one multiplier for the corpus (the pooled optimum:
                                            :math:`\sum_t` over the whole corpus <= N eps)
 ``sequence-budget-kl, held-out lambda +    lambda calibrated on the other half of the
@@ -22,8 +23,10 @@ account``                                  trajectories, run with the budget acc
                                            (cap = budget left): <= T eps on every trajectory
 =========================================  =====================================================
 
-The per-position methods meet eps at every position (so their mean is at most eps); the
-sequence-level ones spend it where it buys most acceptance. AL at draft length m is the exact
+The per-position methods cap every position at one level (set so that the mean is eps); the
+sequence-level ones spend the budget where it buys most acceptance. Every method's acceptance
+is at most the pooled optimum's (Theorem 1 bounds each position by the frontier at its own
+divergence, and the pooled optimum maximises the sum of frontiers within N eps). AL at draft length m is the exact
 teacher-forced expectation (:func:`cactus_theory.simulate.exact.exact_chain`, bonus not
 counted); with m-token drafts the bonus positions are emitted from q, so the chain's exact
 upper bound :math:`\sum_t(1-b_t)KL(h_t\|q_t)` on the sequence KL is reported too.
@@ -61,7 +64,7 @@ __all__ = ["SequenceBudgetComparison", "compare_sequence_budget", "format_sequen
 DRAFT_LENGTHS = (2, 4, 8, 20)
 
 METHODS = ("cactus-taylor, one delta", "cactus-taylor, delta per position",
-           "mentored-kl, D = eps per position", "offline optimum, lambda per trajectory",
+           "mentored-kl, one D per position", "offline optimum, lambda per trajectory",
            "sequence-budget-kl, one lambda", "sequence-budget-kl, held-out lambda + account")
 
 

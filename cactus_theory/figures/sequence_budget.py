@@ -16,7 +16,7 @@ __all__ = ["plot_sequence_budget"]
 _STYLES = {
     "cactus-taylor, one delta": dict(color="C0", marker="o", ls="-"),
     "cactus-taylor, delta per position": dict(color="C0", marker="s", ls="--"),
-    "mentored-kl, D = eps per position": dict(color="C2", marker="^", ls="--"),
+    "mentored-kl, one D per position": dict(color="C2", marker="^", ls="--"),
     "offline optimum, lambda per trajectory": dict(color="k", marker="*", ls="-"),
     "sequence-budget-kl, one lambda": dict(color="C3", marker="D", ls="-"),
     "sequence-budget-kl, held-out lambda + account": dict(color="C3", marker="v", ls=":"),
