@@ -1,0 +1,143 @@
+"""The paper's claims: each verdict is pinned with its evidence, and verdicts.md is current."""
+
+import importlib.util
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from cactus_theory.analysis.one_step import emitted_distribution
+from cactus_theory.divergences import get_divergence
+from cactus_theory.paper_claims import (
+    Check, Verdict, check_claims, grade, readme_example_readings, theorem3_family,
+)
+from cactus_theory.rules import get_rule
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    return check_claims()
+
+
+@pytest.fixture(scope="module")
+def verdicts(fresh):
+    return {v.number: v for v in fresh}
+
+
+def _run_module():
+    spec = importlib.util.spec_from_file_location("paper_checks_run", ROOT / "paper_checks" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_verdicts_md_matches_a_fresh_run(fresh):
+    text = (ROOT / "paper_checks" / "verdicts.md").read_text()
+    assert text == _run_module().render(fresh), "paper_checks/verdicts.md is stale: run paper_checks/run.py"
+
+
+def test_grade_from_checks():
+    ok, bad = Check("a", 0.0, "<=", 1.0), Check("b", 2.0, "<=", 1.0)
+    finding = Check("c", 5.0, "<=", 1.0, of_paper=False)
+    assert grade([ok, finding]) == "holds"
+    assert grade([ok, bad]) == "partly"
+    assert grade([bad, finding]) == "fails"
+    assert grade([finding]) == "not checked"
+    assert Verdict(0, "x", (ok, bad), "").verdict == "partly"
+
+
+# the verdict of every claim, as computed (not chosen): a change in the numbers that flips one fails here
+EXPECTED = {1: "holds", 2: "holds", 3: "holds", 4: "holds", 5: "partly", 6: "holds", 7: "partly",
+            8: "partly", 9: "holds", 10: "fails", 11: "partly"}
+
+
+def test_every_verdict_pinned(verdicts):
+    assert {n: v.verdict for n, v in verdicts.items()} == EXPECTED
+
+
+def test_exact_identities(verdicts):
+    # float64 rounding over <= 48-term rows; 1e-12 is the claims' stated EXACT_TOL
+    assert verdicts[1].numbers["max_abs_diff"] <= 1e-12
+    assert verdicts[2].numbers["min_gain"] >= -1e-12
+    assert verdicts[3].numbers["max_abs_diff"] <= 1e-12
+    assert verdicts[4].numbers["solves"] == 42 and verdicts[4].numbers["max_gap"] <= 1e-6
+
+
+def test_corollary5_peak_moves_to_the_cap(verdicts):
+    nums = verdicts[5].numbers
+    for d in (0.01, 0.1, 0.5, 0.75, 1.0):
+        # grid step 1e-4 on q_n
+        assert abs(nums[f"argmax_taylor_{d:g}"] - min(0.5, 1 / (1 + 2 * d))) <= 1e-4
+        if d > 0.5:
+            assert nums[f"max_bonus_taylor_{d:g}"] == pytest.approx(2 * d / (1 + 2 * d), abs=1e-4)
+        # the exact root favours smaller q_n still
+        assert nums[f"argmax_exact_{d:g}"] < nums[f"argmax_taylor_{d:g}"] + 1e-4
+    failed = [c.statement for c in verdicts[5].checks if c.of_paper and not c.passed]
+    assert len(failed) == 2 and all(("0.75" in s) or ("delta=1:" in s) for s in failed)
+
+
+def test_corollary6_tight_bound(verdicts):
+    nums = verdicts[6].numbers
+    assert nums["max_ratio_low"] <= 1 + 1e-9
+    assert 1.99 < nums["max_ratio"] <= 2.0   # the overshoot tends to 2 as delta -> 0
+    assert 0.9999 < nums["tight"] <= 1 + 1e-9
+
+
+def test_theorem3_family_is_unbounded_in_v():
+    for rule, d in (("cactus-taylor", 0.1), ("cactus-taylor", 1.0), ("cactus-exact-kl", 0.1)):
+        prev = -math.inf
+        for V in (10, 100, 1000):
+            q, p = theorem3_family(V, d, rule)
+            h = emitted_distribution(get_rule(rule, delta=d), q, p)
+            np.testing.assert_allclose(h, p, atol=1e-12)   # every draft accepted with certainty
+            kl = float(get_divergence("kl")(h, q))
+            assert kl == pytest.approx(math.log(1 / ((V - 1) * q[1])), rel=1e-9)
+            assert kl > prev + 1.5
+            prev = kl
+    q, _ = theorem3_family(100000, 1.0, "cactus-taylor")
+    # Taylor: q* ~ 1/(2 delta (V-1)^2), so KL ~ log(2 delta (V-1)); 1e-4 relative: O(1/V) terms
+    assert math.log(1 / (99999 * q[1])) == pytest.approx(math.log(2 * 99999), rel=1e-4)
+
+
+def test_theorem3_verdict(verdicts):
+    nums = verdicts[7].numbers
+    assert nums["max_ratio"] <= 1 + 1e-9
+    assert nums["family_growth"] == pytest.approx(math.log(10), abs=0.01)
+    assert nums["sample_max_gamma_over_delta"] == pytest.approx(18.14, abs=0.01)
+    assert "sample maxima, not bounds" in verdicts[7].evidence
+
+
+def test_theorem3_family_bad_input():
+    with pytest.raises(ValueError, match="vocab_size"):
+        theorem3_family(2, 0.1)
+    with pytest.raises(ValueError, match="vocab_size"):
+        theorem3_family(100000, 1.0, "cactus-exact-kl")   # q* below float64's range
+
+
+def test_readme_readings_both_rules():
+    rd = readme_example_readings()
+    t, e = rd["cactus-taylor"]["all"], rd["cactus-exact-kl"]["all"]
+    # grid step 1e-5: the interval ends are pinned to 2e-5
+    assert t == pytest.approx((0.20769, 0.21120), abs=2e-5)
+    assert e == pytest.approx((0.19501, 0.19831), abs=2e-5)
+    assert t[0] <= 0.211 <= t[1]          # the delta inferred before (Taylor)
+    # the exact root's KL is delta itself, so "0.20 nats" is delta in [0.195, 0.205)
+    assert rd["cactus-exact-kl"]["KL(h||q) = 0.20 nats"] == pytest.approx((0.195, 0.205), abs=2e-5)
+
+
+def test_table_rows_off(verdicts):
+    assert verdicts[10].numbers["rows_off"] == 5
+    assert verdicts[10].numbers["max_gap"] == pytest.approx(1.7, abs=0.05)
+
+
+def test_controlled_divergence(verdicts):
+    nums = verdicts[11].numbers
+    assert nums["per_draft_ratio"] <= 1 + 1e-9
+    assert nums["emitted_ratio"] > 5
+
+
+def test_tas_cross_entropy(verdicts):
+    assert verdicts[8].numbers == {"mismatch": 0, "fractional": 1}

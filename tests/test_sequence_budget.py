@@ -1,0 +1,246 @@
+"""The sequence-level KL budget: exact solver vs cvxpy, the rule's guarantees, the comparison."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cactus_theory.analysis.one_step import emitted_distribution
+from cactus_theory.analysis.sequence_budget import (
+    METHODS, compare_sequence_budget, format_sequence_budget,
+)
+from cactus_theory.divergences import get_divergence
+from cactus_theory.rules import RULES, get_rule
+from cactus_theory.simulate.chain import Trajectory
+from cactus_theory.simulate.synthetic import synthetic_trajectory
+from cactus_theory.solvers.mentored import solve_mentored
+from cactus_theory.solvers.sequence import (
+    budget_account, budgeted_multiplier_step, multiplier_step, sequence_budget_cvxpy,
+    solve_sequence_budget,
+)
+from strategies import simplex
+
+KL = get_divergence("kl")
+
+
+def _kl(o, q):
+    return np.maximum(np.asarray(KL.unchecked(o, q), dtype=np.float64), 0.0)
+
+
+def _F(q, p, e):
+    """The per-step frontier F_t(e_t) (exact solver, one budget per row)."""
+    return np.asarray(solve_mentored(q, p, np.maximum(np.asarray(e, dtype=np.float64), 0.0), "kl",
+                                     return_target=False).acceptance)
+
+
+@st.composite
+def trajectories(draw, max_T=5, max_V=8):
+    T = draw(st.integers(1, max_T))
+    V = draw(st.integers(2, max_V))
+    q = np.stack([draw(simplex(V)) for _ in range(T)])
+    p = np.stack([draw(simplex(V)) for _ in range(T)])
+    return q, p
+
+
+lams = st.one_of(st.sampled_from([0.0, 0.1, 1.0, 10.0, math.inf]), st.floats(1e-3, 1e3))
+
+
+@settings(max_examples=30)
+@given(trajectories(), lams)
+def test_multiplier_step_is_on_the_frontier_and_maximises_the_lagrangian(traj, lam):
+    q, p = traj
+    o = multiplier_step(q, p, lam)
+    np.testing.assert_allclose(o.sum(-1), 1.0, atol=1e-12)
+    assert np.all(o[q == 0] == 0)                      # KL forbids mass off supp(q)
+    A, e = np.minimum(p, o).sum(-1), _kl(o, q)
+    # on the frontier at its own divergence: 1e-7 covers the frontier solver's bisection and
+    # the sqrt-steep frontier near e = 0 (where 1e-16 of divergence is worth 1e-8 of acceptance)
+    np.testing.assert_allclose(A, _F(q, p, e), atol=1e-7)
+    if math.isfinite(lam) and lam > 0:
+        # Lagrangian optimality against frontier points at other budgets (1e-7: as above)
+        for factor in (0.0, 0.5, 0.9, 1.1, 2.0):
+            e2 = e * factor + (0.01 if factor > 1 else 0.0)
+            assert np.all(_F(q, p, e2) - lam * e2 <= A - lam * e + 1e-7)
+
+
+CVX_CASES = [(T, V, seed) for T, V, seed in [(1, 3, 0), (3, 4, 1), (5, 6, 2), (4, 5, 3), (2, 6, 4)]]
+
+
+@pytest.mark.parametrize("T,V,seed", CVX_CASES)
+@pytest.mark.parametrize("eps", [0.02, 0.2])
+def test_exact_solver_matches_cvxpy(T, V, seed, eps):
+    rng = np.random.default_rng(seed)
+    q = rng.dirichlet(np.full(V, 0.5), T)
+    p = rng.dirichlet(np.full(V, 0.5), T)
+    if seed % 2:
+        q[0, 0] = 0.0                                  # a zero of q: the support constraint
+        q /= q.sum(-1, keepdims=True)
+    exact = solve_sequence_budget(q, p, eps)
+    oracle = sequence_budget_cvxpy(q, p, eps)
+    assert exact.divergence.sum() <= T * eps * (1 + 1e-12)
+    # the solvers' tolerances are ~1e-8; the oracle may overspend by its tol = 1e-7 nats
+    assert exact.total_acceptance == pytest.approx(oracle.total_acceptance, abs=2e-6)
+    assert exact.total_acceptance >= oracle.total_acceptance - 2e-6
+
+
+@settings(max_examples=30)
+@given(trajectories(max_T=6), st.floats(0.05, 5.0), st.integers(0, 2**16))
+def test_fixed_multiplier_spends_its_budget_optimally_per_trajectory(traj, lam, seed):
+    """Guarantee 1: no allocation of at most the same total divergence accepts more."""
+    q, p = traj
+    o = multiplier_step(q, p, lam)
+    A, e = np.minimum(p, o).sum(-1), _kl(o, q)
+    total = float(e.sum())
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        share = rng.dirichlet(np.ones(len(q))) * total   # another split of the same budget
+        assert _F(q, p, share).sum() <= A.sum() + 1e-7   # 1e-7: frontier solver, per step
+    if total > 0:
+        best = solve_sequence_budget(q, p, total / len(q))
+        assert best.total_acceptance == pytest.approx(A.sum(), abs=1e-7)
+
+
+@settings(max_examples=30)
+@given(trajectories(max_T=6), st.floats(0.01, 3.0), st.floats(1e-3, 0.5))
+def test_account_never_overspends_teacher_forced(traj, lam, eps):
+    q, p = traj
+    o, B = budget_account(q, p, lam, eps)
+    spent = _kl(o, q)
+    assert spent.sum() <= len(q) * eps * (1 + 1e-9) + 1e-12   # rounding of the frontier's divergence
+    assert np.all(np.diff(B) <= 1e-15) and B[-1] >= 0
+
+
+@settings(max_examples=10)
+@given(st.integers(0, 2**16), st.floats(0.05, 3.0), st.floats(1e-3, 0.3))
+def test_account_guarantee_per_realised_sequence_with_feedback(seed, lam, eps):
+    """Guarantee 2, not teacher-forced: q_t, p_t depend on the previous token; every path of
+    length T = 3 over V = 3 tokens is enumerated. Along every path the spent KL is <= T eps,
+    and the sequence KL(P||Q) equals E_P of it (chain rule), so it is <= T eps too."""
+    V, T = 3, 3
+    rng = np.random.default_rng(seed)
+    qtab = rng.dirichlet(np.full(V, 0.7), V + 1)      # row V: the first position
+    ptab = rng.dirichlet(np.full(V, 0.7), V + 1)
+    rule_cache = {}
+    P_path, Q_path, spent_path = {}, {}, {}
+    for path in itertools.product(range(V), repeat=T):
+        prob_p, prob_q, left = 1.0, 1.0, T * eps
+        prev = V
+        spent = 0.0
+        for x in path:
+            q, p = qtab[prev], ptab[prev]
+            key = (prev, round(left, 15))
+            if key not in rule_cache:
+                rule = get_rule("sequence-budget-kl", lam=lam, cap=left)
+                h = emitted_distribution(rule, q, p)     # what the rule emits (Theorem 1)
+                np.testing.assert_allclose(h, budgeted_multiplier_step(q, p, lam, left), atol=1e-12)
+                rule_cache[key] = h
+            h = rule_cache[key]
+            e = float(_kl(h, q))
+            prob_p *= h[x]
+            prob_q *= q[x]
+            spent += e
+            left = max(0.0, left - e)
+            prev = x
+        P_path[path], Q_path[path], spent_path[path] = prob_p, prob_q, spent
+        assert spent <= T * eps * (1 + 1e-9) + 1e-12
+    Pv = np.array(list(P_path.values()))
+    Qv = np.array(list(Q_path.values()))
+    seq_kl = float(np.sum(np.where(Pv > 0, Pv * np.log(np.where(Pv > 0, Pv, 1) / np.where(Qv > 0, Qv, 1)), 0)))
+    expected_spent = float(np.dot(Pv, list(spent_path.values())))
+    assert seq_kl == pytest.approx(expected_spent, abs=1e-10)   # chain rule, float64 sums of 27 terms
+    assert seq_kl <= T * eps * (1 + 1e-9) + 1e-12
+
+
+def test_rule_registered_with_its_sps_end():
+    spec = RULES["sequence-budget-kl"]
+    assert spec.sps_knobs == {"lam": math.inf} and spec.family == "target"
+    q, p = np.array([0.3, 0.35, 0.35]), np.array([0.05, 0.8, 0.15])
+    np.testing.assert_allclose(emitted_distribution(get_rule("sequence-budget-kl", lam=math.inf), q, p), q,
+                               atol=1e-15)
+    np.testing.assert_allclose(emitted_distribution(get_rule("sequence-budget-kl", cap=0.0), q, p), q,
+                               atol=1e-9)   # the frontier solver's bisection at budget 0
+    with pytest.raises(ValueError, match="lam"):
+        get_rule("sequence-budget-kl", lam=-1.0)
+    with pytest.raises(ValueError, match="cap"):
+        get_rule("sequence-budget-kl", cap=-0.1)
+
+
+def test_solver_bad_input():
+    with pytest.raises(ValueError, match="target_probs"):
+        solve_sequence_budget([0.5, 0.5], [0.5, 0.5], 0.1)
+    with pytest.raises(ValueError, match="eps"):
+        solve_sequence_budget([[0.5, 0.5]], [[0.5, 0.5]], -0.1)
+    with pytest.raises(ValueError, match="eps"):
+        budget_account([[0.5, 0.5]], [[0.5, 0.5]], 1.0, math.nan)
+
+
+def test_saturated_and_zero_budgets():
+    q = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    p = np.array([[0.1, 0.1, 0.8], [0.6, 0.2, 0.2]])
+    zero = solve_sequence_budget(q, p, 0.0)
+    np.testing.assert_array_equal(zero.emitted, q)
+    sat = solve_sequence_budget(q, p, 100.0)
+    assert sat.lam == 0.0
+    # saturation: every step at the frontier's maximum, p(q > 0) for KL
+    np.testing.assert_allclose(sat.acceptance, [0.2, 1.0], atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    rng = np.random.default_rng(0)
+    trajs = [synthetic_trajectory("noisy_copy", 10, 12, rng, temperature=0.6, top_k=8) for _ in range(4)]
+    return compare_sequence_budget(trajs, 0.1, draft_lengths=(2, 4), label="test")
+
+
+def test_comparison_is_at_equal_divergence_and_the_pooled_optimum_wins(comparison):
+    r = {row["method"]: row for row in comparison.rows()}
+    assert list(r) == list(METHODS)
+    for name, row in r.items():
+        # every calibration keeps its feasible end: <= eps up to rounding (1e-9)
+        assert row["kl_per_token"] <= 0.1 + 1e-9, name
+    for name in (METHODS[0], METHODS[1], METHODS[2], METHODS[4]):
+        # calibrated to the mean: global delta's Illinois refinement / level bisections (1e-3)
+        assert r[name]["kl_per_token"] == pytest.approx(0.1, rel=1e-3), name
+    for name in (METHODS[3], METHODS[5]):
+        assert r[name]["kl_worst_trajectory"] <= 0.1 + 1e-9   # T eps on every trajectory
+    pooled = r[METHODS[4]]["acceptance"]
+    for name, row in r.items():
+        # Theorem 1 + Lagrangian sufficiency: nothing within N eps accepts more (1e-9 rounding)
+        assert row["acceptance"] <= pooled + 1e-9, name
+    assert r[METHODS[3]]["acceptance"] >= r[METHODS[2]]["acceptance"] - 1e-9   # per-trajectory optimum
+    d = comparison.to_dict()
+    assert d["positions"] == 40 and len(d["rows"]) == len(METHODS) and "al_4" in d["rows"][0]
+    text = format_sequence_budget(comparison)
+    assert all(m in text for m in METHODS) and "AL_4" in text
+
+
+def test_comparison_al_is_exact_chain(comparison):
+    # AL_m grows with m and stays below m
+    al = comparison.al
+    assert np.all(np.diff(al, axis=1) >= -1e-12) and np.all(al[:, 0] <= 2) and np.all(al[:, 1] <= 4)
+
+
+def test_comparison_bad_input():
+    t = Trajectory(np.full((3, 2), 0.5), np.full((3, 2), 0.5))
+    with pytest.raises(ValueError, match="trajectories"):
+        compare_sequence_budget([t], 0.1)
+    with pytest.raises(ValueError, match="eps"):
+        compare_sequence_budget([t, t], 0.0)
+
+
+def test_figure(comparison):
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    from cactus_theory.figures.sequence_budget import plot_sequence_budget
+
+    fig = plot_sequence_budget(comparison)
+    assert isinstance(fig, Figure) and len(fig.axes[0].lines) == len(METHODS)
+    fig2 = Figure()
+    ax = fig2.add_subplot()
+    assert plot_sequence_budget(comparison, ax=ax) is fig2
+    assert "$" in ax.get_xlabel()
+    assert matplotlib.get_backend()  # untouched: the function never calls matplotlib.use
