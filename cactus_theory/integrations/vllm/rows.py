@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 
 from ...rules import Rule
-from ...rules.plans import SpikePlan, TargetPlan
+from ...rules.plans import SpikePlan, TargetPlan, gather, one_hot
+from ...solvers.spike import spike_scale
 
 __all__ = ["target_rows", "substitute_target_logits", "mrv1_substitute", "mrv2_substitute"]
 
@@ -46,9 +47,17 @@ def target_rows(rule: Rule, target_probs: torch.Tensor, draft_probs: torch.Tenso
     p = draft_probs.to(torch.float32)
     q = q / q.sum(-1, keepdim=True)
     p = p / p.sum(-1, keepdim=True)
+    ids = draft_token_ids.to(torch.int64)
+    if hasattr(rule, "spike"):
+        # Cactus with a fixed delta: gamma is an elementwise function of q_n, so evaluate it at
+        # the drafted token only (SpikePlan.target_at's formula without gamma for all V tokens).
+        q_n = gather(q, ids)
+        gamma = rule.spike(q_n)
+        c = spike_scale(q_n, gamma)
+        return torch.where(one_hot(ids, q.shape[-1], q) > 0, gamma[..., None], c[..., None] * q)
     plan = rule.plan(q, p)
     if isinstance(plan, SpikePlan):
-        return plan.target_at(draft_token_ids.to(torch.int64))
+        return plan.target_at(ids)
     if isinstance(plan, TargetPlan):
         return plan.target
     raise ValueError(f"rule: {rule.name!r} gives a {type(plan).__name__}, not a per-draft target")
