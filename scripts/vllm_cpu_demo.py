@@ -54,7 +54,7 @@ def fix_cpu_expand():
 
 def run(rule):
     from vllm import LLM, SamplingParams
-    extra = {"cactus_theory": rule} if rule else None
+    extra = {"cactus_theory": rule} if rule else {}
     llm = LLM(model=TARGET, max_model_len=512, enforce_eager=True, seed=0, gpu_memory_utilization=0.3, disable_log_stats=False,
               speculative_config={"model": DRAFTER, "method": "draft_model",
                                   "num_speculative_tokens": 3,
