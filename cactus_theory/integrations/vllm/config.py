@@ -1,0 +1,162 @@
+r"""The plugin's configuration: which rule, its knobs, and the checks made at start-up.
+
+The rule travels in vLLM's ``additional_config`` (hashed into the engine config, reaches every
+worker) or, when that is not set, in the environment variable ``CACTUS_THEORY_VLLM`` (JSON)::
+
+    additional_config={"cactus_theory": {"rule": "cactus-taylor", "delta": 0.75}}
+    CACTUS_THEORY_VLLM='{"rule": "cactus-taylor", "delta": 0.75}'
+
+Every key other than ``rule`` is a knob of that rule (``cactus-theory rules`` lists them).
+
+A rule is supported when it is "speculative sampling against a per-draft target h": its plan is
+a :class:`~cactus_theory.rules.plans.TargetPlan` or :class:`~cactus_theory.rules.plans.SpikePlan`
+whose h sums to 1. The plugin then replaces each non-greedy, non-bonus verifier row q by
+:math:`h^{(n)}` for that row's drafted token n and vLLM's stock kernels accept with
+:math:`\min(1, h_n/p_n)` and recover from :math:`\max(h - p, 0)` (paper, Theorem 3: the emitted
+law is then :math:`h_{alg}`). Refused, each with one line saying why:
+
+* rules with their own acceptance and recovery (``DecisionPlan``: TAS, fuzzy SD);
+* rules whose h is not a distribution (top-k's indicator target): the kernels take logits and
+  normalize them, which would change :math:`\min(1, h_n/p_n)`;
+* greedy drafting (``draft_sample_method != "probabilistic"``: p would be one-hot) and the
+  non-standard verifiers (``rejection_sample_method`` "synthetic", "block", "fly").
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token, h target.
+Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 2 and 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...rules import Rule, get_rule
+from ...rules.plans import SpikePlan, TargetPlan
+
+__all__ = [
+    "ENV_VAR",
+    "CONFIG_KEY",
+    "PluginConfig",
+    "parse_config",
+    "config_from_vllm",
+    "check_rule_supported",
+    "check_speculative_config",
+]
+
+ENV_VAR = "CACTUS_THEORY_VLLM"
+"""Environment variable holding the configuration as JSON (used when ``additional_config`` lacks it)."""
+
+CONFIG_KEY = "cactus_theory"
+"""Key of the plugin's section in vLLM's ``additional_config``."""
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """A validated configuration: the rule's registry name, its knobs and the built rule.
+
+    Attributes
+    ----------
+    rule_name : str
+        Registry name (``cactus_theory.rules.RULES``).
+    knobs : dict
+        The knobs as given (validated by the registry).
+    rule : Rule
+        The configured rule, checked by :func:`check_rule_supported`.
+    """
+
+    rule_name: str
+    knobs: dict = field(default_factory=dict)
+    rule: Rule | None = None
+
+
+def parse_config(raw: Any) -> PluginConfig | None:
+    """Validate a configuration mapping (or its JSON text); None when ``raw`` is None or empty.
+
+    Raises
+    ------
+    ValueError
+        One line naming the problem: not a mapping, no ``rule``, unknown rule or knob, knob out
+        of range, or an unsupported rule (:func:`check_rule_supported`).
+    """
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        if not raw.strip():
+            return None
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{CONFIG_KEY}: not valid JSON ({exc.msg})") from None
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{CONFIG_KEY}: must be a mapping like {{'rule': 'cactus-taylor', 'delta': 0.5}}")
+    if not raw:
+        return None
+    if "rule" not in raw:
+        raise ValueError(f"{CONFIG_KEY}: the key 'rule' is missing (a name from `cactus-theory rules`)")
+    knobs = {k: v for k, v in raw.items() if k != "rule"}
+    rule = get_rule(raw["rule"], **knobs)
+    check_rule_supported(rule)
+    return PluginConfig(rule.name, dict(knobs), rule)
+
+
+def config_from_vllm(vllm_config=None) -> PluginConfig | None:
+    """The configuration from ``vllm_config.additional_config[CONFIG_KEY]``, else ``$CACTUS_THEORY_VLLM``.
+
+    ``vllm_config`` is a ``vllm.config.VllmConfig`` or None (then only the environment is read).
+    """
+    extra = getattr(vllm_config, "additional_config", None) or {}
+    if isinstance(extra, Mapping) and extra.get(CONFIG_KEY):
+        return parse_config(extra[CONFIG_KEY])
+    return parse_config(os.environ.get(ENV_VAR))
+
+
+def _probe_rows():
+    """A few fixed (q, p) pairs, float64, used to check a rule's plan structure."""
+    rng = np.random.default_rng(0)
+    q = rng.dirichlet(np.full(7, 0.7), size=4)
+    p = rng.dirichlet(np.full(7, 0.7), size=4)
+    return q, p
+
+
+def check_rule_supported(rule: Rule) -> None:
+    """Raise ValueError (one line, naming ``rule``) unless the rule is SpS against a normalized h.
+
+    The check builds the rule's plan on fixed probe rows: a ``DecisionPlan`` is refused, and so
+    is a target that does not sum to 1 (within 1e-9, float64 round-off on 7 terms).
+    """
+    q, p = _probe_rows()
+    plan = rule.plan(q, p)
+    if isinstance(plan, SpikePlan):
+        h = plan.target_at(np.argmax(p, axis=-1))
+    elif isinstance(plan, TargetPlan):
+        h = plan.target
+    else:
+        raise ValueError(
+            f"rule: {rule.name!r} has its own acceptance and recovery ({type(plan).__name__}); "
+            "vLLM's kernels can only realise speculative sampling against a per-draft target h")
+    if not np.allclose(np.sum(h, axis=-1), 1.0, rtol=0.0, atol=1e-9):
+        raise ValueError(
+            f"rule: {rule.name!r} has a target h that is not a distribution; vLLM's kernels "
+            "normalize the target logits, which would change its acceptance min(1, h_n/p_n)")
+
+
+def check_speculative_config(spec_config) -> None:
+    """Raise ValueError (one line) for speculative settings the plugin cannot serve exactly.
+
+    ``spec_config`` is a ``vllm.config.SpeculativeConfig`` (attributes ``draft_sample_method``
+    and ``rejection_sample_method`` are read when present).
+    """
+    if spec_config is None:
+        raise ValueError(f"{CONFIG_KEY}: a rule is configured but speculative decoding is off")
+    method = getattr(spec_config, "rejection_sample_method", "standard")
+    if method != "standard":
+        raise ValueError(f"rejection_sample_method: {method!r} is not supported with {CONFIG_KEY} "
+                         "(only 'standard', whose kernels the rule's target goes through)")
+    draft = getattr(spec_config, "draft_sample_method", None)
+    if draft is not None and draft != "probabilistic":
+        raise ValueError(f"draft_sample_method: {draft!r}; {CONFIG_KEY} needs 'probabilistic' "
+                         "(with greedy drafting p is one-hot and the rule never sees the drafter)")

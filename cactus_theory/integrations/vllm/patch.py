@@ -1,0 +1,256 @@
+r"""Patching both vLLM model runners' rejection sampling (the ``vllm.general_plugins`` entry).
+
+vLLM has no verifier hook, and two model runners with their own rejection samplers
+(../shared notes, vLLM 0.32-0.33): MRV1 ``vllm/v1/sample/rejection_sampler.py`` (class
+``RejectionSampler.forward`` calls the module-level ``rejection_sample``) and MRV2
+``vllm/v1/worker/gpu/spec_decode/rejection_sampler.py`` (``RejectionSampler._verify`` calls
+``rejection_sample`` imported from ``rejection_sampler_utils``). A plugin that patched one of
+them would silently change nothing under the other, so :func:`install` patches both:
+
+* each runner's ``RejectionSampler.__init__`` reads the configuration
+  (:func:`~.config.config_from_vllm`: ``additional_config["cactus_theory"]`` of the current
+  vLLM config, else ``$CACTUS_THEORY_VLLM``), checks it and the speculative settings, and
+  keeps the rule on the instance; an unsupported rule or setting raises ValueError at start-up;
+* each runner's verify method (MRV1 ``forward``, MRV2 ``_verify``) makes the instance's rule
+  the active one while it runs;
+* the module-level ``rejection_sample`` name in each module is replaced by a wrapper that, when
+  a rule is active, replaces the non-greedy, non-bonus target rows by :math:`\log h^{(n)}`
+  (:mod:`.rows`) and calls the original kernel. Without a configured rule nothing changes.
+
+:func:`install` first checks the vLLM version against :data:`SUPPORTED_VLLM` and the
+signatures it wraps against :data:`EXPECTED_SIGNATURES`; a mismatch raises RuntimeError
+naming what differs. The substitution happens inside ``rejection_sample``, so the logprobs the
+engine reports are still computed from the verifier's q.
+
+Symbols: q verifier, p drafter, n drafted token, h target. Source: Hao & Mou, ICLR 2026
+(arXiv 2604.04987), Theorem 3.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import importlib
+import inspect
+import logging
+import os
+
+from .config import ENV_VAR, check_speculative_config, config_from_vllm
+
+__all__ = [
+    "SUPPORTED_VLLM",
+    "EXPECTED_SIGNATURES",
+    "MRV1_MODULE",
+    "MRV2_MODULE",
+    "check_version",
+    "check_signatures",
+    "install",
+    "uninstall",
+    "is_installed",
+    "active_rule",
+    "register",
+]
+
+logger = logging.getLogger("vllm.cactus_theory")  # under "vllm": shown by vLLM's log configuration
+
+SUPPORTED_VLLM = ((0, 32), (0, 33))
+"""(major, minor) releases whose rejection samplers this plugin was written against."""
+
+MRV1_MODULE = "vllm.v1.sample.rejection_sampler"
+"""The older model runner's rejection sampler."""
+
+MRV2_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
+"""The default model runner's (MRV2) rejection sampler."""
+
+EXPECTED_SIGNATURES = {
+    (MRV1_MODULE, "rejection_sample"): (
+        "draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens",
+        "draft_probs", "target_logits", "bonus_token_ids", "sampling_metadata"),
+    (MRV1_MODULE, "RejectionSampler.__init__"): ("self", "sampler", "spec_config", "device"),
+    (MRV1_MODULE, "RejectionSampler.forward"): (
+        "self", "metadata", "draft_probs", "logits", "sampling_metadata"),
+    (MRV2_MODULE, "rejection_sample"): (
+        "target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
+        "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed",
+        "num_speculative_steps"),
+    (MRV2_MODULE, "RejectionSampler.__init__"): ("self", "sampler", "spec_config", "device"),
+    (MRV2_MODULE, "RejectionSampler._verify"): (
+        "self", "logits", "draft_logits", "draft_sampled", "pos", "cu_num_logits"),
+}
+"""Leading positional parameters of every wrapped callable, as vLLM 0.32/0.33 name them."""
+
+_ACTIVE = contextvars.ContextVar("cactus_theory_vllm_rule", default=None)
+_ORIGINALS: dict = {}
+
+
+def active_rule():
+    """The rule of the rejection sampler now verifying in this context, or None."""
+    return _ACTIVE.get()
+
+
+def check_version(version: str | None = None) -> str:
+    """Raise RuntimeError unless ``version`` (default: the installed vLLM's) is supported.
+
+    Returns the version string checked.
+    """
+    if version is None:
+        import vllm
+        version = vllm.__version__
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        raise RuntimeError(f"vllm: cannot read version {version!r}") from None
+    if (major, minor) not in SUPPORTED_VLLM:
+        ok = ", ".join(f"{a}.{b}.*" for a, b in SUPPORTED_VLLM)
+        raise RuntimeError(f"vllm: version {version} is not supported by cactus_theory's plugin ({ok})")
+    return version
+
+
+def _resolve(module, dotted: str):
+    obj = module
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_signatures(modules=None) -> None:
+    """Raise RuntimeError if a wrapped callable's leading parameters differ from the expected ones.
+
+    ``modules`` maps module names to module objects (default: import both runners' modules).
+    """
+    for (mod_name, dotted), expected in EXPECTED_SIGNATURES.items():
+        module = (modules or {}).get(mod_name) or importlib.import_module(mod_name)
+        fn = _ORIGINALS.get((mod_name, dotted)) or _resolve(module, dotted)
+        params = tuple(inspect.signature(fn).parameters)[: len(expected)]
+        if params != expected:
+            raise RuntimeError(f"vllm: {mod_name}.{dotted} has parameters {params}, "
+                               f"cactus_theory's plugin expects {expected}")
+
+
+def _rule_at_init(spec_config):
+    """The configured rule (or None), checked against the speculative settings."""
+    try:
+        from vllm.config import get_current_vllm_config
+        vllm_config = get_current_vllm_config()
+    except (ImportError, AssertionError):
+        vllm_config = None
+    cfg = config_from_vllm(vllm_config)
+    if cfg is None:
+        return None
+    check_speculative_config(spec_config)
+    logger.info("cactus_theory: verifying with %r (lossy: emits h_alg, not the verifier's q)", cfg.rule)
+    return cfg.rule
+
+
+def _wrap_init(orig):
+    @functools.wraps(orig)
+    def __init__(self, sampler, spec_config=None, device=None, *args, **kwargs):
+        orig(self, sampler, spec_config, device, *args, **kwargs)
+        self.cactus_theory_rule = _rule_at_init(spec_config)
+    return __init__
+
+
+def _wrap_verify(orig):
+    @functools.wraps(orig)
+    def verify(self, *args, **kwargs):
+        token = _ACTIVE.set(getattr(self, "cactus_theory_rule", None))
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            _ACTIVE.reset(token)
+    return verify
+
+
+def _wrap_mrv1_sample(orig):
+    from .rows import mrv1_substitute
+
+    @functools.wraps(orig)
+    def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
+                         draft_probs, target_logits, bonus_token_ids, sampling_metadata,
+                         *args, **kwargs):
+        rule = _ACTIVE.get()
+        if rule is not None and not sampling_metadata.all_greedy and target_logits.shape[0] > 0:
+            draft_probs, target_logits = mrv1_substitute(
+                rule, draft_token_ids, num_draft_tokens, draft_probs, target_logits,
+                sampling_metadata)
+        return orig(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
+                    draft_probs, target_logits, bonus_token_ids, sampling_metadata,
+                    *args, **kwargs)
+    return rejection_sample
+
+
+def _wrap_mrv2_sample(orig):
+    from .rows import mrv2_substitute
+
+    @functools.wraps(orig)
+    def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
+                         idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
+                         seed, num_speculative_steps, *args, **kwargs):
+        rule = _ACTIVE.get()
+        if rule is not None:
+            target_logits = mrv2_substitute(
+                rule, target_logits, draft_logits, draft_sampled, cu_num_logits,
+                expanded_idx_mapping, expanded_local_pos, temperature)
+        return orig(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
+                    idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
+                    seed, num_speculative_steps, *args, **kwargs)
+    return rejection_sample
+
+
+_PATCHES = (
+    (MRV1_MODULE, "rejection_sample", _wrap_mrv1_sample),
+    (MRV1_MODULE, "RejectionSampler.__init__", _wrap_init),
+    (MRV1_MODULE, "RejectionSampler.forward", _wrap_verify),
+    (MRV2_MODULE, "rejection_sample", _wrap_mrv2_sample),
+    (MRV2_MODULE, "RejectionSampler.__init__", _wrap_init),
+    (MRV2_MODULE, "RejectionSampler._verify", _wrap_verify),
+)
+
+
+def is_installed() -> bool:
+    """Whether :func:`install` has patched the runners in this process."""
+    return bool(_ORIGINALS)
+
+
+def install(*, check_vllm_version: bool = True) -> None:
+    """Patch both runners (idempotent: a second call does nothing).
+
+    Raises
+    ------
+    RuntimeError
+        Unsupported vLLM version, or a wrapped signature differs from the expected one.
+    """
+    if _ORIGINALS:
+        return
+    if check_vllm_version:
+        check_version()
+    modules = {name: importlib.import_module(name) for name in (MRV1_MODULE, MRV2_MODULE)}
+    check_signatures(modules)
+    for mod_name, dotted, wrap in _PATCHES:
+        owner_path, _, attr = dotted.rpartition(".")
+        owner = _resolve(modules[mod_name], owner_path) if owner_path else modules[mod_name]
+        orig = getattr(owner, attr)
+        _ORIGINALS[(mod_name, dotted)] = orig
+        setattr(owner, attr, wrap(orig))
+
+
+def uninstall() -> None:
+    """Restore every patched callable (for tests)."""
+    for (mod_name, dotted), orig in list(_ORIGINALS.items()):
+        owner_path, _, attr = dotted.rpartition(".")
+        module = importlib.import_module(mod_name)
+        owner = _resolve(module, owner_path) if owner_path else module
+        setattr(owner, attr, orig)
+    _ORIGINALS.clear()
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point, loaded in every vLLM process (re-entrant).
+
+    Patches both runners. If ``$CACTUS_THEORY_VLLM`` is set it is validated here, so that a bad
+    configuration fails at start-up (``additional_config`` is validated when each rejection
+    sampler is built). Without any configuration the patched code passes through unchanged.
+    """
+    if os.environ.get(ENV_VAR):
+        config_from_vllm(None)
+    install()

