@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_budget, as_budget_array, as_prob_pair, choice
+from ._validation import as_budget, as_budget_array, as_prob_pair, choice, one_row, token_id
 from .divergences import get_divergence
 from .results import (CalibrationResult, ChainResult, FrontierResult, RuleTable, SpikeSolution,
                       TaylorExactComparison)
@@ -48,11 +48,6 @@ SPIKE_METHODS = ("exact", "taylor", "cvxpy")
 CALIBRATION_RULES = ("cactus-taylor", "cactus-exact")
 #: Frontier grid when ``eps`` is None: points from 0 to the saturation budget.
 FRONTIER_POINTS = 65
-
-
-def _one_row(q, name="target_probs"):
-    if q.ndim != 1:
-        raise ValueError(f"{name}: expected one row of shape (V,), got shape {q.shape}")
 
 
 def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl",
@@ -97,13 +92,8 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl",
     from .solvers.spike import exact_spike, spike_scale, taylor_spike
 
     q, p = as_prob_pair(target_probs, draft_probs)
-    _one_row(q)
-    V = q.shape[0]
-    if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
-        raise ValueError(f"token: must be an integer token id, got {token!r}")
-    if not 0 <= token < V:
-        raise ValueError(f"token: {token} out of range [0, {V})")
-    n = int(token)
+    one_row(q, "target_probs")
+    n = token_id(token, q.shape[0], "token")
     delta = as_budget(delta, "delta")
     method = choice(method, SPIKE_METHODS, "method")
     d = get_divergence(divergence)
