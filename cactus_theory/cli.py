@@ -188,7 +188,8 @@ def _rows_table(rows, name="", title=""):
             return "s"
         if vals and all(isinstance(v, int) for v in vals):
             return "d"
-        return ".4g"
+        finite = [abs(float(v)) for v in vals if isinstance(v, (int, float)) and abs(float(v)) != float("inf")]
+        return ".4f" if all(v < 1e4 for v in finite) else ".4g"
 
     return Table(name, title, tuple(Column(k, k, fmt(k)) for k in keys), tuple(rows))
 

@@ -144,6 +144,8 @@ def _cell(value, fmt: str) -> str:
                          for k, v in dict(value).items()) or "-"
     if isinstance(value, str):
         return value
+    if fmt == "d":
+        return str(int(value))
     v = float(value)
     if math.isnan(v):
         return "nan"
