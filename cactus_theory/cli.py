@@ -78,14 +78,6 @@ def parse_knobs(items) -> dict:
     return knobs
 
 
-def _knob_type(item: str) -> str:
-    try:
-        parse_knobs([item])
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("knob: ")) from None
-    return item
-
-
 def check_output_path(path, name: str = "output", folder: bool = False) -> None:
     """Fail early (ValueError naming ``name``) when ``path`` cannot be written.
 
@@ -142,7 +134,7 @@ def add_seed(p, help="seed of every random draw"):
 
 def add_knobs(p):
     """Add the shared repeatable ``--knob NAME=VALUE``."""
-    p.add_argument("--knob", action="append", default=[], type=_knob_type, metavar="NAME=VALUE",
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="rule knob, repeatable (e.g. --knob delta=0.75); VALUE read as JSON when it parses")
 
 

@@ -7,8 +7,9 @@ the dynamic programme (:mod:`.exact`), then the sequence-level KL of the emitted
 verifier's: the exact bounds and a Monte-Carlo estimate. Symbols: q verifier, p drafter,
 m draft length, c drafter/verifier cost ratio.
 
-The main CLI wires it as ``subparsers`` entry: :func:`add_parser` registers the arguments and
-:func:`run` executes them; bad values raise ValueError naming the argument.
+The main CLI's subcommand table calls :func:`add_arguments` and :func:`run` (:func:`add_parser`
+registers the same on any ``subparsers``); bad values raise ValueError naming the argument, and
+``--json`` prints :func:`simulate_data`'s numbers.
 """
 
 from __future__ import annotations
