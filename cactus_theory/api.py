@@ -299,7 +299,7 @@ def analyze_rules(target_probs, draft_probs, rules=None, *, delta=None, knobs=No
     from .rules import RULES, get_rule
 
     q, p = as_prob_pair(target_probs, draft_probs)
-    names = list(RULES) if rules is None else [choice(r, tuple(RULES) + tuple(_aliases()), "rules")
+    names = list(RULES) if rules is None else [choice(r, RULES.all_names(), "rules")
                                                for r in ([rules] if isinstance(rules, str) else rules)]
     if delta is not None:
         delta = as_budget(delta, "delta")
@@ -331,12 +331,6 @@ def analyze_rules(target_probs, draft_probs, rules=None, *, delta=None, knobs=No
                       "emitted_tv": row["tv"], "gap_kl": row["gap_kl"], "gap_tv": row["gap_tv"]})
     return RuleTable(table=tuple(table), delta=delta,
                      n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
-
-
-def _aliases():
-    from .rules import RULES
-
-    return getattr(RULES, "aliases", {})
 
 
 def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
