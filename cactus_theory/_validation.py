@@ -162,3 +162,38 @@ def token_id(token, vocab_size: int, name: str = "token") -> int:
     if not 0 <= token < vocab_size:
         raise ValueError(f"{name}: {token} out of range [0, {vocab_size})")
     return int(token)
+
+
+def as_temperature(t, name: str = "temperature") -> float:
+    """A sampling temperature: a positive finite number."""
+    try:
+        v = float(t)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must be a positive finite number, got {t!r}") from None
+    if not v > 0 or not math.isfinite(v):
+        raise ValueError(f"{name}: must be a positive finite number, got {t!r}")
+    return v
+
+
+def as_top_k(k, name: str = "top_k") -> int:
+    """A top-k cut: an integer >= 1."""
+    if isinstance(k, (bool, np.bool_)):
+        raise ValueError(f"{name}: must be an integer >= 1, got {k!r}")
+    try:
+        ok = int(k) == k and k >= 1
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name}: must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def as_top_p(p, name: str = "top_p") -> float:
+    """A nucleus mass in (0, 1]."""
+    try:
+        v = float(p)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must lie in (0, 1], got {p!r}") from None
+    if not 0 < v <= 1:
+        raise ValueError(f"{name}: must lie in (0, 1], got {p!r}")
+    return v

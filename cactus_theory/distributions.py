@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_probs, choice
+from ._validation import as_probs, as_temperature, as_top_k, as_top_p, choice
 
 __all__ = [
     "FAMILIES",
@@ -222,10 +222,7 @@ def apply_temperature(probs, t: float) -> np.ndarray:
     (:func:`sampling_transform`).
     """
     q = as_probs(probs, "probs")
-    t = float(t)
-    if not t > 0 or not np.isfinite(t):
-        raise ValueError(f"t: temperature must be a positive finite number, got {t}")
-    return sampling_transform(_log_probs(q), temperature=t)
+    return sampling_transform(_log_probs(q), temperature=as_temperature(t, "t"))
 
 
 def apply_top_k(probs, k: int) -> np.ndarray:
@@ -234,11 +231,10 @@ def apply_top_k(probs, k: int) -> np.ndarray:
     ``k >= V`` leaves the rows unchanged (:func:`sampling_transform`'s tie rule).
     """
     q = as_probs(probs, "probs")
-    if int(k) != k or k < 1:
-        raise ValueError(f"k: must be an integer >= 1, got {k}")
-    if int(k) >= q.shape[-1]:
+    k = as_top_k(k, "k")
+    if k >= q.shape[-1]:
         return q
-    return sampling_transform(_log_probs(q), top_k=int(k))
+    return sampling_transform(_log_probs(q), top_k=k)
 
 
 def apply_top_p(probs, p: float) -> np.ndarray:
@@ -249,10 +245,7 @@ def apply_top_p(probs, p: float) -> np.ndarray:
     positive mass (:func:`sampling_transform`).
     """
     q = as_probs(probs, "probs")
-    p = float(p)
-    if not 0 < p <= 1:
-        raise ValueError(f"p: top-p must lie in (0, 1], got {p}")
-    return sampling_transform(_log_probs(q), top_p=p)
+    return sampling_transform(_log_probs(q), top_p=as_top_p(p, "p"))
 
 
 def truncate(probs, *, temperature: float = 1.0, top_k: int | None = None,
@@ -278,17 +271,14 @@ def truncate(probs, *, temperature: float = 1.0, top_k: int | None = None,
         The processed distributions (zeros outside the kept support).
     """
     q = as_probs(probs, "probs")
-    t = float(temperature)
-    if not t > 0 or not np.isfinite(t):
-        raise ValueError(f"temperature: must be a positive finite number, got {temperature}")
-    if top_k is not None and (int(top_k) != top_k or top_k < 1):
-        raise ValueError(f"top_k: must be an integer >= 1, got {top_k}")
-    if top_p is not None and not 0 < float(top_p) <= 1:
-        raise ValueError(f"top_p: must lie in (0, 1], got {top_p}")
+    t = as_temperature(temperature)
+    top_k = None if top_k is None else as_top_k(top_k)
+    if top_k is not None and top_k >= q.shape[-1]:
+        top_k = None                                       # keeps every token
+    top_p = None if top_p is None else as_top_p(top_p)
     if t == 1.0 and top_k is None and top_p is None:
         return q
-    return sampling_transform(_log_probs(q), temperature=t,
-                              top_k=None if top_k is None else int(top_k), top_p=top_p)
+    return sampling_transform(_log_probs(q), temperature=t, top_k=top_k, top_p=top_p)
 
 
 def synthetic_pairs(family: str, n_pairs: int, vocab_size: int, rng=None, *,

@@ -413,3 +413,12 @@ def test_one_trajectory_type():
         ct.Trajectory(QB, PB, columns=np.zeros((3, 7)))
     with pytest.raises(ValueError, match="raw_target_probs"):
         ct.Trajectory(QB, PB, raw_target_probs=Q)
+
+
+def test_transform_bad_input_names_the_argument():
+    for kwargs, name in [(dict(temperature=0), "temperature"), (dict(temperature=float("nan")), "temperature"),
+                         (dict(top_k=0), "top_k"), (dict(top_k=1.5), "top_k"), (dict(top_k=True), "top_k"),
+                         (dict(top_p=0), "top_p"), (dict(top_p=1.5), "top_p")]:
+        with pytest.raises(ValueError, match=name):
+            truncate(Q, **kwargs)
+    np.testing.assert_array_equal(truncate(Q, top_k=8), Q)       # k = V keeps the row as is
