@@ -496,7 +496,6 @@ def section_real(seed: int = 0, m: int = 8) -> Section:
     """The same analyses on the shipped real distributions (SmolLM2-135M and its drafters)."""
     from .analysis.rule_table import rule_table
     from .logits import load_dump, load_full_vocab_sample, shipped_dumps
-    from .simulate.chain import Trajectory
 
     heading = "Real distributions: SmolLM2-135M-Instruct (verifier) and four drafters sharing its tokenizer"
     files = shipped_dumps()
@@ -515,8 +514,7 @@ def section_real(seed: int = 0, m: int = 8) -> Section:
         res = taylor_vs_exact_pairs(q, p, (0.1, 0.75, 1.0), "kl")
         blocks.append(_family_table(res, f"real/{name}/per-draft-vs-emitted",
                                     f"[drafter {name}: {q.shape[0]} positions]"))
-        trajs = [Trajectory(t.target_probs, t.draft_probs, t.raw_target_probs, t.raw_draft_probs)
-                 for t in d.trajectories() if t.target_probs.shape[0] >= 2]
+        trajs = [t for t in d.trajectories() if t.target_probs.shape[0] >= 2]
         blocks.append(Table(f"real/{name}/chain", f"[drafter {name}: exact chains, m = {m}]", CHAIN_COLUMNS,
                             tuple(chain_rows(trajs, m, REAL_CHAIN_RULES))))
     if "distilled" in dumps:

@@ -55,12 +55,12 @@ def _calibration_sentence(report) -> str:
 
     def ratio(label):
         r = [row["eps"] / row["global_delta"] for row in rows if row["rows"] == label]
-        return f"{math.floor(min(r))}-{math.ceil(max(r))}x"
+        return f"{min(r):.2g}-{max(r):.2g}x"
 
     below = sum(r["acceptance_per_position"] <= r["acceptance_mentored"] + 1e-9 for r in rows)  # solver rounding
     beats = [r for r in rows if r["acceptance_global"] > r["acceptance_mentored"]]
     where = sorted(set(r["rows"] for r in beats))
-    s = (f"The delta needed is {ratio('untruncated')} smaller than eps untruncated and "
+    s = (f"eps / delta (the one global delta): {ratio('untruncated')} untruncated, "
          f"{ratio('truncated')} truncated. Mentored decoding (acceptance-optimal with KL <= eps at "
          f"every position) is at or above the per-position calibration on {below} of {len(rows)} rows")
     if beats:

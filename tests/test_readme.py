@@ -1,11 +1,14 @@
 """README.md's result tables agree with a fresh report (scripts/update_readme.py generates them).
 
 The default run checks the blocks of the cheap sections (taylor, families, rules, frontier,
-calibration, chain: about 20 s); the real-data blocks need the ``real`` section (about a minute)
-and run under ``-m slow``.
+calibration, chain: about 20 s); the real-data blocks need the ``real`` section (one to five
+minutes on a shared 2-core machine) and run when ``CACTUS_THEORY_SLOW=1``
+(``scripts/update_readme.py --check`` checks every block too).
 """
 
 import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ CHEAP = ("taylor", "families", "rules", "frontier", "calibration", "chain")
 def _script():
     spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts" / "update_readme.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(mod)
     return mod
 
@@ -42,6 +46,8 @@ def test_readme_tables_match_a_fresh_report():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("CACTUS_THEORY_SLOW") != "1",
+                    reason="the real section takes minutes; set CACTUS_THEORY_SLOW=1")
 def test_readme_real_data_tables_match_a_fresh_report():
     _check([n for n in upd.BLOCKS if n not in upd.blocks_for(CHEAP)])
 

@@ -404,16 +404,15 @@ def check_args(args) -> None:
     >= 1; the verifier, drafters and prompts must exist locally. (``--shipped`` writes into
     ``--out-dir`` unless ``--overwrite-shipped`` is given.)
     """
-    import math
-
     from .cli import _check_prompts, check_drafter, check_model_source
 
-    if not math.isfinite(args.temperature) or args.temperature < 0:
-        raise ValueError(f"temperature: must be a finite number >= 0 (0 = greedy), got {args.temperature}")
-    if not math.isfinite(args.top_p) or not 0 < args.top_p <= 1:
-        raise ValueError(f"top-p: must lie in (0, 1], got {args.top_p}")
-    if args.top_k < 0:
-        raise ValueError(f"top-k: must be >= 0 (0 disables), got {args.top_k}")
+    from .._validation import as_temperature, as_top_k, as_top_p
+
+    if args.temperature != 0:  # 0 = greedy
+        as_temperature(args.temperature, "temperature")
+    as_top_p(args.top_p, "top-p")
+    if args.top_k != 0:  # 0 disables
+        as_top_k(args.top_k, "top-k")
     for name in ("top_k_raw", "per_category", "new_tokens", "batch_size", "max_prompt_tokens"):
         v = getattr(args, name)
         if v < 1:

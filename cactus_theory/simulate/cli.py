@@ -90,12 +90,13 @@ def _check(args) -> None:
             raise ValueError(f"{name.replace('_', '-')}: must be >= 1, got {val!r}")
     if not math.isfinite(args.cost_ratio) or args.cost_ratio < 0:
         raise ValueError(f"cost-ratio: must be a finite number >= 0, got {args.cost_ratio!r}")
-    if not math.isfinite(args.temperature) or args.temperature <= 0:
-        raise ValueError(f"temperature: must be > 0, got {args.temperature!r}")
-    if args.top_k is not None and args.top_k < 0:
-        raise ValueError(f"top-k: must be >= 0 (0 disables), got {args.top_k!r}")
-    if args.top_p is not None and not (0 < args.top_p <= 1):
-        raise ValueError(f"top-p: must lie in (0, 1], got {args.top_p!r}")
+    from .._validation import as_temperature, as_top_k, as_top_p
+
+    as_temperature(args.temperature, "temperature")
+    if args.top_k:  # 0 disables
+        as_top_k(args.top_k, "top-k")
+    if args.top_p is not None:
+        as_top_p(args.top_p, "top-p")
     if args.family not in FAMILIES:
         raise ValueError(f"family: unknown {args.family!r} (valid: {', '.join(FAMILIES)})")
     if args.draft_length > args.length:
