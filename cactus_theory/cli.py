@@ -366,7 +366,8 @@ def _args_analyze(p):
     p.add_argument("--rules", default=None, help="comma-separated rule names (default: every rule)")
     p.add_argument("--delta", type=float, default=None, help="per-draft budget of the Cactus rules "
                    "(default: each rule's own default)")
-    add_knobs(p)
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="knob for every chosen rule that has it, repeatable (e.g. --knob alpha=0.3)")
     add_output(p, csv_flag=True)
 
 
@@ -382,11 +383,25 @@ def _rule_list(text):
 def _cmd_analyze(args) -> int:
     import cactus_theory as ct
 
+    from .rules import RULES
+
     q, p = _pairs(args)
-    kw = {"knobs": parse_knobs(args.knob) or None}
+    rules = _rule_list(args.rules)
+    flat = parse_knobs(args.knob)
+    kw = {}
+    if flat:  # each --knob NAME=VALUE goes to every chosen rule that declares NAME
+        names = rules if rules is not None else list(RULES)
+        for name in names:
+            if name not in RULES:
+                raise ValueError(f"rules: unknown rule {name!r}")
+        per = {n: {k: v for k, v in flat.items() if any(kn.name == k for kn in RULES[n].knobs)} for n in names}
+        unused = [k for k in flat if not any(k in d for d in per.values())]
+        if unused:
+            raise ValueError(f"knob: no chosen rule has a knob {unused[0]!r}")
+        kw["knobs"] = {n: d for n, d in per.items() if d}
     if args.delta is not None:
         kw["delta"] = args.delta
-    res = ct.analyze_rules(q, p, _rule_list(args.rules), **kw)
+    res = ct.analyze_rules(q, p, rules, **kw)
     table = _rows_table(res.rows(), "analyze", f"{q.shape[0]} positions, V = {q.shape[1]}")
     from .report import format_table
 

@@ -106,6 +106,10 @@ def test_analyze_text_and_json(tmp_path, capsys):
     q, p = np.array([float(x) for x in Q.split(",")]), np.array([float(x) for x in P.split(",")])
     assert rows["sps"]["acceptance"] == pytest.approx(np.minimum(q, p).sum(), abs=1e-12)  # sum min(q, p)
     assert rows["cactus-taylor"]["acceptance"] > rows["sps"]["acceptance"]
+    knobbed = run_json(capsys, "analyze", *QP, "--rules", "interpolation,cactus-taylor", "--knob", "alpha=0.3")
+    by = {r["rule"]: r for r in knobbed["table"]}
+    assert "alpha=0.3" in str(by["interpolation"]["knobs"])  # the knob reached the rule that has it
+    assert "alpha" not in str(by["cactus-taylor"]["knobs"])
 
 
 def test_analyze_reads_files_and_shipped_recordings(tmp_path, capsys):
@@ -221,6 +225,7 @@ BAD = [
     (["solve", "-n", "0"], "q"),
     (["analyze", "--input", "/no/such/file.npy"], "source"),
     (["frontier", *QP, "--eps", "a,b"], "eps"),
+    (["analyze", *QP, "--rules", "sps", "--knob", "zzz=1"], "knob"),
     (["calibrate", *QP, "--eps", "0.1", "--rule", "nope"], "rule"),
     (["benchmark", "--repeats", "0"], "repeats"),
 ]
