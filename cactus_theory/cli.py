@@ -52,10 +52,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-class MissingExtra(Exception):
-    """An optional dependency is not installed (the message names the extra)."""
-
-
 # --------------------------------------------------------------------------- shared parsers
 
 def parse_knobs(items) -> dict:
