@@ -274,12 +274,34 @@ def _write_figures(out, names, formats, seed):
     except ModuleNotFoundError as exc:
         if exc.name != "cactus_theory.figures":
             raise
-        from .plots import write_figures  # the single-format writer, until cactus_theory.figures exists
-
-        if set(formats) != {"png"}:
-            raise ValueError("format: this installation writes PNG only; use --format png") from None
-        return write_figures(out, names, seed=seed)
+        return _write_figures_from_plots(out, names, formats, seed)
     return figures.write_figures(out, names=names, formats=tuple(formats), seed=seed)
+
+
+def _write_figures_from_plots(out, names, formats, seed):
+    """Without the ``cactus_theory.figures`` package: PNG through ``plots.write_figures``, PDF
+    from the same figure functions, written atomically."""
+    import io
+
+    from . import plots
+    from ._io import atomic_write_bytes
+
+    paths = list(plots.write_figures(out, names, seed=seed)) if "png" in formats else []
+    if "pdf" in formats:
+        import matplotlib.pyplot as plt
+
+        for name in (names or list(plots.FIGURES)):
+            if name not in plots.FIGURES:
+                raise ValueError(f"names: unknown figure {name!r}; valid: {', '.join(plots.FIGURES)}")
+            os.makedirs(out, exist_ok=True)
+            fig = plots.FIGURES[name](seed=seed)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="pdf", bbox_inches="tight")
+            plt.close(fig)
+            path = os.path.join(out, f"{name}.pdf")
+            atomic_write_bytes(path, buf.getvalue())
+            paths.append(path)
+    return paths
 
 
 def _cmd_figures(args) -> int:

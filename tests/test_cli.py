@@ -171,6 +171,13 @@ def test_figures_png_and_json(tmp_path, capsys):
     assert (tmp_path / "b" / "gamma.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_figures_default_writes_pdf_and_png(tmp_path, capsys):
+    status, out, _ = run(capsys, "figures", "-o", str(tmp_path), "--names", "gamma")
+    assert status == 0
+    assert sorted(p.rsplit("/", 1)[-1] for p in out.split()) == ["gamma.pdf", "gamma.png"]
+    assert (tmp_path / "gamma.pdf").read_bytes()[:5] == b"%PDF-"
+
+
 def test_benchmark_json(capsys):
     data = run_json(capsys, "benchmark", "--repeats", "1")
     assert data  # a text benchmark comes back as {"repeats", "text"}; an object as its to_dict()
