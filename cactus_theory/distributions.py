@@ -22,13 +22,32 @@ Families (``synthetic_pairs``):
 
 Any family can be passed through :func:`truncate` (temperature, then top-k, then top-p, in
 vLLM's order; the paper's setting is ``truncate(x, temperature=0.6, top_k=20, top_p=0.95)``) to get the truncated distributions real samplers hand over.
+
+The sampling transform (one for the whole toolkit)
+--------------------------------------------------
+:func:`sampling_transform` (dense) and :func:`top_candidates` + :func:`process_sorted_logits`
+(sparse) are the only implementation of temperature / top-k / top-p: :func:`truncate` and the
+``apply_*`` helpers here, the real-logit loader
+(:func:`cactus_theory.logits.loader.apply_transforms`) and the decoding loop and dump tool
+(:func:`cactus_theory.logits.runner.processed_sparse`) all call them. On logits z (or log
+probabilities; a zero probability is the logit ``-inf``), in vLLM's order:
+
+1. **order**: tokens by decreasing logit; **tie rule: equal logits are ordered by increasing
+   token id** (a stable sort), for top-k, top-p and greedy alike;
+2. ``s = z / T`` (``T = 0``: greedy, a one-hot on the first token of the order);
+3. top-k: keep the first k tokens of the order (``top_k`` None or <= 0: all);
+4. top-p: among those, keep a token while the mass of ``softmax(s)`` over the top-k set
+   strictly before it is < ``top_p`` (the first token always; ``top_p`` None or >= 1: all);
+5. renormalize ``softmax(s)`` over the kept tokens. Tokens of logit ``-inf`` get 0.
+
+numpy input gives numpy float64, torch input torch float64 (on its device).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_probs, choice
+from ._validation import as_probs, as_temperature, as_top_k, as_top_p, choice
 
 __all__ = [
     "FAMILIES",
@@ -36,6 +55,9 @@ __all__ = [
     "apply_temperature",
     "apply_top_k",
     "apply_top_p",
+    "sampling_transform",
+    "top_candidates",
+    "process_sorted_logits",
     "truncate",
     "softmax",
 ]
@@ -52,62 +74,185 @@ def softmax(logits, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def _is_torch(x) -> bool:
+    return hasattr(x, "detach") and hasattr(x, "dtype") and not isinstance(x, np.ndarray)
+
+
+def top_candidates(logits, k=None):
+    """The first ``k`` tokens of each row in the transform's order, and their logits.
+
+    The order is decreasing logit, equal logits by increasing token id (the module's tie
+    rule). ``k`` None (or >= V) orders the whole row.
+
+    Parameters
+    ----------
+    logits : ndarray or Tensor, shape (..., V)
+        Logits or log probabilities (``-inf`` for a zero probability); NaN not allowed.
+    k : int, optional
+
+    Returns
+    -------
+    ids : int64 array, shape (..., K)
+    values : float64 array, shape (..., K)
+        ``K = min(k, V)``; same library (and device) as ``logits``.
+    """
+    V = logits.shape[-1]
+    k = V if k is None else min(int(k), V)
+    if _is_torch(logits):
+        import torch
+
+        z = logits.to(torch.float64)
+        if k == V:
+            values, ids = torch.sort(z, dim=-1, descending=True, stable=True)
+            return ids, values
+        values, ids = torch.topk(z, k, dim=-1, largest=True, sorted=True)
+        # torch.topk breaks ties arbitrarily: where the k-th value is tied with a token left out,
+        # take the tied tokens of smallest id (a full stable sort of those rows)
+        thr = values[..., -1:]
+        cut = (z == thr).sum(-1) > (values == thr).sum(-1)
+        if bool(cut.any()):
+            sv, si = torch.sort(z[cut], dim=-1, descending=True, stable=True)
+            values[cut], ids[cut] = sv[..., :k], si[..., :k]
+        # within the kept set: decreasing value, then increasing id
+        ids_sorted, perm = torch.sort(ids, dim=-1, stable=True)
+        vals_by_id = torch.gather(values, -1, perm)
+        values, perm2 = torch.sort(vals_by_id, dim=-1, descending=True, stable=True)
+        return torch.gather(ids_sorted, -1, perm2), values
+    z = np.asarray(logits, dtype=np.float64)
+    order = np.argsort(-z, axis=-1, kind="stable")[..., :k]
+    return order.astype(np.int64), np.take_along_axis(z, order, axis=-1)
+
+
+def process_sorted_logits(values, *, temperature=1.0, top_p=None):
+    """Steps 2, 4, 5 of the transform on logits already in the transform's order.
+
+    Parameters
+    ----------
+    values : ndarray or Tensor, shape (..., K)
+        From :func:`top_candidates` (decreasing; the top-k cut already made).
+    temperature : float
+        >= 0; 0 is greedy.
+    top_p : float, optional
+        Nucleus mass; None or >= 1 disables it.
+
+    Returns
+    -------
+    float64 array, shape (..., K)
+        Probabilities on the candidates (rows sum to 1).
+    """
+    torch_in = _is_torch(values)
+    if torch_in:
+        import torch
+
+        xp_exp, xp_cumsum = torch.exp, (lambda a: torch.cumsum(a, dim=-1))
+        where, full_like = torch.where, torch.full_like
+    else:
+        values = np.asarray(values, dtype=np.float64)
+        xp_exp, xp_cumsum = np.exp, (lambda a: np.cumsum(a, axis=-1))
+        where, full_like = np.where, np.full_like
+    first = full_like(values, 0.0)
+    first[..., 0] = 1.0
+    if temperature == 0:
+        return first
+    s = values / temperature
+    finite = s > -np.inf
+
+    def softmax_kept(keep):
+        m = s[..., :1]                                   # the row maximum (first in the order)
+        m = where(m > -np.inf, m, full_like(m, 0.0))
+        e = where(keep, xp_exp(where(keep, s, m) - m), full_like(s, 0.0))
+        return e / e.sum(-1, keepdims=True)
+
+    pr = softmax_kept(finite)
+    if top_p is not None and top_p < 1.0:
+        before = xp_cumsum(pr) - pr
+        keep = (before < top_p) & finite
+        keep[..., 0] = True
+        pr = softmax_kept(keep)
+    return pr
+
+
+def sampling_transform(logits, *, temperature=1.0, top_k=None, top_p=None):
+    r"""The processed distribution of ``logits`` (module docstring: order, tie rule, steps).
+
+    Parameters
+    ----------
+    logits : ndarray or Tensor, shape (..., V)
+        Logits or log probabilities (``-inf`` for zero probability).
+    temperature : float
+        >= 0 (0: greedy).
+    top_k : int, optional
+        None or <= 0: no top-k cut.
+    top_p : float, optional
+        None or >= 1: no nucleus cut.
+
+    Returns
+    -------
+    float64 array, shape (..., V)
+        numpy for numpy input, torch (same device) for torch input.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sampling_transform(np.log([0.3, 0.3, 0.4]), top_k=2).round(4)   # the tie: id 0 kept
+    array([0.4286, 0.    , 0.5714])
+    """
+    k = top_k if top_k is not None and top_k > 0 else None
+    ids, values = top_candidates(logits, k)
+    pr = process_sorted_logits(values, temperature=temperature, top_p=top_p)
+    if _is_torch(logits):
+        import torch
+
+        out = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device)
+        return out.scatter_(-1, ids, pr)
+    out = np.zeros(np.shape(logits), dtype=np.float64)
+    np.put_along_axis(out, ids, pr, axis=-1)
+    return out
+
+
+def _log_probs(q):
+    with np.errstate(divide="ignore"):
+        return np.where(q > 0, np.log(np.where(q > 0, q, 1.0)), -np.inf)
+
+
 def apply_temperature(probs, t: float) -> np.ndarray:
     r"""Temperature transform :math:`\mathrm{normalize}(q^{1/t})`; ``t > 0``.
 
-    Zero-probability tokens stay at zero. Equivalent to softmax(logits / t).
+    Zero-probability tokens stay at zero. Equivalent to softmax(logits / t)
+    (:func:`sampling_transform`).
     """
     q = as_probs(probs, "probs")
-    t = float(t)
-    if not t > 0 or not np.isfinite(t):
-        raise ValueError(f"t: temperature must be a positive finite number, got {t}")
-    with np.errstate(divide="ignore"):
-        logq = np.where(q > 0, np.log(np.where(q > 0, q, 1.0)), -np.inf)
-    return softmax(logq / t)
+    return sampling_transform(_log_probs(q), temperature=as_temperature(t, "t"))
 
 
 def apply_top_k(probs, k: int) -> np.ndarray:
-    """Keep the ``k`` most probable tokens of each row and renormalize (ties broken by index).
+    """Keep the ``k`` most probable tokens of each row and renormalize (ties: lower token id).
 
-    ``k >= V`` leaves the rows unchanged.
+    ``k >= V`` leaves the rows unchanged (:func:`sampling_transform`'s tie rule).
     """
     q = as_probs(probs, "probs")
-    if int(k) != k or k < 1:
-        raise ValueError(f"k: must be an integer >= 1, got {k}")
-    k = int(k)
-    V = q.shape[-1]
-    if k >= V:
+    k = as_top_k(k, "k")
+    if k >= q.shape[-1]:
         return q
-    order = np.argsort(-q, axis=-1, kind="stable")
-    keep = np.zeros_like(q, dtype=bool)
-    np.put_along_axis(keep, order[..., :k], True, axis=-1)
-    out = np.where(keep, q, 0.0)
-    return out / out.sum(axis=-1, keepdims=True)
+    return sampling_transform(_log_probs(q), top_k=k)
 
 
 def apply_top_p(probs, p: float) -> np.ndarray:
     """Nucleus truncation: the smallest set of most probable tokens with mass >= ``p``.
 
     As in vLLM/transformers, a token is kept when the mass strictly before it (in
-    descending order) is below ``p``; ``p = 1`` keeps every token with positive mass.
+    descending order, ties by lower token id) is below ``p``; ``p = 1`` keeps every token with
+    positive mass (:func:`sampling_transform`).
     """
     q = as_probs(probs, "probs")
-    p = float(p)
-    if not 0 < p <= 1:
-        raise ValueError(f"p: top-p must lie in (0, 1], got {p}")
-    order = np.argsort(-q, axis=-1, kind="stable")
-    sorted_q = np.take_along_axis(q, order, axis=-1)
-    before = np.cumsum(sorted_q, axis=-1) - sorted_q
-    keep_sorted = before < p
-    keep = np.zeros_like(q, dtype=bool)
-    np.put_along_axis(keep, order, keep_sorted, axis=-1)
-    out = np.where(keep & (q > 0), q, 0.0)
-    return out / out.sum(axis=-1, keepdims=True)
+    return sampling_transform(_log_probs(q), top_p=as_top_p(p, "p"))
 
 
 def truncate(probs, *, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None) -> np.ndarray:
     """Temperature, then top-k, then top-p (vLLM's order). The paper used 0.6, 20, 0.95.
+
+    One call of :func:`sampling_transform` on ``log(probs)`` (its order and tie rule).
 
     Parameters
     ----------
@@ -125,12 +270,15 @@ def truncate(probs, *, temperature: float = 1.0, top_k: int | None = None,
     ndarray, shape (..., V)
         The processed distributions (zeros outside the kept support).
     """
-    out = apply_temperature(probs, temperature) if temperature != 1.0 else as_probs(probs, "probs")
-    if top_k is not None:
-        out = apply_top_k(out, top_k)
-    if top_p is not None:
-        out = apply_top_p(out, top_p)
-    return out
+    q = as_probs(probs, "probs")
+    t = as_temperature(temperature)
+    top_k = None if top_k is None else as_top_k(top_k)
+    if top_k is not None and top_k >= q.shape[-1]:
+        top_k = None                                       # keeps every token
+    top_p = None if top_p is None else as_top_p(top_p)
+    if t == 1.0 and top_k is None and top_p is None:
+        return q
+    return sampling_transform(_log_probs(q), temperature=t, top_k=top_k, top_p=top_p)
 
 
 def synthetic_pairs(family: str, n_pairs: int, vocab_size: int, rng=None, *,

@@ -1,126 +1,372 @@
-"""The main job: a plain-text report of the toolkit's exact results on embedded defaults.
+"""The main job: the toolkit's exact results on embedded defaults, as data and as text.
 
-Each section is a function returning text; :func:`build_report` joins them. Everything is
-computed from seeded synthetic families (and, when shipped, recorded real distributions), so
-the report is reproducible bit for bit.
+Each section is a function ``section_<name>(seed=...)`` that returns a :class:`Section` (notes and
+:class:`Table` objects holding plain numbers); :func:`compute_report` runs the chosen sections and
+returns a :class:`Report`; one formatter (:func:`format_table`, :func:`format_report`) prints
+every table as aligned text, Markdown or CSV, and :meth:`Report.to_dict` gives the same numbers as
+JSON-ready data. Everything is computed from seeded synthetic families (and, when shipped,
+recorded real distributions), so the report is reproducible bit for bit.
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token, delta the
+per-draft budget, eps a target emitted divergence, h_alg the emitted distribution (Theorem 3 of
+Hao & Mou, ICLR 2026).
 """
 
 from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .analysis.comparison import (
     TAYLOR_WITHIN_BUDGET_FROM,
-    format_family_comparison,
     taylor_kl_bound,
     taylor_vs_exact_grid,
     taylor_vs_exact_pairs,
 )
 from .distributions import synthetic_pairs, truncate
 
-__all__ = ["build_report", "SECTIONS", "PAPER_TRUNCATION"]
+__all__ = ["Column", "Table", "Section", "Report", "format_table", "format_section",
+           "format_report", "compute_report", "build_report", "json_ready", "SECTIONS",
+           "SECTION_SUMMARIES", "PAPER_TRUNCATION"]
 
 #: The paper's sampling setting (code defaults): temperature 0.6, top-k 20, top-p 0.95.
 PAPER_TRUNCATION = dict(temperature=0.6, top_k=20, top_p=0.95)
 DEFAULT_DELTAS = (0.1, 0.5, 1.0)
 
 
-def section_taylor_grid(seed: int = 0) -> str:
-    """Corollary 5's Taylor point against Theorem 2's root on a (q_n, delta) grid."""
+# --------------------------------------------------------------------------- data objects
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a :class:`Table`: the row key, its printed header and its number format.
+
+    ``fmt`` is a format spec for numbers (``".4f"``, ``"g"``, ``".1f"``), ``"s"`` for text or
+    ``"knobs"`` for a dict of rule knobs printed as ``name=value``.
+    """
+
+    key: str
+    header: str
+    fmt: str = ".4f"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of plain values: ``rows`` are dicts keyed by the columns' ``key``.
+
+    ``name`` is a stable identifier (``"<section>/<what>"``) used by the README generator;
+    ``layout`` is ``"grid"`` (aligned columns) or ``"records"`` (one block per row, for long text).
+    """
+
+    name: str
+    title: str
+    columns: tuple
+    rows: tuple
+    layout: str = "grid"
+
+    def to_dict(self) -> dict:
+        """The table as JSON-ready data (non-finite floats become ``"inf"``, ``"-inf"``, ``"nan"``)."""
+        return {"name": self.name, "title": self.title,
+                "columns": [{"key": c.key, "header": c.header} for c in self.columns],
+                "rows": [json_ready(dict(r)) for r in self.rows]}
+
+
+@dataclass(frozen=True)
+class Section:
+    """One report section: a heading, ``blocks`` in print order (note lines and tables), figures."""
+
+    name: str
+    heading: str
+    blocks: tuple
+    figures: tuple = ()
+
+    @property
+    def tables(self) -> tuple:
+        """The section's tables, in order."""
+        return tuple(b for b in self.blocks if isinstance(b, Table))
+
+    def to_dict(self) -> dict:
+        """The section as JSON-ready data."""
+        return {"name": self.name, "heading": self.heading,
+                "notes": [b for b in self.blocks if isinstance(b, str)],
+                "tables": [t.to_dict() for t in self.tables],
+                "figures": list(self.figures)}
+
+
+@dataclass(frozen=True)
+class Report:
+    """The sections of one run of the main job, with the seed they used."""
+
+    seed: int
+    sections: tuple = field(default_factory=tuple)
+
+    def table(self, name: str) -> Table:
+        """The table called ``name`` (ValueError naming ``name`` if absent)."""
+        for s in self.sections:
+            for t in s.tables:
+                if t.name == name:
+                    return t
+        raise ValueError(f"name: no table {name!r} in this report")
+
+    def to_dict(self) -> dict:
+        """The whole report as JSON-ready data (``json.dumps(..., allow_nan=False)`` accepts it)."""
+        return {"seed": self.seed, "sections": [s.to_dict() for s in self.sections]}
+
+
+def json_ready(x):
+    """Plain Python values for JSON: numpy scalars/arrays unwrapped, non-finite floats as strings."""
+    if isinstance(x, dict):
+        return {str(k): json_ready(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_ready(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_ready(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+# --------------------------------------------------------------------------- the formatter
+
+def _cell(value, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if fmt == "s":
+        return str(value)
+    if fmt == "knobs":
+        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in dict(value).items()) or "-"
+    if isinstance(value, str):
+        return value
+    if fmt == "d":
+        return str(int(value))
+    v = float(value)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if fmt.endswith("f") and v < 0 and float(format(v, fmt)) == 0.0:
+        v = 0.0  # print the rounding residue of a zero as 0.0000, not -0.0000
+    return format(v, fmt)
+
+
+def format_table(table: Table, style: str = "text") -> str:
+    """Print a :class:`Table` as ``"text"`` (aligned), ``"markdown"`` or ``"csv"``.
+
+    CSV carries the raw values (full float precision, knobs as ``name=value``); text and Markdown
+    use each column's format. Text columns are left-aligned, numbers right-aligned.
+    """
+    if style not in ("text", "markdown", "csv"):
+        raise ValueError(f"style: expected text, markdown or csv, got {style!r}")
+    cols = table.columns
+    if style == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow([c.key for c in cols])
+        for r in table.rows:
+            w.writerow([_cell(r.get(c.key), "knobs") if c.fmt == "knobs" else
+                        (repr(float(r[c.key])) if isinstance(r.get(c.key), (float, np.floating)) else r.get(c.key))
+                        for c in cols])
+        return buf.getvalue().rstrip("\n")
+    body = [[_cell(r.get(c.key), c.fmt) for c in cols] for r in table.rows]
+    if table.layout == "records":
+        out = [table.title] if table.title and style == "text" else []
+        for cells in body:
+            first, rest = cells[0], cells[1:]
+            out.append(f"{first}. {rest[0]}" if rest else first)
+            out += [f"    {c.header}: {v}" for c, v in zip(cols[2:], rest[1:])]
+        return "\n".join(out)
+    heads = [c.header for c in cols]
+    if style == "markdown":
+        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+        out = ([f"*{table.title}*", ""] if table.title else [])
+        out.append("| " + " | ".join(esc(h) for h in heads) + " |")
+        out.append("|" + "|".join("---" if c.fmt in ("s", "knobs") else "---:" for c in cols) + "|")
+        out += ["| " + " | ".join(esc(x) for x in cells) + " |" for cells in body]
+        return "\n".join(out)
+    widths = [max(len(x) for x in col) for col in zip(heads, *body)]
+    left = [c.fmt in ("s", "knobs") for c in cols]
+
+    def line(cells):
+        return "  ".join(x.ljust(w) if lf else x.rjust(w)
+                         for x, w, lf in zip(cells, widths, left)).rstrip()
+
+    out = [table.title] if table.title else []
+    out += [line(heads), line(["-" * w for w in widths])] + [line(b) for b in body]
+    return "\n".join(out)
+
+
+def format_section(section: Section, style: str = "text", figures_dir: str | None = None) -> str:
+    """Print a :class:`Section`: heading, notes and tables in order (tables fenced in Markdown).
+
+    ``figures_dir`` (Markdown only): the folder holding the figures, linked relative to it.
+    """
+    parts = [f"## {section.heading}"]
+    for b in section.blocks:
+        if isinstance(b, str):
+            parts.append(b)
+        elif style == "markdown" and b.layout == "grid":
+            parts.append(format_table(b, "markdown"))
+        elif style == "markdown":
+            parts.append("```\n" + format_table(b, "text") + "\n```")
+        else:
+            parts.append(format_table(b, style))
+    if style == "markdown" and section.figures:
+        base = figures_dir or "figures"
+        parts.append("Figures: " + ", ".join(f"![{f}]({base}/{f}.png)" for f in section.figures)
+                     + " (written by `cactus-theory figures`).")
+    sep = "\n\n" if style == "markdown" else "\n"
+    return sep.join(parts)
+
+
+REPORT_TITLE = "# cactus_theory report"
+REPORT_INTRO = ("Exact one-step analysis (float64). q = verifier, p = drafter, n = drafted token, "
+                "delta = per-draft budget, eps = target emitted divergence.")
+
+
+def format_report(report: Report, style: str = "text", figures_dir: str | None = None) -> str:
+    """Print a :class:`Report` as ``"text"``, ``"markdown"`` or ``"csv"``.
+
+    CSV: one block per table, introduced by a ``# <table name>`` line.
+    """
+    if style == "csv":
+        return "\n\n".join(f"# {t.name}\n{format_table(t, 'csv')}"
+                           for s in report.sections for t in s.tables) + "\n"
+    head = f"{REPORT_TITLE}\n{REPORT_INTRO}" + (f" Seed {report.seed}." if style == "markdown" else "")
+    return "\n\n".join([head] + [format_section(s, style, figures_dir) for s in report.sections]) + "\n"
+
+
+# --------------------------------------------------------------------------- sections
+
+def _family_table(res, name: str, title: str) -> Table:
+    d = res.divergence
+    cols = (Column("rule", "rule", "s"), Column("delta", "delta", "g"),
+            Column("acceptance", "accept"), Column("per_draft_mean", f"E_n {d}(h^n||q)"),
+            Column("per_draft_max", "max_n"), Column("emitted_mean", f"{d}(h_alg||q)"),
+            Column("emitted_max", "max"), Column("emitted_over_delta_max", "max/delta", ".3f"),
+            Column("emitted_tv_mean", "TV(h_alg,q)"))
+    return Table(name, title, cols, tuple(dict(r) for r in res.rows))
+
+
+def section_taylor(seed: int = 0) -> Section:
+    """Per draft: Corollary 5's Taylor point against Theorem 2's exact root on a (q_n, delta) grid."""
     qs = np.array([0.01, 0.05, 0.2, 0.35, 0.5, 0.7, 0.9, 0.99])
     ds = np.array([0.01, 0.1, 0.5, 1.0, 2.0])
     g = taylor_vs_exact_grid(qs, ds, "kl")
-    lines = ["## Per draft: Taylor point (Corollary 5) vs exact root (Theorem 2), KL budget",
-             "cell = gamma_taylor / gamma_exact / KL(h_taylor||q)/delta"]
-    lines.append(f"{'q_n':>6} | " + " | ".join(f"delta={d:<17g}" for d in ds))
-    for i, q in enumerate(qs):
-        cells = [f"{g.gamma_taylor[i, j]:.3f}/{g.gamma_exact[i, j]:.3f}/{g.budget_ratio[i, j]:.2f}"
-                 for j in range(len(ds))]
-        lines.append(f"{q:>6.2f} | " + " | ".join(f"{c:<23}" for c in cells))
+    rows = tuple(dict(q_n=float(q), delta=float(d), gamma_taylor=float(g.gamma_taylor[i, j]),
+                      gamma_exact=float(g.gamma_exact[i, j]), budget_ratio=float(g.budget_ratio[i, j]))
+                 for i, q in enumerate(qs) for j, d in enumerate(ds))
+    grid = Table("taylor/grid", "", (Column("q_n", "q_n", ".2f"), Column("delta", "delta", "g"),
+                                     Column("gamma_taylor", "gamma_taylor", ".3f"),
+                                     Column("gamma_exact", "gamma_exact", ".3f"),
+                                     Column("budget_ratio", "KL(h_taylor||q)/delta", ".2f")), rows)
     worst = taylor_vs_exact_grid(np.linspace(0, 1, 2001), ds, "kl").budget_ratio.max(axis=0)
-    lines.append("worst KL(h_taylor||q)/delta over q_n: " + ", ".join(
-        f"delta={d:g}: {w:.3f} (bound log(1+2d)/d = {float(taylor_kl_bound(d)) / d:.3f})"
-        for d, w in zip(ds, worst)))
-    lines.append(f"Corollary 6 holds (gamma <= 1/2 => KL <= delta); above 1/2 the Taylor point "
-                 f"exceeds the budget, at most by KL <= log(1 + 2 delta), tight at "
-                 f"q_n = 1/(1+2 delta); it is always within budget once delta >= "
-                 f"{TAYLOR_WITHIN_BUDGET_FROM:.4f}.")
-    return "\n".join(lines)
+    wrows = tuple(dict(delta=float(d), worst_ratio=float(w), bound_ratio=float(taylor_kl_bound(d)) / float(d))
+                  for d, w in zip(ds, worst))
+    wt = Table("taylor/worst", "worst KL(h_taylor||q)/delta over q_n in [0, 1] (2001 points):",
+               (Column("delta", "delta", "g"), Column("worst_ratio", "worst KL/delta", ".3f"),
+                Column("bound_ratio", "bound log(1+2d)/d", ".3f")), wrows)
+    note = (f"Corollary 6 holds (gamma <= 1/2 => KL <= delta); above 1/2 the Taylor point exceeds "
+            f"the budget, at most by KL <= log(1 + 2 delta), tight at q_n = 1/(1+2 delta); it is "
+            f"always within budget once delta >= {TAYLOR_WITHIN_BUDGET_FROM:.4f}.")
+    return Section("taylor", "Per draft: Taylor point (Corollary 5) vs exact root (Theorem 2), KL budget",
+                   ("gamma = the boosted h_n; budget ratio = KL(h_taylor||q)/delta (> 1: over budget).",
+                    grid, wt, note), figures=("gamma", "taylor_overshoot"))
 
 
-def section_families(seed: int = 0, n_pairs: int = 400, vocab_size: int = 64) -> str:
-    """Per-draft vs emitted divergence of Taylor and exact Cactus on synthetic families."""
-    out = ["## Per draft vs emitted: what Cactus actually emits (Theorem 3), synthetic families",
-           f"{n_pairs} positions per family, V = {vocab_size}, seed {seed}; "
-           "E_n = expectation over drafts n ~ p; h_alg = emitted distribution.",
-           "Truncated = the paper's sampling setting (temperature 0.6, top-k 20, top-p 0.95) "
-           "applied to both q and p."]
+def section_families(seed: int = 0, n_pairs: int = 400, vocab_size: int = 64) -> Section:
+    """Per draft vs emitted divergence of Taylor and exact Cactus on four synthetic families."""
+    blocks = [f"{n_pairs} positions per family, V = {vocab_size}, seed {seed}; "
+              "E_n = expectation over drafts n ~ p; h_alg = emitted distribution. "
+              "Truncated = the paper's sampling setting (temperature 0.6, top-k 20, top-p 0.95) "
+              "applied to both q and p."]
     for family in ("dirichlet", "zipf", "logits", "noisy_copy"):
         q, p = synthetic_pairs(family, n_pairs, vocab_size, seed)
         for label, (qq, pp) in (("untruncated", (q, p)),
                                 ("truncated", (truncate(q, **PAPER_TRUNCATION),
                                                truncate(p, **PAPER_TRUNCATION)))):
             res = taylor_vs_exact_pairs(qq, pp, DEFAULT_DELTAS, "kl")
-            out.append("")
-            out.append(format_family_comparison(res, f"[{family}, {label}]"))
-    return "\n".join(out)
+            blocks.append(_family_table(res, f"families/{family}/{label}", f"[{family}, {label}]"))
+    return Section("families", "Per draft vs emitted: what Cactus actually emits (Theorem 3), synthetic families",
+                   tuple(blocks), figures=("per_draft_vs_emitted",))
 
 
-def section_rules(seed: int = 0, vocab_size: int = 256, n_pairs: int = 8) -> str:
-    """Every registered rule at its default knobs: acceptance, true emitted divergences, gaps."""
-    from .analysis.rule_table import format_rule_table, rule_table
+def _rule_table(rows, name: str, title: str, show_knobs: bool) -> Table:
+    from .analysis.rule_table import COLUMNS
 
-    out = ["## Every rule at its default knobs (issue 3's table; means over positions)",
-           "accept = sum_n p_n a_n; KL, TV of the emitted h_alg from q; gap = frontier acceptance at "
-           "the rule's own true divergence minus the rule's (>= 0; inf divergence: frontier = 1).",
-           "Cascades and fuzzy SD decide on the raw (untruncated) rows."]
+    cols = (Column("rule", "rule", "s"),) + tuple(Column(k, h) for k, h in COLUMNS)
+    if show_knobs:
+        cols += (Column("knobs", "knobs", "knobs"),)
+    return Table(name, title, cols, tuple(dict(r) for r in rows))
+
+
+def section_rules(seed: int = 0, vocab_size: int = 256, n_pairs: int = 8) -> Section:
+    """Every registered rule at its default knobs: acceptance, true emitted divergences, frontier gaps."""
+    from .analysis.rule_table import rule_table
+
     q, p = np.array([[0.30, 0.35, 0.35]]), np.array([[0.05, 0.80, 0.15]])
-    out.append(format_rule_table(rule_table(q, p), title="[README pair q = (.30,.35,.35), "
-                                 "p = (.05,.80,.15), untruncated]", show_knobs=False))
     rq, rp = synthetic_pairs("noisy_copy", n_pairs, vocab_size, seed)
-    out.append(format_rule_table(rule_table(rq, rp), title=f"[noisy copy, V = {vocab_size}, "
-                                 f"{n_pairs} positions, untruncated]", show_knobs=False))
     tq, tp = truncate(rq, **PAPER_TRUNCATION), truncate(rp, **PAPER_TRUNCATION)
-    out.append(format_rule_table(rule_table(tq, tp, raw_target_probs=rq, raw_draft_probs=rp),
-                                 title=f"[noisy copy, V = {vocab_size}, {n_pairs} positions, "
-                                 "truncated T 0.6 / top-k 20 / top-p 0.95]", show_knobs=True))
-    return "\n\n".join(out)
+    blocks = ("accept = sum_n p_n a_n; KL, TV of the emitted h_alg from q; gap = frontier acceptance "
+              "at the rule's own true divergence minus the rule's (>= 0; inf divergence: frontier = 1). "
+              "Cascades and fuzzy SD decide on the raw (untruncated) rows.",
+              _rule_table(rule_table(q, p), "rules/readme-pair",
+                          "[README pair q = (.30,.35,.35), p = (.05,.80,.15), untruncated]", False),
+              _rule_table(rule_table(rq, rp), "rules/noisy-copy",
+                          f"[noisy copy, V = {vocab_size}, {n_pairs} positions, untruncated]", False),
+              _rule_table(rule_table(tq, tp, raw_target_probs=rq, raw_draft_probs=rp),
+                          "rules/noisy-copy-truncated",
+                          f"[noisy copy, V = {vocab_size}, {n_pairs} positions, truncated T 0.6 / "
+                          "top-k 20 / top-p 0.95]", True))
+    return Section("rules", "Every rule at its default knobs (means over positions)", blocks)
 
 
-def calibration_table(target_probs, draft_probs, eps_values=(0.05, 0.1, 0.2), label="") -> list[str]:
-    """Rows of calibrated Cactus-Taylor (per position, global) vs Mentored at each eps."""
+CALIBRATION_COLUMNS = (Column("rows", "rows", "s"), Column("eps", "eps", "g"),
+                       Column("acceptance_sps", "SpS"), Column("acceptance_per_position", "per-pos"),
+                       Column("acceptance_global", "global"), Column("acceptance_mentored", "Mentored"),
+                       Column("global_delta", "global delta", ".4g"),
+                       Column("median_per_position_delta", "median delta", ".4g"),
+                       Column("percent_over_eps_global", "% > eps", ".0f"))
+
+
+def calibration_rows(target_probs, draft_probs, eps_values=(0.05, 0.1, 0.2), label="") -> list[dict]:
+    """Rows of calibrated Cactus-Taylor (per position, one global delta) vs Mentored at each eps."""
     from .analysis.calibration import compare_with_mentored
 
     rows = []
     for eps in eps_values:
         sm = compare_with_mentored(target_probs, draft_probs, eps).summary
-        rows.append(f"{label:<12}{eps:>6g}{sm['acceptance_sps']:>8.4f}{sm['acceptance_per_position']:>9.4f}"
-                    f"{sm['acceptance_global']:>8.4f}{sm['acceptance_mentored']:>10.4f}"
-                    f"{sm['global_delta']:>14.4g}{sm['median_per_position_delta']:>14.4g}"
-                    f"{100 * sm['fraction_over_eps_global']:>9.0f}")
-    return rows
+        rows.append(dict(rows=label, eps=float(eps), acceptance_sps=sm["acceptance_sps"],
+                         acceptance_per_position=sm["acceptance_per_position"],
+                         acceptance_global=sm["acceptance_global"],
+                         acceptance_mentored=sm["acceptance_mentored"],
+                         global_delta=sm["global_delta"],
+                         median_per_position_delta=sm["median_per_position_delta"],
+                         percent_over_eps_global=100 * sm["fraction_over_eps_global"]))
+    return [json_ready(r) for r in rows]
 
 
-CALIBRATION_HEADER = (f"{'rows':<12}{'eps':>6}{'SpS':>8}{'per-pos':>9}{'global':>8}{'Mentored':>10}"
-                      f"{'global delta':>14}{'median delta':>14}{'% > eps':>9}")
-
-
-def section_calibration(seed: int = 0, vocab_size: int = 256, n_pairs: int = 100) -> str:
-    """Delta calibrated to a target emitted KL eps: per position, one global delta, Mentored."""
-    lines = ["## Calibration: the delta that meets a target emitted KL(h_alg||q) = eps (Cactus-Taylor)",
-             f"noisy copy, V = {vocab_size}, {n_pairs} positions. per-position = the largest delta with "
-             "emitted KL <= eps at each position (the cactus-calibrated rule); global = one delta whose",
-             "MEAN emitted KL is eps (so some positions exceed eps); Mentored = the acceptance-optimal "
-             "rule with KL(pi||q) <= eps at every position (an upper bound on both).",
-             CALIBRATION_HEADER]
+def section_calibration(seed: int = 0, vocab_size: int = 256, n_pairs: int = 100) -> Section:
+    """Delta calibrated to a target emitted KL eps: per position, one global delta, and Mentored."""
     q, p = synthetic_pairs("noisy_copy", n_pairs, vocab_size, seed)
-    lines += calibration_table(q, p, label="untruncated")
-    lines += calibration_table(truncate(q, **PAPER_TRUNCATION), truncate(p, **PAPER_TRUNCATION),
-                               label="truncated")
-    return "\n".join(lines)
+    rows = (calibration_rows(q, p, label="untruncated")
+            + calibration_rows(truncate(q, **PAPER_TRUNCATION), truncate(p, **PAPER_TRUNCATION),
+                               label="truncated"))
+    note = (f"noisy copy, V = {vocab_size}, {n_pairs} positions. per-position = the largest delta with "
+            "emitted KL <= eps at each position (the cactus-calibrated rule); global = one delta whose "
+            "MEAN emitted KL is eps (so some positions exceed eps); Mentored = the acceptance-optimal "
+            "rule with KL(pi||q) <= eps at every position.")
+    return Section("calibration",
+                   "Calibration: the delta that meets a target emitted KL(h_alg||q) = eps (Cactus-Taylor)",
+                   (note, Table("calibration/noisy-copy", "", CALIBRATION_COLUMNS, tuple(rows))))
 
 
-#: Rules swept against the frontier: (name, knob values, fixed knobs).
+#: Rules swept against the frontier: (name, knob, values).
 FRONTIER_SWEEPS = (("cactus-taylor", "delta", (0.01, 0.1, 0.5, 1.0, 3.0)),
                    ("cactus-exact-kl", "delta", (0.01, 0.1, 0.5, 1.0, 3.0)),
                    ("mentored-kl", "D", (0.01, 0.05, 0.1, 0.3, 1.0)),
@@ -128,9 +374,12 @@ FRONTIER_SWEEPS = (("cactus-taylor", "delta", (0.01, 0.1, 0.5, 1.0, 3.0)),
                    ("cascade-token-v3", "alpha", (0.1, 0.3, 0.5, 0.7, 0.9)),
                    ("tas", "posterior_threshold", (0.01, 0.05, 0.09, 0.2, 0.5)))
 
+OPERATING_COLUMNS = (Column("rule", "rule", "s"), Column("knob", "knob", "s"), Column("value", "value", "g"),
+                     Column("acceptance", "accept"), Column("kl", "KL(h||q)"), Column("gap_kl", "gap@KL"))
 
-def frontier_table(target_probs, draft_probs, raw_target_probs=None, raw_draft_probs=None,
-                   sweeps=FRONTIER_SWEEPS) -> str:
+
+def operating_rows(target_probs, draft_probs, raw_target_probs=None, raw_draft_probs=None,
+                   sweeps=FRONTIER_SWEEPS) -> list[dict]:
     """Operating points of swept rules against the KL frontier (means over positions).
 
     gap = F(KL(h_alg||q)) - acceptance per position (>= 0), averaged; an infinite divergence at a
@@ -138,7 +387,7 @@ def frontier_table(target_probs, draft_probs, raw_target_probs=None, raw_draft_p
     """
     from .analysis.frontier import operating_points
 
-    lines = [f"{'rule':<18}{'knob':<20}{'value':>7}{'accept':>8}{'KL(h||q)':>10}{'gap@KL':>8}"]
+    rows = []
     for name, knob, values in sweeps:
         op = operating_points(name, target_probs, draft_probs, knob=knob, values=values,
                               divergences=("kl",), raw_target_probs=raw_target_probs,
@@ -146,29 +395,33 @@ def frontier_table(target_probs, draft_probs, raw_target_probs=None, raw_draft_p
         acc = np.mean(op.acceptance, axis=0)
         kl = np.mean(op.divergences["kl"], axis=0)
         gap = np.mean(op.gap["kl"], axis=0)
-        gap = np.where(np.abs(gap) < 1e-9, 0.0, gap)  # >= 0 up to the solvers' rounding
-        for v, a, d, g in zip(values, acc, kl, gap):
-            lines.append(f"{name:<18}{knob:<20}{v:>7g}{a:>8.4f}{d:>10.4f}{g:>8.4f}")
-    return "\n".join(lines)
+        gap = np.where(np.abs(gap) < 1e-9, 0.0, gap)  # >= 0 up to the solvers' rounding (1e-9)
+        rows += [dict(rule=name, knob=knob, value=float(v), acceptance=float(a), kl=float(d), gap_kl=float(g))
+                 for v, a, d, g in zip(values, acc, kl, gap)]
+    return rows
 
 
-def section_frontier(seed: int = 0, vocab_size: int = 256, n_pairs: int = 16) -> str:
-    """Every swept rule against the optimal acceptance at its own true emitted KL."""
+def section_frontier(seed: int = 0, vocab_size: int = 256, n_pairs: int = 16) -> Section:
+    """The optimal frontier F(eps), and every swept rule against F at its own true emitted KL."""
     from .solvers.frontier import frontier
 
     q, p = synthetic_pairs("noisy_copy", n_pairs, vocab_size, seed)
     tq, tp = truncate(q, **PAPER_TRUNCATION), truncate(p, **PAPER_TRUNCATION)
-    eps = np.array([0.0, 0.01, 0.05, 0.1, 0.3, 1.0])
-    lines = ["## The optimal frontier: the best acceptance of any rule emitting within eps of q",
-             "F(eps) = max sum_x min(p_x, o_x) s.t. KL(o||q) <= eps (exact; Mentored decoding attains it). "
-             f"noisy copy, V = {vocab_size}, {n_pairs} positions, means over positions.",
-             "eps:          " + "".join(f"{e:>8g}" for e in eps)]
+    eps = (0.0, 0.01, 0.05, 0.1, 0.3, 1.0)
+    frows = []
     for label, (qq, pp) in (("untruncated", (q, p)), ("truncated", (tq, tp))):
-        F = np.mean(frontier(qq, pp, eps, "kl").acceptance, axis=0)
-        lines.append(f"F, {label:<10}" + "".join(f"{x:>8.4f}" for x in F))
-    lines += ["", "Operating points as each rule's knob sweeps (truncated rows; cascades and TAS on raw "
-              "rows where they read them):", frontier_table(tq, tp, q, p)]
-    return "\n".join(lines)
+        F = np.mean(frontier(qq, pp, np.array(eps), "kl").acceptance, axis=0)
+        frows.append({"rows": label, **{f"eps={e:g}": float(x) for e, x in zip(eps, F)}})
+    ft = Table("frontier/F", "", (Column("rows", "F(eps) at eps =", "s"),)
+               + tuple(Column(f"eps={e:g}", f"{e:g}") for e in eps), tuple(frows))
+    ot = Table("frontier/operating-points",
+               "Operating points as each rule's knob sweeps (truncated rows; cascades and TAS read the "
+               "raw rows where they use them):",
+               OPERATING_COLUMNS, tuple(operating_rows(tq, tp, q, p)))
+    note = ("F(eps) = max sum_x min(p_x, o_x) s.t. KL(o||q) <= eps (exact; Mentored decoding attains it). "
+            f"noisy copy, V = {vocab_size}, {n_pairs} positions, means over positions.")
+    return Section("frontier", "The optimal frontier: the best acceptance of any rule emitting within eps of q",
+                   (note, ft, ot), figures=("frontier",))
 
 
 #: Rules compared in the chain section, at the paper's deltas and every peer's defaults.
@@ -177,12 +430,17 @@ CHAIN_RULES = (("sps", {}), ("tas", {}), ("cactus-taylor", {"delta": 0.75}),
                ("cactus-exact-kl", {"delta": 1.0}), ("interpolation", {}), ("mentored-kl", {}),
                ("cascade-token-v3", {}), ("fuzzy", {}))
 
+CHAIN_COLUMNS = (Column("rule", "rule", "s"), Column("al_m", "AL_m", ".2f"),
+                 Column("tokens_per_call", "tok/call", ".2f"), Column("rej_percent", "Rej %", ".1f"),
+                 Column("kl_lower", "KL lo", ".3f"), Column("kl_upper", "KL up", ".3f"),
+                 Column("kl_sum", "sum KL", ".3f"))
 
-def chain_table(trajectories, m: int, rules=None) -> str:
+
+def chain_rows(trajectories, m: int, rules=None) -> list[dict]:
     """Exact chain metrics (dynamic programme) of several rules over the same trajectories.
 
     Columns: AL_m (no bonus), tokens per call (with the bonus), Rej relative to SpS (the
-    first row must be SpS), and the sequence KL(emitted text || verifier) per token: exact
+    first rule must be SpS), and the sequence KL(emitted text || verifier) per token: exact
     lower and upper bounds and the naive per-step sum (teacher-forced).
     """
     from .rules import get_rule
@@ -193,39 +451,38 @@ def chain_table(trajectories, m: int, rules=None) -> str:
     if rules[0][0] != "sps":
         raise ValueError("rules: the first rule must be sps (the Rej reference)")
     tokens = sum(t.length for t in trajectories)
-    lines = [f"{'rule':<30}{'AL_m':>7}{'tok/call':>9}{'Rej %':>8}{'KL lo':>8}{'KL up':>8}{'sum KL':>8}"]
-    sps_rej = None
+    rows, sps_rej = [], None
     for name, knobs in rules:
         chains = [exact_chain(get_rule(name, **knobs), t, m) for t in trajectories]
         met = compute_metrics(pool_totals([c.totals for c in chains]))
         seq = [sequence_divergence(c) for c in chains]
         rej = met["rejected_per_token"].value
         sps_rej = rej if sps_rej is None else sps_rej
-        label = name + (" " + " ".join(f"{k}={v:g}" for k, v in knobs.items()) if knobs
-                        else " (defaults)")
-        lo, up, naive = (sum(getattr(x, f) for x in seq) / tokens
+        label = name + (" " + " ".join(f"{k}={v:g}" for k, v in knobs.items()) if knobs else " (defaults)")
+        lo, up, naive = (float(sum(getattr(x, f) for x in seq) / tokens)
                          for f in ("kl_lower", "kl_upper", "kl_per_step_sum"))
-        lines.append(f"{label:<30}{met['al_paper'].value:>7.2f}{met['tokens_per_call'].value:>9.2f}"
-                     f"{100 * (rej / sps_rej - 1):>8.1f}{lo:>8.3f}{up:>8.3f}{naive:>8.3f}")
-    return "\n".join(lines)
+        rows.append(dict(rule=label, al_m=float(met["al_paper"].value),
+                         tokens_per_call=float(met["tokens_per_call"].value),
+                         rej_percent=float(100 * (rej / sps_rej - 1)), kl_lower=lo, kl_upper=up, kl_sum=naive))
+    return rows
 
 
-def section_chain(seed: int = 0, m: int = 20, length: int = 200, trajectories: int = 4) -> str:
-    """Exact chain expectations (dynamic programme) at the paper's draft length m = 20."""
+def section_chain(seed: int = 0, m: int = 20, length: int = 200, trajectories: int = 4) -> Section:
+    """Exact chain expectations (dynamic programme over round starts) at the paper's m = 20."""
     from .simulate.synthetic import synthetic_trajectory
 
     rng = np.random.default_rng(seed)
     trajs = [synthetic_trajectory("noisy_copy", length, 64, rng, **PAPER_TRUNCATION)
              for _ in range(trajectories)]
-    lines = [f"## Chains: exact expectations at draft length m = {m} (dynamic programme over round starts)",
-             f"{trajectories} noisy-copy trajectories of T = {length} positions, V = 64, the paper's "
-             "truncation; teacher-forced (the (q_t, p_t) do not depend on what is emitted).",
-             "AL_m = accepted drafts per round without the bonus (the paper's); tokens/call counts the "
-             "bonus (vLLM V1, Spec-Bench); Rej = rejected drafts per token relative to SpS;",
-             "sequence KL(emitted text || verifier) per token: exact lower and upper bounds, and the "
-             "naive sum of per-step KL(h_t||q_t) (a looser upper bound, not an identity).",
-             chain_table(trajs, m)]
-    return "\n".join(lines)
+    note = (f"{trajectories} noisy-copy trajectories of T = {length} positions, V = 64, the paper's "
+            "truncation; teacher-forced (the (q_t, p_t) do not depend on what is emitted). "
+            "AL_m = accepted drafts per round without the bonus (the paper's); tok/call counts the "
+            "bonus (vLLM V1, Spec-Bench); Rej = rejected drafts per token relative to SpS; "
+            "sequence KL(emitted text || verifier) per token: exact lower and upper bounds, and the "
+            "naive sum of per-step KL(h_t||q_t) (a looser upper bound, not an identity).")
+    return Section("chain", f"Chains: exact expectations at draft length m = {m} (dynamic programme "
+                   "over round starts)", (note, Table("chain/noisy-copy", "", CHAIN_COLUMNS,
+                                                       tuple(chain_rows(trajs, m)))))
 
 
 #: Rules of the real-data chain tables.
@@ -234,20 +491,19 @@ REAL_CHAIN_RULES = (("sps", {}), ("tas", {}), ("cactus-taylor", {"delta": 0.75})
                     ("mentored-kl", {}))
 
 
-def section_real(seed: int = 0, m: int = 8) -> str:
+def section_real(seed: int = 0, m: int = 8) -> Section:
     """The same analyses on the shipped real distributions (SmolLM2-135M and its drafters)."""
-    from .analysis.rule_table import format_rule_table, rule_table
+    from .analysis.rule_table import rule_table
     from .logits import load_dump, load_full_vocab_sample, shipped_dumps
-    from .simulate.chain import Trajectory
 
+    heading = "Real distributions: SmolLM2-135M-Instruct (verifier) and four drafters sharing its tokenizer"
     files = shipped_dumps()
     if not files:
-        return "## Real distributions\n(no shipped recordings found)"
-    out = ["## Real distributions: SmolLM2-135M-Instruct (verifier) and four drafters sharing its tokenizer",
-           "Recorded by `cactus-theory dump --shipped`: 45 prompts (Spec-Bench categories, GSM8K, IFEval), "
-           "sampling transforms temperature 0.6 / top-p 0.95 / top-k 20; raw = temperature 1.",
-           "Per pair: per draft vs emitted KL for Cactus (as in the synthetic section), then exact chain "
-           f"expectations at m = {m} (teacher-forced replay of the recorded trajectories)."]
+        return Section("real", heading, ("(no shipped recordings found)",))
+    blocks = ["Recorded by `cactus-theory dump --shipped`: 45 prompts (Spec-Bench categories, GSM8K, IFEval), "
+              "sampling transforms temperature 0.6 / top-p 0.95 / top-k 20; raw = temperature 1. "
+              "Per pair: per draft vs emitted KL for Cactus (as in the synthetic section), then exact chain "
+              f"expectations at m = {m} (teacher-forced replay of the recorded trajectories)."]
     dumps = {}
     for f in files:
         d = load_dump(f)
@@ -255,69 +511,71 @@ def section_real(seed: int = 0, m: int = 8) -> str:
         dumps[name] = d
         q, p, rq, rp = d.pairs()
         res = taylor_vs_exact_pairs(q, p, (0.1, 0.75, 1.0), "kl")
-        out.append("")
-        out.append(format_family_comparison(res, f"[drafter {name}: {q.shape[0]} positions]"))
-        trajs = [Trajectory(t.target_probs, t.draft_probs, t.raw_target_probs, t.raw_draft_probs)
-                 for t in d.trajectories() if t.target_probs.shape[0] >= 2]
-        out.append(chain_table(trajs, m, REAL_CHAIN_RULES))
+        blocks.append(_family_table(res, f"real/{name}/per-draft-vs-emitted",
+                                    f"[drafter {name}: {q.shape[0]} positions]"))
+        trajs = [t for t in d.trajectories() if t.target_probs.shape[0] >= 2]
+        blocks.append(Table(f"real/{name}/chain", f"[drafter {name}: exact chains, m = {m}]", CHAIN_COLUMNS,
+                            tuple(chain_rows(trajs, m, REAL_CHAIN_RULES))))
     if "distilled" in dumps:
         q, p, rq, rp = dumps["distilled"].pairs()
-        out.append("")
-        out.append(format_rule_table(rule_table(q, p, raw_target_probs=rq, raw_draft_probs=rp),
-                                     title="[every rule at default knobs, drafter distilled, "
-                                     f"{q.shape[0]} positions, means]", show_knobs=False))
-        out.append("\n".join(["", "Operating points against the KL frontier, drafter distilled (means over "
-                               f"{q.shape[0]} positions; raw rows for TAS's entropy and the cascades):",
-                               frontier_table(q, p, rq, rp)]))
-        out.append("\n".join(["", "Calibration on the distilled pair (Cactus-Taylor): acceptance at "
-                               "emitted KL <= eps", CALIBRATION_HEADER]
-                              + calibration_table(q, p, label="distilled")))
+        blocks.append(_rule_table(rule_table(q, p, raw_target_probs=rq, raw_draft_probs=rp),
+                                  "real/distilled/rules", "[every rule at default knobs, drafter distilled, "
+                                  f"{q.shape[0]} positions, means]", False))
+        blocks.append(Table("real/distilled/operating-points",
+                            f"Operating points against the KL frontier, drafter distilled (means over "
+                            f"{q.shape[0]} positions; raw rows for TAS's entropy and the cascades):",
+                            OPERATING_COLUMNS, tuple(operating_rows(q, p, rq, rp))))
+        blocks.append(Table("real/distilled/calibration", "Calibration on the distilled pair (Cactus-Taylor): "
+                            "acceptance at emitted KL <= eps", CALIBRATION_COLUMNS,
+                            tuple(calibration_rows(q, p, label="distilled"))))
     for which, model in (("smollm2", "SmolLM2-135M-Instruct"), ("gemma3", "Gemma-3-270M")):
         Q, P = load_full_vocab_sample(which)
         res = taylor_vs_exact_pairs(Q, P, (0.1, 1.0), "kl")
-        out.append("")
-        out.append(format_family_comparison(
-            res, f"[full vocabulary V = {Q.shape[1]}: {model} (raw, T = 1) vs its 4-bit "
-                 f"re-quantization, {Q.shape[0]} positions]"))
-    return "\n".join(out)
+        blocks.append(_family_table(
+            res, f"real/full-vocab-{which}",
+            f"[full vocabulary V = {Q.shape[1]}: {model} (raw, T = 1) vs its 4-bit "
+            f"re-quantization, {Q.shape[0]} positions]"))
+    return Section("real", heading, tuple(blocks))
 
 
-def section_sequence_budget(seed: int = 0, eps: float = 0.1) -> str:
+def section_sequence_budget(seed: int = 0, eps: float = 0.1) -> Section:
     """Methods at equal sequence-level KL: AL at m = 2, 4, 8, 20 (synthetic and real trajectories)."""
-    from .analysis.sequence_budget import compare_sequence_budget, format_sequence_budget
-    from .logits import load_dump, shipped_dumps
-    from .simulate.chain import Trajectory
-    from .simulate.synthetic import synthetic_trajectory
+    from .analysis.sequence_budget import compare_sequence_budget, default_corpora
 
-    rng = np.random.default_rng(seed)
-    synth = [synthetic_trajectory("noisy_copy", 64, 64, rng, **PAPER_TRUNCATION) for _ in range(8)]
-    out = ["## A sequence-level KL budget: every method at the same mean per-token emitted KL",
-           "Each method's knob is calibrated so that the mean of KL(h_t||q_t) over the corpus is eps (with "
-           "single-token steps, the sequence KL per token, by the chain rule); the offline optimum meets T eps "
-           "on each trajectory, the online rule (held-out lambda + budget account) at most T eps on each. "
-           "'worst' = the largest per-token KL of one trajectory; AL_m exact, teacher-forced, bonus not "
-           "counted; KLup = the chain's exact upper bound on the sequence KL per token at the largest m.",
-           format_sequence_budget(compare_sequence_budget(
-               synth, eps, label="noisy copy, V = 64, T = 64, truncated T 0.6 / top-k 20 / top-p 0.95"))]
-    files = [f for f in shipped_dumps() if "distilled" in f.name]
-    if files:
-        trajs = [Trajectory(t.target_probs, t.draft_probs) for t in load_dump(files[0]).trajectories()
-                 if t.target_probs.shape[0] >= 2][:16]
-        out += ["", format_sequence_budget(compare_sequence_budget(
-            trajs, eps, label="real: SmolLM2-135M-Instruct, drafter distilled, first 16 prompts"))]
-    return "\n".join(out)
+    corpora = default_corpora(seed)
+    blocks = ["Each method's knob is calibrated so that the mean of KL(h_t||q_t) over the corpus is eps (with "
+              "single-token steps, the sequence KL per token, by the chain rule); the offline optimum meets T eps "
+              "on each trajectory, the online rule (held-out lambda + budget account) at most T eps on each. "
+              "'worst' = the largest per-token KL of one trajectory; AL_m exact, teacher-forced, bonus not "
+              "counted; KLup = the chain's exact upper bound on the sequence KL per token at the largest m."]
+    for key, trajs, label in corpora:
+        res = compare_sequence_budget(trajs, eps, label=label)
+        ms = res.draft_lengths
+        cols = ((Column("method", "method", "s"), Column("acceptance", "accept"),
+                 Column("kl_per_token", "KL/tok"), Column("kl_worst_trajectory", "worst", ".3f"))
+                + tuple(Column(f"al_{m}", f"AL_{m}", ".3f") for m in ms)
+                + (Column(f"kl_upper_{ms[-1]}", f"KLup@{ms[-1]}"), Column("knob", "knob", "s")))
+        title = (f"[{res.label}: {res.trajectories} trajectories, {res.positions} positions, "
+                 f"eps = {res.eps:g} nats per token]")
+        blocks.append(Table(f"sequence/{key}", title, cols, tuple(res.rows())))
+    return Section("sequence", "A sequence-level KL budget: every method at the same mean per-token emitted KL",
+                   tuple(blocks))
 
 
-def section_claims(seed: int = 0) -> str:
+def section_claims(seed: int = 0) -> Section:
     """Verdicts with numbers on the paper's checkable claims."""
-    from .paper_claims import check_claims, format_verdicts
+    from .paper_claims import check_claims
 
-    return "## The paper's claims, checked\n" + format_verdicts(check_claims(seed=seed))
+    rows = tuple(dict(number=v.number, claim=v.claim, verdict=v.verdict, evidence=v.evidence)
+                 for v in check_claims(seed=seed))
+    cols = (Column("number", "#", "d"), Column("claim", "claim", "s"), Column("verdict", "verdict", "s"),
+            Column("evidence", "evidence", "s"))
+    return Section("claims", "The paper's claims, checked", (Table("claims/verdicts", "", cols, rows, "records"),))
 
 
 SECTIONS = {
     "claims": section_claims,
-    "taylor": section_taylor_grid,
+    "taylor": section_taylor,
     "families": section_families,
     "rules": section_rules,
     "frontier": section_frontier,
@@ -327,9 +585,20 @@ SECTIONS = {
     "sequence": section_sequence_budget,
 }
 
+#: One line per section (its function's summary), for ``cactus-theory report --help``.
+SECTION_SUMMARIES = {name: fn.__doc__.strip().splitlines()[0] for name, fn in SECTIONS.items()}
 
-def build_report(sections=None, seed: int = 0) -> str:
-    """Join the report's sections (all by default) into one text.
+
+def _check_sections(sections) -> list:
+    names = list(SECTIONS) if not sections else list(sections)
+    for name in names:
+        if name not in SECTIONS:
+            raise ValueError(f"sections: unknown section {name!r}; valid: {', '.join(SECTIONS)}")
+    return names
+
+
+def compute_report(sections=None, seed: int = 0, progress: bool = False) -> Report:
+    """Run the report's sections (all by default) and return their data.
 
     Parameters
     ----------
@@ -337,12 +606,20 @@ def build_report(sections=None, seed: int = 0) -> str:
         Keys of :data:`SECTIONS`; unknown keys raise ValueError naming ``sections``.
     seed : int
         Seed of every synthetic family.
+    progress : bool
+        Show a tqdm progress bar over the sections (on stderr).
     """
-    names = list(SECTIONS) if not sections else list(sections)
-    for name in names:
-        if name not in SECTIONS:
-            raise ValueError(f"sections: unknown section {name!r}; valid: {', '.join(SECTIONS)}")
-    head = ("# cactus_theory report\n"
-            "Exact one-step analysis (float64). q = verifier, p = drafter, n = drafted token, "
-            "delta = budget.")
-    return "\n\n".join([head] + [SECTIONS[name](seed=seed) for name in names]) + "\n"
+    from tqdm.auto import tqdm
+
+    names = _check_sections(sections)
+    out = []
+    with tqdm(names, desc="report sections", disable=not progress, unit="section") as bar:
+        for name in bar:
+            bar.set_postfix_str(name)
+            out.append(SECTIONS[name](seed=seed))
+    return Report(seed=seed, sections=tuple(out))
+
+
+def build_report(sections=None, seed: int = 0) -> str:
+    """The report as plain text: :func:`format_report` of :func:`compute_report` (same arguments)."""
+    return format_report(compute_report(sections, seed=seed), "text")

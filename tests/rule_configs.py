@@ -3,7 +3,6 @@
 import math
 
 from cactus_theory.rules import RULES
-import cactus_theory.analysis  # noqa: F401  (registers cactus-calibrated)
 
 
 def _mid_knobs(spec):
@@ -20,6 +19,6 @@ def _mid_knobs(spec):
 
 
 #: (test id, rule name, knobs): every rule at its defaults, plus halfway to SpS where defined.
-CONFIGS = [(n, n, {}) for n in RULES] + [
+CONFIGS = [(n, n, {}) for n in RULES.all_names()] + [
     (f"{n}[{','.join(f'{k}={v:g}' for k, v in _mid_knobs(s).items())}]", n, _mid_knobs(s))
     for n, s in RULES.items() if _mid_knobs(s)]

@@ -50,3 +50,60 @@ def test_console_script_runs():
     res = subprocess.run([sys.executable, "-m", "cactus_theory.cli", "report", "--sections", "taylor"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "Corollary 6 holds" in res.stdout
+
+
+# --------------------------------------------------------------------------- report as data
+
+def test_report_sections_are_data_and_text_json_agree():
+    import json
+
+    from cactus_theory.report import compute_report, format_report
+
+    rep = compute_report(["taylor"], seed=0)
+    (sec,) = rep.sections
+    grid = rep.table("taylor/grid")
+    assert len(grid.rows) == 8 * 5  # 8 q_n values x 5 deltas
+    data = json.loads(json.dumps(rep.to_dict(), allow_nan=False))
+    row = next(r for r in data["sections"][0]["tables"][0]["rows"] if r["q_n"] == 0.5 and r["delta"] == 0.5)
+    # Corollary 5 at q_n = 1/2, delta = 1/2: q + sqrt(2 delta q (1-q)) = 1 (clipped at 1)
+    assert row["gamma_taylor"] == 1.0
+    text = format_report(rep, "text")
+    assert f"{row['gamma_exact']:.3f}" in text and "Corollary 6 holds" in text
+
+
+def test_formatter_styles():
+    from cactus_theory.report import Column, Table, format_table
+
+    t = Table("x/y", "title", (Column("rule", "rule", "s"), Column("a", "accept"), Column("k", "knobs", "knobs")),
+              ({"rule": "sps", "a": 0.5, "k": {}}, {"rule": "cactus", "a": float("inf"), "k": {"delta": 0.75}}))
+    text = format_table(t).splitlines()
+    assert text[0] == "title" and text[1].split() == ["rule", "accept", "knobs"]
+    assert text[4].split() == ["cactus", "inf", "delta=0.75"]
+    md = format_table(t, "markdown").splitlines()
+    assert md[2] == "| rule | accept | knobs |" and md[3] == "|---|---:|---|"
+    csv = format_table(t, "csv").splitlines()
+    assert csv == ["rule,a,k", "sps,0.5,-", "cactus,inf,delta=0.75"]
+    with pytest.raises(ValueError, match="style"):
+        format_table(t, "html")
+
+
+def test_report_markdown_links_figures_and_json_csv_outputs(tmp_path, capsys):
+    import json
+
+    md = tmp_path / "report.md"
+    assert main(["report", "--sections", "taylor", "-o", str(md), "--no-progress"]) == 0
+    text = md.read_text()
+    assert "| q_n | delta |" in text
+    assert "](" in text and "gamma.png)" in text  # the section's figures linked
+    assert main(["report", "--sections", "taylor", "--json", "--no-progress"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["sections"][0]["name"] == "taylor"
+    assert main(["report", "--sections", "taylor", "--csv", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# taylor/grid\nq_n,delta,gamma_taylor")
+
+
+def test_report_progress_bar_goes_to_stderr(capsys):
+    assert main(["report", "--sections", "taylor"]) == 0
+    out, err = capsys.readouterr()
+    assert "report sections" in err and "report sections" not in out

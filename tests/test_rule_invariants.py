@@ -23,7 +23,7 @@ from cactus_theory.rules import RULES, SpikePlan, get_rule
 from cactus_theory.solvers.frontier import frontier
 from strategies import pairs
 
-NAMES = list(RULES)
+NAMES = list(RULES.all_names())   # every rule, and every alias (a preset of a knob)
 # Rules run at their defaults and, where a knob is numeric, at a second value inside its range:
 # enough to exercise both sides of the deterministic tests without multiplying the run time.
 SPS_RULES = [n for n in NAMES if RULES[n].sps_knobs is not None]
@@ -135,6 +135,8 @@ def _knob_settings(name):
     spec = RULES[name]
     out = [dict(spec.defaults)]
     for k in spec.knobs:
+        if k.name in spec.preset:       # fixed by the alias
+            continue
         if k.choices is not None:
             for c in k.choices:
                 if c != k.default:

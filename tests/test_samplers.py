@@ -19,7 +19,7 @@ from cactus_theory.samplers import (RuleSampler, V1Stats, exponential_race, make
 
 from rule_configs import CONFIGS  # every rule at its defaults and halfway to SpS
 
-ALL_RULES = list(RULES)
+ALL_RULES = list(RULES.all_names())   # every rule, and every alias
 
 
 #: False-alarm rate of each chi-square test below under a correct sampler (seeds are fixed, so

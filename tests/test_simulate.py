@@ -21,7 +21,7 @@ from cactus_theory.simulate import cli
 
 from rule_configs import CONFIGS  # every rule at its defaults and halfway to SpS
 
-ALL_RULES = list(RULES)
+ALL_RULES = list(RULES.all_names())   # every rule, and every alias
 
 TOTAL_FIELDS = ("rounds", "tokens", "accepted", "drafts", "noncausal", "exposure",
                 "accepted_pos", "reached", "hist")

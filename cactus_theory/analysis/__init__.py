@@ -1,6 +1,6 @@
 """What a rule emits: one-step analysis, Taylor vs exact, the frontier, calibration, tables.
 
-Importing it registers the ``cactus-calibrated`` rule (defined in :mod:`.calibration`).
+(The ``cactus-calibrated`` rule lives in :mod:`cactus_theory.rules.calibrated`.)
 """
 
 from .one_step import (
@@ -12,7 +12,6 @@ from .one_step import (
     make_plan,
     per_draft_divergence,
 )
-from . import calibration  # noqa: F401,E402  (registers cactus-calibrated)
 
 __all__ = [
     "OneStepResult", "acceptance_probabilities", "acceptance_rate", "analyze",

@@ -19,7 +19,6 @@ import numpy as np
 from .._validation import as_prob_pair
 from ..divergences import get_divergence
 from ..rules import RULES, get_rule
-from . import calibration  # noqa: F401  (registers cactus-calibrated)
 from .frontier import gap_to_frontier
 from .one_step import emitted_distribution, make_plan
 

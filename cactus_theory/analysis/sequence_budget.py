@@ -58,6 +58,7 @@ from .calibration import DELTA_CAP, calibrate_delta, global_delta, saturation_de
 from .one_step import emitted_distribution
 
 __all__ = ["SequenceBudgetComparison", "compare_sequence_budget", "format_sequence_budget",
+           "default_corpora",
            "target_laws", "METHODS", "DRAFT_LENGTHS"]
 
 #: Draft lengths of the comparison (the paper's main tables use m = 20).
@@ -310,3 +311,25 @@ def format_sequence_budget(result: SequenceBudgetComparison) -> str:
                      + "".join(f"{r[f'al_{m}']:>7.3f}" for m in ms)
                      + f"{r[f'kl_upper_{ms[-1]}']:>9.4f}  {r['knob']}")
     return "\n".join(lines)
+
+
+def default_corpora(seed: int = 0, real: bool = True) -> list:
+    """The report's corpora: ``[(key, trajectories, label), ...]``.
+
+    ``synthetic``: 8 noisy-copy trajectories (V = 64, T = 64) truncated as in the paper's code
+    (temperature 0.6, top-k 20, top-p 0.95), drawn with ``seed``; ``real`` (when ``real`` and the
+    shipped recordings are present): the first 16 prompts of the SmolLM2-135M-Instruct / distilled
+    drafter recording with at least two positions.
+    """
+    from ..logits import load_dump, shipped_dumps
+    from ..simulate.synthetic import synthetic_trajectory
+
+    truncation = dict(temperature=0.6, top_k=20, top_p=0.95)
+    rng = np.random.default_rng(seed)
+    synth = [synthetic_trajectory("noisy_copy", 64, 64, rng, **truncation) for _ in range(8)]
+    corpora = [("synthetic", synth, "noisy copy, V = 64, T = 64, truncated T 0.6 / top-k 20 / top-p 0.95")]
+    files = [f for f in shipped_dumps() if "distilled" in f.name] if real else []
+    if files:
+        trajs = [t for t in load_dump(files[0]).trajectories() if t.target_probs.shape[0] >= 2][:16]
+        corpora.append(("real", trajs, "real: SmolLM2-135M-Instruct, drafter distilled, first 16 prompts"))
+    return corpora

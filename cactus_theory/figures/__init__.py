@@ -108,7 +108,14 @@ FIGURES = {
     "real_calibration": _real(figure_calibration),
     "real_acceptance_by_category": _unseeded(figure_acceptance_by_category),
     "real_al_by_m": _unseeded(figure_al_by_m),
+    "sequence_budget": lambda seed=0: _sequence_budget(seed=seed),
 }
+
+
+def _sequence_budget(seed: int = 0):
+    from .sequence_budget import figure_sequence_budget
+
+    return figure_sequence_budget(seed=seed)
 
 
 def register_figure(name: str, make) -> None:

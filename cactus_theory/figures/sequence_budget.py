@@ -14,18 +14,21 @@ Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), :math:`AL_m` and Theorem 3.
 
 from __future__ import annotations
 
-__all__ = ["plot_sequence_budget"]
+from .style import DOUBLE_COLUMN, PALETTE, new_axes, styled
+
+__all__ = ["plot_sequence_budget", "figure_sequence_budget"]
 
 _STYLES = {
-    "cactus-taylor, one delta": dict(color="C0", marker="o", ls="-"),
-    "cactus-taylor, delta per position": dict(color="C0", marker="s", ls="--"),
-    "mentored-kl, one D per position": dict(color="C2", marker="^", ls="--"),
-    "offline optimum, lambda per trajectory": dict(color="k", marker="*", ls="-"),
-    "sequence-budget-kl, one lambda": dict(color="C3", marker="D", ls="-"),
-    "sequence-budget-kl, held-out lambda + account": dict(color="C3", marker="v", ls=":"),
+    "cactus-taylor, one delta": dict(color=PALETTE[1], marker="o", ls="-"),
+    "cactus-taylor, delta per position": dict(color=PALETTE[1], marker="s", ls="--"),
+    "mentored-kl, one D per position": dict(color=PALETTE[3], marker="^", ls="--"),
+    "offline optimum, lambda per trajectory": dict(color=PALETTE[0], marker="*", ls="-"),
+    "sequence-budget-kl, one lambda": dict(color=PALETTE[2], marker="D", ls="-"),
+    "sequence-budget-kl, held-out lambda + account": dict(color=PALETTE[2], marker="v", ls=":"),
 }
 
 
+@styled
 def plot_sequence_budget(result, ax=None):
     r"""Plot :math:`AL_m` (relative to the first method, Cactus with one delta) against m.
 
@@ -43,11 +46,7 @@ def plot_sequence_budget(result, ax=None):
 
     Symbols: m draft length, :math:`\epsilon` per-token budget. Source: Hao & Mou, ICLR 2026.
     """
-    if ax is None:
-        from matplotlib.figure import Figure
-
-        fig = Figure(figsize=(6.0, 4.0), constrained_layout=True)
-        ax = fig.add_subplot()
+    fig, ax = new_axes(ax, width=DOUBLE_COLUMN, height=2.8)
     ms = list(result.draft_lengths)
     rows = result.rows()
     ref = rows[0]  # Cactus with one delta: the paper's usage, calibrated
@@ -61,7 +60,21 @@ def plot_sequence_budget(result, ax=None):
     ax.set_xticklabels([str(m) for m in ms])
     ax.set_xlabel(r"draft length $m$")
     ax.set_ylabel(r"$\mathrm{AL}_m$ relative to Cactus, one $\delta$ (%)")
-    ax.legend(fontsize="x-small", title=rf"mean $KL(h_t\,\|\,q_t) = {result.eps:g}$ per token",
-              title_fontsize="x-small")
-    ax.grid(True, alpha=0.3)
-    return ax.figure
+    ax.legend(title=rf"mean $\mathrm{{KL}}(h_t\,\|\,q_t) = {result.eps:g}$ per token",
+              loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def figure_sequence_budget(trajectories=None, eps: float = 0.1, *, seed: int = 0, ax=None):
+    """Compare the methods at one per-token budget ``eps`` and plot them (:func:`plot_sequence_budget`).
+
+    ``trajectories`` default: the report's synthetic corpus
+    (:func:`cactus_theory.analysis.sequence_budget.default_corpora`).
+    """
+    from ..analysis.sequence_budget import compare_sequence_budget, default_corpora
+
+    if trajectories is None:
+        _, trajectories, label = default_corpora(seed, real=False)[0]
+    else:
+        label = "user trajectories"
+    return plot_sequence_budget(compare_sequence_budget(trajectories, eps, label=label), ax=ax)

@@ -478,5 +478,7 @@ __all__ = [
 ]
 
 
-if __name__ == "__main__":  # python -m cactus_theory.logits.decode: regenerate the shipped measurement
-    regenerate_decode_results(progress=True)
+if __name__ == "__main__":  # python -m cactus_theory.logits.decode [args]: the ``decode`` subcommand
+    from .cli import decode_main
+
+    raise SystemExit(decode_main())

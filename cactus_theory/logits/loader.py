@@ -6,12 +6,13 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``). See
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
 import numpy as np
 
+from ..distributions import sampling_transform
+from ..simulate.chain import Trajectory  # the toolkit's one trajectory type (re-exported)
 from .format import (
     COMPACT_REQUIRED, FULL_REQUIRED, FULL_VOCAB_FORMAT, PAD_ID, TAIL_ID, DumpFormatError, read_arrays,
     validate_compact,
@@ -21,48 +22,6 @@ REAL_DIR = Path(__file__).resolve().parents[1] / "data" / "real"
 FULL_VOCAB_PATH = REAL_DIR / "full_vocab" / "smollm2-135m_full-vocab.npz"
 GEMMA_FULL_VOCAB_PATH = REAL_DIR / "full_vocab" / "gemma-3-270m_full-vocab.npz"
 FULL_VOCAB_SAMPLES = {"smollm2": FULL_VOCAB_PATH, "gemma3": GEMMA_FULL_VOCAB_PATH}
-
-
-@dataclass(frozen=True)
-class Trajectory:
-    """One generated continuation with both models' next-token distributions at every position.
-
-    Attributes
-    ----------
-    target_probs, draft_probs : float64 [T, W]
-        Processed q (verifier) and p (drafter) on ``columns``; rows sum to 1 within 1e-9.
-    raw_target_probs, raw_draft_probs : float64 [T, W]
-        Raw (temperature-1) q and p on the same columns; the tail column (id ``TAIL_ID = -2``)
-        holds all raw mass outside the stored columns; rows sum to 1 within 1e-9.
-    columns : int64 [T, W]
-        Vocabulary ids; ``-1`` for padding (all four distributions 0), ``-2`` for the tail bucket
-        (processed mass 0).
-    token_ids : int64 [T]
-        The emitted token at each position.
-    prompt_id, category : str
-    prompt_token_ids : int64 [P]
-    extras : dict of str -> ndarray [T, ...]
-        Optional per-position records (e.g. decoding rounds).
-    """
-
-    target_probs: np.ndarray
-    draft_probs: np.ndarray
-    raw_target_probs: np.ndarray
-    raw_draft_probs: np.ndarray
-    columns: np.ndarray
-    token_ids: np.ndarray
-    prompt_id: str
-    category: str
-    prompt_token_ids: np.ndarray
-    extras: dict = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return int(self.target_probs.shape[0])
-
-    @property
-    def acceptance(self) -> np.ndarray:
-        """Per-position SpS acceptance ``beta_t = sum_x min(p_x, q_x)`` (processed), float64 [T]."""
-        return np.minimum(self.target_probs, self.draft_probs).sum(-1)
 
 
 class Pairs(NamedTuple):
@@ -236,25 +195,14 @@ def load_full_vocab_sample(which: str = "smollm2", path=None):
 
 
 def apply_transforms(probs: np.ndarray, temperature=0.6, top_p=0.95, top_k=20) -> np.ndarray:
-    """Sampling transforms on full-vocabulary raw probabilities (float64 [..., V]); same rule as
-    :class:`cactus_theory.logits.runner.SamplingParams` (temperature, then top-k, then top-p)."""
-    logp = np.log(np.maximum(probs, 1e-300))
-    V = probs.shape[-1]
-    k = top_k if top_k and top_k > 0 else V
-    order = np.argsort(-logp, axis=-1, kind="stable")[..., :k]
-    s = np.take_along_axis(logp, order, -1) / temperature
-    s = s - s.max(-1, keepdims=True)
-    pr = np.exp(s)
-    pr /= pr.sum(-1, keepdims=True)
-    if top_p is not None and top_p < 1:
-        before = np.cumsum(pr, -1) - pr
-        keep = before < top_p
-        keep[..., 0] = True
-        pr = np.where(keep, pr, 0.0)
-        pr /= pr.sum(-1, keepdims=True)
-    out = np.zeros_like(probs, dtype=np.float64)
-    np.put_along_axis(out, order, pr, -1)
-    return out
+    """Sampling transforms on full-vocabulary raw probabilities (float64 [..., V]); the toolkit's
+    one transform (:func:`cactus_theory.distributions.sampling_transform`, ties by lower token
+    id) with :class:`cactus_theory.logits.runner.SamplingParams`' conventions (``top_k <= 0`` or
+    ``top_p >= 1`` disables that step; ``temperature == 0`` is greedy)."""
+    q = np.asarray(probs, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        logp = np.where(q > 0, np.log(np.where(q > 0, q, 1.0)), -np.inf)
+    return sampling_transform(logp, temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 __all__ = [

@@ -11,13 +11,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..distributions import process_sorted_logits, top_candidates
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     """Sampling transforms (the paper's code defaults: temperature 0.6, top-p 0.95, top-k 20).
 
     The processed distribution of logits ``z`` is, in this order (vLLM's and transformers'):
-    ``s = z / T``; keep the ``top_k`` largest ``s`` (ties broken by token id); among them keep
+    ``s = z / T``; keep the ``top_k`` largest ``s`` (ties: lower token id first); among them keep
     the smallest prefix, in decreasing order, whose probability ``softmax(s)`` restricted to the
     top-k set reaches ``top_p`` (the first token always kept); renormalize. ``top_k <= 0`` or
     ``top_p >= 1`` disables that step. ``temperature == 0`` means greedy (a one-hot).
@@ -47,32 +49,20 @@ def processed_sparse(logits: torch.Tensor, sp: SamplingParams, support_cap: int 
         When ``top_k`` is disabled, the support is searched among the ``support_cap`` largest
         logits (top-p mass beyond them is cut; stated in the dump metadata).
 
+    The toolkit's one transform (:func:`cactus_theory.distributions.sampling_transform`: its
+    order and tie rule, equal logits by increasing token id) on the ``K`` first candidates.
+
     Returns
     -------
     ids : LongTensor [..., K]
-        Candidate ids in decreasing logit order (K = top_k or support_cap).
+        Candidate ids in decreasing logit order, ties by increasing id (K = top_k or support_cap).
     probs : DoubleTensor [..., K]
         Processed probabilities on ``ids`` (zeros outside the kept support); rows sum to 1 in
         float64.
     """
-    V = logits.shape[-1]
     k = sp.top_k if sp.top_k and sp.top_k > 0 else support_cap
-    k = min(k, V)
-    z = logits.to(torch.float64)
-    vals, ids = torch.topk(z, k, dim=-1, largest=True, sorted=True)
-    if sp.temperature == 0:
-        probs = torch.zeros_like(vals)
-        probs[..., 0] = 1.0
-        return ids, probs
-    s = vals / sp.temperature
-    pr = torch.softmax(s, dim=-1)
-    if sp.top_p is not None and sp.top_p < 1.0:
-        before = torch.cumsum(pr, dim=-1) - pr
-        keep = before < sp.top_p
-        keep[..., 0] = True
-        s = torch.where(keep, s, torch.full_like(s, -torch.inf))
-        pr = torch.softmax(s, dim=-1)
-    return ids, pr
+    ids, vals = top_candidates(logits, k)
+    return ids, process_sorted_logits(vals, temperature=sp.temperature, top_p=sp.top_p)
 
 
 def processed_dense(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:

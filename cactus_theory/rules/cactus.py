@@ -11,9 +11,11 @@ Two ways to get :math:`\gamma_n`:
 
 - ``cactus-taylor`` (Corollary 5, as the official code computes it):
   :math:`\gamma_n = \min(1, q_n + \sqrt{2\delta q_n(1-q_n)})`.
-- ``cactus-exact-<divergence>`` (Theorem 2): the largest root in :math:`[q_n, 1]` of the
-  two-point divergence :math:`= \delta`, capped at 1, for each divergence of
-  :mod:`cactus_theory.divergences`.
+- ``cactus-exact`` (Theorem 2): the largest root in :math:`[q_n, 1]` of the two-point
+  divergence :math:`= \delta`, capped at 1, for any divergence of
+  :mod:`cactus_theory.divergences` (knob ``divergence``, default KL). The names
+  ``cactus-exact-<divergence>`` (``cactus-exact-kl``, ``cactus-exact-reverse-kl``, ...) are
+  aliases with the knob fixed.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
 delta budget (``delta``). The accept test reads only q_n and p_n; the recovery reads p.
@@ -32,7 +34,7 @@ import math
 from ..divergences import DIVERGENCES
 from ..solvers.spike import exact_spike, taylor_spike
 from .plans import SpikePlan, gather, ratio_acceptance
-from .registry import Knob, Rule, RuleSpec, register
+from .registry import Knob, Rule, RuleSpec, register, register_alias
 
 __all__ = ["CactusTaylor", "CactusExact", "SMOOTH_DIVERGENCES"]
 
@@ -63,7 +65,7 @@ class _CactusBase(Rule):
 
         Equal to ``plan(...).accept_probs_at(token_ids)`` but evaluates gamma at the drafted
         tokens alone (shape ``token_ids.shape``) instead of the whole vocabulary: the samplers'
-        accept path uses it.
+        accept path uses it (declared by ``RuleSpec.fast_accept``).
         """
         q_n = gather(target_probs, token_ids)
         return ratio_acceptance(self.spike(q_n), gather(draft_probs, token_ids))
@@ -90,17 +92,20 @@ register(RuleSpec(
     knobs=(_DELTA, Knob("divergence", "kl", choices=SMOOTH_DIVERGENCES,
                         doc="divergence whose 2nd-order expansion gives gamma (paper: KL)")),
     sps_knobs={"delta": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
-    family="spike",
+    family="spike", fast_accept=True,
     summary="Cactus, Corollary 5: gamma = min(1, q_n + sqrt(2 delta q_n (1 - q_n)))",
     reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Corollary 5",
 ))
 
+register(RuleSpec(
+    name="cactus-exact", factory=CactusExact,
+    knobs=(_DELTA, Knob("divergence", "kl", choices=tuple(DIVERGENCES),
+                        doc="divergence of the per-draft budget D(h^(n) || q) <= delta (paper: KL)")),
+    sps_knobs={"delta": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
+    family="spike", fast_accept=True,
+    summary="Cactus, Theorem 2: largest gamma with two-point divergence = delta",
+    reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 2",
+))
+
 for _name in DIVERGENCES:
-    register(RuleSpec(
-        name=f"cactus-exact-{_name.replace('_', '-')}",
-        factory=(lambda d: (lambda delta: CactusExact(delta, d)))(_name),
-        knobs=(_DELTA,), sps_knobs={"delta": 0.0}, deterministic=False, reads_draft=True,
-        needs_raw=False, family="spike",
-        summary=f"Cactus, Theorem 2: largest gamma with two-point {_name} divergence = delta",
-        reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 2",
-    ))
+    register_alias(f"cactus-exact-{_name.replace('_', '-')}", "cactus-exact", divergence=_name)

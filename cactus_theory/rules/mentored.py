@@ -5,9 +5,11 @@ r"""Mentored decoding (Tran-Thien 2023): SpS against the acceptance-optimal targ
 
 then :math:`a_n = \min(1, \pi_n / p_n)` and recovery :math:`\mathrm{normalize}(\max(0, \pi - p))`,
 so the emitted distribution is :math:`\pi` exactly and :math:`D(\pi\|q) \le` budget holds for
-what is actually emitted. One registry entry per divergence: ``mentored-kl`` constrains
-:math:`KL(\pi\|q)`, ``mentored-reverse-kl`` constrains :math:`KL(q\|\pi)` (the blog does not
-fix the direction), and the other divergences of :mod:`cactus_theory.divergences`.
+what is actually emitted. One registry entry, ``mentored``, with the divergence as a knob
+(default KL): ``divergence="kl"`` constrains :math:`KL(\pi\|q)`, ``"reverse_kl"``
+constrains :math:`KL(q\|\pi)` (the blog does not fix the direction), and the other
+divergences of :mod:`cactus_theory.divergences`; ``mentored-kl``, ``mentored-reverse-kl``, ...
+are aliases with the knob fixed.
 The solver is :mod:`cactus_theory.solvers.mentored` (exact; clip form
 :math:`\pi = \mathrm{clip}(p, aq, bq)` on supp(q), plus mass off supp(q) for divergences
 with a finite slope at infinity once the budget allows it).
@@ -28,7 +30,7 @@ import math
 from ..divergences import DIVERGENCES
 from ..solvers.mentored import mentored_target
 from .plans import TargetPlan
-from .registry import Knob, Rule, RuleSpec, register
+from .registry import Knob, Rule, RuleSpec, register, register_alias
 
 __all__ = ["Mentored", "DEFAULT_BUDGET"]
 
@@ -58,14 +60,17 @@ class Mentored(Rule):
                           mentored_target(target_probs, draft_probs, self.D, self.divergence))
 
 
+register(RuleSpec(
+    name="mentored", factory=Mentored,
+    knobs=(Knob("D", DEFAULT_BUDGET, 0.0, math.inf,
+                doc="budget on the emitted distribution's divergence (blog: D; no default there)"),
+           Knob("divergence", "kl", choices=tuple(DIVERGENCES),
+                doc="divergence of the budget D(pi || q) <= D")),
+    sps_knobs={"D": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
+    family="target",
+    summary="Mentored decoding: acceptance-optimal target with D(pi||q) <= D",
+    reference="Tran-Thien 2023, HF blog 'An optimal lossy variant of speculative decoding'",
+))
+
 for _name in DIVERGENCES:
-    register(RuleSpec(
-        name=f"mentored-{_name.replace('_', '-')}",
-        factory=(lambda d: (lambda D: Mentored(D, d)))(_name),
-        knobs=(Knob("D", DEFAULT_BUDGET, 0.0, math.inf,
-                    doc="budget on the emitted distribution's divergence (blog: D; no default there)"),),
-        sps_knobs={"D": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
-        family="target",
-        summary=f"Mentored decoding: acceptance-optimal target with {_name}(pi||q) <= D",
-        reference="Tran-Thien 2023, HF blog 'An optimal lossy variant of speculative decoding'",
-    ))
+    register_alias(f"mentored-{_name.replace('_', '-')}", "mentored", divergence=_name)

@@ -3,17 +3,25 @@
 Every consumer (the exact analysis, the samplers, the simulator, the report, the invariant
 test battery) reaches rules through :func:`get_rule` and :data:`RULES`, so adding a rule here
 adds it to every analysis and every invariant test.
+
+Identity: a rule is one registry name plus knobs. A choice such as the divergence is a knob
+(``cactus-exact`` with ``divergence="tv"``), not part of the name; the older per-divergence
+names (``cactus-exact-tv``, ``mentored-reverse-kl``, ...) are **aliases**
+(:func:`register_alias`): ``RULES["cactus-exact-tv"]`` and ``get_rule("cactus-exact-tv")``
+resolve to the same rule with the knob set (and that knob fixed), while iterating
+:data:`RULES` or :func:`rule_names` lists each rule once.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from .._validation import choice
 
-__all__ = ["Knob", "RuleSpec", "Rule", "RULES", "register", "get_rule", "rule_names"]
+__all__ = ["Knob", "RuleSpec", "Rule", "RuleRegistry", "RULES", "register", "register_alias",
+           "get_rule", "rule_names"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,17 @@ class RuleSpec:
         ``"target"``, ``"spike"`` or ``"decision"``: the plan type it returns.
     summary, reference, sps_note : str
         One line each.
+    fast_accept : bool
+        The rule overrides :meth:`Rule.accept_probs_at` with a path that evaluates the
+        acceptance at the drafted tokens only (the samplers call that method; without an
+        override it builds the whole plan). The invariant battery checks the declaration
+        against the rule class and the override against the plan.
+    preset : mapping
+        Knob values fixed by an alias (empty for a rule's own entry).
+    alias_of : RuleSpec or None
+        For an alias, the rule it resolves to (configured rules carry that spec).
+    defaults : mapping
+        Every knob's default (the preset values for an alias).
     """
 
     name: str
@@ -110,21 +129,36 @@ class RuleSpec:
     summary: str
     reference: str
     sps_note: str = ""
+    fast_accept: bool = False
+    preset: Mapping[str, Any] = field(default_factory=dict)
+    alias_of: Optional["RuleSpec"] = field(default=None, repr=False)
     defaults: Mapping[str, Any] = field(init=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "defaults", {k.name: k.default for k in self.knobs})
+        defaults = {k.name: k.default for k in self.knobs}
+        unknown = set(self.preset) - set(defaults)
+        if unknown:
+            raise ValueError(f"preset: {sorted(unknown)} are not knobs of rule {self.name!r}")
+        defaults.update(self.preset)
+        object.__setattr__(self, "defaults", defaults)
 
     def make(self, **knobs) -> "Rule":
-        """Build the rule with validated knobs (unknown names raise ValueError)."""
+        """Build the rule with validated knobs (unknown names raise ValueError).
+
+        For an alias, its preset knobs are fixed: passing another value raises ValueError.
+        """
         known = {k.name: k for k in self.knobs}
         for key in knobs:
             if key not in known:
                 valid = ", ".join(known) or "none"
                 raise ValueError(f"{key}: not a knob of rule {self.name!r} (knobs: {valid})")
-        values = {name: k.validate(knobs.get(name, k.default)) for name, k in known.items()}
+        values = {name: k.validate(knobs.get(name, self.defaults[name])) for name, k in known.items()}
+        for key, fixed in self.preset.items():
+            if values[key] != known[key].validate(fixed):
+                raise ValueError(f"{key}: fixed to {fixed!r} by the alias {self.name!r} "
+                                 f"(use {self.alias_of.name!r} to choose it)")
         rule = self.factory(**values)
-        rule.spec = self
+        rule.spec = self.alias_of if self.alias_of is not None else self
         rule.knobs = values
         return rule
 
@@ -142,7 +176,21 @@ class Rule:
     knobs: dict
 
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """The rule's plan on (q, p) (array-agnostic); subclasses implement it."""
         raise NotImplementedError
+
+    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                        raw_draft_probs=None):
+        r"""Acceptance :math:`a_n` at the drafted tokens ``token_ids`` (shape ``q.shape[:-1]``).
+
+        The samplers' accept path. Default: ``plan(...).accept_probs_at(token_ids)``, which
+        builds the whole plan (for a spike rule, gamma for every candidate token). A rule that
+        can evaluate its acceptance at the drafted tokens alone overrides this method and
+        declares it with ``RuleSpec.fast_accept=True``; the result must equal the default's.
+        """
+        plan = self.plan(target_probs, draft_probs, raw_target_probs=raw_target_probs,
+                         raw_draft_probs=raw_draft_probs)
+        return plan.accept_probs_at(token_ids)
 
     @property
     def name(self) -> str:
@@ -153,19 +201,76 @@ class Rule:
         return f"get_rule({self.spec.name!r}{', ' if args else ''}{args})"
 
 
-RULES: dict[str, RuleSpec] = {}
+class RuleRegistry(dict):
+    """Rule name -> :class:`RuleSpec`; lookups also resolve aliases.
+
+    Iteration, ``len``, ``keys``/``items``/``values`` see each rule once (its own name);
+    ``registry[alias]``, ``alias in registry`` and ``registry.get(alias)`` resolve an alias to
+    its :class:`RuleSpec` (the rule's entry with the preset knobs fixed). ``aliases`` maps each
+    alias to its spec.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.aliases: dict[str, RuleSpec] = {}
+
+    def __getitem__(self, name):
+        if dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        if isinstance(name, str) and name in self.aliases:
+            return self.aliases[name]
+        raise KeyError(name)
+
+    def __contains__(self, name):
+        return dict.__contains__(self, name) or (isinstance(name, str) and name in self.aliases)
+
+    def get(self, name, default=None):
+        """``registry[name]`` (rule or alias), or ``default``."""
+        try:
+            return self[name]
+        except (KeyError, TypeError):
+            return default
+
+    def all_names(self) -> tuple:
+        """Every accepted name: the rules' own, then the aliases."""
+        return tuple(dict.keys(self)) + tuple(self.aliases)
+
+
+RULES: RuleRegistry = RuleRegistry()
 
 
 def register(spec: RuleSpec) -> RuleSpec:
-    """Add a rule to :data:`RULES` (names are unique)."""
+    """Add a rule to :data:`RULES` (names are unique, also against aliases)."""
     if spec.name in RULES:
         raise ValueError(f"rule: {spec.name!r} is already registered")
     RULES[spec.name] = spec
     return spec
 
 
+def register_alias(alias: str, name: str, **preset) -> RuleSpec:
+    """Register ``alias`` for rule ``name`` with the knobs ``preset`` fixed.
+
+    ``get_rule(alias, **knobs)`` then equals ``get_rule(name, **preset, **knobs)`` (the
+    configured rule carries ``name``'s spec), and passing a preset knob with another value
+    raises ValueError.
+    """
+    if alias in RULES:
+        raise ValueError(f"rule: {alias!r} is already registered")
+    base = dict.__getitem__(RULES, name)
+    spec = RuleSpec(name=alias, factory=base.factory, knobs=base.knobs, sps_knobs=base.sps_knobs,
+                    deterministic=base.deterministic, reads_draft=base.reads_draft,
+                    needs_raw=base.needs_raw, family=base.family,
+                    summary=f"alias of {name} with " + ", ".join(f"{k}={v!r}" for k, v in preset.items()),
+                    reference=base.reference, sps_note=base.sps_note,
+                    fast_accept=base.fast_accept, preset=dict(preset), alias_of=base)
+    RULES.aliases[alias] = spec
+    return spec
+
+
 def get_rule(name, **knobs) -> Rule:
     """A configured rule by registry name (a :class:`Rule` passes through unchanged).
+
+    Aliases resolve to their rule with the preset knobs (:func:`register_alias`).
 
     Raises
     ------
@@ -177,9 +282,12 @@ def get_rule(name, **knobs) -> Rule:
         if knobs:
             raise ValueError("rule: knobs given together with an already configured Rule")
         return name
-    return RULES[choice(name, tuple(RULES), "rule")].make(**knobs)
+    if not isinstance(name, str) or name not in RULES:
+        raise ValueError(f"rule: unknown value {name!r}; valid: {', '.join(RULES)} "
+                         f"(aliases: {', '.join(RULES.aliases) or 'none'})")
+    return RULES[name].make(**knobs)
 
 
-def rule_names() -> list[str]:
-    """All registered rule names, in registration order."""
-    return list(RULES)
+def rule_names(*, aliases: bool = False) -> list[str]:
+    """All registered rule names, in registration order (then the aliases if ``aliases``)."""
+    return list(RULES.all_names() if aliases else RULES)

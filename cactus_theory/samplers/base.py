@@ -27,8 +27,9 @@ Deterministic rules (``RuleSpec.deterministic``: TAS, top-k, fuzzy SD) accept if
 
 Memory and synchronization: the accept path holds float32, row-normalized copies of q and p
 (``[B, k, V]`` each, also for float32 input) and whatever the rule's ``plan`` builds (SpS:
-nothing more; Cactus: gamma for every candidate token, ``[B, k, V]``, unless the rule provides
-the optional ``accept_probs_at`` hook used by :meth:`RuleSampler._accept_probs`); the
+nothing more; a spike rule: gamma for every candidate token, ``[B, k, V]``, unless it declares
+``RuleSpec.fast_accept`` and evaluates ``Rule.accept_probs_at`` at the drafted tokens only, as
+Cactus does); the
 recovery step works on ``[B, V]`` rows (the first rejected position of each row). Nothing in
 ``forward`` reads a device value on the host (no ``.item()``, ``nonzero``, boolean masking or
 ``torch.multinomial``) unless ``strict_mode`` is on; seeded rows add host-to-device index
@@ -314,17 +315,12 @@ class RuleSampler(torch.nn.Module):
     def _accept_probs(self, q, p, draft_ids, raw_q, raw_p):
         """:math:`a_n` at the drafted tokens, [B, k].
 
-        Uses the rule's optional ``accept_probs_at(target_probs, draft_probs, token_ids, *,
-        raw_target_probs, raw_draft_probs)`` when it has one (a rule can compute its acceptance
-        at the drafted tokens only, e.g. Cactus's gamma at q_n instead of at every candidate),
-        else ``rule.plan(q, p).accept_probs_at(token_ids)``, which for spike rules evaluates
-        gamma for all B*k*V candidates.
+        Calls the rule interface's :meth:`~cactus_theory.rules.registry.Rule.accept_probs_at`:
+        rules declaring ``RuleSpec.fast_accept`` (Cactus) evaluate gamma at the drafted tokens
+        only; the others build their plan (for a spike rule, gamma for all B*k*V candidates).
         """
-        hook = getattr(self.rule, "accept_probs_at", None)
-        if callable(hook):
-            return hook(q, p, draft_ids, raw_target_probs=raw_q, raw_draft_probs=raw_p)
-        plan = self.rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
-        return plan.accept_probs_at(draft_ids)
+        return self.rule.accept_probs_at(q, p, draft_ids, raw_target_probs=raw_q,
+                                         raw_draft_probs=raw_p)
 
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
                 num_drafts: Optional[torch.Tensor] = None, counts=None):

@@ -33,12 +33,12 @@ engines.md 1.3 (vLLM V0 counts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from .._validation import as_prob_pair, as_probs
+from .._validation import as_int_array, as_matching_probs, as_prob_pair, positive_int
 from ..analysis.one_step import emitted_distribution, make_plan
 from ..rules import get_rule
 from .metrics import ChainTotals
@@ -50,6 +50,11 @@ __all__ = ["Trajectory", "PositionLaws", "position_laws", "ChainRun", "simulate_
 class Trajectory:
     r"""A recorded trajectory of (q_t, p_t) pairs, replayed teacher-forced.
 
+    The toolkit's one trajectory type: synthetic trajectories
+    (:func:`cactus_theory.simulate.synthetic.synthetic_trajectory`) fill the distributions,
+    the real-logit dumps (:meth:`cactus_theory.logits.loader.Dump.trajectories`) also the
+    columns, tokens and prompt.
+
     Attributes
     ----------
     target_probs : ndarray, shape (T, V)
@@ -57,9 +62,24 @@ class Trajectory:
     draft_probs : ndarray, shape (T, V)
         Processed drafter distributions p_t.
     raw_target_probs, raw_draft_probs : ndarray, shape (T, V), optional
-        Raw (temperature-1) distributions, for rules that decide on them.
+        Raw (temperature-1) distributions, for rules that decide on them. In a dump the tail
+        column (id ``TAIL_ID = -2``) holds the raw mass outside the stored columns.
     label : str
         Where it came from.
+    columns : int64 ndarray, shape (T, V), optional
+        Vocabulary ids of the columns (a dump stores a few columns per position; ``-1``
+        padding, ``-2`` the tail bucket). None: column j is token j.
+    token_ids : int64 ndarray, shape (T,), optional
+        The emitted token at each position.
+    prompt_id, category : str
+        The prompt (dumps).
+    prompt_token_ids : int64 ndarray, shape (P,), optional
+    extras : dict of str to ndarray, shape (T, ...)
+        Optional per-position records (e.g. decoding rounds).
+
+    Validation (:mod:`cactus_theory._validation`): probability rows (float64, each summing to
+    1 within :func:`cactus_theory.conventions.normalization_tolerance`; kept as given, the
+    analyses renormalize), matching shapes; ValueError naming the field.
     """
 
     target_probs: np.ndarray
@@ -67,9 +87,16 @@ class Trajectory:
     raw_target_probs: Optional[np.ndarray] = None
     raw_draft_probs: Optional[np.ndarray] = None
     label: str = ""
+    columns: Optional[np.ndarray] = None
+    token_ids: Optional[np.ndarray] = None
+    prompt_id: str = ""
+    category: str = ""
+    prompt_token_ids: Optional[np.ndarray] = None
+    extras: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        q, p = as_prob_pair(self.target_probs, self.draft_probs)
+        # validated, kept as given (a dump's stored values stay exact); analyses renormalize
+        q, p = as_prob_pair(self.target_probs, self.draft_probs, normalize=False)
         if q.ndim != 2:
             raise ValueError(f"target_probs: expected shape (T, V), got {q.shape}")
         if q.shape[0] < 1:
@@ -79,10 +106,17 @@ class Trajectory:
         for name in ("raw_target_probs", "raw_draft_probs"):
             arr = getattr(self, name)
             if arr is not None:
-                arr = as_probs(arr, name)
-                if arr.shape != q.shape:
-                    raise ValueError(f"{name}: shape {arr.shape} does not match target_probs' {q.shape}")
-                object.__setattr__(self, name, arr)
+                object.__setattr__(self, name, as_matching_probs(arr, q.shape, name, normalize=False))
+        if self.columns is not None:
+            object.__setattr__(self, "columns", as_int_array(self.columns, q.shape, "columns"))
+        if self.token_ids is not None:
+            object.__setattr__(self, "token_ids", as_int_array(self.token_ids, q.shape[:1], "token_ids"))
+        if self.prompt_token_ids is not None:
+            object.__setattr__(self, "prompt_token_ids",
+                               as_int_array(self.prompt_token_ids, None, "prompt_token_ids"))
+
+    def __len__(self) -> int:
+        return int(self.target_probs.shape[0])
 
     @property
     def length(self) -> int:
@@ -91,8 +125,13 @@ class Trajectory:
 
     @property
     def vocab_size(self) -> int:
-        """V."""
+        """V (the number of columns)."""
         return self.target_probs.shape[1]
+
+    @property
+    def acceptance(self) -> np.ndarray:
+        """Per-position SpS acceptance ``beta_t = sum_x min(p_x, q_x)`` (processed), float64 [T]."""
+        return np.minimum(self.target_probs, self.draft_probs).sum(-1)
 
 
 @dataclass(frozen=True)
@@ -149,11 +188,11 @@ def position_laws(rule, trajectory: Trajectory) -> PositionLaws:
                      raw_target_probs=trajectory.raw_target_probs,
                      raw_draft_probs=trajectory.raw_draft_probs)
     a = np.clip(np.asarray(plan.accept_probs(), dtype=np.float64), 0.0, 1.0)
-    p = trajectory.draft_probs
+    p = np.asarray(plan.draft_probs, dtype=np.float64)       # rows renormalized by make_plan
     acc = p * a
     h = np.asarray(emitted_distribution(plan), dtype=np.float64)
     rej = np.clip(h - acc, 0.0, None)
-    return PositionLaws(acc.sum(-1), acc, rej, h, trajectory.target_probs)
+    return PositionLaws(acc.sum(-1), acc, rej, h, np.asarray(plan.target_probs, dtype=np.float64))
 
 
 def _sample_rows(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -280,7 +319,7 @@ def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng
     V = trajectory.vocab_size
     accept = idx < V
     tok = np.where(accept, idx, idx - V)
-    bonus = _sample_rows(np.cumsum(trajectory.target_probs, axis=1), rng.random((n_runs, T)))
+    bonus = _sample_rows(np.cumsum(laws.target_probs, axis=1), rng.random((n_runs, T)))
     acc_pad = np.concatenate([accept, np.zeros((n_runs, m), dtype=bool)], axis=1)
     alpha_pad = np.concatenate([laws.alpha, np.zeros(m)])
 
@@ -320,12 +359,5 @@ def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng
                     is_bonus, tokens)
 
 
-def _positive_int(x, name: str) -> int:
-    """``x`` as an int >= 1; ValueError naming ``name`` otherwise."""
-    try:
-        ok = not isinstance(x, bool) and float(x).is_integer() and int(x) >= 1
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name}: must be an integer >= 1, got {x!r}")
-    return int(x)
+#: Kept under its old name for the modules that import it.
+_positive_int = positive_int

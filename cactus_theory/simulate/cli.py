@@ -7,16 +7,15 @@ the dynamic programme (:mod:`.exact`), then the sequence-level KL of the emitted
 verifier's: the exact bounds and a Monte-Carlo estimate. Symbols: q verifier, p drafter,
 m draft length, c drafter/verifier cost ratio.
 
-The main CLI wires it as ``subparsers`` entry: :func:`add_parser` registers the arguments and
-:func:`run` executes them; bad values raise ValueError naming the argument.
+The main CLI's subcommand table calls :func:`add_arguments` and :func:`run` (:func:`add_parser`
+registers the same on any ``subparsers``); bad values raise ValueError naming the argument, and
+``--json`` prints :func:`simulate_data`'s numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from typing import List
-
 import numpy as np
 
 from ..rules import RULES, get_rule
@@ -25,19 +24,51 @@ from .exact import exact_chain, sequence_divergence, sequence_kl_monte_carlo
 from .metrics import METRIC_LABELS, compute_metrics, pool_totals, rej_relative
 from .synthetic import FAMILIES, synthetic_trajectory
 
-__all__ = ["add_parser", "run", "simulate_table"]
+__all__ = ["add_arguments", "add_parser", "run", "simulate_data", "format_simulation", "simulate_table"]
 
 TEACHER_FORCED = ("teacher-forced: the (q_t, p_t) along each trajectory do not depend on the "
                   "emitted tokens")
 
 
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``simulate`` arguments to ``p`` (the main CLI's subcommand table calls this).
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
+    from ..cli import add_knobs, add_output, add_seed
+
+    p.add_argument("--rule", default="cactus-taylor", help="registry name")
+    add_knobs(p)
+    p.add_argument("--family", default="noisy_copy", help=f"one of {', '.join(FAMILIES)}")
+    p.add_argument("--vocab-size", type=int, default=64)
+    p.add_argument("--length", type=int, default=256, help="positions per trajectory (T)")
+    p.add_argument("--trajectories", type=int, default=4)
+    p.add_argument("--runs", type=int, default=200, help="simulated runs per trajectory")
+    p.add_argument("--draft-length", "-m", type=int, default=8, help="m, drafts per round (at most T)")
+    p.add_argument("--cost-ratio", type=float, default=0.05,
+                   help="c, drafter cost per drafted token / verifier call (speedup model)")
+    p.add_argument("--temperature", type=float, default=0.6,
+                   help="processing of q and p (the paper's sampling setting)")
+    p.add_argument("--top-k", type=int, default=20, help="0 disables (the paper's setting)")
+    p.add_argument("--top-p", type=float, default=0.95, help="1 disables (the paper's setting)")
+    add_seed(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_output(p)
+    return p
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register the ``simulate`` sub-command.
+    """Register the ``simulate`` sub-command on ``subparsers`` (its ``func`` default is :func:`run`).
 
     Parameters
     ----------
     subparsers : argparse._SubParsersAction
-        From ``parser.add_subparsers()``; the new parser's ``func`` default is :func:`run`.
 
     Returns
     -------
@@ -45,40 +76,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """
     p = subparsers.add_parser(
         "simulate", help="simulate a rule over synthetic trajectories (teacher-forced) vs exact",
-        description=__doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else None)
-    p.add_argument("--rule", default="cactus-taylor", help="registry name (default cactus-taylor)")
-    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="rule knob, repeatable (e.g. --knob delta=0.75)")
-    p.add_argument("--family", default="noisy_copy", help=f"one of {', '.join(FAMILIES)}")
-    p.add_argument("--vocab-size", type=int, default=64)
-    p.add_argument("--length", type=int, default=256, help="positions per trajectory (T)")
-    p.add_argument("--trajectories", type=int, default=4)
-    p.add_argument("--runs", type=int, default=200, help="simulated runs per trajectory")
-    p.add_argument("--draft-length", "-m", type=int, default=8, help="m, drafts per round")
-    p.add_argument("--cost-ratio", type=float, default=0.05,
-                   help="c, drafter cost per drafted token / verifier call (speedup model)")
-    p.add_argument("--temperature", type=float, default=0.6,
-                   help="processing of q and p (default 0.6: the paper's sampling setting)")
-    p.add_argument("--top-k", type=int, default=20, help="0 disables (default 20, the paper's)")
-    p.add_argument("--top-p", type=float, default=0.95, help="1 disables (default 0.95, the paper's)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        description=__doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(p)
     p.set_defaults(func=run)
     return p
-
-
-def _parse_knobs(items: List[str]) -> dict:
-    knobs = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"knob: expected NAME=VALUE, got {item!r}")
-        name, value = item.split("=", 1)
-        try:
-            v = float(value)
-            knobs[name] = int(v) if v.is_integer() and "." not in value and "e" not in value.lower() else v
-        except ValueError:
-            knobs[name] = value
-    return knobs
 
 
 def _check(args) -> None:
@@ -88,39 +90,47 @@ def _check(args) -> None:
             raise ValueError(f"{name.replace('_', '-')}: must be >= 1, got {val!r}")
     if not math.isfinite(args.cost_ratio) or args.cost_ratio < 0:
         raise ValueError(f"cost-ratio: must be a finite number >= 0, got {args.cost_ratio!r}")
-    if not math.isfinite(args.temperature) or args.temperature <= 0:
-        raise ValueError(f"temperature: must be > 0, got {args.temperature!r}")
-    if args.top_k is not None and args.top_k < 0:
-        raise ValueError(f"top-k: must be >= 0 (0 disables), got {args.top_k!r}")
-    if args.top_p is not None and not (0 < args.top_p <= 1):
-        raise ValueError(f"top-p: must lie in (0, 1], got {args.top_p!r}")
+    from .._validation import as_temperature, as_top_k, as_top_p
+
+    as_temperature(args.temperature, "temperature")
+    if args.top_k:  # 0 disables
+        as_top_k(args.top_k, "top-k")
+    if args.top_p is not None:
+        as_top_p(args.top_p, "top-p")
     if args.family not in FAMILIES:
         raise ValueError(f"family: unknown {args.family!r} (valid: {', '.join(FAMILIES)})")
+    if args.draft_length > args.length:
+        raise ValueError(f"draft-length: m = {args.draft_length} exceeds the trajectory length "
+                         f"T = {args.length} (a round never drafts past the end)")
     if args.rule not in RULES:
         raise ValueError(f"rule: unknown {args.rule!r} (valid: {', '.join(RULES)})")
 
 
-def simulate_table(args) -> str:
-    """Run the simulation described by ``args`` and return the report as text.
+def simulate_data(args) -> dict:
+    """Run the simulation described by ``args`` and return every number as plain data.
 
     Parameters
     ----------
     args : argparse.Namespace
-        As parsed by the parser of :func:`add_parser`.
+        As parsed by the parser of :func:`add_arguments`.
 
     Returns
     -------
-    str
-        The metrics table (simulated ± se beside exact) and the sequence-KL block, every
-        number labelled teacher-forced.
+    dict
+        ``settings``; ``metrics``: per metric ``{"label", "simulated", "simulated_se", "exact"}``
+        for the rule (and SpS's AL_m as reference); per-position and histogram lists; the
+        sequence-level KL block (exact bounds and the Monte-Carlo estimate with its standard error).
+        Every number is teacher-forced.
 
     Raises
     ------
     ValueError
         Naming the argument for a bad value (the main CLI exits 2 with one line).
     """
+    from ..cli import parse_knobs
+
     _check(args)
-    rule = get_rule(args.rule, **_parse_knobs(args.knob))
+    rule = get_rule(args.rule, **parse_knobs(args.knob))
     sps = get_rule("sps")
     rng = np.random.default_rng(args.seed)
     m = args.draft_length
@@ -148,63 +158,112 @@ def simulate_table(args) -> str:
     ms = {k: compute_metrics(pool_totals(v), args.cost_ratio) for k, v in sim.items()}
     mx = {k: compute_metrics(pool_totals(v), args.cost_ratio) for k, v in ex.items()}
 
-    lines = []
-    lines.append(f"cactus-theory simulate: {rule!r}, m = {m}, c = {args.cost_ratio}")
-    lines.append(f"{args.trajectories} synthetic {args.family} trajectories, T = {args.length}, "
-                 f"V = {args.vocab_size}, temperature = {args.temperature}, top_k = {args.top_k}, "
-                 f"top_p = {args.top_p}; {args.runs} runs each, seed {args.seed}")
-    lines.append(f"All numbers are {TEACHER_FORCED}.")
-    lines.append("simulated = pooled ratio over runs ± delta-method standard error; "
-                 "exact = ratio of expected totals (dynamic programme over round starts).")
-    lines.append("")
+    def num(x):
+        return float(getattr(x, "value", x))
+
+    def se(x):
+        s_ = getattr(x, "se", None)
+        return None if s_ is None else float(s_)
+
+    metrics = []
+    for name, label in METRIC_LABELS.items():
+        metrics.append(dict(metric=name, label=label if name != "speedup" else f"{label}, c = {args.cost_ratio}",
+                            simulated=num(ms["rule"][name]), simulated_se=se(ms["rule"][name]),
+                            exact=num(mx["rule"][name])))
+    rs, rx = rej_relative(ms["rule"], ms["sps"]), rej_relative(mx["rule"], mx["sps"])
+    metrics.append(dict(metric="rej_relative", label="Rej: rejected drafts / token, relative to SpS (paper)",
+                        simulated=num(rs), simulated_se=se(rs), exact=num(rx)))
+    metrics.append(dict(metric="sps_al_paper", label="AL_m of SpS on the same trajectories (reference)",
+                        simulated=num(ms["sps"]["al_paper"]), simulated_se=se(ms["sps"]["al_paper"]),
+                        exact=num(mx["sps"]["al_paper"])))
+    a_bar = float(np.mean(np.concatenate(alphas)))
+    iid = float(m + 1) if a_bar >= 1.0 else (1.0 - a_bar ** (m + 1)) / (1.0 - a_bar)
+    def pair(key, i):
+        x = ms["rule"][key][i]
+        return dict(simulated=num(x), simulated_se=se(x), exact=num(mx["rule"][key][i]))
+
+    per_pos = dict(marginal=[pair("pos_marginal", i) for i in range(m)],
+                   conditional=[pair("pos_conditional", i) for i in range(m)],
+                   histogram=[pair("hist", i) for i in range(m + 1)])
+    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+    est = [e for _, e in seq]
+    seq_kl = dict(kl_lower=mean([s_.kl_lower for s_, _ in seq]), kl_upper=mean([s_.kl_upper for s_, _ in seq]),
+                  kl_per_step_sum=mean([s_.kl_per_step_sum for s_, _ in seq]),
+                  monte_carlo=mean([e.value for e in est]),
+                  monte_carlo_se=float(np.sqrt(np.sum([e.se ** 2 for e in est]))) / len(est))
+    settings = dict(rule=args.rule, rule_repr=repr(rule), knobs=parse_knobs(args.knob), m=m,
+                    cost_ratio=args.cost_ratio, family=args.family, trajectories=args.trajectories,
+                    length=args.length, vocab_size=args.vocab_size, temperature=args.temperature,
+                    top_k=args.top_k, top_p=args.top_p, runs=args.runs, seed=args.seed,
+                    teacher_forced=TEACHER_FORCED)
+    return dict(settings=settings, metrics=metrics, mean_alpha=a_bar, iid_tokens_per_call=iid,
+                per_position=per_pos, sequence_kl=seq_kl)
+
+
+def format_simulation(data: dict) -> str:
+    """The plain-text report of :func:`simulate_data`'s result (simulated ± se beside exact)."""
+    st = data["settings"]
+    m = st["m"]
+    lines = [f"cactus-theory simulate: {st['rule_repr']}, m = {m}, c = {st['cost_ratio']}",
+             f"{st['trajectories']} synthetic {st['family']} trajectories, T = {st['length']}, "
+             f"V = {st['vocab_size']}, temperature = {st['temperature']}, top_k = {st['top_k']}, "
+             f"top_p = {st['top_p']}; {st['runs']} runs each, seed {st['seed']}",
+             f"All numbers are {TEACHER_FORCED}.",
+             "simulated = pooled ratio over runs ± delta-method standard error; "
+             "exact = ratio of expected totals (dynamic programme over round starts).", ""]
     w = 72
     lines.append(f"{'metric (convention)':<{w}} {'simulated':>20} {'exact':>10}")
     lines.append("-" * (w + 32))
 
-    def row(label, s, e):
-        lines.append(f"{label:<{w}} {format(s, '.4f'):>20} {format(e, '.4f'):>10}")
+    def sim_cell(v, s_):
+        return f"{v:.4f}" + (f" ± {s_:.4f}" if s_ is not None else "")
 
-    for name, label in METRIC_LABELS.items():
-        row(label if name != "speedup" else f"{label}, c = {args.cost_ratio}",
-            ms["rule"][name], mx["rule"][name])
-    row("Rej: rejected drafts / token, relative to SpS (paper)",
-        rej_relative(ms["rule"], ms["sps"]), rej_relative(mx["rule"], mx["sps"]))
-    row("AL_m of SpS on the same trajectories (reference)", ms["sps"]["al_paper"],
-        mx["sps"]["al_paper"])
-    a_bar = float(np.mean(np.concatenate(alphas)))
-    iid = float(m + 1) if a_bar >= 1.0 else (1.0 - a_bar ** (m + 1)) / (1.0 - a_bar)
-    lines.append(f"{'tokens / call, i.i.d. model (1-a^(m+1))/(1-a), a = mean alpha ' + format(a_bar, '.4f'):<{w}} "
-                 f"{'-':>20} {iid:>10.4f}")
-    for i in range(m):
-        row(f"per-position acceptance, marginal P(N > {i}) (vLLM V1 per-pos)",
-            ms["rule"]["pos_marginal"][i], mx["rule"]["pos_marginal"][i])
-    for i in range(m):
-        row(f"per-position acceptance, conditional P(N > {i} | N >= {i})",
-            ms["rule"]["pos_conditional"][i], mx["rule"]["pos_conditional"][i])
-    for i in range(m + 1):
-        row(f"acceptance-length histogram P(N = {i}) over rounds",
-            ms["rule"]["hist"][i], mx["rule"]["hist"][i])
-    lines.append("")
-    lines.append(f"Sequence-level KL(emitted text || verifier), nats per trajectory of T = "
-                 f"{args.length} ({TEACHER_FORCED}; mean over trajectories):")
-    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+    for r in data["metrics"]:
+        lines.append(f"{r['label']:<{w}} {sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}")
+    lines.append(f"{'tokens / call, i.i.d. model (1-a^(m+1))/(1-a), a = mean alpha ' + format(data['mean_alpha'], '.4f'):<{w}} "
+                 f"{'-':>20} {data['iid_tokens_per_call']:>10.4f}")
+    pp = data["per_position"]
+    for i, r in enumerate(pp["marginal"]):
+        lines.append(f"{f'per-position acceptance, marginal P(N > {i}) (vLLM V1 per-pos)':<{w}} "
+                     f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}")
+    for i, r in enumerate(pp["conditional"]):
+        lines.append(f"{f'per-position acceptance, conditional P(N > {i} | N >= {i})':<{w}} "
+                     f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}")
+    for i, r in enumerate(pp["histogram"]):
+        lines.append(f"{f'acceptance-length histogram P(N = {i}) over rounds':<{w}} "
+                     f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}")
+    sq = data["sequence_kl"]
     w2 = 74
-    lines.append(f"  {'exact lower bound   sum_t KL(b_t q_t + (1-b_t) h_t || q_t)':<{w2}} "
-                 f"{mean([s.kl_lower for s, _ in seq]):.4f}")
-    lines.append(f"  {'exact upper bound   sum_t (1-b_t) KL(h_t || q_t)':<{w2}} "
-                 f"{mean([s.kl_upper for s, _ in seq]):.4f}")
-    lines.append(f"  {'per-step sum        sum_t KL(h_t || q_t)  (looser upper bound, not equal)':<{w2}} "
-                 f"{mean([s.kl_per_step_sum for s, _ in seq]):.4f}")
-    est = [e for _, e in seq]
-    se = float(np.sqrt(np.sum([e.se ** 2 for e in est]))) / len(est)
-    lines.append(f"  {'Monte-Carlo estimate of KL(P || Q) (forward algorithm, simulated texts)':<{w2}} "
-                 f"{mean([e.value for e in est]):.4f} ± {se:.4f}")
-    lines.append("  (b_t = probability that position t is a bonus token, emitted from q_t)")
+    lines += ["", f"Sequence-level KL(emitted text || verifier), nats per trajectory of T = "
+              f"{st['length']} ({TEACHER_FORCED}; mean over trajectories):",
+              f"  {'exact lower bound   sum_t KL(b_t q_t + (1-b_t) h_t || q_t)':<{w2}} {sq['kl_lower']:.4f}",
+              f"  {'exact upper bound   sum_t (1-b_t) KL(h_t || q_t)':<{w2}} {sq['kl_upper']:.4f}",
+              f"  {'per-step sum        sum_t KL(h_t || q_t)  (looser upper bound, not equal)':<{w2}} "
+              f"{sq['kl_per_step_sum']:.4f}",
+              f"  {'Monte-Carlo estimate of KL(P || Q) (forward algorithm, simulated texts)':<{w2}} "
+              f"{sq['monte_carlo']:.4f} ± {sq['monte_carlo_se']:.4f}",
+              "  (b_t = probability that position t is a bonus token, emitted from q_t)"]
     return "\n".join(lines)
 
 
+def simulate_table(args) -> str:
+    """Run the simulation described by ``args`` and return the report as text.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        As parsed by the parser of :func:`add_arguments`.
+
+    Returns
+    -------
+    str
+        :func:`format_simulation` of :func:`simulate_data`.
+    """
+    return format_simulation(simulate_data(args))
+
+
 def run(args) -> int:
-    """Execute ``cactus-theory simulate``: print :func:`simulate_table`'s report.
+    """Execute ``cactus-theory simulate``: the text report, or ``--json`` data, to stdout or ``-o``.
 
     Parameters
     ----------
@@ -215,5 +274,8 @@ def run(args) -> int:
     int
         0 (bad arguments raise ValueError instead).
     """
-    print(simulate_table(args))
+    from ..cli import _emit
+
+    data = simulate_data(args)
+    _emit(args, text=format_simulation(data), data=data)
     return 0

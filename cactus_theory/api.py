@@ -1,0 +1,404 @@
+r"""The front door: each everyday problem is one call, with one result type per problem.
+
+=============================  ==============================================================
+call                           problem (result type, :mod:`cactus_theory.results`)
+=============================  ==============================================================
+:func:`solve_spike`            :math:`\max h_n` s.t. :math:`D(h\|q) \le \delta` at one drafted
+                               token: Theorem 2's root, Corollary 5's Taylor point or the cvxpy
+                               oracle (:class:`~cactus_theory.results.SpikeSolution`)
+:func:`compare_taylor_exact`   Taylor against exact Cactus at one delta: per-draft and emitted
+                               divergences, acceptance (``TaylorExactComparison``)
+:func:`optimal_frontier`       :math:`F(\epsilon)`, the best acceptance of any rule emitting
+                               within eps of q (Theorem 1) (``FrontierResult``)
+:func:`calibrate_delta`        the delta whose emitted divergence meets eps
+                               (``CalibrationResult``)
+:func:`analyze_rules`          every rule side by side (``RuleTable``)
+:func:`exact_chain`            exact speculative-decoding metrics over a trajectory
+                               (``ChainResult``)
+:func:`make_sampler`           a batched torch sampler (vLLM's interface) for any rule
+=============================  ==============================================================
+
+Names: ``target_probs`` (q, verifier), ``draft_probs`` (p, drafter), ``token`` (n, drafted
+token), ``delta`` the per-draft budget :math:`D(h^{(n)}\|q) \le \delta`, ``eps`` a target on
+the emitted distribution :math:`D(h_{alg}\|q) \le \epsilon` (see :mod:`cactus_theory.results`).
+Every function wraps the exact machinery of :mod:`cactus_theory.solvers`,
+:mod:`cactus_theory.analysis` and :mod:`cactus_theory.simulate`; bad input raises ValueError
+naming the argument.
+
+References
+----------
+Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorems 1-3, Corollary 5.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import as_budget, as_budget_array, as_prob_pair, choice, one_row, token_id
+from .divergences import get_divergence
+from .results import (CalibrationResult, ChainResult, FrontierResult, RuleTable, SpikeSolution,
+                      TaylorExactComparison)
+
+__all__ = ["solve_spike", "compare_taylor_exact", "optimal_frontier", "calibrate_delta",
+           "analyze_rules", "exact_chain", "make_sampler", "SPIKE_METHODS", "CALIBRATION_RULES"]
+
+#: Methods of :func:`solve_spike`.
+SPIKE_METHODS = ("exact", "taylor", "cvxpy")
+#: Rules :func:`calibrate_delta` calibrates (how gamma follows from delta).
+CALIBRATION_RULES = ("cactus-taylor", "cactus-exact")
+#: Frontier grid when ``eps`` is None: points from 0 to the saturation budget.
+FRONTIER_POINTS = 65
+
+
+def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl",
+                method="exact") -> SpikeSolution:
+    r"""Solve the per-draft problem at one drafted token.
+
+    .. math:: \gamma = \max_h h_n \quad\text{s.t.}\quad h\in\Delta_V,\ D(h\|q) \le \delta,
+              \qquad a_n = \min(1, \gamma / p_n)
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (V,)
+        Verifier q and drafter p (one row each).
+    token : int
+        The drafted token n, in ``[0, V)``.
+    delta : float
+        Per-draft budget >= 0 (``inf`` allowed).
+    divergence : str
+        D (any of :data:`cactus_theory.divergences.DIVERGENCES`; ``"taylor"`` needs a second
+        derivative at 1, ``"cvxpy"`` one of :data:`cactus_theory.solvers.cvx.CVX_DIVERGENCES`).
+    method : {"exact", "taylor", "cvxpy"}
+        ``"exact"``: Theorem 2's largest root of the two-point divergence (bisection to machine
+        precision; always within budget). ``"taylor"``: Corollary 5,
+        :math:`\gamma = \min(1, q_n + \sqrt{2\delta q_n(1-q_n)/f''(1)})` (may exceed the budget
+        when gamma > 1/2). ``"cvxpy"``: the convex program over the whole simplex (the oracle;
+        slow, small V).
+
+    Returns
+    -------
+    SpikeSolution
+
+    Examples
+    --------
+    >>> s = solve_spike([0.5, 0.3, 0.2], [0.2, 0.6, 0.2], token=1, delta=0.1)
+    >>> round(s.gamma, 4), round(s.acceptance, 4), s.within_budget
+    (0.5244, 0.874, True)
+
+    Symbols: q verifier, p drafter, n drafted token, delta per-draft budget, h target.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 2 and Corollary 5.
+    """
+    from .rules.plans import ratio_acceptance
+    from .solvers.spike import exact_spike, spike_scale, taylor_spike
+
+    q, p = as_prob_pair(target_probs, draft_probs)
+    one_row(q, "target_probs")
+    n = token_id(token, q.shape[0], "token")
+    delta = as_budget(delta, "delta")
+    method = choice(method, SPIKE_METHODS, "method")
+    d = get_divergence(divergence)
+    q_n, p_n = np.float64(q[n]), np.float64(p[n])
+    if method == "cvxpy":
+        from .solvers.cvx import max_draft_probability_cvxpy
+
+        tol = 1e-7    # the oracle's verification tolerance (its default): interior-point accuracy
+        res = max_draft_probability_cvxpy(q, n, delta, d.name, tol=tol)
+        gamma, h, div = float(res.value), np.asarray(res.h), float(res.divergence)
+        info = {"algorithm": "cvxpy over the simplex", "solver": res.solver,
+                "status": res.status, "attempts": [list(a) for a in res.attempts], "tol": tol}
+    else:
+        if method == "exact":
+            gamma = float(exact_spike(np.asarray(q_n), delta, d.name))
+            info = {"algorithm": "bisection on the two-point form (Theorem 2)",
+                    "iterations": 64, "tol": 0.0}
+        else:
+            # q_n in {0, 1}: no bonus (also for delta = inf, where the formula reads 0 * inf)
+            gamma = (float(q_n) if q_n * (1.0 - q_n) == 0
+                     else float(taylor_spike(np.asarray(q_n), delta, d.name)))
+            info = {"algorithm": "Taylor point (Corollary 5)",
+                    "f_second_at_one": float(d.f_second_at_one), "tol": 0.0}
+        scale = float(spike_scale(np.asarray(q_n), np.asarray(gamma)))
+        h = q * scale
+        h[n] = gamma
+        div = float(d.two_point(np.asarray(gamma), np.asarray(q_n)))
+    acc = float(ratio_acceptance(np.asarray(gamma), np.asarray(p_n)))
+    return SpikeSolution(method=method, divergence=d.name, token=n, delta=delta,
+                         target_prob=float(q_n), draft_prob=float(p_n), gamma=gamma, h=h,
+                         per_draft_divergence=div, acceptance=acc, budget_hit=gamma < 1.0,
+                         within_budget=bool(div <= delta + info["tol"]), solver_info=info)
+
+
+def compare_taylor_exact(target_probs, draft_probs, delta, *, divergence="kl") -> TaylorExactComparison:
+    r"""Cactus with the Taylor point against the exact root at one per-draft budget delta.
+
+    Wraps :func:`cactus_theory.analysis.comparison.taylor_vs_exact_pairs`: per draft
+    :math:`D(h^{(n)}\|q)` (two-point form at :math:`(\gamma_n, q_n)`), emitted
+    :math:`D(h_{alg}\|q)` (Theorem 3) and acceptance :math:`\sum_n p_n a_n`, for SpS,
+    ``cactus-taylor`` and ``cactus-exact``.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (V,) or (N, V)
+        Verifier q and drafter p (one position or N).
+    delta : float
+        Per-draft budget >= 0.
+    divergence : str
+        D (needs a second derivative at 1 for the Taylor point).
+
+    Returns
+    -------
+    TaylorExactComparison
+
+    Symbols: q verifier, p drafter, n drafted token, delta per-draft budget.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 2, Corollaries 5-6, Theorem 3.
+    """
+    from .analysis.comparison import taylor_vs_exact_pairs
+
+    delta = as_budget(delta, "delta")
+    res = taylor_vs_exact_pairs(target_probs, draft_probs, [delta], divergence)
+    by = {("sps" if r["rule"] == "sps" else "taylor" if r["rule"] == "cactus-taylor" else "exact"): r
+          for r in res.rows}
+    t, e = by["taylor"], by["exact"]
+    return TaylorExactComparison(
+        delta=delta, divergence=res.divergence, n_positions=res.n_positions,
+        acceptance_sps=by["sps"]["acceptance"], acceptance_taylor=t["acceptance"],
+        acceptance_exact=e["acceptance"],
+        per_draft_mean_taylor=t["per_draft_mean"], per_draft_mean_exact=e["per_draft_mean"],
+        per_draft_max_taylor=t["per_draft_max"], per_draft_max_exact=e["per_draft_max"],
+        emitted_taylor=t["emitted_mean"], emitted_exact=e["emitted_mean"],
+        emitted_max_taylor=t["emitted_max"], emitted_max_exact=e["emitted_max"],
+        taylor_overshoot=max(0.0, t["per_draft_max"] - delta),
+        table=tuple(dict(r) for r in res.rows))
+
+
+def optimal_frontier(target_probs, draft_probs, *, eps=None, divergence="kl") -> FrontierResult:
+    r"""The optimal acceptance :math:`F(\epsilon)` at targets eps on the emitted divergence.
+
+    .. math:: F(\epsilon) = \max_{o\in\Delta_V} \sum_x \min(p_x, o_x)
+              \quad\text{s.t.}\quad D(o\|q) \le \epsilon
+
+    Wraps :func:`cactus_theory.solvers.frontier.frontier` (Theorem 1; Mentored decoding attains
+    it).
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (V,) or (N, V)
+        Verifier q and drafter p.
+    eps : None, float or array_like, shape (E,)
+        Targets on the emitted divergence (>= 0). None: 65 points from 0 to the saturation
+        budget (largest over positions), quadratically spaced as
+        :func:`cactus_theory.solvers.frontier.frontier_curve`.
+    divergence : str
+        D.
+
+    Returns
+    -------
+    FrontierResult
+        Acceptance and achieved divergence averaged over positions (per position too).
+
+    Symbols: q verifier, p drafter, eps target on the emitted divergence.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 1; Tran-Thien (2023).
+    """
+    from .solvers.frontier import frontier, saturation_budget
+
+    q, p = as_prob_pair(target_probs, draft_probs)
+    d = get_divergence(divergence)
+    sat = float(np.max(saturation_budget(q, p, d.name)))
+    if eps is None:
+        grid = sat * np.linspace(0.0, 1.0, FRONTIER_POINTS) ** 2
+    else:
+        grid = np.atleast_1d(as_budget_array(eps, "eps")).astype(np.float64)
+        if grid.ndim != 1 or grid.size == 0:
+            raise ValueError(f"eps: expected a scalar or a non-empty 1-D array, got shape {grid.shape}")
+    res = frontier(q, p, grid, d.name)
+    acc = np.asarray(res.acceptance, dtype=np.float64)
+    div = np.asarray(res.divergence, dtype=np.float64).reshape(-1, grid.size)
+    flat = acc.reshape(-1, grid.size)
+    sps = float(np.mean(np.sum(np.minimum(q, p), axis=-1)))
+    return FrontierResult(divergence=d.name, eps=grid, acceptance=flat.mean(axis=0),
+                          emitted_divergence=div.mean(axis=0), sps_acceptance=sps,
+                          saturation_eps=sat, n_positions=flat.shape[0],
+                          per_position_acceptance=acc)
+
+
+def calibrate_delta(target_probs, draft_probs, eps, *, rule="cactus-taylor",
+                    divergence="kl") -> CalibrationResult:
+    r"""Per position, the per-draft budget delta whose emitted divergence meets eps.
+
+    .. math:: \delta^*(q, p) = \sup\{\delta : D(h_{alg}(\delta')\|q) \le \epsilon
+              \ \ \forall \delta' \le \delta\}
+
+    Wraps :func:`cactus_theory.analysis.calibration.calibrate_delta` (first crossing on a
+    geometric grid, refined by regula falsi; the achieved divergence is recomputed exactly).
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (V,) or (N, V)
+        Verifier q and drafter p.
+    eps : float
+        Target on :math:`D(h_{alg}\|q)`, >= 0 (0 gives delta = 0, SpS).
+    rule : {"cactus-taylor", "cactus-exact"}
+        How gamma follows from delta: Corollary 5 or Theorem 2.
+    divergence : str
+        D of both the per-draft budget and the emitted target.
+
+    Returns
+    -------
+    CalibrationResult
+        Floats for one position, arrays of shape (N,) for N.
+
+    Symbols: q verifier, p drafter, delta per-draft budget, eps target on the emitted divergence.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
+    """
+    from .analysis.calibration import calibrate_delta as _calibrate
+
+    rule = choice(rule, CALIBRATION_RULES, "rule")
+    eps = as_budget(eps, "eps")
+    q, p = as_prob_pair(target_probs, draft_probs)
+    d = get_divergence(divergence)
+    res = _calibrate(q, p, eps, base=rule.split("-")[1], divergence=d.name)
+    single = q.ndim == 1
+
+    def out(x, kind=float):
+        return kind(x) if single else np.asarray(x)
+
+    return CalibrationResult(rule=rule, divergence=d.name, eps=eps, delta=out(res.delta),
+                             emitted_divergence=out(res.divergence),
+                             acceptance=out(res.acceptance), saturated=out(res.saturated, bool),
+                             n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
+
+
+def analyze_rules(target_probs, draft_probs, rules=None, *, delta=None, knobs=None) -> RuleTable:
+    r"""Rules side by side: acceptance, per-draft and emitted divergences, frontier gap.
+
+    Wraps :func:`cactus_theory.analysis.rule_table.rule_table` and adds the per-draft KL
+    :math:`KL(h^{(n)}\|q)` of :func:`cactus_theory.analysis.one_step.per_draft_divergence`.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (V,) or (N, V)
+        Verifier q and drafter p.
+    rules : sequence of str, optional
+        Registry names (aliases allowed); default every registered rule.
+    delta : float, optional
+        Per-draft budget given to every rule with a ``delta`` knob (default: each rule's own
+        default); ``knobs`` override it.
+    knobs : dict of str to dict, optional
+        Knobs per rule name.
+
+    Returns
+    -------
+    RuleTable
+        Keys of each row in :class:`cactus_theory.results.RuleTable`.
+
+    Symbols: q verifier, p drafter, n drafted token, delta per-draft budget.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
+    """
+    from .analysis.one_step import make_plan, per_draft_divergence
+    from .analysis.rule_table import rule_table
+    from .rules import RULES, get_rule
+
+    q, p = as_prob_pair(target_probs, draft_probs)
+    names = list(RULES) if rules is None else [choice(r, RULES.all_names(), "rules")
+                                               for r in ([rules] if isinstance(rules, str) else rules)]
+    if delta is not None:
+        delta = as_budget(delta, "delta")
+    if knobs is not None and not isinstance(knobs, dict):
+        raise ValueError(f"knobs: expected a dict of rule name -> dict of knobs, got {type(knobs).__name__}")
+    per_rule = {}
+    for name in names:
+        k = {}
+        if delta is not None and any(kn.name == "delta" for kn in RULES[name].knobs):
+            k["delta"] = delta
+        k.update((knobs or {}).get(name, {}))
+        per_rule[name] = k
+    base = rule_table(q, p, rules=names, knobs=per_rule)
+    drafted = p > 0
+    table = []
+    for name, row in zip(names, base):
+        plan = make_plan(get_rule(name, **per_rule[name]), q, p)
+        try:
+            per = per_draft_divergence(plan, divergence="kl")
+        except ValueError:            # a decision rule has no per-draft target
+            per_mean = per_max = None
+        else:
+            w = np.where(drafted, per, 0.0)
+            per_mean = float(np.mean(np.sum(np.where(drafted, p * w, 0.0), axis=-1)))
+            per_max = float(np.max(w))
+        table.append({"rule": name, "knobs": row["knobs"], "acceptance": row["acceptance"],
+                      "per_draft_kl_mean": per_mean, "per_draft_kl_max": per_max,
+                      "emitted_kl": row["kl"], "emitted_reverse_kl": row["reverse_kl"],
+                      "emitted_tv": row["tv"], "gap_kl": row["gap_kl"], "gap_tv": row["gap_tv"]})
+    return RuleTable(table=tuple(table), delta=delta,
+                     n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
+
+
+def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
+    r"""Exact expected speculative-decoding metrics of a rule over a teacher-forced trajectory.
+
+    Wraps :func:`cactus_theory.simulate.exact.exact_chain` (the dynamic programme over round
+    starts) and :func:`cactus_theory.simulate.metrics.compute_metrics`.
+
+    Parameters
+    ----------
+    rule : str or Rule
+        A registry name (configured with ``**knobs``) or a configured rule.
+    trajectory : Trajectory or (target_probs, draft_probs)
+        Recorded (q_t, p_t) pairs, shape (T, V) each.
+    m : int
+        Draft length >= 1.
+    **knobs
+        The rule's knobs (e.g. ``delta=0.5``).
+
+    Returns
+    -------
+    ChainResult
+
+    Symbols: q verifier, p drafter, n drafted token, m draft length.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 (AL_m); Leviathan et al. 2023.
+    """
+    from .rules import get_rule
+    from .simulate.chain import Trajectory
+    from .simulate.exact import exact_chain as _exact_chain, sequence_divergence
+    from .simulate.metrics import compute_metrics
+
+    if not isinstance(trajectory, Trajectory):
+        if isinstance(trajectory, (tuple, list)) and len(trajectory) == 2:
+            trajectory = Trajectory(*trajectory)
+        else:
+            raise ValueError("trajectory: expected a Trajectory or a (target_probs, draft_probs) pair")
+    r = get_rule(rule, **knobs)
+    chain = _exact_chain(r, trajectory, m)
+    met = compute_metrics(chain.totals)
+    scalars = {k: met[k].value for k in ("al_paper", "tokens_per_call", "v0_acceptance_rate",
+                                         "prefix_acceptance_rate", "v0_system_efficiency",
+                                         "rejected_per_token")}
+    return ChainResult(rule=repr(r), m=chain.m, length=trajectory.length, metrics=scalars,
+                       pos_marginal=[e.value for e in met["pos_marginal"]],
+                       pos_conditional=[e.value for e in met["pos_conditional"]],
+                       hist=[e.value for e in met["hist"]],
+                       sequence_kl_upper=sequence_divergence(chain).kl_upper, chain=chain)
+
+
+def make_sampler(rule, *, strict_mode: bool = False, **knobs):
+    r"""A batched torch sampler (vLLM 0.7.3 V0 interface) for any registered rule.
+
+    Imports torch on first use; see :func:`cactus_theory.samplers.make_sampler` (the emitted
+    token at each position follows :math:`h_{alg}`, Theorem 3).
+
+    Parameters
+    ----------
+    rule : str or Rule
+        Registry name (with ``**knobs``) or a configured rule.
+    strict_mode : bool
+        Validate input values (synchronizes with the host), as vLLM's ``strict_mode``.
+    **knobs
+        The rule's knobs.
+
+    Returns
+    -------
+    cactus_theory.samplers.RuleSampler
+    """
+    from .samplers import make_sampler as _make_sampler
+
+    return _make_sampler(rule, strict_mode=strict_mode, **knobs)

@@ -1,0 +1,382 @@
+"""The ``cactus-theory`` command line end to end: every subcommand through ``main([...])``, with and
+without ``--json`` (parsed back), the shared flags, and each class of bad input exiting 2 with one
+line on stderr before any model is loaded. Real-model runs (``models``, ``dump``, ``decode``) use
+the installed SmolLM2 with one prompt and a few tokens."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cactus_theory import cli
+from cactus_theory.cli import SUBCOMMANDS, main, parse_knobs
+from cactus_theory.inputs import load_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A non-degenerate pair (V = 8): q and p differ everywhere, no zeros.
+Q = "0.30,0.25,0.15,0.12,0.08,0.05,0.03,0.02"
+P = "0.05,0.40,0.20,0.10,0.10,0.05,0.05,0.05"
+QP = ["--q", Q, "--p", P]
+
+
+def run(capsys, *argv):
+    """main(argv) -> (status, stdout, stderr lines)."""
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def run_json(capsys, *argv):
+    status, out, err = run(capsys, *argv, "--json")
+    assert status == 0, err
+    return json.loads(out)
+
+
+# --------------------------------------------------------------------------- the table itself
+
+def test_every_subcommand_has_a_handler_and_help_shows_defaults(capsys):
+    parser = cli.build_parser()
+    for name in SUBCOMMANDS:
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args([name, "--help"])
+        assert exc.value.code == 0
+        text = capsys.readouterr().out
+        assert "usage: cactus-theory " + name in text
+        assert "(default:" in text, name  # ArgumentDefaultsHelpFormatter
+    sub = parser._subparsers._group_actions[0]
+    assert set(sub.choices) == set(SUBCOMMANDS)
+    for name, p in sub.choices.items():
+        assert callable(cli._resolve(p.get_default("handler"))), name
+
+
+def test_version_and_report_help_list_sections(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("cactus-theory ")
+    assert main(["report", "--help"]) == 0
+    text = capsys.readouterr().out
+    for name in ("claims", "taylor", "families", "rules", "frontier", "calibration", "chain", "real"):
+        assert f"\n  {name} " in text
+
+
+def test_parse_knobs_values_and_errors():
+    assert parse_knobs(["delta=0.75", "divergence=kl", "topk=3", "flag=true"]) == {
+        "delta": 0.75, "divergence": "kl", "topk": 3, "flag": True}
+    for bad in ("delta", "=1", "delta="):
+        with pytest.raises(ValueError, match="knob"):
+            parse_knobs([bad])
+
+
+# --------------------------------------------------------------------------- analysis subcommands
+
+def test_solve_side_by_side_and_json(capsys):
+    status, out, err = run(capsys, "solve", *QP, "-n", "1", "--delta", "0.5")
+    assert status == 0 and err == []
+    assert [ln.split()[0] for ln in out.splitlines()[3:6]] == ["taylor", "exact", "cvxpy"]
+    data = run_json(capsys, "solve", *QP, "-n", "1", "--delta", "0.5")
+    by = {s["method"]: s for s in data["solutions"]}
+    # Theorem 2: the exact root spends the budget exactly (KL(h||q) = delta) ...
+    assert by["exact"]["per_draft_divergence"] == pytest.approx(0.5, abs=1e-9)  # bisection tolerance
+    # ... the cvxpy oracle finds the same optimum (solver accuracy ~1e-6) ...
+    assert by["cvxpy"]["gamma"] == pytest.approx(by["exact"]["gamma"], abs=1e-5)
+    # ... and Corollary 5's point is below it here (q_n < 1/2: Corollary 6, within budget).
+    assert by["taylor"]["gamma"] < by["exact"]["gamma"]
+    assert by["taylor"]["per_draft_divergence"] <= 0.5
+    assert sum(by["exact"]["h"]) == pytest.approx(1.0, abs=1e-12)  # float64 rounding of a sum of 8
+
+
+def test_solve_csv_and_output_file(tmp_path, capsys):
+    target = tmp_path / "solve.csv"
+    status, out, err = run(capsys, "solve", *QP, "-n", "0", "--csv", "-o", str(target))
+    assert status == 0 and out == ""
+    lines = target.read_text().splitlines()
+    assert lines[0].startswith("method,gamma") and len(lines) == 4
+
+
+def test_analyze_text_and_json(tmp_path, capsys):
+    status, out, _ = run(capsys, "analyze", *QP, "--rules", "sps,cactus-taylor,mentored-kl")
+    assert status == 0 and "cactus-taylor" in out and "mentored-kl" in out
+    data = run_json(capsys, "analyze", *QP, "--rules", "sps,cactus-taylor", "--delta", "0.5")
+    rows = {r["rule"]: r for r in data["table"]} if "table" in data else None
+    assert rows is not None
+    q, p = np.array([float(x) for x in Q.split(",")]), np.array([float(x) for x in P.split(",")])
+    assert rows["sps"]["acceptance"] == pytest.approx(np.minimum(q, p).sum(), abs=1e-12)  # sum min(q, p)
+    assert rows["cactus-taylor"]["acceptance"] > rows["sps"]["acceptance"]
+    knobbed = run_json(capsys, "analyze", *QP, "--rules", "interpolation,cactus-taylor", "--knob", "alpha=0.3")
+    by = {r["rule"]: r for r in knobbed["table"]}
+    assert by["interpolation"]["knobs"]["alpha"] == 0.3  # the knob reached the rule that has it
+    assert "alpha" not in by["cactus-taylor"]["knobs"]
+
+
+def test_analyze_reads_files_and_shipped_recordings(tmp_path, capsys):
+    q, p = load_pairs("distilled")
+    np.save(tmp_path / "pairs.npy", np.stack([q[:5], p[:5]]))
+    a = run_json(capsys, "analyze", "--input", str(tmp_path / "pairs.npy"), "--rules", "sps")
+    (tmp_path / "pairs.json").write_text(json.dumps({"q": q[:5].tolist(), "p": p[:5].tolist()}))
+    b = run_json(capsys, "analyze", "-i", str(tmp_path / "pairs.json"), "--rules", "sps")
+    assert a["table"][0]["acceptance"] == pytest.approx(b["table"][0]["acceptance"], abs=1e-12)
+    assert a["table"][0]["acceptance"] == pytest.approx(np.minimum(q[:5], p[:5]).sum(-1).mean(), abs=1e-12)
+
+
+def test_frontier_text_json_csv(capsys):
+    status, out, _ = run(capsys, "frontier", *QP, "--eps", "0,0.1,1")
+    assert status == 0 and "acceptance" in out
+    data = run_json(capsys, "frontier", *QP, "--eps", "0,0.1,1")
+    acc = data["acceptance"]
+    q, p = np.array([float(x) for x in Q.split(",")]), np.array([float(x) for x in P.split(",")])
+    assert acc[0] == pytest.approx(np.minimum(q, p).sum(), abs=1e-7)  # F(0) = SpS (solver tol)
+    assert acc[0] <= acc[1] <= acc[2] <= 1.0
+    status, out, _ = run(capsys, "frontier", *QP, "--eps", "0.1", "--csv")
+    assert out.splitlines()[0] == "divergence,eps,acceptance,emitted_divergence"
+
+
+def test_calibrate_meets_eps(capsys):
+    status, out, _ = run(capsys, "calibrate", *QP, "--eps", "0.1")
+    assert status == 0 and "cactus-taylor" in out
+    data = run_json(capsys, "calibrate", *QP, "--eps", "0.1")
+    (emitted,), (delta,) = data["emitted_divergence"], data["delta"]  # one row from --q/--p
+    assert emitted == pytest.approx(0.1, abs=1e-6)  # the calibrator's root tolerance
+    assert delta > 0
+
+
+def test_rules_text_json_csv(capsys):
+    status, out, _ = run(capsys, "rules")
+    assert status == 0 and "cactus-taylor" in out
+    rows = run_json(capsys, "rules")
+    names = [r["rule"] for r in rows]
+    assert "sps" in names and "cactus-taylor" in names
+    status, out, _ = run(capsys, "rules", "--csv")
+    assert out.splitlines()[0] == "rule,family,knobs,sps_at,summary"
+
+
+def test_simulate_text_and_json(capsys):
+    small = ["simulate", "--length", "16", "--trajectories", "1", "--runs", "5", "-m", "2", "--no-progress",
+             "--knob", "delta=0.5"]
+    status, out, _ = run(capsys, *small)
+    assert status == 0 and "AL_m" in out and "delta=0.5" in out
+    data = run_json(capsys, *small)
+    assert data["settings"]["m"] == 2 and data["settings"]["knobs"] == {"delta": 0.5}
+    hist = [h["exact"] for h in data["per_position"]["histogram"]]
+    assert len(hist) == 3 and sum(hist) == pytest.approx(1.0, abs=1e-12)  # a distribution over N
+
+
+def test_figures_png_and_json(tmp_path, capsys):
+    status, out, _ = run(capsys, "figures", "--out", str(tmp_path), "--names", "gamma", "--format", "png")
+    assert status == 0 and out.strip().endswith("gamma.png")
+    data = run_json(capsys, "figures", "-o", str(tmp_path / "b"), "--names", "gamma", "--format", "png")
+    assert [p.rsplit("/", 1)[-1] for p in data["paths"]] == ["gamma.png"]
+    assert (tmp_path / "b" / "gamma.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_figures_default_writes_pdf_and_png(tmp_path, capsys):
+    status, out, _ = run(capsys, "figures", "-o", str(tmp_path), "--names", "gamma")
+    assert status == 0
+    assert sorted(p.rsplit("/", 1)[-1] for p in out.split()) == ["gamma.pdf", "gamma.png"]
+    assert (tmp_path / "gamma.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_benchmark_json(capsys):
+    data = run_json(capsys, "benchmark", "--repeats", "1")
+    assert data  # a text benchmark comes back as {"repeats", "text"}; an object as its to_dict()
+    assert "fast" in json.dumps(data)
+
+
+# --------------------------------------------------------------------------- errors
+
+class ModelLoaded(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if any model would be loaded."""
+    from cactus_theory.logits import models
+
+    def boom(*a, **k):
+        raise ModelLoaded("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(models, "load_smollm2", boom)
+    monkeypatch.setattr(models, "load_hf", boom)
+
+
+BAD = [
+    (["decode", "--m", "0"], "m"),
+    (["decode", "-m", "100000"], "m"),
+    (["decode", "--n-prompts", "0"], "n-prompts"),
+    (["decode", "--knob", "delta"], "knob"),
+    (["decode", "--drafter", "no-such-drafter"], "drafter"),
+    (["decode", "--drafter", "early-exit:x"], "drafter"),
+    (["decode", "--rule", "nope"], "rule"),
+    (["decode", "--prompts", "/no/such/prompts.txt"], "prompts"),
+    (["decode", "-o", "/no/such/folder/results.json"], "output"),
+    (["decode", "--records-dir", "/no/such/folder/records"], "records-dir"),
+    (["decode", "--shipped"], "shipped"),
+    (["dump", "--temperature", "-1"], "temperature"),
+    (["dump", "--top-p", "0"], "top-p"),
+    (["dump", "--top-k", "-2"], "top-k"),
+    (["dump", "--drafter", "nosuch/model"], "drafter"),
+    (["dump", "--verifier", "nosuch/model"], "verifier"),
+    (["dump", "-o", "/no/such/folder/dumps"], "out-dir"),
+    (["report", "--sections", "nope"], "sections"),
+    (["report", "-o", "/no/such/folder/report.md"], "output"),
+    (["simulate", "-m", "1000000"], "draft-length"),
+    (["simulate", "--knob", "delta"], "knob"),
+    (["solve", "--q", "0.5,0.5", "--p", "0.5,0.5", "-n", "7"], "token"),
+    (["solve", "--q", "0.5,0.5", "--p", "0.5,0.5", "-n", "1.5"], "token"),
+    (["solve", "--q", "0.5,0.6", "--p", "0.5,0.5", "-n", "0"], "q"),
+    (["solve", "--q", "0.5,x", "--p", "0.5,0.5", "-n", "0"], "q"),
+    (["solve", "-n", "0"], "q"),
+    (["analyze", "--input", "/no/such/file.npy"], "source"),
+    (["frontier", *QP, "--eps", "a,b"], "eps"),
+    (["analyze", *QP, "--rules", "sps", "--knob", "zzz=1"], "knob"),
+    (["calibrate", *QP, "--eps", "0.1", "--rule", "nope"], "rule"),
+    (["benchmark", "--repeats", "0"], "repeats"),
+]
+
+
+@pytest.mark.parametrize("argv,name", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_exits_2_with_one_line_before_any_model(argv, name, capsys, no_model):
+    status, out, err = run(capsys, *argv)
+    assert status == 2
+    assert len(err) == 1, err
+    assert name in err[0] and "error" in err[0]
+
+
+def test_unwritable_output_folder_is_found_before_the_run(tmp_path, capsys, monkeypatch):
+    ran = []
+    monkeypatch.setattr("cactus_theory.report.compute_report", lambda *a, **k: ran.append(1))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    status, _, err = run(capsys, "report", "-o", str(blocker / "report.md"))
+    assert status == 2 and len(err) == 1 and "output" in err[0]
+    assert ran == []
+
+
+@pytest.mark.parametrize("bad,what", [
+    ("shape.npy", "shape"), ("keys.npz", "target_probs"), ("bad.json", "JSON"),
+    ("norm.json", "sum to 1"), ("x.txt", "file type"),
+])
+def test_bad_files_name_the_file(tmp_path, bad, what):
+    path = tmp_path / bad
+    if bad == "shape.npy":
+        np.save(path, np.ones((3, 4)) / 4)
+    elif bad == "keys.npz":
+        np.savez(path, a=np.ones(3) / 3)
+    elif bad == "bad.json":
+        path.write_text("{not json")
+    elif bad == "norm.json":
+        path.write_text(json.dumps({"target_probs": [0.5, 0.6], "draft_probs": [0.5, 0.5]}))
+    else:
+        path.write_text("0.5 0.5")
+    with pytest.raises(ValueError, match=what) as exc:
+        load_pairs(path)
+    assert str(path) in str(exc.value)
+
+
+def test_load_pairs_layouts_agree(tmp_path):
+    q = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
+    p = np.array([[0.2, 0.3, 0.5], [0.3, 0.3, 0.4]])
+    np.save(tmp_path / "a.npy", np.stack([q, p]))
+    np.savez(tmp_path / "b.npz", target_probs=q, draft_probs=p)
+    (tmp_path / "c.json").write_text(json.dumps([{"q": a.tolist(), "p": b.tolist()} for a, b in zip(q, p)]))
+    for name in ("a.npy", "b.npz", "c.json"):
+        lq, lp = load_pairs(tmp_path / name)
+        np.testing.assert_array_equal(lq, q)  # these rows sum to 1 exactly: renormalizing is exact
+        np.testing.assert_array_equal(lp, p)
+    sq, sp = load_pairs("smollm2-135m_distilled")
+    assert sq.shape == sp.shape and sq.shape[0] > 100
+
+
+def test_missing_optional_dependency_is_one_line_naming_the_extra(capsys, monkeypatch):
+    from cactus_theory.logits import models
+
+    def missing(*a, **k):
+        raise ModuleNotFoundError("No module named 'transformers'", name="transformers")
+
+    monkeypatch.setattr(models, "models_available", missing)
+    status, _, err = run(capsys, "models")
+    assert status == 2 and len(err) == 1 and "cactus-theory[real]" in err[0]
+
+
+def test_a_broken_module_is_not_swallowed(capsys, monkeypatch):
+    from cactus_theory.logits import models
+
+    def broken(*a, **k):
+        raise ModuleNotFoundError("No module named 'cactus_theory.nope'", name="cactus_theory.nope")
+
+    monkeypatch.setattr(models, "models_available", broken)
+    with pytest.raises(ModuleNotFoundError):
+        main(["models"])
+
+
+def test_module_entries_parse_their_arguments(capsys):
+    # --help must print help and exit 0 without running anything (it once regenerated shipped data).
+    # Run from the repository root so that this checkout's package is the one imported.
+    for mod in ("cactus_theory.logits.decode", "cactus_theory.logits.dump"):
+        res = subprocess.run([sys.executable, "-m", mod, "--help"], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT)
+        assert res.returncode == 0, res.stderr
+        assert "usage: cactus-theory" in res.stdout and "--seed" in res.stdout
+    from cactus_theory.logits.cli import decode_main
+
+    assert decode_main(["--shipped"]) == 2  # rewriting shipped data needs --overwrite-shipped
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "overwrite-shipped" in err[0]
+
+
+# --------------------------------------------------------------------------- real models (tiny)
+
+def test_models_text_and_json(capsys):
+    status, out, _ = run(capsys, "models")
+    assert status == 0 and "builtin_drafters" in out
+    data = run_json(capsys, "models")
+    assert data["builtin_drafters"] == ["early-exit:K", "requant:B", "distilled"]
+    assert len(data["shipped_dumps"]) == 4
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    pytest.importorskip("transformers")
+    from cactus_theory.logits.models import ModelNotAvailable, load_smollm2
+
+    try:
+        return load_smollm2()
+    except ModelNotAvailable as exc:  # pragma: no cover - ./dev setup installs it
+        pytest.skip(str(exc))
+
+
+@pytest.mark.model
+def test_dump_tiny_run_text_and_json(smollm2, tmp_path, capsys):
+    from cactus_theory.logits import load_dump
+
+    argv = ["dump", "--prompts", "gsm8k", "--per-category", "1", "--new-tokens", "3", "--batch-size", "1",
+            "--drafter", "early-exit:20", "--no-progress"]
+    status, out, _ = run(capsys, *argv, "-o", str(tmp_path / "a"))
+    assert status == 0
+    path = out.strip().splitlines()[-1]
+    d = load_dump(path)
+    assert d.n_positions == 3 * len(list(d.trajectories()))  # 3 new tokens per prompt
+    data = run_json(capsys, *argv, "-o", str(tmp_path / "b"))
+    d2 = load_dump(data["paths"][0])
+    np.testing.assert_array_equal(d.pairs().target_probs, d2.pairs().target_probs)  # same seed, same data
+
+
+@pytest.mark.model
+def test_decode_tiny_run_json_and_text(smollm2, tmp_path, capsys):
+    from cactus_theory.logits.cli import _decode_text
+
+    argv = ["decode", "--n-prompts", "1", "--max-new-tokens", "3", "-m", "2", "--no-progress", "--repeats", "2",
+            "--rule", "cactus-taylor", "--knob", "delta=0.75"]
+    data = run_json(capsys, *argv, "-o", str(tmp_path / "r.json"))
+    assert json.loads((tmp_path / "r.json").read_text()) == data  # -o writes the same results
+    (label, c), = data["configs"].items()
+    assert label == "distilled|m=2|cactus-taylor(delta=0.75)"
+    assert 0 <= c["al"] <= 2 and c["tokens"] <= 3
+    sp = c["speedup_spread"]
+    assert len(sp["runs"]) == 2 and sp["min"] <= sp["median"] <= sp["max"] and c["speedup"] == sp["median"]
+    assert "note" not in c  # seeded: both repeats emitted the same tokens
+    text = _decode_text(data)
+    assert label in text and "over 2 interleaved run(s)" in text

@@ -1,0 +1,65 @@
+"""README.md's result tables agree with a fresh report (scripts/update_readme.py generates them).
+
+The default run checks the blocks of the cheap sections (taylor, families, rules, frontier,
+calibration, chain: about 20 s); the real-data blocks need the ``real`` section (one to five
+minutes on a shared 2-core machine) and run when ``CACTUS_THEORY_SLOW=1``
+(``scripts/update_readme.py --check`` checks every block too).
+"""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHEAP = ("taylor", "families", "rules", "frontier", "calibration", "chain")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts" / "update_readme.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+upd = _script()
+
+
+def _check(names):
+    current = upd.readme_blocks((ROOT / "README.md").read_text())
+    fresh = upd.generate(names)
+    stale = [n for n in names if current.get(n) != fresh[n]]
+    assert not stale, f"README.md disagrees with a fresh report in {stale}; run python scripts/update_readme.py"
+
+
+def test_every_block_has_markers_in_readme():
+    assert set(upd.readme_blocks((ROOT / "README.md").read_text())) == set(upd.BLOCKS)
+
+
+def test_readme_tables_match_a_fresh_report():
+    names = upd.blocks_for(CHEAP)
+    assert len(names) >= 6
+    _check(names)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("CACTUS_THEORY_SLOW") != "1",
+                    reason="the real section takes minutes; set CACTUS_THEORY_SLOW=1")
+def test_readme_real_data_tables_match_a_fresh_report():
+    _check([n for n in upd.BLOCKS if n not in upd.blocks_for(CHEAP)])
+
+
+def test_no_stale_hand_written_claims():
+    text = (ROOT / "README.md").read_text()
+    assert "10-30x" not in text  # the calibration table gives 4-16x (now generated)
+    assert "bounds both" not in text  # the global-delta column beats Mentored on truncated rows
+
+
+def test_replace_blocks_names_a_missing_marker():
+    with pytest.raises(ValueError, match="nope"):
+        upd.replace_blocks("no markers here", {"nope": "x"})
+    one = "a\n" + upd.BEGIN.format(name="b") + "\nold\n" + upd.END.format(name="b") + "\nc"
+    assert upd.readme_blocks(upd.replace_blocks(one, {"b": "new"})) == {"b": "new"}
