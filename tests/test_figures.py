@@ -21,6 +21,7 @@ from cactus_theory import figures as F  # noqa: E402
 from cactus_theory.figures.data import (  # noqa: E402
     dump_trajectories, real_data, real_dump, synthetic_data, synthetic_trajectories,
 )
+from cactus_theory.figures.sequence_budget import figure_sequence_budget  # noqa: E402
 from cactus_theory.figures.style import DOUBLE_COLUMN  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -48,6 +49,8 @@ def _small_cases():
         "real_acceptance_by_category": lambda: F.figure_acceptance_by_category({"4-bit": dump}),
         "real_al_by_m": lambda: F.figure_al_by_m({"4-bit": dump_trajectories(dump)[:2]},
                                                  ms=(1, 2)),
+        "sequence_budget": lambda: figure_sequence_budget(
+            synthetic_trajectories(n=3, length=8, vocab_size=12), eps=0.05),
     }
 
 
