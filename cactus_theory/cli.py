@@ -268,45 +268,11 @@ def _args_figures(p):
     p.add_argument("--json", action="store_true", help="print the written paths as JSON")
 
 
-def _write_figures(out, names, formats, seed):
-    try:
-        figures = import_module("cactus_theory.figures")
-    except ModuleNotFoundError as exc:
-        if exc.name != "cactus_theory.figures":
-            raise
-        return _write_figures_from_plots(out, names, formats, seed)
-    return figures.write_figures(out, names=names, formats=tuple(formats), seed=seed)
-
-
-def _write_figures_from_plots(out, names, formats, seed):
-    """Without the ``cactus_theory.figures`` package: PNG through ``plots.write_figures``, PDF
-    from the same figure functions, written atomically."""
-    import io
-
-    from . import plots
-    from ._io import atomic_write_bytes
-
-    paths = list(plots.write_figures(out, names, seed=seed)) if "png" in formats else []
-    if "pdf" in formats:
-        import matplotlib.pyplot as plt
-
-        for name in (names or list(plots.FIGURES)):
-            if name not in plots.FIGURES:
-                raise ValueError(f"names: unknown figure {name!r}; valid: {', '.join(plots.FIGURES)}")
-            os.makedirs(out, exist_ok=True)
-            fig = plots.FIGURES[name](seed=seed)
-            buf = io.BytesIO()
-            fig.savefig(buf, format="pdf", bbox_inches="tight")
-            plt.close(fig)
-            path = os.path.join(out, f"{name}.pdf")
-            atomic_write_bytes(path, buf.getvalue())
-            paths.append(path)
-    return paths
-
-
 def _cmd_figures(args) -> int:
     formats = list(dict.fromkeys(args.formats or ["pdf", "png"]))
-    paths = [str(p) for p in _write_figures(args.out, args.names, formats, args.seed)]
+    from .figures import write_figures
+
+    paths = [str(p) for p in write_figures(args.out, names=args.names, formats=tuple(formats), seed=args.seed)]
     if args.json:
         sys.stdout.write(json.dumps({"paths": paths}, indent=2) + "\n")
     else:
