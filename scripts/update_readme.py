@@ -43,11 +43,38 @@ class Block:
     drop: tuple = ()
     text: object = None
     fenced: bool = True
+    example: bool = False  # the output of the README's python block just above the marker
+    needs_report: bool = True  # False: a text block computed from shipped data, not from the report
 
     @property
     def sections(self) -> set:
+        if self.example or not self.needs_report:
+            return set()
         names = set(t.split("/")[0] for t in self.tables)
         return names or {"calibration"}
+
+
+_PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+
+def example_code(readme_text: str, name: str) -> str:
+    """The README's last fenced python block before the BEGIN marker of block ``name``."""
+    head = readme_text.split(BEGIN.format(name=name))[0]
+    blocks = _PYTHON_BLOCK.findall(head)
+    if not blocks:
+        raise ValueError(f"README.md: no python block before the markers of {name!r}")
+    return blocks[-1]
+
+
+def run_example(code: str) -> str:
+    """Execute README example code in a fresh namespace; return what it printed."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md example", "exec"), {"__name__": "__readme__"})
+    return out.getvalue().rstrip("\n")
 
 
 def _calibration_sentence(report) -> str:
@@ -71,6 +98,64 @@ def _calibration_sentence(report) -> str:
     return s
 
 
+_DRAFTER_LABELS = {
+    "early-exit-25": "early exit after layer 25 of 30",
+    "requant-4": "re-quantized 4 bits (RTN, g32)",
+    "requant-3": "re-quantized 3 bits",
+    "distilled": "distilled (3.55 M trained params)",
+}
+
+
+def _shipped_pairs_table(report) -> str:
+    """Acceptance of the shipped pairs by category and SpS's exact AL at m = 2 (from the dumps)."""
+    import numpy as np
+
+    from cactus_theory.logits import load_dump, shipped_dumps
+    from cactus_theory.report import chain_rows
+
+    lines = ["| drafter (p) | positions | acceptance, all | GSM8K | coding | translation "
+             "| exact AL, m = 2 (all / GSM8K) |", "|---|---|---|---|---|---|---|"]
+    for key, label in _DRAFTER_LABELS.items():
+        path = next(f for f in shipped_dumps() if f.name == f"smollm2-135m_{key}.npz")
+        d = load_dump(path)
+        acc, cats = d.acceptance(), d.categories()
+        trajs = list(d.trajectories())
+        al = [chain_rows(ts, 2, rules=(("sps", {}),))[0]["al_m"]
+              for ts in (trajs, [t for t in trajs if t.category == "gsm8k"])]
+        by = [acc[cats == c].mean() for c in ("gsm8k", "coding", "translation")]
+        lines.append(f"| {label} | {len(acc):,} | {acc.mean():.3f} | " + " | ".join(f"{v:.3f}" for v in by)
+                     + f" | {al[0]:.2f} / {al[1]:.2f} |")
+    return "\n".join(lines)
+
+
+def _decode_table(report) -> str:
+    """The recorded real decoding measurement (cactus_theory/data/real/decode/results.json)."""
+    import json
+
+    res = json.loads((ROOT / "cactus_theory/data/real/decode/results.json").read_text())["main"]
+    v, st = res["verifier"], res["settings"]
+    head = (f"{st['n_prompts']} GSM8K evaluation problems, at most {st['max_new_tokens']} new tokens, "
+            f"{st['threads']} threads; verifier-only decoding: {v['ms_per_token']:.1f} ms per token, "
+            f"NLL {v['nll_per_token']:.3f} nats per token, GSM8K {round(v['gsm8k']['strict'] * v['gsm8k']['n'])}"
+            f"/{v['gsm8k']['n']}.\n\n")
+    lines = ["| rule, m | AL (bonus not counted) | expected AL | tokens / verifier call | wall-time speedup "
+             "(one run) | verifier NLL / token | GSM8K strict / flexible |", "|---|---|---|---|---|---|---|"]
+    for name, c in res["configs"].items():
+        _, m, rule = name.split("|")
+        g = c["gsm8k"]
+        lines.append(f"| {rule}, {m.replace('=', ' = ')} | {c['al']:.3f} | {c['expected_al']:.3f} ± "
+                     f"{c['expected_al_se']:.3f} | {c['tokens_per_call']:.2f} | {c['speedup']:.2f}x | "
+                     f"{c['nll_per_token']:.3f} | {round(g['strict'] * g['n'])}/{g['n']} / "
+                     f"{round(g['flexible'] * g['n'])}/{g['n']} |")
+    side = json.loads((ROOT / "cactus_theory/data/real/decode/results.json").read_text())["side"]
+    st = side["settings"]
+    tail = (f"\n\nSide run ({st['n_prompts']} Spec-Bench prompts, {st['max_new_tokens']} tokens, one run): "
+            + "; ".join(f"drafter {name.split('|')[0]}, {name.split('|')[2]} {name.split('|')[1].replace('=', ' = ')}: "
+                        f"AL {c['al']:.2f}, {c['tokens_per_call']:.2f} tokens per call, speedup {c['speedup']:.2f}x"
+                        for name, c in side["configs"].items()) + ".")
+    return head + "\n".join(lines) + tail
+
+
 #: What each marker holds.
 BLOCKS = {
     "taylor-grid": Block(("taylor/grid",), where=(("q_n", (0.05, 0.35, 0.5, 0.9)),
@@ -84,6 +169,11 @@ BLOCKS = {
     "real-early-exit": Block(("real/early-exit-25/per-draft-vs-emitted",)),
     "real-distilled-chain": Block(("real/distilled/chain",)),
     "real-gemma3": Block(("real/full-vocab-gemma3",)),
+    "quickstart-output": Block(example=True),
+    "shipped-pairs": Block(text=_shipped_pairs_table, fenced=False, needs_report=False),
+    "decode": Block(text=_decode_table, fenced=False, needs_report=False),
+    "claims": Block(("claims/verdicts",), drop=("evidence",)),
+    "sequence": Block(("sequence/synthetic", "sequence/real"), drop=("knob",)),
 }
 
 BEGIN = "<!-- BEGIN generated:{name} (scripts/update_readme.py) -->"
@@ -101,9 +191,12 @@ def _filtered(table: Table, block: Block) -> Table:
     return Table(table.name, table.title, cols, tuple(r for r in table.rows if keep(r)), table.layout)
 
 
-def render_block(report, name: str) -> str:
+def render_block(report, name: str, readme_text: str | None = None) -> str:
     """The text of block ``name`` from ``report`` (a :class:`cactus_theory.report.Report`)."""
     block = BLOCKS[name]
+    if block.example:
+        text = README.read_text() if readme_text is None else readme_text
+        return f"```text\n{run_example(example_code(text, name))}\n```"
     if block.text is not None:
         body = block.text(report)
     else:
@@ -120,7 +213,7 @@ def generate(names=None, seed: int = 0, progress: bool = False) -> dict:
     """Compute a fresh report (only the sections needed) and render the blocks ``names``."""
     names = list(BLOCKS) if names is None else list(names)
     sections = sorted(set().union(*(BLOCKS[n].sections for n in names))) if names else []
-    report = compute_report(sections, seed=seed, progress=progress)
+    report = compute_report(sections, seed=seed, progress=progress) if sections else None
     return {n: render_block(report, n) for n in names}
 
 

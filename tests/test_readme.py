@@ -1,7 +1,7 @@
 """README.md's result tables agree with a fresh report (scripts/update_readme.py generates them).
 
 The default run checks the blocks of the cheap sections (taylor, families, rules, frontier,
-calibration, chain: about 20 s); the real-data blocks need the ``real`` section (one to five
+calibration, chain, claims, sequence: about 40 s); the real-data blocks need the ``real`` section (one to five
 minutes on a shared 2-core machine) and run when ``CACTUS_THEORY_SLOW=1``
 (``scripts/update_readme.py --check`` checks every block too).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHEAP = ("taylor", "families", "rules", "frontier", "calibration", "chain")
+CHEAP = ("taylor", "families", "rules", "frontier", "calibration", "chain", "claims", "sequence")
 
 
 def _script():
@@ -63,3 +63,34 @@ def test_replace_blocks_names_a_missing_marker():
         upd.replace_blocks("no markers here", {"nope": "x"})
     one = "a\n" + upd.BEGIN.format(name="b") + "\nold\n" + upd.END.format(name="b") + "\nc"
     assert upd.readme_blocks(upd.replace_blocks(one, {"b": "new"})) == {"b": "new"}
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    nxt = text.find("\n## ", start + len(heading))
+    return text[start:nxt if nxt >= 0 else None]
+
+
+def test_every_python_example_of_the_readme_runs():
+    # Each fenced python block runs top to bottom in a fresh namespace (the quickstart's printed
+    # output is also checked against the README by test_readme_tables_match_a_fresh_report).
+    text = (ROOT / "README.md").read_text()
+    blocks = upd._PYTHON_BLOCK.findall(text)
+    assert len(blocks) >= 3
+    for code in blocks:
+        upd.run_example(code)
+
+
+def test_command_line_examples_of_the_readme_run(capsys):
+    # The command-line section's examples, through cactus_theory.cli.main (exit status 0, output).
+    import shlex
+
+    from cactus_theory.cli import main
+
+    section = _section((ROOT / "README.md").read_text(), "## The command line")
+    bash = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in bash.splitlines() if line.startswith("cactus-theory ")]
+    assert len(commands) >= 4
+    for argv in commands:
+        assert main(argv[1:]) == 0, argv
+        assert capsys.readouterr().out.strip(), argv
