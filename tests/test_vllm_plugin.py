@@ -45,7 +45,7 @@ ALPHA = 1e-5
 
 def _supported():
     out = []
-    for name in rule_names():
+    for name in rule_names(aliases=True):
         try:
             cfg.parse_config({"rule": name})
         except ValueError:
