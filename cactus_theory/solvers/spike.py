@@ -131,11 +131,13 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     * a Newton step from hi, :math:`hi - (g(hi)-\delta)/g'(hi)` with
       :math:`g'(\gamma) = f'(\gamma/s) - f'((1-\gamma)/(1-s))`; by convexity it lands in
       [root, hi] (the infeasible side);
-    * a chord (regula falsi) step between lo and hi; by convexity it lands in [lo, root]
-      (the feasible side);
-    * either step that is not finite or not strictly inside the bracket is replaced by the
+    * where the Taylor point is feasible, one Newton step from it (right of the root by
+      convexity, at least 8 ulps right of it) gives the first hi;
+    * a step that is not finite or not strictly inside the bracket is replaced by the
       midpoint (bisection fallback), and each evaluated point replaces lo or hi according to
-      its budget test as computed.
+      its budget test as computed;
+    * once Newton's step is within rounding noise, hi minus 1, 4 and 32 ulps are tested
+      (pull-back) and bisection closes what is left.
 
     The iteration stops when lo and hi are adjacent floats and returns lo, so the returned
     gamma always satisfies the budget as evaluated in floating point. Divergences without a
@@ -166,9 +168,12 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     Notes
     -----
     numpy iterates only the entries not yet converged and stops when all are; torch runs a
-    fixed number of steps (no host synchronization): 10 Newton-and-chord steps then 12
-    bisection steps in float64, 6 and 8 in lower precision (enough for every input the tests
-    draw; the bracket test keeps the result feasible regardless). Where the two-point
+    fixed number of steps (no host synchronization): 12 Newton steps, the pull-back, then 64
+    bisection steps of the remaining bracket in float64 (6 and 32 in lower precision), so
+    the result is resolved as finely as the plain bisection's even where Newton has not
+    converged (gamma very close to 1, where the slope of the two-point form blows up and the
+    safeguard bisects). On torch the Newton path therefore buys accuracy, not speed; the
+    samplers evaluate it at the drafted tokens only (B x k scalars). Where the two-point
     divergence is infinite for every gamma > q_n (KL with q_n = 0) the result is q_n.
     """
     if method not in ("newton", "bisect"):
@@ -200,7 +205,7 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
                     gamma[active] = _bisect(np, d, s, dl, iterations)[0]
             return gamma
         if newton:
-            n_newton, n_bisect = (6, 8) if low_precision else (10, 12)
+            n_newton, n_bisect = (6, 32) if low_precision else (12, 64)
             lo, hi = _taylor_bracket(xp, d, fprime, q_n, delta, at_one)
             lo, hi = _newton_steps(xp, d, fprime, q_n, delta, lo, hi, n_newton)[:2]
             lo, hi = _pullback(xp, d, q_n, delta, lo, hi)
