@@ -2,6 +2,8 @@
 
 * Theorem 2's root by safeguarded Newton (``exact_spike``, default) against the 64-step
   bisection (``method="bisect"``) and against 50-digit mpmath root finding; numpy and torch.
+* The one-step analysis on torch tensors against the numpy analysis (every rule), the torch
+  sort/searchsorted emitted distribution at V = 4096, bf16 inputs, bad torch input.
 """
 
 import math
@@ -180,3 +182,90 @@ def test_torch_newton_matches_numpy(name):
 def test_bad_method_names_the_argument():
     with pytest.raises(ValueError, match="method"):
         exact_spike(np.array(0.3), 0.1, "kl", method="secant")
+
+
+# --- the one-step analysis on torch -----------------------------------------------------------
+
+from cactus_theory.analysis import one_step as _one_step  # noqa: E402
+from cactus_theory.rules import RULES  # noqa: E402
+from strategies import pairs  # noqa: E402
+
+
+def _rows_close(a, b, tol):
+    """Elementwise |a - b| <= tol, with matching infinities (divergences may be +inf)."""
+    a, b = np.asarray(a), np.asarray(b)
+    same_inf = np.isinf(a) & np.isinf(b) & (np.sign(a) == np.sign(b))
+    return bool(np.all(same_inf | (np.abs(np.where(same_inf, 0, a) - np.where(same_inf, 0, b)) <= tol)))
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+@given(pair=pairs(min_vocab=2, max_vocab=24), batch=st.integers(1, 3))
+@settings(max_examples=6, deadline=None)
+def test_torch_analysis_matches_numpy(name, pair, batch):
+    """analyze() on torch float64 tensors: the numpy numbers, for every registered rule."""
+    torch = pytest.importorskip("torch")
+    q, p = pair
+    q, p = np.tile(q, (batch, 1)), np.tile(p, (batch, 1))
+    ref = _one_step.analyze(name, q, p)
+    got = _one_step.analyze(name, torch.tensor(q), torch.tensor(p))
+    assert isinstance(got.emitted, torch.Tensor) and got.emitted.dtype == torch.float64
+    # same float64 formulas, different reduction orders and library kernels (log, sqrt,
+    # cumsum): a few hundred ulps of the O(1) quantities
+    # a_n where p_n > 0 only: at p_n = 0 convention 2 gives a_n = [h_n > 0], discontinuous at
+    # h_n = 0, and a target that is 0 up to rounding flips it (found: cascade-token-v2 with
+    # uniform q, where pi_n = p_n + (1 - sum_A p) q_n has 1 - sum p = +1e-17 on torch and
+    # <= 0 in numpy). Such n is never drafted: alpha and h_alg are unaffected (tested below).
+    drafted = np.broadcast_to(p > 0, ref.accept_probs.shape)
+    assert _rows_close(got.accept_probs.numpy()[drafted], ref.accept_probs[drafted], 1e-13)
+    assert _rows_close(got.acceptance.numpy(), ref.acceptance, 1e-13)
+    assert _rows_close(got.emitted.numpy(), ref.emitted, 1e-13)
+    for key, val in ref.divergences.items():
+        # D(h_alg || q) sums V terms of size up to |log q_j|; relative 1e-11 plus 1e-13
+        assert _rows_close(got.divergences[key].numpy(), val, 1e-13 + 1e-11 * np.abs(val))
+
+
+def test_torch_emitted_spike_large_vocabulary_matches_numpy():
+    """The sort/searchsorted/bincount path on torch at V = 4096, batch 3 (exact Cactus)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    g = rng.gumbel(size=(3, 4096))
+    q = np.exp(g - g.max(-1, keepdims=True))
+    pl = 0.8 * g + 0.6 * rng.gumbel(size=g.shape)
+    p = np.exp(pl - pl.max(-1, keepdims=True))
+    q, p = q / q.sum(-1, keepdims=True), p / p.sum(-1, keepdims=True)
+    for rule in ("cactus-exact-kl", "cactus-taylor"):
+        ref = _one_step.emitted_distribution(rule, q, p)
+        got = _one_step.emitted_distribution(rule, torch.tensor(q), torch.tensor(p)).numpy()
+        # V-term prefix sums in different orders: V * eps of the row mass
+        np.testing.assert_allclose(got, ref, rtol=0, atol=4096 * 2.3e-16)
+
+
+def test_torch_analysis_of_bf16_is_the_analysis_of_the_rounded_rows():
+    """bf16 inputs are promoted exactly to float64: the numpy analysis of the rounded values."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    q = rng.dirichlet(np.full(64, 0.3), size=4)
+    p = rng.dirichlet(np.full(64, 0.3), size=4)
+    qb, pb = torch.tensor(q).to(torch.bfloat16), torch.tensor(p).to(torch.bfloat16)
+    got = _one_step.analyze("cactus-exact-kl", qb, pb)
+    qr, pr = qb.double().numpy(), pb.double().numpy()
+    qr, pr = qr / qr.sum(-1, keepdims=True), pr / pr.sum(-1, keepdims=True)
+    ref = _one_step.analyze("cactus-exact-kl", qr, pr)
+    # identical float64 inputs after promotion: the same tolerance as the float64 test
+    assert _rows_close(got.emitted.numpy(), ref.emitted, 1e-13)
+    assert _rows_close(got.acceptance.numpy(), ref.acceptance, 1e-13)
+
+
+def test_torch_analysis_bad_input_names_the_argument():
+    torch = pytest.importorskip("torch")
+    q = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="target_probs"):
+        _one_step.analyze("sps", torch.tensor([[float("nan"), 1.0]]), q)
+    with pytest.raises(ValueError, match="draft_probs"):
+        _one_step.analyze("sps", q, torch.tensor([[-0.5, 1.5]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="draft_probs"):
+        _one_step.analyze("sps", q, np.array([[0.5, 0.5]]))
+    with pytest.raises(ValueError, match="draft_probs"):
+        _one_step.analyze("sps", q, torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="method"):
+        _one_step.emitted_distribution("sps", q, q, method="dense")

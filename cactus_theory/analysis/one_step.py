@@ -7,7 +7,10 @@ For a rule with acceptance :math:`a_n` and recovery :math:`r^{(n)}` (see
 
 and accepts the draft with probability :math:`\alpha = \sum_n p_n a_n`. Symbols: q verifier
 (``target_probs``), p drafter (``draft_probs``), n drafted token, :math:`h_{alg}` the emitted
-distribution. Everything here is numpy float64; batch axes lead, the vocabulary is last.
+distribution. Everything here is numpy float64, or torch float64 on the inputs' device when
+``target_probs`` and ``draft_probs`` are torch tensors (CPU or CUDA; bf16/fp16/fp32 inputs
+are promoted to float64 and validated like numpy input): plans, emitted distribution and
+divergences then run batched on torch end to end. Batch axes lead, the vocabulary is last.
 
 For Cactus's spike structure :math:`h^{(n)} = c_n q + (\gamma_n - c_n q_n) e_n` the mixture is
 computed exactly in O(V log V) per row with no V x V intermediate: for a rejected n
@@ -37,6 +40,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from .._validation import as_prob_pair, as_probs, choice
+from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
 from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
 from ..rules.plans import ratio_acceptance, residual_distribution
@@ -69,6 +73,54 @@ def _overflow_is_inf(fn):
     return wrapper
 
 
+def _is_torch(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _as_torch_probs(x, name: str):
+    """A torch probability tensor [..., V] as float64 on its device, rows renormalized.
+
+    The same checks as :func:`cactus_theory._validation.as_probs` (they read device values:
+    the analysis synchronizes, the samplers do not come here). bf16/fp16/fp32 inputs are
+    promoted to float64 before the row sums.
+    """
+    import torch
+
+    if x.dim() == 0:
+        raise ValueError(f"{name}: expected an array of shape (..., V), got a scalar")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{name}: the vocabulary axis (last) is empty")
+    if not x.is_floating_point():
+        raise ValueError(f"{name}: must be a floating tensor, got {x.dtype}")
+    arr = x.to(torch.float64)
+    if not bool(torch.isfinite(arr).all()):
+        raise ValueError(f"{name}: contains NaN or infinite probabilities")
+    if bool((arr < 0).any()):
+        raise ValueError(f"{name}: contains negative probabilities (min {float(arr.min()):.3g})")
+    sums = arr.sum(dim=-1, keepdim=True)
+    tol = normalization_tolerance(x.dtype)
+    if bool(((sums - 1.0).abs() > tol).any()):
+        raise ValueError(f"{name}: rows must sum to 1 within {tol:g}")
+    return arr / sums
+
+
+def _as_pair(target_probs, draft_probs):
+    """(q, p): numpy float64 via the package's validation, or torch float64 on q's device."""
+    if not (_is_torch(target_probs) or _is_torch(draft_probs)):
+        return as_prob_pair(target_probs, draft_probs)
+    if not (_is_torch(target_probs) and _is_torch(draft_probs)):
+        raise ValueError("draft_probs: target_probs and draft_probs must both be torch tensors "
+                         "or both be array-likes")
+    if target_probs.device != draft_probs.device:
+        raise ValueError(f"draft_probs: on {draft_probs.device}, target_probs on {target_probs.device}")
+    q = _as_torch_probs(target_probs, "target_probs")
+    p = _as_torch_probs(draft_probs, "draft_probs")
+    if q.shape != p.shape:
+        raise ValueError(f"draft_probs: shape {tuple(p.shape)} does not match target_probs' "
+                         f"shape {tuple(q.shape)}")
+    return q, p
+
+
 @_overflow_is_inf
 def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
     """Validate the inputs (float64, rows renormalized) and build the rule's plan.
@@ -84,12 +136,13 @@ def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_dra
         processed ones.
     """
     rule = get_rule(rule)
-    q, p = as_prob_pair(target_probs, draft_probs)
-    raw_q = q if raw_target_probs is None else as_probs(raw_target_probs, "raw_target_probs")
-    raw_p = p if raw_draft_probs is None else as_probs(raw_draft_probs, "raw_draft_probs")
+    q, p = _as_pair(target_probs, draft_probs)
+    conv = _as_torch_probs if _is_torch(q) else as_probs
+    raw_q = q if raw_target_probs is None else conv(raw_target_probs, "raw_target_probs")
+    raw_p = p if raw_draft_probs is None else conv(raw_draft_probs, "raw_draft_probs")
     for name, arr in (("raw_target_probs", raw_q), ("raw_draft_probs", raw_p)):
-        if arr.shape != q.shape:
-            raise ValueError(f"{name}: shape {arr.shape} does not match target_probs' {q.shape}")
+        if tuple(arr.shape) != tuple(q.shape):
+            raise ValueError(f"{name}: shape {tuple(arr.shape)} does not match target_probs' {q.shape}")
     return rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
 
 
@@ -120,7 +173,8 @@ def acceptance_probabilities(rule, target_probs=None, draft_probs=None, *,
         :math:`a_n \in [0, 1]`; e.g. SpS gives :math:`\min(1, q_n/p_n)`.
     """
     plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    return np.clip(plan.accept_probs(), 0.0, 1.0)
+    xp = array_namespace(plan.draft_probs)
+    return xp.clip(plan.accept_probs(), 0.0, 1.0)
 
 
 @_overflow_is_inf
@@ -135,12 +189,14 @@ def acceptance_rate(rule, target_probs=None, draft_probs=None, *,
     0.55
     """
     plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    return np.sum(plan.draft_probs * np.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
+    xp = array_namespace(plan.draft_probs)
+    return xp.sum(plan.draft_probs * xp.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
 
 
 def _emitted_fixed_recovery(p, a, r):
     """``p a + (sum_n p_n (1 - a_n)) r`` for a recovery r that does not depend on n."""
-    rejected = np.sum(p * (1.0 - a), axis=-1, keepdims=True)
+    xp = array_namespace(p)
+    rejected = xp.sum(p * (1.0 - a), axis=-1, keepdims=True)
     return p * a + rejected * r
 
 
@@ -303,11 +359,15 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
     choice(method, EMIT_METHODS, "method")
     plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     if method == "dense":
+        if _is_torch(plan.draft_probs):
+            raise ValueError("method: 'dense' (the O(V^2) test oracle) takes numpy inputs only")
         return _emitted_dense(plan)
     q, p = plan.target_probs, plan.draft_probs
+    xp = array_namespace(p)
     if isinstance(plan, SpikePlan):
-        return _emitted_spike_fast(q, p, np.asarray(plan.spike, dtype=np.float64))
-    a = np.clip(plan.accept_probs(), 0.0, 1.0)
+        gamma = plan.spike if _is_torch(p) else np.asarray(plan.spike, dtype=np.float64)
+        return _emitted_spike_fast(q, p, gamma)
+    a = xp.clip(plan.accept_probs(), 0.0, 1.0)
     if isinstance(plan, TargetPlan):
         return _emitted_fixed_recovery(p, a, residual_distribution(plan.target, p))
     return _emitted_fixed_recovery(p, a, plan.recovery)
@@ -328,12 +388,13 @@ def per_draft_divergence(rule, target_probs=None, draft_probs=None, divergence="
     """
     plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     d = get_divergence(divergence)
+    xp = array_namespace(plan.draft_probs)
     if isinstance(plan, SpikePlan):
-        return d.two_point(np.asarray(plan.spike, dtype=np.float64), plan.target_probs)
+        return d.two_point(plan.spike, plan.target_probs)
     if isinstance(plan, TargetPlan):
-        h = plan.target / plan.target.sum(axis=-1, keepdims=True)
+        h = plan.target / xp.sum(plan.target, axis=-1, keepdims=True)
         val = d.unchecked(h, plan.target_probs)
-        return np.broadcast_to(val[..., None], h.shape).copy()
+        return xp.broadcast_to(val[..., None], h.shape) + xp.zeros_like(h)
     raise ValueError("rule: a decision rule has no per-draft target distribution")
 
 
@@ -385,5 +446,6 @@ def analyze(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft
                      raw_draft_probs=raw_draft_probs)
     a = acceptance_probabilities(plan)
     emitted = emitted_distribution(plan)
+    xp = array_namespace(a)
     divs = {name: get_divergence(name).unchecked(emitted, plan.target_probs) for name in divergences}
-    return OneStepResult(repr(rule), a, np.sum(plan.draft_probs * a, axis=-1), emitted, divs)
+    return OneStepResult(repr(rule), a, xp.sum(plan.draft_probs * a, axis=-1), emitted, divs)
