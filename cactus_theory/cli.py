@@ -44,7 +44,7 @@ def _cmd_benchmark(args) -> int:
 
     if args.repeats < 1:
         raise ValueError(f"repeats: must be >= 1, got {args.repeats}")
-    sys.stdout.write(run_benchmarks(repeats=args.repeats))
+    sys.stdout.write(run_benchmarks(repeats=args.repeats).to_text())
     return 0
 
 

@@ -326,6 +326,19 @@ class RuleSampler(torch.nn.Module):
         plan = self.rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
         return plan.accept_probs_at(draft_ids)
 
+    def _recovery(self, q_r, p_r, n_r, raw_q_r, raw_p_r):
+        """Recovery rows [B, V] for the drafted tokens ``n_r`` (first rejected positions).
+
+        Uses the rule's optional ``recovery_at(target_probs, draft_probs, token_ids, *,
+        raw_target_probs, raw_draft_probs)`` when it has one (Cactus: gamma at the drafted
+        tokens only), else ``rule.plan(...).recovery_at(token_ids)``.
+        """
+        hook = getattr(self.rule, "recovery_at", None)
+        if callable(hook):
+            return hook(q_r, p_r, n_r, raw_target_probs=raw_q_r, raw_draft_probs=raw_p_r)
+        plan = self.rule.plan(q_r, p_r, raw_target_probs=raw_q_r, raw_draft_probs=raw_p_r)
+        return plan.recovery_at(n_r)
+
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
                 num_drafts: Optional[torch.Tensor] = None, counts=None):
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
@@ -369,10 +382,9 @@ class RuleSampler(torch.nn.Module):
         rows = torch.arange(b, device=device)
         pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
         q_r, p_r, n_r = q[rows, pos], p[rows, pos], draft_ids[rows, pos]
-        plan_r = self.rule.plan(q_r, p_r,
-                                raw_target_probs=None if raw_q is None else raw_q[rows, pos],
-                                raw_draft_probs=None if raw_p is None else raw_p[rows, pos])
-        rec = torch.nan_to_num(plan_r.recovery_at(n_r).to(torch.float32), nan=0.0, posinf=0.0,
+        rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
+                             None if raw_p is None else raw_p[rows, pos])
+        rec = torch.nan_to_num(rec.to(torch.float32), nan=0.0, posinf=0.0,
                                neginf=0.0).clamp_min_(0.0)
         # Safety net beyond the conventions (never reached for valid input): a recovery row with
         # no mass falls back to q, so no sample is ever drawn from an all-zero row.

@@ -204,7 +204,8 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
 
     Notes
     -----
-    numpy iterates only the entries not yet converged and stops when all are; torch runs a
+    numpy iterates only the entries not yet converged and stops when all are (torch float64
+    tensors on the CPU go through the same numpy code, sharing memory); other torch runs a
     fixed number of steps (no host synchronization): 12 Newton steps, the pull-back, then 64
     bisection steps of the remaining bracket in float64 (6 and 32 in lower precision), so
     the result is resolved as finely as the plain bisection's even where Newton has not
@@ -218,6 +219,14 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     d = get_divergence(divergence)
     xp, delta = _as_xp(q_n, delta)
     q_n, delta = xp.broadcast_arrays(q_n, delta)
+    if (method == "newton" and not isinstance(q_n, np.ndarray) and "float64" in str(q_n.dtype)
+            and getattr(getattr(q_n, "device", None), "type", None) == "cpu"):
+        # torch float64 on the CPU (the analysis): the numpy active-set solver on the same
+        # memory (no copy), the same bits as numpy input
+        import torch
+
+        out = exact_spike(q_n.numpy(), delta.numpy(), d, iterations=iterations, method=method)
+        return torch.from_numpy(np.asarray(out, dtype=np.float64))
     is_np = isinstance(q_n, np.ndarray)
     if is_np:
         q_n, delta = np.array(q_n, dtype=np.float64), np.asarray(delta, dtype=np.float64)
