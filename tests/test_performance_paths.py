@@ -4,6 +4,9 @@
   bisection (``method="bisect"``) and against 50-digit mpmath root finding; numpy and torch.
 * The one-step analysis on torch tensors against the numpy analysis (every rule), the torch
   sort/searchsorted emitted distribution at V = 4096, bf16 inputs, bad torch input.
+* Cactus's sampler recovery from gamma at the drafted token against the full plan.
+* The benchmark's numpy floor against the project's emitted distribution; the report's
+  JSON and table.
 """
 
 import math
@@ -269,3 +272,63 @@ def test_torch_analysis_bad_input_names_the_argument():
         _one_step.analyze("sps", q, torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64))
     with pytest.raises(ValueError, match="method"):
         _one_step.emitted_distribution("sps", q, q, method="dense")
+
+
+# --- samplers: Cactus's recovery from gamma at the drafted token only --------------------------
+
+@pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-hellinger"])
+def test_cactus_recovery_hook_equals_the_full_plan(name):
+    """rule.recovery_at (gamma at n only) == plan(...).recovery_at (gamma at every candidate)."""
+    torch = pytest.importorskip("torch")
+    from cactus_theory.rules import get_rule
+
+    rng = np.random.default_rng(11)
+    q = rng.dirichlet(np.full(300, 0.2), size=6)
+    p = rng.dirichlet(np.full(300, 0.2), size=6)
+    ids = np.array([int(rng.choice(300, p=row)) for row in p])
+    rule = get_rule(name, delta=0.3)
+    for conv in (np.asarray, lambda x: torch.tensor(x, dtype=torch.float32)):
+        qq, pp = conv(q), conv(p)
+        ii = ids if conv is np.asarray else torch.tensor(ids)
+        fast = rule.recovery_at(qq, pp, ii)
+        ref = rule.plan(qq, pp).recovery_at(ii)
+        # the same elementwise formula on the same gamma_n (an elementwise function of q_n):
+        # bit-identical up to the reduction order of the normalizing sum (float32: 1e-6)
+        np.testing.assert_allclose(np.asarray(fast), np.asarray(ref), rtol=0, atol=1e-6)
+
+
+# --- benchmark pieces (no timings) --------------------------------------------------------------
+
+def test_benchmark_floor_is_the_taylor_emitted_distribution():
+    from cactus_theory.analysis.one_step import emitted_distribution
+    from cactus_theory.benchmark import correlated_pair, floor_emitted_taylor
+    from cactus_theory.rules import get_rule
+
+    q, p = correlated_pair(3000, seed=4)
+    for delta in (0.01, 0.1, 1.0):
+        ref = emitted_distribution(get_rule("cactus-taylor", delta=delta), q, p)
+        # same formula, different summation orders: V * eps of the row mass
+        np.testing.assert_allclose(floor_emitted_taylor(q, p, delta), ref, rtol=0, atol=3000 * 2.3e-16)
+
+
+def test_benchmark_report_serializes_and_tabulates():
+    import json
+
+    from cactus_theory.benchmark import BenchmarkReport, GoalResult
+
+    g = (GoalResult("a / b", "a 1 ms, b 2 ms", 0.5, "<= 1", True, "ok: x"),
+         GoalResult("c", "3 ms", 3.0, "< 2", False, "ok: y"))
+    rep = BenchmarkReport(g, 3, True, {"numpy": np.__version__})
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert d["all_passed"] is False and len(d["goals"]) == 2 and d["goals"][0]["ratio"] == 0.5
+    text = rep.to_text()
+    for col in ("goal", "measured", "ratio", "target", "pass/fail"):
+        assert col in text
+    assert "FAIL" in text and "pass" in text
+
+
+def test_benchmark_bad_repeats_names_the_argument():
+    from cactus_theory.benchmark import run_benchmarks
+
+    with pytest.raises(ValueError, match="repeats"):
+        run_benchmarks(repeats=0)

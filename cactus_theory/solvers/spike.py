@@ -225,8 +225,15 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
         # memory (no copy), the same bits as numpy input
         import torch
 
-        out = exact_spike(q_n.numpy(), delta.numpy(), d, iterations=iterations, method=method)
-        return torch.from_numpy(np.asarray(out, dtype=np.float64))
+        out = torch.from_numpy(np.asarray(
+            exact_spike(q_n.numpy(), delta.numpy(), d, iterations=iterations, method=method),
+            dtype=np.float64))
+        # feasible as torch computes the two-point form (its pow/sqrt may round differently
+        # from numpy's): step the few entries that are not down by ulps, else to q_n
+        for _ in range(4):
+            bad = d.two_point(out, q_n) > delta
+            out = torch.where(bad, torch.nextafter(out, q_n), out)
+        return torch.where(d.two_point(out, q_n) > delta, q_n, out)
     is_np = isinstance(q_n, np.ndarray)
     if is_np:
         q_n, delta = np.array(q_n, dtype=np.float64), np.asarray(delta, dtype=np.float64)
