@@ -21,8 +21,8 @@ computed exactly in O(V log V) per row with no V x V intermediate: for a rejecte
           = q_j \sum_{n:\,c_n > t_j} u_n (c_n - t_j), \qquad
           Z_n = \sum_{j:\,t_j < c_n} (c_n q_j - p_j),
 
-with :math:`w_n = p_n(1-a_n)`, :math:`u_n = w_n / Z_n`: one joint sort of the :math:`c_n` and
-the :math:`t_j` per row, and prefix sums. :func:`emitted_distribution` with
+with :math:`w_n = p_n(1-a_n)`, :math:`u_n = w_n / Z_n`: one sort of the :math:`t_j` per row,
+prefix sums, a ``searchsorted`` of the :math:`c_n` and a weighted ``bincount`` (numpy or torch). :func:`emitted_distribution` with
 ``method="dense"`` builds every :math:`h^{(n)}` instead (O(V^2) memory): the test oracle.
 
 References
