@@ -69,6 +69,14 @@ class _CactusBase(Rule):
         return ratio_acceptance(self.spike(q_n), gather(draft_probs, token_ids))
 
 
+    def accept_probs_from_values(self, q_n, p_n):
+        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` from the drafted tokens' probabilities.
+
+        The samplers call it with row-normalized ``q_n``, ``p_n`` (shape [B, k]) gathered at
+        the drafted tokens, so they never normalize the [B, k, V] inputs.
+        """
+        return ratio_acceptance(self.spike(q_n), p_n)
+
     def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                     raw_draft_probs=None):
         r"""Recovery :math:`r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p))` of the drafted tokens.
