@@ -10,16 +10,26 @@ For every rule of the registry (q verifier, p drafter, n drafted token):
    per-row generators are reported separately (warn mode, count of warnings);
 3. bf16: bfloat16 inputs give exactly the float32 result on the rounded values;
 4. speed (selected rules): the accept path (plan + acceptance of the drafted tokens +
-   uniforms) and the whole forward at B = 64, k = 8, V = 151,936, median of CUDA-event timings.
+   uniforms) and the whole forward at B = 64, k = 8, V = 151,936, median of CUDA-event timings;
+5. analysis: :func:`cactus_theory.analysis.one_step.analyze` on torch tensors of the device
+   against numpy (every rule, small V; then the exact and Taylor Cactus rules at
+   V = 151,936), and rows per second at batch 64, V = 151,936 (torch on the device, numpy on
+   the host).
+
+Everything runs in one process within ``--budget-s`` (default 200 s; well under 4 minutes
+on an H200). When the environment variable ``OUT`` names a folder, the summary is also
+written there as ``gpu_check.json`` and ``gpu_check.txt``.
 
 Usage: ``python scripts/gpu_check.py [--device cuda] [--draws 50000] [--speed-rules ...]``.
-``--device cpu`` runs the same checks on the CPU (sync mode skipped), for a dry run.
-Exit status 1 when a law or bf16 check fails.
+``--device cpu`` runs the same checks on the CPU (sync mode skipped); ``--dry-run`` is a
+small CPU run (few draws, small shapes, three rules) to test the script itself.
+Exit status 1 when a law, bf16 or analysis check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -132,8 +142,9 @@ def speed(name, device, B, k, V, reps):
     rule = s.rule
 
     def accept_path():
-        plan = rule.plan(q[:, :k], p)
-        a = plan.accept_probs_at(ids)
+        # what forward does: the rule's accept_probs_at hook when it has one (gamma at the
+        # drafted tokens only), else the plan over the vocabulary
+        a = s._accept_probs(q[:, :k], p, ids, None, None)
         return torch.rand(B, k, device=device) < a
 
     def forward():
@@ -150,6 +161,69 @@ def speed(name, device, B, k, V, reps):
     return t_acc, t_fwd, peak
 
 
+def analysis_check(device, V_small=1000, V_big=151_936, batch=64, reps=3, rules=None):
+    """torch analysis on ``device`` vs numpy: max |h_alg| difference per rule, rows/s."""
+    from cactus_theory.analysis.one_step import analyze
+
+    rng = np.random.default_rng(5)
+    out = {"rules": {}, "speed": {}}
+    q = rng.dirichlet(np.full(V_small, 0.3), size=4)
+    p = rng.dirichlet(np.full(V_small, 0.3), size=4)
+    for name in rules or list(RULES):
+        ref = analyze(name, q, p)
+        got = analyze(name, torch.tensor(q, device=device), torch.tensor(p, device=device))
+        err = float(np.max(np.abs(got.emitted.cpu().numpy() - ref.emitted)))
+        acc = float(np.max(np.abs(got.acceptance.cpu().numpy() - ref.acceptance)))
+        out["rules"][name] = {"emitted_max_abs_diff": err, "acceptance_max_abs_diff": acc,
+                              "ok": err <= 1e-12 and acc <= 1e-12}
+    g = rng.gumbel(size=(batch, V_big))
+    qb = np.exp(g - g.max(-1, keepdims=True))
+    lp = 0.8 * g + 0.6 * rng.gumbel(size=g.shape)
+    pb = np.exp(lp - lp.max(-1, keepdims=True))
+    qb, pb = qb / qb.sum(-1, keepdims=True), pb / pb.sum(-1, keepdims=True)
+    for name in ("cactus-exact-kl", "cactus-taylor"):
+        rule = get_rule(name, delta=0.1)
+        qt, pt = torch.tensor(qb, device=device), torch.tensor(pb, device=device)
+
+        def run():
+            r = analyze(rule, qt, pt)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            return r
+
+        got = run()
+        t_torch = statistics.median(_wall(run) for _ in range(reps))
+        ref_rows = min(batch, 4)   # numpy on the host: a few rows suffice for the rate
+        t0 = time.perf_counter()
+        ref = analyze(rule, qb[:ref_rows], pb[:ref_rows])
+        t_np = (time.perf_counter() - t0) / ref_rows
+        err = float(np.max(np.abs(got.emitted[:ref_rows].cpu().numpy() - ref.emitted)))
+        # V-term prefix sums in different orders: V * eps of the row mass
+        out["speed"][name] = {"torch_rows_per_s": batch / t_torch, "numpy_rows_per_s": 1 / t_np,
+                              "emitted_max_abs_diff": err, "ok": err <= V_big * 2.3e-16}
+    return out
+
+
+def _wall(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _write_out(summary, lines):
+    """Write the JSON and text summary under $OUT (when set), atomically."""
+    out = os.environ.get("OUT")
+    if not out:
+        return
+    os.makedirs(out, exist_ok=True)
+    for fname, text in (("gpu_check.json", json.dumps(summary, indent=2, default=str)),
+                        ("gpu_check.txt", "\n".join(lines) + "\n")):
+        tmp = os.path.join(out, fname + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, os.path.join(out, fname))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
@@ -162,24 +236,39 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--V", type=int, default=151_936)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--budget-s", type=float, default=300.0,
+    ap.add_argument("--budget-s", type=float, default=200.0,
                     help="stop starting new checks after this many seconds (device time is scarce)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="small CPU run of every check (tests the script, not the GPU)")
     args = ap.parse_args(argv)
+    lines = []
+    summary = {"law": {}, "speed": {}, "analysis": None}
+
+    def log(*parts):
+        line = " ".join(str(x) for x in parts)
+        print(line, flush=True)
+        lines.append(line)
+
+    if args.dry_run:
+        args.device, args.draws, args.reps = "cpu", 4000, 2
+        args.B, args.k, args.V = 4, 2, 4096
+        args.rules = args.rules or ["sps", "cactus-taylor", "cactus-exact-kl"]
+        args.speed_rules = ["sps", "cactus-exact-kl"]
     start = time.perf_counter()
     over = lambda: time.perf_counter() - start > args.budget_s  # noqa: E731
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        print("gpu_check: CUDA is not available (use --device cpu for a dry run)")
+        log("gpu_check: CUDA is not available (use --device cpu for a dry run)")
         return 2
     names = args.rules or list(RULES)
-    print(f"gpu_check on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
+    log(f"gpu_check on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
           f"torch {torch.__version__}, {len(names)} rules")
-    print(f"law: chi-square of the emitted token vs exact h_alg, n = {args.draws}, false alarm {ALPHA}")
+    log(f"law: chi-square of the emitted token vs exact h_alg, n = {args.draws}, false alarm {ALPHA}")
     failed = False
-    print(f"{'rule':<26} {'law p-value':>12} {'bf16==f32':>10}  {'no seeded rows':<22} seeded rows")
+    log(f"{'rule':<26} {'law p-value':>12} {'bf16==f32':>10}  {'no seeded rows':<22} seeded rows")
     for name in names:
         if over():
-            print(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
+            log(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
             failed = True
             continue
         t0 = time.perf_counter()
@@ -188,30 +277,58 @@ def main(argv=None):
             bf = bf16_check(name, device)
             sy, sy_seeded = sync_check(name, device)
         except Exception as e:  # report and continue
-            print(f"{name:<26} ERROR {type(e).__name__}: {str(e)[:100]}")
+            log(f"{name:<26} ERROR {type(e).__name__}: {str(e)[:100]}")
             failed = True
             continue
         ok = pval > ALPHA and bf
         failed |= not ok
-        print(f"{name:<26} {pval:>12.3g} {str(bf):>10}  {sy:<22} {sy_seeded}"
+        summary["law"][name] = {"law_pvalue": pval, "bf16_equal": bf, "sync_unseeded": sy,
+                                "sync_seeded": sy_seeded, "ok": ok}
+        log(f"{name:<26} {pval:>12.3g} {str(bf):>10}  {sy:<22} {sy_seeded}"
               f"{'' if ok else '  <-- FAIL'}  ({time.perf_counter() - t0:.1f}s)")
-    print(f"\nspeed at B={args.B}, k={args.k}, V={args.V} (median of {args.reps}, ms):")
-    print(f"{'rule':<26} {'accept path':>12} {'forward':>10} {'peak GiB':>9}")
+    log(f"\nspeed at B={args.B}, k={args.k}, V={args.V} (median of {args.reps}, ms):")
+    log(f"{'rule':<26} {'accept path':>12} {'forward':>10} {'peak GiB':>9}")
     for name in args.speed_rules:
         if name not in RULES:
             continue
         if over():
-            print(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
+            log(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
             continue
         try:
             t_acc, t_fwd, peak = speed(name, device, args.B, args.k, args.V, args.reps)
-            print(f"{name:<26} {t_acc:>12.2f} {t_fwd:>10.2f} {peak:>9.2f}")
+            log(f"{name:<26} {t_acc:>12.2f} {t_fwd:>10.2f} {peak:>9.2f}")
+            summary["speed"][name] = {"accept_ms": t_acc, "forward_ms": t_fwd, "peak_gib": peak}
         except Exception as e:
-            print(f"{name:<26} ERROR {type(e).__name__}: {str(e)[:100]}")
+            log(f"{name:<26} ERROR {type(e).__name__}: {str(e)[:100]}")
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print(f"\nsummary ({time.perf_counter() - start:.0f} s):",
-          "FAIL (or skipped)" if failed else "all law and bf16 checks passed")
+    if over():
+        log("analysis: skipped (--budget-s spent)")
+        failed = True
+    else:
+        try:
+            small = dict(V_big=4096, batch=4, reps=1) if args.dry_run else {}
+            an = analysis_check(device, rules=args.rules, **small)
+            summary["analysis"] = an
+            log("\nanalysis on torch vs numpy (max |h_alg diff|):")
+            for name, r in an["rules"].items():
+                failed |= not r["ok"]
+                log(f"{name:<26} {r['emitted_max_abs_diff']:>10.1e}{'' if r['ok'] else '  <-- FAIL'}")
+            for name, r in an["speed"].items():
+                failed |= not r["ok"]
+                log(f"{name:<26} torch {r['torch_rows_per_s']:.1f} rows/s, numpy "
+                    f"{r['numpy_rows_per_s']:.2f} rows/s, diff {r['emitted_max_abs_diff']:.1e}"
+                    f"{'' if r['ok'] else '  <-- FAIL'}")
+        except Exception as e:
+            log(f"analysis ERROR {type(e).__name__}: {str(e)[:200]}")
+            failed = True
+    summary["device"] = str(device)
+    summary["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    summary["seconds"] = time.perf_counter() - start
+    summary["passed"] = not failed
+    log(f"\nsummary ({time.perf_counter() - start:.0f} s):",
+        "FAIL (or skipped)" if failed else "all law, bf16 and analysis checks passed")
+    _write_out(summary, lines)
     return 1 if failed else 0
 
 

@@ -7,7 +7,10 @@ For a rule with acceptance :math:`a_n` and recovery :math:`r^{(n)}` (see
 
 and accepts the draft with probability :math:`\alpha = \sum_n p_n a_n`. Symbols: q verifier
 (``target_probs``), p drafter (``draft_probs``), n drafted token, :math:`h_{alg}` the emitted
-distribution. Everything here is numpy float64; batch axes lead, the vocabulary is last.
+distribution. Everything here is numpy float64, or torch float64 on the inputs' device when
+``target_probs`` and ``draft_probs`` are torch tensors (CPU or CUDA; bf16/fp16/fp32 inputs
+are promoted to float64 and validated like numpy input): plans, emitted distribution and
+divergences then run batched on torch end to end. Batch axes lead, the vocabulary is last.
 
 For Cactus's spike structure :math:`h^{(n)} = c_n q + (\gamma_n - c_n q_n) e_n` the mixture is
 computed exactly in O(V log V) per row with no V x V intermediate: for a rejected n
@@ -18,8 +21,8 @@ computed exactly in O(V log V) per row with no V x V intermediate: for a rejecte
           = q_j \sum_{n:\,c_n > t_j} u_n (c_n - t_j), \qquad
           Z_n = \sum_{j:\,t_j < c_n} (c_n q_j - p_j),
 
-with :math:`w_n = p_n(1-a_n)`, :math:`u_n = w_n / Z_n`: one joint sort of the :math:`c_n` and
-the :math:`t_j` per row, and prefix sums. :func:`emitted_distribution` with
+with :math:`w_n = p_n(1-a_n)`, :math:`u_n = w_n / Z_n`: one sort of the :math:`t_j` per row,
+prefix sums, a ``searchsorted`` of the :math:`c_n` and a weighted ``bincount`` (numpy or torch). :func:`emitted_distribution` with
 ``method="dense"`` builds every :math:`h^{(n)}` instead (O(V^2) memory): the test oracle.
 
 References
@@ -30,11 +33,14 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorems 1 and 3.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from .._validation import as_prob_pair, as_probs, choice
+from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
 from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
 from ..rules.plans import ratio_acceptance, residual_distribution
@@ -67,6 +73,54 @@ def _overflow_is_inf(fn):
     return wrapper
 
 
+def _is_torch(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _as_torch_probs(x, name: str):
+    """A torch probability tensor [..., V] as float64 on its device, rows renormalized.
+
+    The same checks as :func:`cactus_theory._validation.as_probs` (they read device values:
+    the analysis synchronizes, the samplers do not come here). bf16/fp16/fp32 inputs are
+    promoted to float64 before the row sums.
+    """
+    import torch
+
+    if x.dim() == 0:
+        raise ValueError(f"{name}: expected an array of shape (..., V), got a scalar")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{name}: the vocabulary axis (last) is empty")
+    if not x.is_floating_point():
+        raise ValueError(f"{name}: must be a floating tensor, got {x.dtype}")
+    arr = x.to(torch.float64)
+    if not bool(torch.isfinite(arr).all()):
+        raise ValueError(f"{name}: contains NaN or infinite probabilities")
+    if bool((arr < 0).any()):
+        raise ValueError(f"{name}: contains negative probabilities (min {float(arr.min()):.3g})")
+    sums = arr.sum(dim=-1, keepdim=True)
+    tol = normalization_tolerance(x.dtype)
+    if bool(((sums - 1.0).abs() > tol).any()):
+        raise ValueError(f"{name}: rows must sum to 1 within {tol:g}")
+    return arr / sums
+
+
+def _as_pair(target_probs, draft_probs):
+    """(q, p): numpy float64 via the package's validation, or torch float64 on q's device."""
+    if not (_is_torch(target_probs) or _is_torch(draft_probs)):
+        return as_prob_pair(target_probs, draft_probs)
+    if not (_is_torch(target_probs) and _is_torch(draft_probs)):
+        raise ValueError("draft_probs: target_probs and draft_probs must both be torch tensors "
+                         "or both be array-likes")
+    if target_probs.device != draft_probs.device:
+        raise ValueError(f"draft_probs: on {draft_probs.device}, target_probs on {target_probs.device}")
+    q = _as_torch_probs(target_probs, "target_probs")
+    p = _as_torch_probs(draft_probs, "draft_probs")
+    if q.shape != p.shape:
+        raise ValueError(f"draft_probs: shape {tuple(p.shape)} does not match target_probs' "
+                         f"shape {tuple(q.shape)}")
+    return q, p
+
+
 @_overflow_is_inf
 def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
     """Validate the inputs (float64, rows renormalized) and build the rule's plan.
@@ -82,12 +136,13 @@ def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_dra
         processed ones.
     """
     rule = get_rule(rule)
-    q, p = as_prob_pair(target_probs, draft_probs)
-    raw_q = q if raw_target_probs is None else as_probs(raw_target_probs, "raw_target_probs")
-    raw_p = p if raw_draft_probs is None else as_probs(raw_draft_probs, "raw_draft_probs")
+    q, p = _as_pair(target_probs, draft_probs)
+    conv = _as_torch_probs if _is_torch(q) else as_probs
+    raw_q = q if raw_target_probs is None else conv(raw_target_probs, "raw_target_probs")
+    raw_p = p if raw_draft_probs is None else conv(raw_draft_probs, "raw_draft_probs")
     for name, arr in (("raw_target_probs", raw_q), ("raw_draft_probs", raw_p)):
-        if arr.shape != q.shape:
-            raise ValueError(f"{name}: shape {arr.shape} does not match target_probs' {q.shape}")
+        if tuple(arr.shape) != tuple(q.shape):
+            raise ValueError(f"{name}: shape {tuple(arr.shape)} does not match target_probs' {q.shape}")
     return rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
 
 
@@ -118,7 +173,8 @@ def acceptance_probabilities(rule, target_probs=None, draft_probs=None, *,
         :math:`a_n \in [0, 1]`; e.g. SpS gives :math:`\min(1, q_n/p_n)`.
     """
     plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    return np.clip(plan.accept_probs(), 0.0, 1.0)
+    xp = array_namespace(plan.draft_probs)
+    return xp.clip(plan.accept_probs(), 0.0, 1.0)
 
 
 @_overflow_is_inf
@@ -133,66 +189,119 @@ def acceptance_rate(rule, target_probs=None, draft_probs=None, *,
     0.55
     """
     plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    return np.sum(plan.draft_probs * np.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
+    xp = array_namespace(plan.draft_probs)
+    return xp.sum(plan.draft_probs * xp.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
 
 
 def _emitted_fixed_recovery(p, a, r):
     """``p a + (sum_n p_n (1 - a_n)) r`` for a recovery r that does not depend on n."""
-    rejected = np.sum(p * (1.0 - a), axis=-1, keepdims=True)
+    xp = array_namespace(p)
+    rejected = xp.sum(p * (1.0 - a), axis=-1, keepdims=True)
     return p * a + rejected * r
+
+
+def _searchsorted_rows(xp, sorted_rows, values):
+    """Per-row ``searchsorted(sorted_rows[r], values[r], side="left")`` (batch axes flattened)."""
+    if isinstance(sorted_rows, np.ndarray):
+        V = sorted_rows.shape[-1]
+        s2, v2 = sorted_rows.reshape(-1, V), values.reshape(-1, values.shape[-1])
+        out = np.empty(v2.shape, dtype=np.int64)
+        for r in range(s2.shape[0]):
+            out[r] = np.searchsorted(s2[r], v2[r], side="left")
+        return out.reshape(values.shape)
+    import torch
+    return torch.searchsorted(sorted_rows.contiguous(), values.contiguous(), side="left")
+
+
+def _bincount_rows(xp, idx, weights, length):
+    """Per-row ``bincount(idx[r], weights[r], minlength=length)`` (batch axes flattened)."""
+    if isinstance(idx, np.ndarray):
+        V = idx.shape[-1]
+        rows = idx.reshape(-1, V)
+        offs = (np.arange(rows.shape[0]) * length)[:, None]
+        flat = np.bincount((rows + offs).ravel(), weights=weights.reshape(-1),
+                           minlength=rows.shape[0] * length)
+        return flat.reshape(idx.shape[:-1] + (length,))
+    out = xp.zeros(idx.shape[:-1] + (length,), dtype=weights.dtype, device=weights.device)
+    return out.scatter_add_(-1, idx, weights)
 
 
 def _emitted_spike_fast(q, p, gamma):
     """Theorem 3's mixture for the spike structure in O(V log V) per row (module docstring).
 
-    One joint ascending sort of the keys (t_j, c_n) per row serves both passes: prefix sums
-    over t-entries give Z_n, suffix sums over c-entries give sum_{c_n > t_j} u_n (c_n - t_j).
-    Entries with c_n == t_j contribute c_n q_j - p_j = 0 to both, so the order among ties is
-    immaterial.
+    One sort of :math:`t_j = p_j/q_j` per row. With :math:`k_n` the number of t-entries
+    below :math:`c_n` (``searchsorted``), prefix sums of q and p in t-order give
+    :math:`Z_n = \max(0, c_n Q_{k_n} - P_{k_n})` (then the j = n correction), and draft n
+    contributes :math:`u_n (c_n - t_j)` to exactly the t-entries of rank below :math:`k_n`:
+    a weighted ``bincount`` of the :math:`k_n` and suffix sums give
+    :math:`\sum_{n: c_n > t_j} u_n c_n` and :math:`\sum_{n: c_n > t_j} u_n` at every rank.
+    Entries with :math:`c_n = t_j` contribute :math:`c_n q_j - p_j = 0`, so ties are
+    immaterial. Array-agnostic (numpy float64, torch on any device).
     """
+    xp = array_namespace(q, p, gamma)
     V = q.shape[-1]
-    a = np.clip(ratio_acceptance(gamma, p), 0.0, 1.0)
-    w = np.where(p > 0, np.maximum(p - gamma, 0.0), 0.0)          # p_n (1 - a_n)
+    zero, one = xp.zeros_like(q), xp.ones_like(q)
+    a = xp.clip(ratio_acceptance(gamma, p), 0.0, 1.0)
+    w = xp.where(p > 0, xp.clip(p - gamma, 0.0, None), zero)          # p_n (1 - a_n)
     c = spike_scale(q, gamma)
     pos_q = q > 0
-    t = np.where(pos_q, p / np.where(pos_q, q, 1.0), np.inf)      # t_j = p_j / q_j
-    order = np.argsort(np.concatenate([t, c], axis=-1), axis=-1, kind="stable")
-    inv = np.empty_like(order)                                    # inverse permutation
-    np.put_along_axis(inv, order, np.broadcast_to(np.arange(2 * V), order.shape), axis=-1)
-    zeros = np.zeros_like(q)
-
-    def sorted_(x_t, x_c):
-        return np.take_along_axis(np.concatenate([x_t, x_c], -1), order, -1)
-
-    # Z_n = sum_{j: t_j < c_n} (c_n q_j - p_j), corrected at j = n (h_n = gamma_n, not c_n q_n)
-    cq = np.cumsum(sorted_(q, zeros), axis=-1)
-    cp = np.cumsum(sorted_(p, zeros), axis=-1)
-    cq_c = np.take_along_axis(cq, inv[..., V:], -1)
-    cp_c = np.take_along_axis(cp, inv[..., V:], -1)
-    S = np.maximum(c * cq_c - cp_c, 0.0)
-    Z = S - np.maximum(c * q - p, 0.0) + np.maximum(gamma - p, 0.0)
+    t = xp.where(pos_q, p / xp.where(pos_q, q, one), xp.full_like(q, math.inf))  # p_j / q_j
+    order = xp.argsort(t, axis=-1)
+    t_s = xp.take_along_axis(t, order, axis=-1)
+    q_s = xp.take_along_axis(q, order, axis=-1)
+    pad = xp.zeros_like(q[..., :1])
+    Q = xp.concat([pad, xp.cumulative_sum(q_s, axis=-1)], axis=-1)      # Q[k] = sum of k first
+    P = xp.concat([pad, xp.cumulative_sum(xp.take_along_axis(p, order, axis=-1), axis=-1)],
+                  axis=-1)
+    k = _searchsorted_rows(xp, t_s, c)                                  # #{j: t_j < c_n}
+    S = xp.clip(c * xp.take_along_axis(Q, k, axis=-1) - xp.take_along_axis(P, k, axis=-1),
+                0.0, None)
+    own_c, own_g = xp.clip(c * q - p, 0.0, None), xp.clip(gamma - p, 0.0, None)
+    Z = S - own_c + own_g                     # correction at j = n: h_n = gamma_n, not c_n q_n
     rejected = w > 0
-    u = np.where(rejected, w / np.where(rejected & (Z > 0), Z, 1.0), 0.0)
+    u = xp.where(rejected, w / xp.where(rejected & (Z > 0), Z, one), zero)
     empty = rejected & (Z <= 0)
-    # sum_{n: c_n > t_j} u_n c_n and u_n: suffix sums over the c-entries after t-entry j
-    suc = np.cumsum(sorted_(zeros, u * c)[..., ::-1], axis=-1)[..., ::-1]
-    su = np.cumsum(sorted_(zeros, u)[..., ::-1], axis=-1)[..., ::-1]
-    suc_t = np.take_along_axis(suc, inv[..., :V], -1)
-    su_t = np.take_along_axis(su, inv[..., :V], -1)
-    finite_t = np.isfinite(t)  # t_j = inf (q_j = 0, or p_j/q_j overflowing): never in a residual
-    t_fin = np.where(finite_t, t, 0.0)
-    mix = np.where(finite_t, q * np.maximum(suc_t - t_fin * su_t, 0.0), 0.0)
+    # draft n reaches the t-ranks 0 .. k_n - 1: counts at k_n, then suffix sums from rank i+1
+    uc_at = _bincount_rows(xp, k, u * c, V + 1)
+    u_at = _bincount_rows(xp, k, u, V + 1)
+    suc = xp.flip(xp.cumulative_sum(xp.flip(uc_at, axis=-1), axis=-1), axis=-1)[..., 1:]
+    su = xp.flip(xp.cumulative_sum(xp.flip(u_at, axis=-1), axis=-1), axis=-1)[..., 1:]
+    finite_t = t_s < math.inf   # t_j = inf (q_j = 0, or p_j/q_j overflowing): never in a residual
+    t_fin = xp.where(finite_t, t_s, xp.zeros_like(t_s))
+    mix_s = xp.where(finite_t, q_s * xp.clip(suc - t_fin * su, 0.0, None), xp.zeros_like(t_s))
+    mix = _unsort(xp, mix_s, order)
     # corrections at j = n: remove u_n max(0, c_n q_n - p_n), add u_n max(0, gamma_n - p_n)
-    mix = mix - u * np.maximum(c * q - p, 0.0) + u * np.maximum(gamma - p, 0.0)
-    out = p * a + np.maximum(mix, 0.0)
-    if np.any(empty):
+    mix = mix - u * own_c + u * own_g
+    out = p * a + xp.clip(mix, 0.0, None)
+    if bool(xp.any(empty)):
         # Convention 3 (empty residual -> normalize(h^(n))); unreachable in exact arithmetic.
-        idx = np.argwhere(empty)
-        for pos in idx:
-            row, n = tuple(pos[:-1]), pos[-1]
-            h = c[row + (n,)] * q[row]
-            h[n] = gamma[row + (n,)]
-            out[row] += w[row + (n,)] * h / h.sum()
+        out = _add_empty_residual_rows(xp, out, empty, q, gamma, c, w)
+    return out
+
+
+def _unsort(xp, x_sorted, order):
+    """Scatter ``x_sorted`` back to the original positions: ``x[order] = x_sorted``."""
+    if isinstance(x_sorted, np.ndarray):
+        out = np.empty_like(x_sorted)
+        np.put_along_axis(out, order, x_sorted, axis=-1)
+        return out
+    return xp.zeros_like(x_sorted).scatter_(-1, order, x_sorted)
+
+
+def _add_empty_residual_rows(xp, out, empty, q, gamma, c, w):
+    """Add :math:`w_n\, \mathrm{normalize}(h^{(n)})` for the drafts with an empty residual."""
+    if not isinstance(out, np.ndarray):
+        dev = out.device
+        res = _add_empty_residual_rows(np, out.cpu().numpy(), empty.cpu().numpy(),
+                                       q.cpu().numpy(), gamma.cpu().numpy(), c.cpu().numpy(),
+                                       w.cpu().numpy())
+        return xp.asarray(res, device=dev)
+    out = out.copy()
+    for pos in np.argwhere(empty):
+        row, n = tuple(pos[:-1]), pos[-1]
+        h = c[row + (n,)] * q[row]
+        h[n] = gamma[row + (n,)]
+        out[row] += w[row + (n,)] * h / h.sum()
     return out
 
 
@@ -250,11 +359,15 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
     choice(method, EMIT_METHODS, "method")
     plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     if method == "dense":
+        if _is_torch(plan.draft_probs):
+            raise ValueError("method: 'dense' (the O(V^2) test oracle) takes numpy inputs only")
         return _emitted_dense(plan)
     q, p = plan.target_probs, plan.draft_probs
+    xp = array_namespace(p)
     if isinstance(plan, SpikePlan):
-        return _emitted_spike_fast(q, p, np.asarray(plan.spike, dtype=np.float64))
-    a = np.clip(plan.accept_probs(), 0.0, 1.0)
+        gamma = plan.spike if _is_torch(p) else np.asarray(plan.spike, dtype=np.float64)
+        return _emitted_spike_fast(q, p, gamma)
+    a = xp.clip(plan.accept_probs(), 0.0, 1.0)
     if isinstance(plan, TargetPlan):
         return _emitted_fixed_recovery(p, a, residual_distribution(plan.target, p))
     return _emitted_fixed_recovery(p, a, plan.recovery)
@@ -275,12 +388,13 @@ def per_draft_divergence(rule, target_probs=None, draft_probs=None, divergence="
     """
     plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     d = get_divergence(divergence)
+    xp = array_namespace(plan.draft_probs)
     if isinstance(plan, SpikePlan):
-        return d.two_point(np.asarray(plan.spike, dtype=np.float64), plan.target_probs)
+        return d.two_point(plan.spike, plan.target_probs)
     if isinstance(plan, TargetPlan):
-        h = plan.target / plan.target.sum(axis=-1, keepdims=True)
+        h = plan.target / xp.sum(plan.target, axis=-1, keepdims=True)
         val = d.unchecked(h, plan.target_probs)
-        return np.broadcast_to(val[..., None], h.shape).copy()
+        return xp.broadcast_to(val[..., None], h.shape) + xp.zeros_like(h)
     raise ValueError("rule: a decision rule has no per-draft target distribution")
 
 
@@ -332,5 +446,6 @@ def analyze(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft
                      raw_draft_probs=raw_draft_probs)
     a = acceptance_probabilities(plan)
     emitted = emitted_distribution(plan)
+    xp = array_namespace(a)
     divs = {name: get_divergence(name).unchecked(emitted, plan.target_probs) for name in divergences}
-    return OneStepResult(repr(rule), a, np.sum(plan.draft_probs * a, axis=-1), emitted, divs)
+    return OneStepResult(repr(rule), a, xp.sum(plan.draft_probs * a, axis=-1), emitted, divs)

@@ -33,7 +33,7 @@ import math
 
 from ..divergences import DIVERGENCES
 from ..solvers.spike import exact_spike, taylor_spike
-from .plans import SpikePlan, gather, ratio_acceptance
+from .plans import SpikePlan, gather, ratio_acceptance, residual_distribution, spike_target_at
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
 __all__ = ["CactusTaylor", "CactusExact", "SMOOTH_DIVERGENCES"]
@@ -69,6 +69,26 @@ class _CactusBase(Rule):
         """
         q_n = gather(target_probs, token_ids)
         return ratio_acceptance(self.spike(q_n), gather(draft_probs, token_ids))
+
+
+    def accept_probs_from_values(self, q_n, p_n):
+        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` from the drafted tokens' probabilities.
+
+        The samplers call it with row-normalized ``q_n``, ``p_n`` (shape [B, k]) gathered at
+        the drafted tokens, so they never normalize the [B, k, V] inputs.
+        """
+        return ratio_acceptance(self.spike(q_n), p_n)
+
+    def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                    raw_draft_probs=None):
+        r"""Recovery :math:`r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p))` of the drafted tokens.
+
+        Equal to ``plan(...).recovery_at(token_ids)`` but evaluates gamma at the drafted tokens
+        only (shape ``token_ids.shape``): the samplers' recovery path uses it.
+        """
+        gamma_n = self.spike(gather(target_probs, token_ids))
+        return residual_distribution(spike_target_at(target_probs, token_ids, gamma_n),
+                                     draft_probs)
 
 
 class CactusTaylor(_CactusBase):

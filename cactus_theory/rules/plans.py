@@ -47,6 +47,7 @@ __all__ = [
     "residual_distribution",
     "one_hot",
     "gather",
+    "spike_target_at",
 ]
 
 
@@ -95,6 +96,20 @@ def residual_distribution(h, p):
     return res / mass
 
 
+def spike_target_at(target_probs, token_ids, gamma_n):
+    r"""Theorem 2's per-draft target for the drafted tokens from their :math:`\gamma_n` alone.
+
+    :math:`h^{(n)}_n = \gamma_n`, :math:`h^{(n)}_i = c_n q_i` with
+    :math:`c_n = (1-\gamma_n)/(1-q_n)`; ``gamma_n`` has shape ``token_ids.shape``. Lets a
+    sampler build the recovery of the drafted token without gamma for every candidate.
+    """
+    xp = array_namespace(target_probs)
+    q = target_probs
+    c = spike_scale(gather(q, token_ids), gamma_n)
+    mask = one_hot(token_ids, q.shape[-1], q)
+    return xp.where(mask > 0, gamma_n[..., None], c[..., None] * q)
+
+
 @dataclass(frozen=True)
 class TargetPlan:
     """One target ``target`` (h, shape [..., V], possibly un-normalized) for every draft."""
@@ -134,13 +149,7 @@ class SpikePlan:
 
     def target_at(self, token_ids):
         """The per-draft target :math:`h^{(n)}` for the drafted tokens, shape [..., V]."""
-        xp = array_namespace(self.target_probs)
-        q = self.target_probs
-        q_n = gather(q, token_ids)
-        gamma = gather(self.spike, token_ids)
-        c = spike_scale(q_n, gamma)
-        mask = one_hot(token_ids, q.shape[-1], q)
-        return xp.where(mask > 0, gamma[..., None], c[..., None] * q)
+        return spike_target_at(self.target_probs, token_ids, gather(self.spike, token_ids))
 
     def recovery_at(self, token_ids):
         """Recovery :math:`r^{(n)} = normalize(max(0, h^{(n)} - p))`, shape [..., V]."""

@@ -192,6 +192,24 @@ class Rule:
                          raw_draft_probs=raw_draft_probs)
         return plan.accept_probs_at(token_ids)
 
+    #: Optional fast accept path: ``accept_probs_from_values(q_n, p_n)`` -> :math:`a_n` from the
+    #: drafted tokens' row-normalized probabilities alone ([B, k]), for rules whose acceptance
+    #: depends on nothing else (Cactus: :math:`\min(1, \gamma(q_n)/p_n)`). ``None``: the rule
+    #: needs whole rows, and the samplers call :meth:`accept_probs_at` on normalized copies.
+    accept_probs_from_values = None
+
+    def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                    raw_draft_probs=None):
+        r"""Recovery distribution :math:`r^{(n)}` for the drafted tokens ``token_ids`` (the samplers'
+        recovery path, on the first rejected position of each row).
+
+        Default: ``plan(...).recovery_at(token_ids)``. A rule may override it to evaluate only
+        what the drafted tokens need (Cactus: gamma at n); the result must equal the default's.
+        """
+        plan = self.plan(target_probs, draft_probs, raw_target_probs=raw_target_probs,
+                         raw_draft_probs=raw_draft_probs)
+        return plan.recovery_at(token_ids)
+
     @property
     def name(self) -> str:
         return self.spec.name

@@ -25,12 +25,13 @@ Deterministic rules (``RuleSpec.deterministic``: TAS, top-k, fuzzy SD) accept if
 :math:`a_n > 1/2` (their :math:`a_n` is 0 or 1) and draw no acceptance uniforms, as vLLM's
 ``TypicalAcceptanceSampler`` draws none.
 
-Memory and synchronization: the accept path holds float32, row-normalized copies of q and p
-(``[B, k, V]`` each, also for float32 input) and whatever the rule's ``plan`` builds (SpS:
-nothing more; a spike rule: gamma for every candidate token, ``[B, k, V]``, unless it declares
-``RuleSpec.fast_accept`` and evaluates ``Rule.accept_probs_at`` at the drafted tokens only, as
-Cactus does); the
-recovery step works on ``[B, V]`` rows (the first rejected position of each row). Nothing in
+Memory and synchronization: for a rule that sets ``Rule.accept_probs_from_values(q_n, p_n)`` (Cactus: its acceptance depends on the drafted token's probabilities alone) the accept
+path reads q and p once for the row sums and then touches only the drafted tokens ([B, k]);
+other rules get float32, row-normalized copies of q and p (``[B, k, V]`` each, also for
+float32 input) and whatever the rule interface's ``Rule.accept_probs_at`` builds (its plan, or,
+for rules declaring ``RuleSpec.fast_accept``, gamma at the drafted tokens only). The recovery step works on ``[B, V]`` rows (the first
+rejected position of each row), through ``Rule.recovery_at`` (Cactus overrides it: gamma at
+the drafted token only). Nothing in
 ``forward`` reads a device value on the host (no ``.item()``, ``nonzero``, boolean masking or
 ``torch.multinomial``) unless ``strict_mode`` is on; seeded rows add host-to-device index
 copies only.
@@ -73,6 +74,13 @@ def _as_float32_rows(x: torch.Tensor) -> torch.Tensor:
     x = x.to(torch.float32)
     s = x.sum(dim=-1, keepdim=True)
     return x / torch.where(s > 0, s, torch.ones_like(s))
+
+
+def _row_sums(x: torch.Tensor) -> torch.Tensor:
+    """Row sums [..., 1] in float32, 1 where a row sums to 0 (as :func:`_as_float32_rows`)."""
+    s = x.to(torch.float32).sum(dim=-1, keepdim=True) if x.dtype != torch.float32 \
+        else x.sum(dim=-1, keepdim=True)
+    return torch.where(s > 0, s, torch.ones_like(s))
 
 
 def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
@@ -322,6 +330,14 @@ class RuleSampler(torch.nn.Module):
         return self.rule.accept_probs_at(q, p, draft_ids, raw_target_probs=raw_q,
                                          raw_draft_probs=raw_p)
 
+    def _recovery(self, q_r, p_r, n_r, raw_q_r, raw_p_r):
+        """Recovery rows [B, V] for the drafted tokens ``n_r`` (first rejected positions).
+
+        Calls the rule interface's :meth:`~cactus_theory.rules.registry.Rule.recovery_at`
+        (Cactus overrides it to evaluate gamma at the drafted tokens only).
+        """
+        return self.rule.recovery_at(q_r, p_r, n_r, raw_target_probs=raw_q_r, raw_draft_probs=raw_p_r)
+
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
                 num_drafts: Optional[torch.Tensor] = None, counts=None):
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
@@ -343,13 +359,23 @@ class RuleSampler(torch.nn.Module):
         draft_ids = draft_ids.to(torch.int64)
         bonus = bonus.to(torch.int64)
 
-        q = _as_float32_rows(target[:, :k])
-        p = _as_float32_rows(draft_probs)
-        raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :k])
-        raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
-
-        # Accept path: the rule's acceptance of each drafted token, [B, k]; no host sync.
-        a = self._accept_probs(q, p, draft_ids, raw_q, raw_p)
+        from_values = self.rule.accept_probs_from_values  # declared on Rule (None: whole rows needed)
+        if from_values is not None and raw_target is None and raw_draft is None:
+            # The rule's acceptance is a function of (q_n, p_n) alone: one read pass for the
+            # row sums, then only the drafted tokens (no normalized [B, k, V] copies).
+            q = p = raw_q = raw_p = None
+            sq, sp = _row_sums(target[:, :k]), _row_sums(draft_probs)
+            ids_ = draft_ids[..., None]
+            q_n = torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq[..., 0]
+            p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp[..., 0]
+            a = from_values(q_n, p_n)
+        else:
+            q = _as_float32_rows(target[:, :k])
+            p = _as_float32_rows(draft_probs)
+            raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :k])
+            raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
+            # Accept path: the rule's acceptance of each drafted token, [B, k]; no host sync.
+            a = self._accept_probs(q, p, draft_ids, raw_q, raw_p)
         if self.spec.deterministic:
             accepted = a > 0.5
         else:
@@ -364,11 +390,15 @@ class RuleSampler(torch.nn.Module):
         # Recovery: only at the first rejected position of each row, [B, V].
         rows = torch.arange(b, device=device)
         pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-        q_r, p_r, n_r = q[rows, pos], p[rows, pos], draft_ids[rows, pos]
-        plan_r = self.rule.plan(q_r, p_r,
-                                raw_target_probs=None if raw_q is None else raw_q[rows, pos],
-                                raw_draft_probs=None if raw_p is None else raw_p[rows, pos])
-        rec = torch.nan_to_num(plan_r.recovery_at(n_r).to(torch.float32), nan=0.0, posinf=0.0,
+        if q is None:   # normalize the [B, V] recovery rows only, as _as_float32_rows would
+            q_r = target[rows, pos].to(torch.float32) / sq[rows, pos]
+            p_r = draft_probs[rows, pos].to(torch.float32) / sp[rows, pos]
+        else:
+            q_r, p_r = q[rows, pos], p[rows, pos]
+        n_r = draft_ids[rows, pos]
+        rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
+                             None if raw_p is None else raw_p[rows, pos])
+        rec = torch.nan_to_num(rec.to(torch.float32), nan=0.0, posinf=0.0,
                                neginf=0.0).clamp_min_(0.0)
         # Safety net beyond the conventions (never reached for valid input): a recovery row with
         # no mass falls back to q, so no sample is ever drawn from an all-zero row.
