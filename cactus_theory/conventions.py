@@ -11,8 +11,10 @@ h target, a_n acceptance probability of a drafted n, r^(n) recovery distribution
    ``1e-3`` for float32/float16/bfloat16 (one ulp of bfloat16 at 1 is 7.8e-3/2, and
    engines hand over rows that were normalized in float32). The analysis then divides each
    row by its sum (so every result is an exact distribution in float64). The samplers do not
-   validate (that would be a host-device sync); they cast to float32 and divide each row by
-   its sum.
+   check the sum (that would be a host-device sync); they cast to float32 and divide each row
+   by its sum. A sampler row with a NaN/inf, a negative entry or zero total mass, or a token id
+   outside ``[0, V)``, is flagged on the device and emits nothing (``-1``)
+   (:func:`cactus_theory.samplers.base.validate_sampler_entry`).
 2. **p_n = 0 at a drafted token.** ``a_n = min(1, h_n / p_n)`` is taken as its limit
    ``p_n -> 0+``: 1 if ``h_n > 0`` and 0 if ``h_n = 0`` (vLLM computes 0/0 = NaN and
    rejects; we return the same decision without a NaN).
