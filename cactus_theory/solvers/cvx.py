@@ -32,7 +32,7 @@ import numpy as np
 
 from .._validation import as_budget, as_probs, choice
 from ..divergences import get_divergence
-from .cvx_certificate import certify_draft, certify_frontier  # noqa: F401
+from .cvx_certificate import draft_bound, recover_draft
 
 __all__ = ["CvxResult", "SolverFailure", "max_draft_probability_cvxpy", "solve_verified",
            "CVX_DIVERGENCES", "SOLVERS", "solver_attempts"]
@@ -190,34 +190,39 @@ def max_draft_probability_cvxpy(target_probs, token_id: int, delta, divergence="
     cons = [cp.sum(h) == 1] + _constraint(cp, h, q, name, min(delta, 1e6))
     prob = cp.Problem(cp.Maximize(h[n]), cons)
 
-    def certificate(x, lam0, nu0):
-        return certify_draft(q, n, delta, name, float(x[n]), lam0, nu0)[0]
-
     x, div, status, solver, attempts = solve_verified(
         prob, h, q, d, delta, tol=tol, solvers=solvers,
-        context=f"token {n}, delta={delta}, {name}", certificate=certificate,
+        context=f"token {n}, delta={delta}, {name}",
+        dual=lambda lam0, nu0: draft_bound(q, n, delta, name, lam0, nu0),
+        value=lambda x: float(x[n]),
+        recover=lambda mult: recover_draft(q, n, name, *mult),
         multipliers=(cons[-1], cons[0]))
     return CvxResult(float(x[n]), x, div, status, solver, attempts)
 
 
-def solve_verified(prob, var, q, d, budget, *, tol, solvers, context, certificate=None,
-                   multipliers=None):
+def solve_verified(prob, var, q, d, budget, *, tol, solvers, context, dual=None, value=None,
+                   recover=None, multipliers=None):
     """Solve ``prob`` with each solver in turn; return the first answer that is certified.
 
-    The answer ``var.value`` is accepted only if it is finite, ``min >= -tol``,
-    ``|sum - 1| <= tol`` and, after clipping at 0 (and zeroing mass off supp(q) where the
-    divergence forbids it) and renormalizing, ``D(x || q) <= budget + tol`` recomputed in
-    float64, and (with ``certificate``) ``certificate(x, lam0, nu0)``, the duality gap of x
-    (:mod:`cactus_theory.solvers.cvx_certificate`), is at most ``tol``. cvxpy's warnings
-    are kept in the attempt log.
+    A candidate point is accepted only if it is finite, ``min >= -tol``, ``|sum - 1| <= tol``
+    and, after clipping at 0 (and zeroing mass off supp(q) where the divergence forbids it)
+    and renormalizing, ``D(x || q) <= budget + tol`` recomputed in float64 (a point slightly
+    over budget is first pulled towards q along the segment, the least step that meets the
+    budget), and (with ``dual``) the duality gap ``bound - value(x)`` is at most ``tol``, where
+    ``bound, multipliers = dual(lam0, nu0)`` is a float64 Lagrangian bound started from the
+    solver's dual values (:mod:`cactus_theory.solvers.cvx_certificate`). The candidates of an
+    attempt are the solver's point and ``recover(multipliers)``, the Lagrangian maximizer at
+    the polished multipliers (it rescues answers that the solver left inaccurate, typically
+    where q has entries near 0); after every solver, one last dual-only attempt starts from
+    fixed multipliers. cvxpy's warnings are kept in the attempt log.
 
     Parameters
     ----------
     solvers : sequence of str or None
         Solver names (each with its option sets); None: the default order
         :data:`SOLVERS` followed by every other installed solver (:func:`solver_attempts`).
-    certificate : callable, optional
-        ``certificate(x, lam0, nu0) -> gap`` for a feasible x.
+    dual, value, recover : callable, optional
+        The certificate (see above); without ``dual`` only feasibility is checked.
     multipliers : (constraint, constraint), optional
         The budget and mass constraints whose dual values start the certificate's search.
 
@@ -236,6 +241,50 @@ def solve_verified(prob, var, q, d, budget, *, tol, solvers, context, certificat
 
     plan = solver_attempts(SOLVERS) if solvers is None else solver_attempts(solvers, others=False)
     attempts = []
+
+    def feasible(x):
+        if x is None:
+            return None, "no point"
+        x = np.asarray(x, dtype=np.float64)
+        if np.any(~np.isfinite(x)) or x.min() < -tol or abs(x.sum() - 1) > tol:
+            return None, "infeasible point"
+        x = np.clip(x, 0.0, None)
+        if not d.finite_off_support:
+            x[q == 0] = 0.0  # the constraint forces 0 there, up to the solver's tolerance
+        x /= x.sum()
+        div = float(d.unchecked(x, q))
+        if not div <= budget + tol:
+            x, div = _pull_towards_q(x, q, d, budget)
+        if not div <= budget + tol:
+            return None, f"divergence {div:.3g} > budget + tol"
+        return (x, div), ""
+
+    def judge(label, status, x, lam0, nu0):
+        """Certify the solver's point, else the recovered one; log and return the winner."""
+        got, why = feasible(x)
+        if dual is None:
+            if got is None:
+                attempts[-1] = (label, f"{status}, {why}")
+                return None
+            return got
+        bound, mult = dual(lam0, nu0)
+        notes = []
+        for source, point in (("solver", got), ("dual recovery", None)):
+            if source == "dual recovery":
+                if recover is None or not np.isfinite(bound):
+                    break
+                point, why = feasible(recover(mult))
+            if point is None:
+                notes.append(f"{source}: {why}")
+                continue
+            gap = bound - value(point[0])
+            if gap <= tol:
+                attempts[-1] = (label, f"{status}, {source} certified: duality gap {gap:.2g}")
+                return point
+            notes.append(f"{source}: duality gap {gap:.3g} > {tol:g}")
+        attempts[-1] = (label, f"{status}, not certified ({'; '.join(notes)})")
+        return None
+
     for solver, options in plan:
         try:
             with warnings.catch_warnings(record=True) as caught:
@@ -249,28 +298,17 @@ def solve_verified(prob, var, q, d, budget, *, tol, solvers, context, certificat
         attempts.append((solver, str(prob.status) + (f" ({note})" if note else "")))
         if prob.status not in ("optimal", "optimal_inaccurate") or var.value is None:
             continue
-        x = np.asarray(var.value, dtype=np.float64)
-        if np.any(~np.isfinite(x)) or x.min() < -tol or abs(x.sum() - 1) > tol:
-            attempts[-1] = (solver, f"{prob.status}, infeasible point")
-            continue
-        x = np.clip(x, 0.0, None)
-        if not d.finite_off_support:
-            x[q == 0] = 0.0  # the constraint forces 0 there, up to the solver's tolerance
-        x /= x.sum()
-        div = float(d.unchecked(x, q))
-        if not div <= budget + tol:
-            attempts[-1] = (solver, f"{prob.status}, divergence {div:.3g} > budget + tol")
-            continue
-        if certificate is not None:
-            lam0 = nu0 = None
-            if multipliers is not None:
-                lam0, nu0 = (_scalar_dual(c) for c in multipliers)
-            gap = certificate(x, lam0, nu0)
-            if not gap <= tol:
-                attempts[-1] = (solver, f"{prob.status}, not certified: duality gap {gap:.3g} > {tol:g}")
-                continue
-            attempts[-1] = (solver, f"{prob.status}, duality gap {gap:.2g}")
-        return x, div, str(prob.status), solver, tuple(attempts)
+        lam0 = nu0 = None
+        if multipliers is not None:
+            lam0, nu0 = (_scalar_dual(c) for c in multipliers)
+        got = judge(solver, str(prob.status), var.value, lam0, nu0)
+        if got is not None:
+            return got[0], got[1], str(prob.status), solver, tuple(attempts)
+    if dual is not None and recover is not None:
+        attempts.append(("float64 dual", ""))
+        got = judge("float64 dual", "no solver answer", None, None, None)
+        if got is not None:
+            return got[0], got[1], "certified", "float64 dual", tuple(attempts)
     raise SolverFailure(f"no certified solution for {context}: {attempts}")
 
 
@@ -281,3 +319,24 @@ def _scalar_dual(constraint):
         return float(v[0]) if v.size and np.isfinite(v[0]) else None
     except (TypeError, ValueError, AttributeError):
         return None
+
+
+def _pull_towards_q(x, q, d, budget, steps: int = 60):
+    """Repair a slightly infeasible point: the least theta with ``D((1-theta) x + theta q) <= budget``.
+
+    D is convex in its first argument and 0 at q, so the mixture is feasible for theta
+    close enough to 1 and the feasible thetas form an interval [theta*, 1]; bisection finds
+    theta* within ``2**-steps``. The repaired point's value is then judged by the certificate
+    (a large theta costs value and fails it). Returns ``(x, D(x || q))``.
+    """
+    if not np.isfinite(float(d.unchecked(x, q))) and d.finite_off_support is False:
+        return x, float(d.unchecked(x, q))
+    lo, hi = 0.0, 1.0
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if float(d.unchecked((1 - mid) * x + mid * q, q)) <= budget:
+            hi = mid
+        else:
+            lo = mid
+    y = (1 - hi) * x + hi * q
+    return y, float(d.unchecked(y, q))

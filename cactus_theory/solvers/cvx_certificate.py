@@ -50,7 +50,8 @@ import numpy as np
 from .._validation import choice
 
 __all__ = ["CONJUGATE_DIVERGENCES", "conjugate_nonneg", "draft_dual_bound", "frontier_dual_bound",
-           "certify_draft", "certify_frontier"]
+           "draft_bound", "frontier_bound", "certify_draft", "certify_frontier", "recover_draft",
+           "recover_frontier"]
 
 #: Divergences with a closed-form conjugate here (those of the cvxpy oracle).
 CONJUGATE_DIVERGENCES = ("kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "tv", "js")
@@ -249,6 +250,18 @@ def _polish(bound, lam0, nu0, name):
     return obj(z), (math.exp(z[0]), to_nu(z[0], z[1]))
 
 
+def draft_bound(q, token_id: int, delta: float, divergence: str, lam0=None, nu0=None):
+    r"""The polished per-draft dual bound: ``(bound, (lambda, nu))``, bound >= the optimum."""
+    return _polish(lambda lam, nu: draft_dual_bound(q, token_id, delta, divergence, lam, nu),
+                   lam0, nu0, divergence)
+
+
+def frontier_bound(q, p, eps: float, divergence: str, lam0=None, nu0=None):
+    r"""The polished frontier dual bound: ``(bound, (lambda, nu))``, bound >= the optimum."""
+    return _polish(lambda lam, nu: frontier_dual_bound(q, p, eps, divergence, lam, nu),
+                   lam0, nu0, divergence)
+
+
 def certify_draft(q, token_id: int, delta: float, divergence: str, value: float,
                   lam0=None, nu0=None):
     r"""Duality gap of a feasible per-draft answer: ``(gap, bound, (lambda, nu))``.
@@ -256,13 +269,86 @@ def certify_draft(q, token_id: int, delta: float, divergence: str, value: float,
     ``gap = bound - value >= -rounding`` for a feasible ``value``; the answer is optimal within
     ``gap``.
     """
-    bound, mult = _polish(lambda lam, nu: draft_dual_bound(q, token_id, delta, divergence, lam, nu),
-                          lam0, nu0, divergence)
+    bound, mult = draft_bound(q, token_id, delta, divergence, lam0, nu0)
     return bound - value, bound, mult
 
 
 def certify_frontier(q, p, eps: float, divergence: str, value: float, lam0=None, nu0=None):
     r"""Duality gap of a feasible frontier answer: ``(gap, bound, (lambda, nu))``."""
-    bound, mult = _polish(lambda lam, nu: frontier_dual_bound(q, p, eps, divergence, lam, nu),
-                          lam0, nu0, divergence)
+    bound, mult = frontier_bound(q, p, eps, divergence, lam0, nu0)
     return bound - value, bound, mult
+
+
+def _argmax_t(s, name):
+    r""":math:`t^*(s) = \arg\max_{t \ge 0} (s t - f(t)) = (f')^{-1}(s)` (``inf`` past the domain).
+
+    TV has no unique maximizer (f is piecewise linear): NaN, so no point is recovered.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        if name == "kl":
+            return np.exp(s - 1.0)
+        if name == "reverse_kl":
+            return np.where(s < 0, -1.0 / s, np.inf)
+        if name == "chi2":
+            return np.maximum(0.0, 1.0 + s / 2.0)
+        if name == "neyman_chi2":
+            return np.where(s < 1, 1.0 / np.sqrt(np.where(s < 1, 1.0 - s, 1.0)), np.inf)
+        if name == "hellinger":
+            return np.where(s < 0.5, 1.0 / (1.0 - 2.0 * s) ** 2, np.inf)
+        if name == "js":
+            r = np.exp(2.0 * s)
+            return np.where(r < 2, r / (2.0 - r), np.inf)
+        return np.full_like(s, np.nan)
+
+
+def _complete(h, free):
+    """Give the mass missing from 1 to the single undetermined coordinate; None if not one."""
+    if np.any(np.isnan(h)):
+        return None
+    k = np.flatnonzero(free)
+    if len(k) > 1:
+        return None
+    if len(k) == 1:
+        rest = np.sum(np.where(free, 0.0, h))
+        if rest > 1:
+            return None
+        h = np.where(free, 1.0 - rest, h)
+    total = h.sum()
+    return h / total if total > 0 and np.isfinite(total) else None
+
+
+def recover_draft(q, token_id: int, divergence: str, lam: float, nu: float):
+    r"""The Lagrangian maximizer :math:`h_i = q_i t^*((c_i - \nu)/\lambda)` at given multipliers.
+
+    A coordinate whose maximizer is unbounded (the edge of f+'s domain) or off supp(q) at
+    the wall takes the mass missing from 1; the result is renormalized. At optimal
+    multipliers this is the optimum (strictly convex f); the caller verifies feasibility and
+    certifies it like any other point. Returns None when no point can be recovered.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    c = np.zeros_like(q)
+    c[token_id] = 1.0
+    t = _argmax_t((c - nu) / lam, divergence)
+    sup = q > 0
+    free = (sup & np.isinf(t)) | (~sup & (c - nu >= lam * _SLOPE_AT_INFINITY[divergence] - 1e-12))
+    h = np.where(sup & ~free, q * np.where(np.isfinite(t), t, 0.0), 0.0)
+    return _complete(h, free)
+
+
+def recover_frontier(q, p, divergence: str, lam: float, nu: float):
+    r"""The Lagrangian maximizer :math:`\pi_x = q_x t^*((w_x - \nu)/\lambda)` (w optimal per x).
+
+    At a tie (:math:`w_x` interior) :math:`t^* = p_x/q_x`, so :math:`\pi_x = p_x`; off
+    supp(q) the maximizer puts :math:`p_x` where :math:`w_x - \nu` reaches the wall. See
+    :func:`recover_draft`.
+    """
+    q = np.asarray(q, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    w, _ = _best_w(q, p, lam, nu, divergence)
+    t = _argmax_t((w - nu) / lam, divergence)
+    sup = q > 0
+    off_wall = ~sup & (w - nu >= lam * _SLOPE_AT_INFINITY[divergence] - 1e-12)
+    h = np.where(sup, q * np.where(np.isfinite(t), t, 0.0), np.where(off_wall, p, 0.0))
+    free = sup & np.isinf(t)
+    return _complete(h, free)

@@ -23,7 +23,7 @@ import numpy as np
 from .._validation import as_budget, as_prob_pair, choice
 from ..divergences import get_divergence
 from .cvx import CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint, solve_verified  # noqa: F401
-from .cvx_certificate import certify_frontier
+from .cvx_certificate import frontier_bound, recover_frontier
 
 __all__ = ["FrontierCvxResult", "max_acceptance_cvxpy"]
 
@@ -105,11 +105,10 @@ def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
     pi = cp.Variable(V, nonneg=True)
     cons = [cp.sum(pi) == 1] + _constraint(cp, pi, q, name, min(eps, 1e6))
     prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(pi, p))), cons)
-
-    def certificate(x, lam0, nu0):
-        return certify_frontier(q, p, eps, name, float(np.minimum(p, x).sum()), lam0, nu0)[0]
-
     x, div, status, solver, attempts = solve_verified(
         prob, pi, q, d, eps, tol=tol, solvers=solvers, context=f"the frontier, budget={eps}, {name}",
-        certificate=certificate, multipliers=(cons[-1], cons[0]))
+        dual=lambda lam0, nu0: frontier_bound(q, p, eps, name, lam0, nu0),
+        value=lambda x: float(np.minimum(p, x).sum()),
+        recover=lambda mult: recover_frontier(q, p, name, *mult),
+        multipliers=(cons[-1], cons[0]))
     return FrontierCvxResult(float(np.minimum(p, x).sum()), x, div, status, solver, attempts)
