@@ -152,7 +152,11 @@ def main(argv=None) -> int:
     if args.json and not Path(args.json).resolve().parent.is_dir():
         ap.error(f"--json: folder {Path(args.json).resolve().parent} does not exist")
     t0 = time.perf_counter()
-    results = [run_instance(instance(i, args.seed)) for i in range(args.start, args.start + args.n)]
+    results = []
+    for i in range(args.start, args.start + args.n):
+        results.append(run_instance(instance(i, args.seed)))
+        if args.json and len(results) % 250 == 0:  # partial summaries of a long run
+            _write(args.json, dict(summarize(results), partial=True, results=results))
     summary = summarize(results)
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     print(f"{summary['instances']} instances: success rate {summary['success_rate']:.5f} "
@@ -168,10 +172,15 @@ def main(argv=None) -> int:
             print(f"WRONG #{r['index']} {r['kind']} {r['divergence']} {r['family']}: "
                   f"{r['value']!r} vs exact {r['exact']!r} ({r['solver']})")
     if args.json:
-        tmp = Path(args.json).with_suffix(".tmp")
-        tmp.write_text(json.dumps(dict(summary, results=results), indent=1, default=float))
-        os.replace(tmp, args.json)
+        _write(args.json, dict(summary, results=results))
     return 0
+
+
+def _write(path, obj):
+    """Atomic JSON write (temporary file, then rename)."""
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=float))
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

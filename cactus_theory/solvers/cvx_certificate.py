@@ -293,7 +293,9 @@ def _argmax_t(s, name):
         if name == "chi2":
             return np.maximum(0.0, 1.0 + s / 2.0)
         if name == "neyman_chi2":
-            return np.where(s < 1, 1.0 / np.sqrt(np.where(s < 1, 1.0 - s, 1.0)), np.inf)
+            # within 1e-9 of the closed edge s = 1 the maximizer is unbounded (the dual optimum
+            # sits on the wall and the multipliers carry rounding): the caller fills that mass
+            return np.where(s < 1 - 1e-9, 1.0 / np.sqrt(np.where(s < 1, 1.0 - s, 1.0)), np.inf)
         if name == "hellinger":
             return np.where(s < 0.5, 1.0 / (1.0 - 2.0 * s) ** 2, np.inf)
         if name == "js":
@@ -302,18 +304,23 @@ def _argmax_t(s, name):
         return np.full_like(s, np.nan)
 
 
-def _complete(h, free):
-    """Give the mass missing from 1 to the single undetermined coordinate; None if not one."""
+def _complete(h, free, weights=None):
+    """Give the mass missing from 1 to the undetermined coordinates (in proportion to
+    ``weights`` when there are several; None without weights or positive weight there)."""
     if np.any(np.isnan(h)):
         return None
     k = np.flatnonzero(free)
-    if len(k) > 1:
-        return None
-    if len(k) == 1:
+    if len(k):
         rest = np.sum(np.where(free, 0.0, h))
         if rest > 1:
             return None
-        h = np.where(free, 1.0 - rest, h)
+        if len(k) == 1:
+            h = np.where(free, 1.0 - rest, h)
+        else:
+            if weights is None or not np.sum(weights[k]) > 0:
+                return None
+            share = np.where(free, weights, 0.0)
+            h = np.where(free, (1.0 - rest) * share / share.sum(), h)
     total = h.sum()
     return h / total if total > 0 and np.isfinite(total) else None
 
@@ -351,4 +358,4 @@ def recover_frontier(q, p, divergence: str, lam: float, nu: float):
     off_wall = ~sup & (w - nu >= lam * _SLOPE_AT_INFINITY[divergence] - 1e-12)
     h = np.where(sup, q * np.where(np.isfinite(t), t, 0.0), np.where(off_wall, p, 0.0))
     free = sup & np.isinf(t)
-    return _complete(h, free)
+    return _complete(h, free, p)
