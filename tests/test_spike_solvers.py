@@ -111,21 +111,25 @@ def test_readme_worked_example():
 
     The README does not say which delta: the Taylor point reaches .66 at delta = 0.211, where
     its per-draft KL is 0.198 (the README's '0.20 nats'), so the exact KL rule reaches .66 at
-    delta = 0.198. SpS accepts .35/.80 = 43.75%, the boosted target .66/.80 = 82.4%.
+    delta = 0.198. SpS accepts .35/.80 = 43.75%, the boosted target .66/.80 = 82.4%. Every
+    number asserted is computed by the package (the rules' plans), not by the test.
     """
-    q_n, p_n = 0.35, 0.80
-    delta_taylor = (0.66 - q_n) ** 2 / (2 * q_n * (1 - q_n))
-    assert delta_taylor == pytest.approx(0.2112, abs=1e-4)
-    g = float(taylor_spike(np.array(q_n), delta_taylor))
+    from cactus_theory.rules import get_rule
+
+    q, p, n = np.array([0.30, 0.35, 0.35]), np.array([0.05, 0.80, 0.15]), 1
+    delta_taylor = (0.66 - q[n]) ** 2 / (2 * q[n] * (1 - q[n]))  # Corollary 5 solved for delta
+    g = float(taylor_spike(np.array(q[n]), delta_taylor))
     assert g == pytest.approx(0.66, abs=1e-12)
-    kl = float(get_divergence("kl").two_point(np.array(g), np.array(q_n)))
+    kl = float(get_divergence("kl").two_point(np.array(g), np.array(q[n])))
     assert kl == pytest.approx(0.198, abs=1e-3)
-    assert float(exact_spike(np.array(q_n), kl)) == pytest.approx(0.66, abs=1e-9)
-    assert q_n / p_n == pytest.approx(0.4375)
-    assert g / p_n == pytest.approx(0.825, abs=1e-3)
-    # the README's rescaled h is about (.16, .66, .18)
-    h = np.array([0.30, 0.0, 0.35]) * (1 - g) / (1 - q_n)
-    np.testing.assert_allclose(h[[0, 2]], [0.157, 0.183], atol=1e-3)
+    assert float(exact_spike(np.array(q[n]), kl)) == pytest.approx(0.66, abs=1e-9)
+    sps = get_rule("sps").plan(q, p)
+    assert float(sps.accept_probs_at(np.array(n))) == pytest.approx(0.4375, rel=1e-12)
+    cactus = get_rule("cactus-taylor", delta=delta_taylor).plan(q, p)
+    assert float(cactus.accept_probs_at(np.array(n))) == pytest.approx(0.825, abs=1e-3)
+    # the README's rescaled h is about (.16, .66, .18): the plan's target for draft n
+    h = np.asarray(cactus.target_at(np.array(n)))
+    np.testing.assert_allclose(h, [0.157, 0.66, 0.183], atol=1e-3)  # README's 3 decimals
 
 
 @pytest.mark.parametrize("name", CVX_DIVERGENCES)
