@@ -15,7 +15,8 @@ from cactus_theory.analysis.comparison import (
 )
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.solvers.cvx import CVX_DIVERGENCES, max_draft_probability_cvxpy
-from cactus_theory.solvers.spike import exact_spike, taylor_spike
+from cactus_theory.solvers.spike import exact_spike, spike_scale, taylor_spike
+from conftest import assert_close
 from strategies import simplex
 
 qn = st.floats(0.0, 1.0)
@@ -204,3 +205,25 @@ def test_spike_solvers_are_array_agnostic_torch_float32(name):
         if name == "kl":
             t = taylor_spike(torch.tensor(s, dtype=torch.float32), delta)
             np.testing.assert_allclose(t.numpy(), taylor_spike(s, delta), atol=1e-6)
+
+
+@pytest.mark.parametrize("name, f2", [("chi2", 2.0), ("hellinger", 0.25), ("js", 0.25),
+                                      ("neyman_chi2", 2.0)])
+def test_taylor_point_divides_by_f_second_at_one(name, f2):
+    """Corollary 5 for a general f: gamma = min(1, q + sqrt(2 delta q (1-q) / f''(1)))."""
+    s = np.linspace(0, 1, 41)
+    for delta in (1e-3, 0.05, 0.7):
+        want = np.minimum(1.0, s + np.sqrt(2 * delta * s * (1 - s) / f2))
+        assert_close(taylor_spike(s, delta, name), want)
+
+
+def test_spike_scale_is_theorem2_rescale_and_conserves_mass():
+    """c = (1 - gamma)/(1 - q_n), so gamma + c (1 - q_n) = 1; q_n = 1 gives c = 0 (convention 4)."""
+    rng = np.random.default_rng(3)
+    s = rng.uniform(0, 0.999, 200)
+    g = s + (1 - s) * rng.uniform(0, 1, 200)
+    c = spike_scale(s, g)
+    assert_close(c, (1 - g) / (1 - s))
+    assert_close(g + c * (1 - s), np.ones_like(s))
+    assert np.array_equal(spike_scale(np.array([1.0, 1.0]), np.array([1.0, 1.0])), [0.0, 0.0])
+    assert float(spike_scale(np.array(0.0), np.array(0.0))) == 1.0  # gamma = q_n: h = q

@@ -162,6 +162,10 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
     invalid : Tensor, bool, shape ``draft_token_ids.shape[:1]`` (or per flat token in the
         ragged layout: shape ``draft_token_ids.shape``)
         True where the row (token) carries an invalid id or probability row.
+    probs : tuple of Tensor or None
+        ``(target_probs, draft_probs, raw_target_probs, raw_draft_probs)`` with each invalid
+        probability row replaced by the uniform row (the rule's formulas never see NaN, and
+        rules that validate their input do not raise); the inputs are not modified.
 
     Raises
     ------
@@ -186,8 +190,9 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         if bad:
             raise TypeError(f"seeded_seqs: the values for rows {bad} are not torch.Generator "
                             f"(got {type(seeded_seqs[bad[0]]).__name__})")
+    probs = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     if target_probs.dim() < 1 or draft_token_ids.dim() < 1:
-        return draft_token_ids, bonus_token_ids, None  # the shape checks name the argument
+        return draft_token_ids, bonus_token_ids, None, probs  # the shape checks name the argument
     v = target_probs.shape[-1]
     lead = draft_token_ids.dim()  # the probability tensors' axes before V align with the ids
     invalid = torch.zeros(draft_token_ids.shape, dtype=torch.bool, device=draft_token_ids.device)
@@ -203,10 +208,17 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         s = x.sum(-1)
         return ~(torch.isfinite(s) & (s > 0) & (x.amin(-1) >= 0))
 
-    for x in (target_probs, draft_probs, raw_target_probs, raw_draft_probs):
+    cleaned = []
+    for x in probs:
         b = bad_rows(x)
         if b is not None:
             invalid |= b
+            # the rule's formulas never see the bad row (some rules validate, or leave the
+            # device): a uniform row in its place, whose output is masked anyway
+            if x.shape[:-1] != b.shape:  # V0 target: the bonus position is never read
+                b = torch.cat([b, torch.zeros_like(b[:, :1]).expand(-1, x.shape[1] - b.shape[1])], 1)
+            x = torch.where(b[..., None], torch.full_like(x, 1.0 / x.shape[-1]), x)
+        cleaned.append(x)
     if draft_token_ids.dtype in (torch.int64, torch.int32) and v > 0:
         invalid |= (draft_token_ids < 0) | (draft_token_ids >= v)
         draft_token_ids = draft_token_ids.clamp(0, v - 1)
@@ -218,7 +230,7 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         # (the ragged layout maps its bonus ids to requests itself)
         invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
         bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
-    return draft_token_ids, bonus_token_ids, invalid
+    return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned)
 
 
 def mask_invalid_rows(sampler, out: torch.Tensor, invalid: torch.Tensor) -> torch.Tensor:
@@ -445,16 +457,18 @@ class RuleSampler(torch.nn.Module):
             A numpy array (or other non-tensor) for a tensor argument; ``seeded_seqs`` not a
             dict of ``torch.Generator``.
         """
-        draft_ids, bonus, invalid = validate_sampler_entry(
+        draft_ids, bonus, invalid, probs = validate_sampler_entry(
             target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
             raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
         if self._strict_mode:  # raise on the original values (names the argument)
             self._check_shapes(target_with_bonus_probs, bonus_token_ids, draft_probs,
                                draft_token_ids, raw_target_probs, raw_draft_probs)
             self._check_values(target_with_bonus_probs.shape[-1],
+                               target_with_bonus_probs=target_with_bonus_probs,
+                               draft_probs=draft_probs, raw_target_probs=raw_target_probs,
+                               raw_draft_probs=raw_draft_probs,
                                draft_token_ids=draft_token_ids, bonus_token_ids=bonus_token_ids)
-        out = self._verify(target_with_bonus_probs, bonus, draft_probs,
-                           draft_ids, seeded_seqs, raw_target_probs, raw_draft_probs)
+        out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
         if invalid is None or invalid.shape[0] != out.shape[0]:
             return out
         return mask_invalid_rows(self, out, invalid)

@@ -104,10 +104,17 @@ def ragged_forward(
     TypeError
         A numpy array for a tensor argument, or ``generators`` not a dict of torch.Generator.
     """
-    draft_token_ids, bonus_token_ids, invalid_tok = validate_sampler_entry(
+    if getattr(sampler, "_strict_mode", False) and torch.is_tensor(target_probs) \
+            and torch.is_tensor(draft_token_ids) and torch.is_tensor(bonus_token_ids):
+        sampler._check_values(target_probs.shape[-1], target_probs=target_probs,
+                              draft_probs=draft_probs, raw_target_probs=raw_target_probs,
+                              raw_draft_probs=raw_draft_probs, draft_token_ids=draft_token_ids,
+                              bonus_token_ids=bonus_token_ids)
+    draft_token_ids, bonus_token_ids, invalid_tok, probs = validate_sampler_entry(
         target_probs, bonus_token_ids, draft_probs, draft_token_ids, generators,
         raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
         target_names=("target_probs", "draft_probs"))
+    target_probs, draft_probs, raw_target_probs, raw_draft_probs = probs
     if draft_token_ids.dim() != 1:
         raise ValueError(f"draft_token_ids: expected 1-D, got shape {tuple(draft_token_ids.shape)}")
     if bonus_token_ids.dim() != 2 or bonus_token_ids.shape[1] != 1:
