@@ -189,21 +189,22 @@ def frontier_dual_bound(q, p, eps: float, divergence: str, lam: float, nu: float
     return float(nu + lam * eps + np.sum(vals))
 
 
-#: Closed right end of the domain of f+ (finite there): the dual optimum can sit on the wall
-#: nu = 1 - lambda * edge (the largest objective coefficient is 1), so it is searched on too.
-_CLOSED_EDGE = {"neyman_chi2": 1.0, "tv": 0.5}
+#: The wall nu = 1 - lambda * edge where the dual optimum can sit (the largest objective
+#: coefficient is 1): the closed right end of f+'s domain (Neyman 1, TV 1/2), or the slope
+#: f'(inf) charged off supp(q) (every divergence with a finite slope), so it is searched on too.
+_WALL = {name: v for name, v in _SLOPE_AT_INFINITY.items() if math.isfinite(v)}
 
 
 def _polish(bound, lam0, nu0, name):
     """Minimize ``bound(lam, nu)`` from the solver's multipliers and a few fixed starts.
 
-    Nelder-Mead in ``(log lam, kappa)`` with ``nu = 1 - lam * edge + kappa`` (``edge`` = the
-    closed end of f+'s domain, else 0), then bounded Brent passes along each axis and, for
-    divergences with a closed edge, along the wall ``kappa = 0``. Any result is a valid bound.
+    Nelder-Mead in ``(log lam, kappa)`` with ``nu = 1 - lam * edge + kappa`` (``edge`` from
+    :data:`_WALL`, else 0), then bounded Brent passes along each axis and, for divergences
+    with a wall, along ``kappa = 0``. Any result is a valid bound.
     """
     from scipy.optimize import minimize, minimize_scalar
 
-    edge = _CLOSED_EDGE.get(name, 0.0)
+    edge = _WALL.get(name, 0.0)
 
     def to_nu(lz, kappa):
         return 1.0 - math.exp(lz) * edge + kappa
@@ -355,7 +356,7 @@ def recover_frontier(q, p, divergence: str, lam: float, nu: float):
     w, _ = _best_w(q, p, lam, nu, divergence)
     t = _argmax_t((w - nu) / lam, divergence)
     sup = q > 0
-    off_wall = ~sup & (w - nu >= lam * _SLOPE_AT_INFINITY[divergence] - 1e-12)
-    h = np.where(sup, q * np.where(np.isfinite(t), t, 0.0), np.where(off_wall, p, 0.0))
-    free = sup & np.isinf(t)
-    return _complete(h, free, p)
+    off_wall = ~sup & (p > 0) & (w - nu >= lam * _SLOPE_AT_INFINITY[divergence] - 1e-12)
+    h = np.where(sup, q * np.where(np.isfinite(t), t, 0.0), 0.0)
+    free = (sup & np.isinf(t)) | off_wall  # mass set by the budget: the remainder, by p
+    return _complete(np.where(free, 0.0, h), free, p)
