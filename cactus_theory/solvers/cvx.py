@@ -14,10 +14,13 @@ multipliers from the solver's duals, polished) must exceed its value by at most 
 an answer labelled "optimal" that is feasible but not the maximum is rejected. Solvers are
 tried in order: Clarabel with tightened tolerances, Clarabel with more iterations and
 regularization, SCS at high accuracy, then any other installed solver that accepts the
-problem (HiGHS for TV); rows of q with entries below ``1e-9`` relative to their maximum are
-solved in a rescaled form (the objective and budget unchanged, the tiny coordinates' variable
-scaled by 1/q_i). :class:`SolverFailure` is raised rather than an uncertified answer returned.
-Measured success rate: ``scripts/oracle_success_rate.py``.
+problem (HiGHS for TV). Where q has entries near 0 the solvers often stop short
+("optimal_inaccurate", a point slightly over budget or below the maximum): such a point is
+pulled back into the budget along the segment to q, and the Lagrangian maximizer at the
+certificate's polished multipliers (h_i = q_i (f')^{-1}((c_i - nu)/lambda), float64) is
+tried as a second candidate; either is accepted only with its certificate.
+:class:`SolverFailure` is raised rather than an uncertified answer returned. Measured success
+rate: ``scripts/oracle_success_rate.py``.
 
 References
 ----------
