@@ -124,7 +124,8 @@ def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
 
 def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_token_ids,
                            seeded_seqs=None, *, raw_target_probs=None, raw_draft_probs=None,
-                           target_names=("target_with_bonus_probs", "draft_probs")):
+                           target_names=("target_with_bonus_probs", "draft_probs"),
+                           sanitize: bool = False):
     r"""Entry validation of a public sampler call: types at once, values clamped and flagged.
 
     Called first by :meth:`RuleSampler.forward` and :func:`~.v1.ragged_forward`. Two kinds
@@ -154,6 +155,12 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
     seeded_seqs : dict of int to torch.Generator, optional
     target_names : (str, str)
         Names of the target and draft arguments in error messages.
+    sanitize : bool
+        Also return copies of the probability tensors with every invalid row replaced by the
+        uniform row. Off on the fast path (a full copy costs about a quarter of a CPU
+        forward); the public calls turn it on only to retry a rule that raised ValueError on
+        the raw values (a rule that validates on the host, e.g. ``cactus-calibrated``).
+        Array-agnostic rules compute on the invalid rows unharmed: their output is masked.
 
     Returns
     -------
@@ -163,9 +170,9 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         ragged layout: shape ``draft_token_ids.shape``)
         True where the row (token) carries an invalid id or probability row.
     probs : tuple of Tensor or None
-        ``(target_probs, draft_probs, raw_target_probs, raw_draft_probs)`` with each invalid
-        probability row replaced by the uniform row (the rule's formulas never see NaN, and
-        rules that validate their input do not raise); the inputs are not modified.
+        ``(target_probs, draft_probs, raw_target_probs, raw_draft_probs)``; with ``sanitize``,
+        copies with each invalid probability row replaced by the uniform row (the inputs are
+        never modified).
 
     Raises
     ------
@@ -215,9 +222,10 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
             invalid |= b
             # the rule's formulas never see the bad row (some rules validate, or leave the
             # device): a uniform row in its place, whose output is masked anyway
-            if x.shape[:-1] != b.shape:  # V0 target: the bonus position is never read
-                b = torch.cat([b, torch.zeros_like(b[:, :1]).expand(-1, x.shape[1] - b.shape[1])], 1)
-            x = torch.where(b[..., None], torch.full_like(x, 1.0 / x.shape[-1]), x)
+            if sanitize:
+                if x.shape[:-1] != b.shape:  # V0 target: the bonus position is never read
+                    b = torch.cat([b, torch.zeros_like(b[:, :1]).expand(-1, x.shape[1] - b.shape[1])], 1)
+                x = x.masked_fill(b[..., None], 1.0 / x.shape[-1])
         cleaned.append(x)
     if draft_token_ids.dtype in (torch.int64, torch.int32) and v > 0:
         invalid |= (draft_token_ids < 0) | (draft_token_ids >= v)
@@ -468,7 +476,18 @@ class RuleSampler(torch.nn.Module):
                                draft_probs=draft_probs, raw_target_probs=raw_target_probs,
                                raw_draft_probs=raw_draft_probs,
                                draft_token_ids=draft_token_ids, bonus_token_ids=bonus_token_ids)
-        out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
+        try:
+            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
+        except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
+            if invalid is None:
+                raise
+            # a rule that validates on the host met an invalid row: retry on sanitized rows
+            # (a valid batch raises again, unchanged)
+            probs = validate_sampler_entry(
+                target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids,
+                seeded_seqs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
+                sanitize=True)[3]
+            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
         if invalid is None or invalid.shape[0] != out.shape[0]:
             return out
         return mask_invalid_rows(self, out, invalid)

@@ -110,10 +110,25 @@ def ragged_forward(
                               draft_probs=draft_probs, raw_target_probs=raw_target_probs,
                               raw_draft_probs=raw_draft_probs, draft_token_ids=draft_token_ids,
                               bonus_token_ids=bonus_token_ids)
-    draft_token_ids, bonus_token_ids, invalid_tok, probs = validate_sampler_entry(
-        target_probs, bonus_token_ids, draft_probs, draft_token_ids, generators,
-        raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
-        target_names=("target_probs", "draft_probs"))
+    entry = dict(raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
+                 target_names=("target_probs", "draft_probs"))
+    originals = (target_probs, bonus_token_ids, draft_probs, draft_token_ids, generators)
+    draft_token_ids, bonus_token_ids, invalid_tok, probs = validate_sampler_entry(*originals, **entry)
+    try:
+        return _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok,
+                       probs, cu_num_draft_tokens, generators, max_spec_len)
+    except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
+        if invalid_tok is None or not bool(invalid_tok.any()):
+            raise
+        # a rule that validates on the host met an invalid row: retry on sanitized rows
+        probs = validate_sampler_entry(*originals, **entry, sanitize=True)[3]
+        return _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok,
+                       probs, cu_num_draft_tokens, generators, max_spec_len)
+
+
+def _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok, probs,
+            cu_num_draft_tokens, generators, max_spec_len):
+    """The body of :func:`ragged_forward` after its entry validation."""
     target_probs, draft_probs, raw_target_probs, raw_draft_probs = probs
     if draft_token_ids.dim() != 1:
         raise ValueError(f"draft_token_ids: expected 1-D, got shape {tuple(draft_token_ids.shape)}")
