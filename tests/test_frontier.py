@@ -189,7 +189,10 @@ def test_cvxpy_oracle_falls_back_and_never_returns_unverified():
     res = max_acceptance_cvxpy(q, p, 0.1, "kl", solvers=("NOT_A_SOLVER", "CLARABEL"))
     assert res.solver == "CLARABEL" and res.attempts[0][1].startswith("error")
     assert abs(res.acceptance - float(frontier(q, p, 0.1, "kl").acceptance[0])) <= 1e-6
-    with pytest.raises(SolverFailure, match="NOT_A_SOLVER"):
-        max_acceptance_cvxpy(q, p, 0.1, "kl", solvers=("NOT_A_SOLVER",))
+    with pytest.raises(SolverFailure, match="NOT_A_SOLVER"):  # TV: no dual recovery either
+        max_acceptance_cvxpy(q, p, 0.1, "tv", solvers=("NOT_A_SOLVER",))
+    res = max_acceptance_cvxpy(q, p, 0.1, "kl", solvers=("NOT_A_SOLVER",))
+    assert res.solver == "float64 dual"  # certified without any solver
+    assert abs(res.acceptance - float(frontier(q, p, 0.1, "kl").acceptance[0])) <= 1e-7
     with pytest.raises(ValueError, match="budget"):
         max_acceptance_cvxpy(q, p, -1.0, "kl")

@@ -176,10 +176,15 @@ def test_cvxpy_falls_back_when_a_solver_fails():
 
 
 def test_cvxpy_never_returns_unverified_answer():
+    """With no working solver, the only answer is the float64 dual's certified recovery (a
+    strictly convex f); TV has none (f piecewise linear), so the oracle raises."""
     from cactus_theory.solvers.cvx import SolverFailure
 
+    res = max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "kl", solvers=("NO_SUCH_SOLVER",))
+    assert res.solver == "float64 dual" and res.attempts[0][0] == "NO_SUCH_SOLVER"
+    assert abs(res.value - float(exact_spike(np.array(0.2), 0.1))) <= 1e-7  # the certificate's tol
     with pytest.raises(SolverFailure, match="NO_SUCH_SOLVER"):
-        max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "kl", solvers=("NO_SUCH_SOLVER",))
+        max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "tv", solvers=("NO_SUCH_SOLVER",))
 
 
 def test_cvxpy_bad_input():
