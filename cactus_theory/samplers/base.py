@@ -220,8 +220,8 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         b = bad_rows(x)
         if b is not None:
             invalid |= b
-            # the rule's formulas never see the bad row (some rules validate, or leave the
-            # device): a uniform row in its place, whose output is masked anyway
+            # with sanitize, a uniform row in its place (for rules that validate on the host);
+            # the row's output is masked in every case
             if sanitize:
                 if x.shape[:-1] != b.shape:  # V0 target: the bonus position is never read
                     b = torch.cat([b, torch.zeros_like(b[:, :1]).expand(-1, x.shape[1] - b.shape[1])], 1)
