@@ -73,7 +73,7 @@ def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
         One of :data:`cactus_theory.solvers.cvx.CVX_DIVERGENCES`.
     tol : float
         Verification tolerance on ``min(pi) >= -tol``, ``|sum pi - 1| <= tol``,
-        ``D(pi||q) <= budget + tol`` and the duality gap (certificate of optimality,
+        ``D(pi||q) <= budget`` (exactly, after a pull towards q) and the duality gap (certificate of optimality,
         :func:`cactus_theory.solvers.cvx_certificate.certify_frontier`).
     solvers : sequence of str, optional
         Tried in order; default Clarabel (two option sets), SCS, then other installed solvers.
