@@ -77,9 +77,9 @@ def _code_lines(text: str):
     return lines, out
 
 
-def mutants(path: str):
-    """Every single-token mutant of ``path``: (line number, original, mutated line)."""
-    lines, idx = _code_lines((ROOT / path).read_text())
+def mutants(path: str, root: Path = ROOT):
+    """Every single-token mutant of ``root / path``: (line number, original, mutated line)."""
+    lines, idx = _code_lines((root / path).read_text())
     found = []
     for i in idx:
         code = lines[i].split("#", 1)[0]
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
         for path, tests in TARGETS.items():
             if args.only and args.only not in path:
                 continue
-            found = mutants(path)
+            found = mutants(path, scratch)  # the copy under test, not the live file
             chosen = found if args.per_file == 0 or len(found) <= args.per_file else \
                 sorted(rng.sample(found, args.per_file))
             for line_no, old, new in chosen:
