@@ -197,3 +197,84 @@ def as_top_p(p, name: str = "top_p") -> float:
     if not 0 < v <= 1:
         raise ValueError(f"{name}: must lie in (0, 1], got {p!r}")
     return v
+# -- validators of the exported solver and analysis functions ---------------------------------
+
+def _is_torch(x) -> bool:
+    """True for a torch tensor (checked by type name: importing torch is never needed here)."""
+    return type(x).__module__.startswith("torch")
+
+
+def as_unit_interval(x, name: str) -> np.ndarray:
+    """Validate numbers in [0, 1] (probabilities of single tokens, e.g. q_n or gamma) as float64."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not a numeric array ({exc})") from None
+    if np.any(np.isnan(arr)):
+        raise ValueError(f"{name}: contains NaN")
+    if np.any((arr < 0) | (arr > 1)):
+        bad = arr[(arr < 0) | (arr > 1)].flat[0]
+        raise ValueError(f"{name}: must lie in [0, 1], got {bad:g}")
+    return arr
+
+
+def spike_arguments(q_n, delta, *, q_name: str = "q_n", delta_name: str = "delta"):
+    """Validate ``(q_n, delta)`` of the spike solvers; torch tensors pass through unchecked.
+
+    numpy arrays and Python numbers: ``q_n`` in [0, 1] (no NaN), ``delta`` >= 0 (no NaN;
+    ``inf`` allowed), returned as float64 arrays. torch tensors are the samplers' internal path,
+    whose values :func:`cactus_theory.samplers.base.validate_sampler_entry` has flagged on the
+    device (checking them here would synchronize the host with the device).
+    """
+    if _is_torch(q_n):
+        return q_n, delta
+    q_arr = as_unit_interval(q_n, q_name)
+    if isinstance(q_n, np.ndarray) and q_n.dtype.kind == "f":
+        q_arr = q_n  # keep the caller's float dtype (values checked above)
+    if _is_torch(delta):
+        return q_arr, delta
+    d_arr = as_budget_array(delta, delta_name)
+    return q_arr, (d_arr if np.ndim(delta) else float(d_arr))
+
+
+def as_nonempty_values(values, name: str, *, minimum: float | None = 0.0) -> np.ndarray:
+    """Validate a non-empty 1-D list of real numbers (no NaN; each >= ``minimum`` if given)."""
+    try:
+        arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not a list of numbers ({exc})") from None
+    if arr.size == 0:
+        raise ValueError(f"{name}: is empty; give at least one value")
+    if np.any(np.isnan(arr)):
+        raise ValueError(f"{name}: contains NaN")
+    if minimum is not None and np.any(arr < minimum):
+        raise ValueError(f"{name}: must be >= {minimum:g} (min {arr.min():g})")
+    return arr
+
+
+def as_count(n, name: str, minimum: int = 1) -> int:
+    """Validate an integer count ``>= minimum`` (bools and non-integral floats rejected)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer, float, np.floating)) \
+            or not math.isfinite(float(n)) or int(n) != n:
+        raise ValueError(f"{name}: must be an integer >= {minimum}, got {n!r}")
+    if int(n) < minimum:
+        raise ValueError(f"{name}: must be an integer >= {minimum}, got {int(n)}")
+    return int(n)
+
+
+def as_probs_or_tensor(x, name: str):
+    """:func:`as_probs` for numpy arrays and lists; torch tensors pass through (samplers' path)."""
+    return x if _is_torch(x) else as_probs(x, name)
+
+
+def as_finite_number(x, name: str, *, low: float = -math.inf, high: float = math.inf):
+    """Validate real numbers (array or scalar) with no NaN, within ``[low, high]``."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not numeric ({exc})") from None
+    if np.any(np.isnan(arr)):
+        raise ValueError(f"{name}: contains NaN")
+    if np.any((arr < low) | (arr > high)):
+        raise ValueError(f"{name}: must lie in [{low:g}, {high:g}]")
+    return arr

@@ -335,7 +335,13 @@ def _environment():
     return env
 
 
-def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0) -> BenchmarkReport:
+#: Sampler rules of the default full run: one per family (``all_rules=True`` times every rule).
+FAMILY_RULES = ("sps", "cactus-taylor", "cactus-exact", "interpolation", "topk", "tas",
+                "cascade-token-v3", "fuzzy")
+
+
+def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
+                   all_rules: bool = False) -> BenchmarkReport:
     """Measure every goal (module docstring) in one run.
 
     Parameters
@@ -347,6 +353,9 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0) -> Benc
         Its numbers are not the goals' (the full run is).
     seed : int
         Seed of the synthetic q and p.
+    all_rules : bool
+        Time every registered rule's sampler (default: :data:`FAMILY_RULES`, one per family;
+        the slowest rules, e.g. Mentored decoding's per-row root, take minutes each on a CPU).
 
     Returns
     -------
@@ -366,7 +375,10 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0) -> Benc
     except ImportError:  # pragma: no cover
         pass
     goals += _bench_analysis(2 if quick else 64, repeats, devices)
-    rules = ("sps", "cactus-taylor", "cactus-exact-kl") if quick else tuple(sorted(RULES))
+    if quick:
+        rules = ("sps", "cactus-taylor", "cactus-exact-kl")
+    else:
+        rules = tuple(sorted(RULES)) if all_rules else FAMILY_RULES
     shapes = SAMPLER_SHAPES[:1] if quick else SAMPLER_SHAPES
     goals += _bench_samplers(rules, shapes, repeats)
     goals += _bench_frontier(repeats, quick)

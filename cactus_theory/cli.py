@@ -282,21 +282,19 @@ def _cmd_figures(args) -> int:
 
 def _args_benchmark(p):
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats per case (medians)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run (small batch, three rules, one sampler shape): not the goals' numbers")
+    p.add_argument("--all-rules", action="store_true",
+                   help="time every registered rule's sampler (default: one rule per family)")
     add_seed(p, "seed of the random (q, p) rows")
     add_output(p)
 
 
 def _cmd_benchmark(args) -> int:
-    import inspect
-
     from .benchmark import run_benchmarks
 
-    kw = {"seed": args.seed} if "seed" in inspect.signature(run_benchmarks).parameters else {}
-    res = run_benchmarks(repeats=args.repeats, **kw)
-    if hasattr(res, "to_dict"):
-        _emit(args, text=str(res), data=res.to_dict())
-    else:  # a plain-text benchmark: --json carries the text itself
-        _emit(args, text=str(res), data={"repeats": args.repeats, "text": str(res)})
+    res = run_benchmarks(repeats=args.repeats, quick=args.quick, seed=args.seed, all_rules=args.all_rules)
+    _emit(args, text=res.to_text(), data=res.to_dict())
     return 0
 
 

@@ -10,6 +10,8 @@ import os
 import numpy as np
 from hypothesis import HealthCheck, settings
 
+from cactus_theory.conventions import tolerance
+
 settings.register_profile(
     "ci", derandomize=True, database=None, max_examples=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -30,8 +32,15 @@ except ImportError:  # pragma: no cover - torch is a dependency; stay importable
 
 
 def assert_close(actual, expected, *, rtol=None, atol=0.0, err_msg=""):
-    """``np.testing.assert_allclose`` with a dtype-dependent default rtol of 4 sqrt(eps)."""
+    """``np.testing.assert_allclose`` with the package's dtype-aware default rtol.
+
+    ``rtol`` defaults to :func:`cactus_theory.conventions.tolerance` of ``actual``'s dtype
+    (4 sqrt(eps)); torch tensors are compared in their own precision.
+    """
+    dtype = getattr(actual, "dtype", None)
+    if hasattr(actual, "detach"):
+        actual = actual.detach().cpu().float().numpy()
     actual = np.asarray(actual)
     if rtol is None:
-        rtol = 4 * np.sqrt(np.finfo(actual.dtype if actual.dtype.kind == "f" else np.float64).eps)
+        rtol = tolerance(dtype if dtype is not None else actual.dtype)
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=err_msg)

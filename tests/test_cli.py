@@ -179,9 +179,9 @@ def test_figures_default_writes_pdf_and_png(tmp_path, capsys):
 
 
 def test_benchmark_json(capsys):
-    data = run_json(capsys, "benchmark", "--repeats", "1")
-    assert data  # a text benchmark comes back as {"repeats", "text"}; an object as its to_dict()
-    assert "fast" in json.dumps(data)
+    data = run_json(capsys, "benchmark", "--repeats", "1", "--quick")
+    assert data["quick"] is True and data["repeats"] == 1
+    assert data["goals"] and all(isinstance(g["passed"], bool) and g["check"] for g in data["goals"])
 
 
 # --------------------------------------------------------------------------- errors

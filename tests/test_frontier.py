@@ -189,7 +189,20 @@ def test_cvxpy_oracle_falls_back_and_never_returns_unverified():
     res = max_acceptance_cvxpy(q, p, 0.1, "kl", solvers=("NOT_A_SOLVER", "CLARABEL"))
     assert res.solver == "CLARABEL" and res.attempts[0][1].startswith("error")
     assert abs(res.acceptance - float(frontier(q, p, 0.1, "kl").acceptance[0])) <= 1e-6
-    with pytest.raises(SolverFailure, match="NOT_A_SOLVER"):
-        max_acceptance_cvxpy(q, p, 0.1, "kl", solvers=("NOT_A_SOLVER",))
+    with pytest.raises(SolverFailure, match="NOT_A_SOLVER"):  # TV: no dual recovery either
+        max_acceptance_cvxpy(q, p, 0.1, "tv", solvers=("NOT_A_SOLVER",))
+    res = max_acceptance_cvxpy(q, p, 0.1, "kl", solvers=("NOT_A_SOLVER",))
+    assert res.solver == "float64 dual"  # certified without any solver
+    assert abs(res.acceptance - float(frontier(q, p, 0.1, "kl").acceptance[0])) <= 1e-7
     with pytest.raises(ValueError, match="budget"):
         max_acceptance_cvxpy(q, p, -1.0, "kl")
+
+
+def test_frontier_curve_grid_is_quadratic_from_zero_to_saturation():
+    """n_points = 2 is the smallest grid (0 and the saturation budget); spacing quadratic."""
+    q, p = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.2, 0.6])
+    top = float(saturation_budget(q, p, "kl"))
+    grid, acc = frontier_curve(q, p, "kl", n_points=2)
+    assert grid.tolist() == [0.0, top] and acc.shape == (2,)
+    grid, _ = frontier_curve(q, p, "kl", n_points=5)
+    np.testing.assert_allclose(grid, top * np.array([0, 1, 4, 9, 16]) / 16, rtol=1e-15)  # float64 ops

@@ -206,7 +206,8 @@ def test_emitted_law_matches_exact_analysis(name, knobs, case):
     obs_c = np.append(counts[big], counts[~big].sum())
     exp_c = np.append(exp[big], exp[~big].sum())
     keep = exp_c > 0
-    if keep.sum() < 2:     # a point mass: the check above already covers it
+    if keep.sum() < 2:     # a point mass: every draw must land on it (no chi-square possible)
+        assert obs_c[keep].sum() == n, f"{name}/{case}: {counts} vs a point mass {exp}"
         return
     pval = stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue
     assert pval > ALPHA, f"{name}/{case}: p = {pval:.2e}, counts {counts}, expected {exp}"
@@ -385,25 +386,40 @@ def test_make_sampler_is_a_module():
 
 def test_optional_accept_hook_agrees_with_plan_path():
     """A rule may provide accept_probs_at (acceptance at the drafted tokens only); the sampler
-    then uses it. Here Cactus-Taylor's gamma is evaluated at q_n alone ([B, k] instead of
-    [B, k, V]) and the outputs equal the plan path's bit for bit."""
+    then uses it. Cactus-Taylor's hook evaluates gamma at q_n alone ([B, k] instead of
+    [B, k, V]); its outputs equal the plan path's (the same rule with the hook removed) bit for
+    bit. The test proves it reaches the hook: a counter, and a hook scaled by 0.5 changes the
+    output."""
     from cactus_theory.rules.cactus import CactusTaylor
-    from cactus_theory.rules.plans import gather, ratio_acceptance
-    from cactus_theory.solvers.spike import taylor_spike
 
-    class TaylorAtDrafts(CactusTaylor):
+    calls = []
+
+    class PlanPathOnly(CactusTaylor):
+        accept_probs_at = None  # not callable: RuleSampler._accept_probs takes the plan path
+
+    class CountingHook(CactusTaylor):
+        scale = 1.0
+
         def accept_probs_at(self, target_probs, draft_probs, token_ids, **raw):
-            gamma = taylor_spike(gather(target_probs, token_ids), self.delta, self.divergence)
-            return ratio_acceptance(gamma, gather(draft_probs, token_ids))
+            calls.append(tuple(token_ids.shape))
+            return self.scale * super().accept_probs_at(target_probs, draft_probs, token_ids, **raw)
 
     base = get_rule("cactus-taylor", delta=0.3)
-    fast = TaylorAtDrafts(0.3)
-    fast.spec, fast.knobs = base.spec, dict(base.knobs)
+
+    def configured(cls):
+        rule = cls(0.3)
+        rule.spec, rule.knobs = base.spec, dict(base.knobs)
+        return rule
+
     q, bonus, p, ids = _batch(32, 5, 40, seed=8)
     gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(32)}  # noqa: E731
-    a = make_sampler(base)(q, bonus, p, ids, seeded_seqs=gens())
-    b = make_sampler(fast)(q, bonus, p, ids, seeded_seqs=gens())
-    assert torch.equal(a, b)
+    plan_path = make_sampler(configured(PlanPathOnly))(q, bonus, p, ids, seeded_seqs=gens())
+    hooked = configured(CountingHook)
+    via_hook = make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens())
+    assert calls == [(32, 5)]                       # the hook ran, on the drafted tokens only
+    assert torch.equal(plan_path, via_hook)
+    hooked.scale = 0.5                              # a wrong hook is seen in the output
+    assert not torch.equal(plan_path, make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens()))
 
 
 @pytest.mark.parametrize("name, knobs", [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])
@@ -438,7 +454,8 @@ def test_accepted_prefix_length_law(name, knobs):
     obs_c = np.append(counts[big], counts[~big].sum())
     exp_c = np.append(exp[big], exp[~big].sum())
     keep = exp_c > 0
-    if keep.sum() < 2:
+    if keep.sum() < 2:     # a point mass: every draw must land on it (no chi-square possible)
+        assert obs_c[keep].sum() == n, f"{name}: {counts} vs a point mass {exp}"
         return
     pval = stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue
     assert pval > ALPHA, f"{name}: p = {pval:.2e}, counts {counts}, expected {exp}"

@@ -15,7 +15,8 @@ from cactus_theory.analysis.comparison import (
 )
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.solvers.cvx import CVX_DIVERGENCES, max_draft_probability_cvxpy
-from cactus_theory.solvers.spike import exact_spike, taylor_spike
+from cactus_theory.solvers.spike import exact_spike, spike_scale, taylor_spike
+from conftest import assert_close
 from strategies import simplex
 
 qn = st.floats(0.0, 1.0)
@@ -111,21 +112,25 @@ def test_readme_worked_example():
 
     The README does not say which delta: the Taylor point reaches .66 at delta = 0.211, where
     its per-draft KL is 0.198 (the README's '0.20 nats'), so the exact KL rule reaches .66 at
-    delta = 0.198. SpS accepts .35/.80 = 43.75%, the boosted target .66/.80 = 82.4%.
+    delta = 0.198. SpS accepts .35/.80 = 43.75%, the boosted target .66/.80 = 82.4%. Every
+    number asserted is computed by the package (the rules' plans), not by the test.
     """
-    q_n, p_n = 0.35, 0.80
-    delta_taylor = (0.66 - q_n) ** 2 / (2 * q_n * (1 - q_n))
-    assert delta_taylor == pytest.approx(0.2112, abs=1e-4)
-    g = float(taylor_spike(np.array(q_n), delta_taylor))
+    from cactus_theory.rules import get_rule
+
+    q, p, n = np.array([0.30, 0.35, 0.35]), np.array([0.05, 0.80, 0.15]), 1
+    delta_taylor = (0.66 - q[n]) ** 2 / (2 * q[n] * (1 - q[n]))  # Corollary 5 solved for delta
+    g = float(taylor_spike(np.array(q[n]), delta_taylor))
     assert g == pytest.approx(0.66, abs=1e-12)
-    kl = float(get_divergence("kl").two_point(np.array(g), np.array(q_n)))
+    kl = float(get_divergence("kl").two_point(np.array(g), np.array(q[n])))
     assert kl == pytest.approx(0.198, abs=1e-3)
-    assert float(exact_spike(np.array(q_n), kl)) == pytest.approx(0.66, abs=1e-9)
-    assert q_n / p_n == pytest.approx(0.4375)
-    assert g / p_n == pytest.approx(0.825, abs=1e-3)
-    # the README's rescaled h is about (.16, .66, .18)
-    h = np.array([0.30, 0.0, 0.35]) * (1 - g) / (1 - q_n)
-    np.testing.assert_allclose(h[[0, 2]], [0.157, 0.183], atol=1e-3)
+    assert float(exact_spike(np.array(q[n]), kl)) == pytest.approx(0.66, abs=1e-9)
+    sps = get_rule("sps").plan(q, p)
+    assert float(sps.accept_probs_at(np.array(n))) == pytest.approx(0.4375, rel=1e-12)
+    cactus = get_rule("cactus-taylor", delta=delta_taylor).plan(q, p)
+    assert float(cactus.accept_probs_at(np.array(n))) == pytest.approx(0.825, abs=1e-3)
+    # the README's rescaled h is about (.16, .66, .18): the plan's target for draft n
+    h = np.asarray(cactus.target_at(np.array(n)))
+    np.testing.assert_allclose(h, [0.157, 0.66, 0.183], atol=1e-3)  # README's 3 decimals
 
 
 @pytest.mark.parametrize("name", CVX_DIVERGENCES)
@@ -171,10 +176,15 @@ def test_cvxpy_falls_back_when_a_solver_fails():
 
 
 def test_cvxpy_never_returns_unverified_answer():
+    """With no working solver, the only answer is the float64 dual's certified recovery (a
+    strictly convex f); TV has none (f piecewise linear), so the oracle raises."""
     from cactus_theory.solvers.cvx import SolverFailure
 
+    res = max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "kl", solvers=("NO_SUCH_SOLVER",))
+    assert res.solver == "float64 dual" and res.attempts[0][0] == "NO_SUCH_SOLVER"
+    assert abs(res.value - float(exact_spike(np.array(0.2), 0.1))) <= 1e-7  # the certificate's tol
     with pytest.raises(SolverFailure, match="NO_SUCH_SOLVER"):
-        max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "kl", solvers=("NO_SUCH_SOLVER",))
+        max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "tv", solvers=("NO_SUCH_SOLVER",))
 
 
 def test_cvxpy_bad_input():
@@ -200,3 +210,25 @@ def test_spike_solvers_are_array_agnostic_torch_float32(name):
         if name == "kl":
             t = taylor_spike(torch.tensor(s, dtype=torch.float32), delta)
             np.testing.assert_allclose(t.numpy(), taylor_spike(s, delta), atol=1e-6)
+
+
+@pytest.mark.parametrize("name, f2", [("chi2", 2.0), ("hellinger", 0.25), ("js", 0.25),
+                                      ("neyman_chi2", 2.0)])
+def test_taylor_point_divides_by_f_second_at_one(name, f2):
+    """Corollary 5 for a general f: gamma = min(1, q + sqrt(2 delta q (1-q) / f''(1)))."""
+    s = np.linspace(0, 1, 41)
+    for delta in (1e-3, 0.05, 0.7):
+        want = np.minimum(1.0, s + np.sqrt(2 * delta * s * (1 - s) / f2))
+        assert_close(taylor_spike(s, delta, name), want)
+
+
+def test_spike_scale_is_theorem2_rescale_and_conserves_mass():
+    """c = (1 - gamma)/(1 - q_n), so gamma + c (1 - q_n) = 1; q_n = 1 gives c = 0 (convention 4)."""
+    rng = np.random.default_rng(3)
+    s = rng.uniform(0, 0.999, 200)
+    g = s + (1 - s) * rng.uniform(0, 1, 200)
+    c = spike_scale(s, g)
+    assert_close(c, (1 - g) / (1 - s))
+    assert_close(g + c * (1 - s), np.ones_like(s))
+    assert np.array_equal(spike_scale(np.array([1.0, 1.0]), np.array([1.0, 1.0])), [0.0, 0.0])
+    assert float(spike_scale(np.array(0.0), np.array(0.0))) == 1.0  # gamma = q_n: h = q

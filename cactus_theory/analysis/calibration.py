@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_budget, as_budget_array, as_prob_pair, choice
+from .._validation import (as_budget, as_budget_array, as_nonempty_values, as_prob_pair,
+                           as_probs, as_probs_or_tensor, choice)
 from ..divergences import get_divergence
 from ..rules.cactus import SMOOTH_DIVERGENCES
 from ..rules.calibrated import BASES, CalibratedCactus  # noqa: F401  (CalibratedCactus re-exported)
@@ -76,6 +77,8 @@ def spike_for(target_probs, delta, base="taylor", divergence="kl"):
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
+    _check(base, divergence)
+    target_probs = as_probs_or_tensor(target_probs, "target_probs")  # numpy validated; torch as given
     if base == "taylor":
         d = divergence if get_divergence(divergence).name in SMOOTH_DIVERGENCES else "kl"
         return taylor_spike(target_probs, delta, d)
@@ -118,6 +121,7 @@ def emitted_divergence_curve(target_probs, draft_probs, deltas, *, base="taylor"
     d = _check(base, divergence)
     m = get_divergence(measure) if measure is not None else d
     g = np.atleast_1d(as_budget_array(deltas, "deltas"))
+    as_nonempty_values(g, "deltas")  # an empty list of budgets is an error, not an empty curve
     if g.ndim != 1:
         raise ValueError(f"deltas: expected a 1-D array, got shape {g.shape}")
     return _curve(q, p, g, base, d.name, m)
@@ -163,7 +167,7 @@ def saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
-    q = np.asarray(target_probs, dtype=np.float64)
+    q = as_probs(target_probs, "target_probs")
     d = _check(base, divergence)
     mid = (q > 0) & (q < 1)
     if base == "taylor":

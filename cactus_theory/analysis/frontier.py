@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_prob_pair
+from .._validation import as_count, as_finite_number, as_prob_pair
 from ..divergences import get_divergence
 from ..rules import RULES, get_rule
 from ..solvers.mentored import solve_mentored
@@ -55,6 +55,9 @@ def default_sweep(rule: str, n_points: int = 13):
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
+    if rule not in RULES:
+        get_rule(rule)  # raises the ValueError naming ``rule``
+    n_points = as_count(n_points, "n_points", minimum=2)
     spec = RULES[rule]
     for k in spec.knobs:
         if k.choices is not None:
@@ -88,9 +91,9 @@ def gap_to_frontier(target_probs, draft_probs, acceptance, divergence_value, div
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
-    q, p = target_probs, draft_probs
-    acc = np.asarray(acceptance, dtype=np.float64)
-    D = np.asarray(divergence_value, dtype=np.float64)
+    q, p = as_prob_pair(target_probs, draft_probs)
+    acc = as_finite_number(acceptance, "acceptance", low=0.0, high=1.0)
+    D = as_finite_number(divergence_value, "divergence_value", low=0.0, high=math.inf)
     extra = acc.ndim - (q.ndim - 1)
     qb, pb = q, p
     for _ in range(extra):
@@ -168,6 +171,8 @@ def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
         knob, dflt = default_sweep(rule)
         values = dflt if values is None else values
     values = list(values) if values is not None else []
+    if knob and not values:
+        raise ValueError(f"values: empty list of {knob!r} values; give at least one")
     fixed = dict(fixed_knobs or {})
     settings = [dict(fixed, **{knob: v}) for v in values] if knob else [fixed]
     accs, divs = [], {d: [] for d in divergences}
@@ -197,6 +202,8 @@ def all_operating_points(target_probs, draft_probs, *, rules=None,
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     names = list(RULES) if rules is None else list(rules)
+    if not names:
+        raise ValueError("rules: empty list; give at least one rule name (or None for all)")
     return {name: operating_points(name, target_probs, draft_probs, divergences=divergences,
                                    raw_target_probs=raw_target_probs,
                                    raw_draft_probs=raw_draft_probs)

@@ -191,6 +191,37 @@ def validate_compact(path, arrays: dict, meta: dict) -> None:
         raise DumpFormatError(f"{path}: prompt_offsets inconsistent")
     if len(meta.get("trajectories", [])) != len(to) - 1:
         raise DumpFormatError(f"{path}: metadata lists {len(meta.get('trajectories', []))} trajectories, arrays {len(to) - 1}")
+    validate_compact_values(path, arrays)
+
+
+def validate_compact_values(path, arrays: dict) -> None:
+    """Value checks of a compact dump (a valid checksum says nothing about the values).
+
+    Every row of the four distributions must be finite, non-negative and sum to 1 within
+    :func:`cactus_theory.conventions.normalization_tolerance` of its stored dtype; column ids
+    must be token ids (>= 0) or ``TAIL_ID``; token ids must be >= 0. Raises
+    :class:`DumpFormatError` naming the file, the array and the first bad position.
+    """
+    from ..conventions import normalization_tolerance
+
+    ro = arrays["row_offsets"]
+    for k in ("target_probs", "draft_probs", "raw_target_probs", "raw_draft_probs"):
+        a = arrays[k]
+        if not np.all(np.isfinite(a)):
+            raise DumpFormatError(f"{path}: {k} holds NaN or infinite values")
+        if np.any(a < 0):
+            raise DumpFormatError(f"{path}: {k} holds negative probabilities")
+        if len(ro) > 1:
+            sums = np.add.reduceat(a.astype(np.float64), ro[:-1])
+            bad = np.flatnonzero(np.abs(sums - 1.0) > normalization_tolerance(a.dtype))
+            if len(bad):
+                raise DumpFormatError(f"{path}: {k} row {bad[0]} sums to {sums[bad[0]]:.9g}, not 1")
+    cols = arrays["columns"]
+    if np.any((cols < 0) & (cols != TAIL_ID)):
+        raise DumpFormatError(f"{path}: columns hold negative token ids other than TAIL_ID")
+    for k in ("token_ids", "prompt_token_ids"):
+        if np.any(arrays[k] < 0):
+            raise DumpFormatError(f"{path}: {k} holds negative token ids")
 
 
 def pack_compact(columns, target_probs, draft_probs, raw_target_probs, raw_draft_probs, widths,
@@ -269,5 +300,6 @@ def compact_columns(q_ids, q_pr, p_ids, p_pr, raw_q, raw_p, top_k_raw: int = 64)
 
 __all__ = [
     "DumpFormatError", "FORMAT", "FULL_VOCAB_FORMAT", "PAD_ID", "TAIL_ID", "atomic_write_bytes",
-    "checksum", "compact_columns", "pack_compact", "read_arrays", "validate_compact", "write_arrays",
+    "checksum", "compact_columns", "pack_compact", "read_arrays", "validate_compact",
+    "validate_compact_values", "write_arrays",
 ]

@@ -33,7 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+import numpy as np
 from array_api_compat import array_namespace
+
+from .._validation import as_token_ids
 
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..solvers.spike import spike_scale
@@ -52,7 +55,15 @@ __all__ = [
 
 
 def gather(x, token_ids):
-    """``x[..., token_ids]`` along the last axis: ``token_ids`` has shape ``x.shape[:-1]``."""
+    """``x[..., token_ids]`` along the last axis: ``token_ids`` has shape ``x.shape[:-1]``.
+
+    numpy input: the ids are validated (integers in ``[0, V)``; ValueError naming
+    ``token_ids``), so a fractional id is never truncated and -1 never wraps to the last
+    token. torch input (the samplers) is used as given: their entry validation has clamped
+    and flagged the ids on the device.
+    """
+    if isinstance(x, np.ndarray):
+        token_ids = as_token_ids(token_ids, x.shape[-1], x.shape[:-1], "token_ids")
     xp = array_namespace(x)
     idx = xp.astype(token_ids, xp.int64)[..., None]
     return xp.take_along_axis(x, idx, axis=-1)[..., 0]

@@ -36,6 +36,16 @@ the drafted token only). Nothing in
 ``torch.multinomial``) unless ``strict_mode`` is on; seeded rows add host-to-device index
 copies only.
 
+Bad values (the choice: clamp-and-flag on the device, always on): every public call first runs
+:func:`validate_sampler_entry`. A token id outside ``[0, V)`` (negative included, draft or
+bonus) or a probability row that is NaN/inf, negative or all zero marks its row invalid; the
+ids are clamped into range so no kernel indexes out of bounds, and the row's whole output is
+``-1`` (nothing emitted), counted in ``num_invalid_rows`` and flagged in
+``last_invalid_rows`` (both on the device). So an out-of-range id, or a token drawn from a
+NaN or all-zero row, is never emitted, and no synchronization is added (two reductions over
+the probability tensors). ``strict_mode=True`` raises ValueError naming the argument instead.
+A numpy array or a non-Generator in ``seeded_seqs`` raises TypeError naming the argument.
+
 .. warning::
     Conventions differ between engines (engines.md 1.4, 1.9):
 
@@ -61,7 +71,7 @@ import torch
 
 from ..rules import Rule, get_rule
 
-__all__ = ["RuleSampler", "exponential_race"]
+__all__ = ["RuleSampler", "exponential_race", "validate_sampler_entry", "mask_invalid_rows"]
 
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -119,6 +129,147 @@ def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
             if g is not None:
                 noise[i].exponential_(generator=g)
     return torch.argmax(probs.to(torch.float32) / noise.clamp_min_(_TINY), dim=-1)
+
+
+def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_token_ids,
+                           seeded_seqs=None, *, raw_target_probs=None, raw_draft_probs=None,
+                           target_names=("target_with_bonus_probs", "draft_probs"),
+                           sanitize: bool = False):
+    r"""Entry validation of a public sampler call: types at once, values clamped and flagged.
+
+    Called first by :meth:`RuleSampler.forward` and :func:`~.v1.ragged_forward`. Two kinds
+    of check:
+
+    * **Types** (metadata only, no synchronization): every array argument must be a
+      ``torch.Tensor`` (a numpy array raises TypeError naming the argument); ``seeded_seqs``
+      must be a dict whose values are ``torch.Generator`` (TypeError naming it).
+    * **Values, clamp-and-flag on the device** (no host-device synchronization, so the fast
+      path stays sync-free): a token id outside ``[0, V)`` (negative included) in
+      ``draft_token_ids`` or ``bonus_token_ids``, or a probability row that is not finite,
+      has a negative entry or sums to 0 (in ``target_probs`` at the k draft positions (the
+      bonus position's q is never read), ``draft_probs`` or the raw rows) marks its **row as
+      invalid**. The ids are
+      clamped into ``[0, V)`` so that no kernel ever indexes out of range, and the caller
+      replaces the invalid rows' whole output by the ``-1`` placeholder
+      (:func:`mask_invalid_rows`): an invalid id, or a token drawn from a NaN or all-zero
+      row, can never be emitted. ``strict_mode`` raises ValueError instead (with a sync).
+
+    Parameters
+    ----------
+    target_probs, draft_probs, raw_target_probs, raw_draft_probs : Tensor
+        Probability tensors with the vocabulary last; the leading axes up to the position
+        axis match ``draft_token_ids``' shape (``draft_probs`` may be None).
+    bonus_token_ids, draft_token_ids : Tensor
+        Integer token ids; ``draft_token_ids``' first axis indexes the rows.
+    seeded_seqs : dict of int to torch.Generator, optional
+    target_names : (str, str)
+        Names of the target and draft arguments in error messages.
+    sanitize : bool
+        Also return copies of the probability tensors with every invalid row replaced by the
+        uniform row. Off on the fast path (a full copy costs about a quarter of a CPU
+        forward); the public calls turn it on only to retry a rule that raised ValueError on
+        the raw values (a rule that validates on the host, e.g. ``cactus-calibrated``).
+        Array-agnostic rules compute on the invalid rows unharmed: their output is masked.
+
+    Returns
+    -------
+    draft_token_ids, bonus_token_ids : Tensor
+        The ids clamped into ``[0, V)`` (the inputs are not modified).
+    invalid : Tensor, bool, shape ``draft_token_ids.shape[:1]`` (or per flat token in the
+        ragged layout: shape ``draft_token_ids.shape``)
+        True where the row (token) carries an invalid id or probability row.
+    probs : tuple of Tensor or None
+        ``(target_probs, draft_probs, raw_target_probs, raw_draft_probs)``; with ``sanitize``,
+        copies with each invalid probability row replaced by the uniform row (the inputs are
+        never modified).
+
+    Raises
+    ------
+    TypeError
+        A numpy array or other non-tensor for a tensor argument; ``seeded_seqs`` not a dict
+        of ``torch.Generator``.
+    """
+    t_name, d_name = target_names
+    for name, t in ((t_name, target_probs), ("bonus_token_ids", bonus_token_ids),
+                    (d_name, draft_probs), ("draft_token_ids", draft_token_ids),
+                    ("raw_target_probs", raw_target_probs), ("raw_draft_probs", raw_draft_probs)):
+        if t is None and name in (d_name, "raw_target_probs", "raw_draft_probs"):
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__module__}."
+                            f"{type(t).__name__} (convert with torch.as_tensor)")
+    if seeded_seqs is not None:
+        if not isinstance(seeded_seqs, dict):
+            raise TypeError(f"seeded_seqs: expected a dict of row index -> torch.Generator, "
+                            f"got {type(seeded_seqs).__name__}")
+        bad = [k for k, g in seeded_seqs.items() if not isinstance(g, torch.Generator)]
+        if bad:
+            raise TypeError(f"seeded_seqs: the values for rows {bad} are not torch.Generator "
+                            f"(got {type(seeded_seqs[bad[0]]).__name__})")
+    probs = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    if target_probs.dim() < 1 or draft_token_ids.dim() < 1:
+        return draft_token_ids, bonus_token_ids, None, probs  # the shape checks name the argument
+    v = target_probs.shape[-1]
+    lead = draft_token_ids.dim()  # the probability tensors' axes before V align with the ids
+    invalid = torch.zeros(draft_token_ids.shape, dtype=torch.bool, device=draft_token_ids.device)
+
+    def bad_rows(x):
+        if x is None or x.dim() != lead + 1 or not x.is_floating_point():
+            return None
+        if lead == 2:  # V0 layout [B, k(+1), V]: the k draft positions
+            x = x[:, :invalid.shape[1]]
+        if tuple(x.shape[:-1]) != tuple(invalid.shape) or x.device != invalid.device:
+            return None
+        x = x.to(torch.float32)
+        s = x.sum(-1)
+        return ~(torch.isfinite(s) & (s > 0) & (x.amin(-1) >= 0))
+
+    cleaned = []
+    for x in probs:
+        b = bad_rows(x)
+        if b is not None:
+            invalid |= b
+            # with sanitize, a uniform row in its place (for rules that validate on the host);
+            # the row's output is masked in every case
+            if sanitize:
+                if x.shape[:-1] != b.shape:  # V0 target: the bonus position is never read
+                    b = torch.cat([b, torch.zeros_like(b[:, :1]).expand(-1, x.shape[1] - b.shape[1])], 1)
+                x = x.masked_fill(b[..., None], 1.0 / x.shape[-1])
+        cleaned.append(x)
+    if draft_token_ids.dtype in (torch.int64, torch.int32) and v > 0:
+        invalid |= (draft_token_ids < 0) | (draft_token_ids >= v)
+        draft_token_ids = draft_token_ids.clamp(0, v - 1)
+    if lead == 2 and invalid.dim() == 2:
+        invalid = invalid.any(dim=-1)
+    if (lead == 2 and bonus_token_ids.dtype in (torch.int64, torch.int32) and v > 0
+            and bonus_token_ids.dim() == 2 and bonus_token_ids.shape[0] == invalid.shape[0]
+            and bonus_token_ids.device == invalid.device):
+        # (the ragged layout maps its bonus ids to requests itself)
+        invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
+        bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
+    return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned)
+
+
+def mask_invalid_rows(sampler, out: torch.Tensor, invalid: torch.Tensor) -> torch.Tensor:
+    """Replace the output of invalid rows by ``-1`` and take them out of the counters.
+
+    ``invalid`` (bool ``[B]``, from :func:`validate_sampler_entry`) stays on the device: the
+    counters are corrected with masked sums, no synchronization. The rows are counted in
+    ``sampler.num_invalid_rows`` and flagged in ``sampler.last_invalid_rows``.
+    """
+    emitted = (out != -1) & invalid[:, None]
+    n_emit = emitted.sum()
+    if sampler.last_accepted is not None and sampler.last_accepted.shape[0] == invalid.shape[0]:
+        sampler.num_accepted_tokens -= (sampler.last_accepted & invalid[:, None]).sum()
+        sampler.last_accepted = sampler.last_accepted & ~invalid[:, None]
+    # each row emits its N accepted drafts plus one token: N = emitted - 1
+    sampler.num_accepted_prefix_tokens -= (emitted.sum(-1) - 1).clamp_min(0).sum()
+    sampler.num_emitted_tokens -= n_emit
+    if sampler.num_invalid_rows is None:
+        sampler.num_invalid_rows = torch.zeros((), dtype=torch.long, device=out.device)
+    sampler.num_invalid_rows += invalid.sum()
+    sampler.last_invalid_rows = invalid
+    return torch.where(invalid[:, None], torch.full_like(out, -1), out)
 
 
 def _uniforms(seeded_seqs, batch: int, k: int, device, counts=None) -> torch.Tensor:
@@ -203,6 +354,8 @@ class RuleSampler(torch.nn.Module):
         self.num_emitted_tokens: Optional[torch.Tensor] = None
         self.num_draft_tokens = 0
         self.last_accepted: Optional[torch.Tensor] = None
+        self.num_invalid_rows: Optional[torch.Tensor] = None
+        self.last_invalid_rows: Optional[torch.Tensor] = None
 
     # -- counters (vLLM names) ------------------------------------------------------------
     def init_gpu_tensors(self, device) -> None:
@@ -315,10 +468,38 @@ class RuleSampler(torch.nn.Module):
         Raises
         ------
         ValueError
-            Wrong shapes, dtypes or devices (always); bad values (strict mode only).
+            Wrong shapes, dtypes or devices (always); bad values (strict mode only; otherwise
+            the row is flagged and emits only -1, see :func:`validate_sampler_entry`).
+        TypeError
+            A numpy array (or other non-tensor) for a tensor argument; ``seeded_seqs`` not a
+            dict of ``torch.Generator``.
         """
-        return self._verify(target_with_bonus_probs, bonus_token_ids, draft_probs,
-                            draft_token_ids, seeded_seqs, raw_target_probs, raw_draft_probs)
+        draft_ids, bonus, invalid, probs = validate_sampler_entry(
+            target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
+            raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
+        if self._strict_mode:  # raise on the original values (names the argument)
+            self._check_shapes(target_with_bonus_probs, bonus_token_ids, draft_probs,
+                               draft_token_ids, raw_target_probs, raw_draft_probs)
+            self._check_values(target_with_bonus_probs.shape[-1],
+                               target_with_bonus_probs=target_with_bonus_probs,
+                               draft_probs=draft_probs, raw_target_probs=raw_target_probs,
+                               raw_draft_probs=raw_draft_probs,
+                               draft_token_ids=draft_token_ids, bonus_token_ids=bonus_token_ids)
+        try:
+            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
+        except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
+            if invalid is None:
+                raise
+            # a rule that validates on the host met an invalid row: retry on sanitized rows
+            # (a valid batch raises again, unchanged)
+            probs = validate_sampler_entry(
+                target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids,
+                seeded_seqs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
+                sanitize=True)[3]
+            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
+        if invalid is None or invalid.shape[0] != out.shape[0]:
+            return out
+        return mask_invalid_rows(self, out, invalid)
 
     def _accept_probs(self, q, p, draft_ids, raw_q, raw_p):
         """:math:`a_n` at the drafted tokens, [B, k].

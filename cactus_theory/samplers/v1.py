@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .base import RuleSampler
+from .base import RuleSampler, mask_invalid_rows, validate_sampler_entry
 
 __all__ = ["ragged_forward", "parse_output", "V1Stats", "PLACEHOLDER_TOKEN_ID"]
 
@@ -94,8 +94,42 @@ def ragged_forward(
     -------
     Tensor, shape (B, max_spec_len + 1), int32
         Per request: accepted drafts, then the recovered token (first rejection) or the bonus
-        token (all ``k_i`` accepted; for ``k_i = 0`` just the bonus), then -1.
+        token (all ``k_i`` accepted; for ``k_i = 0`` just the bonus), then -1. A request with
+        a token id outside ``[0, V)`` or a NaN / negative / all-zero probability row emits
+        only -1 and is flagged in ``sampler.last_invalid_rows``
+        (:func:`~.base.validate_sampler_entry`, called first).
+
+    Raises
+    ------
+    TypeError
+        A numpy array for a tensor argument, or ``generators`` not a dict of torch.Generator.
     """
+    if getattr(sampler, "_strict_mode", False) and torch.is_tensor(target_probs) \
+            and torch.is_tensor(draft_token_ids) and torch.is_tensor(bonus_token_ids):
+        sampler._check_values(target_probs.shape[-1], target_probs=target_probs,
+                              draft_probs=draft_probs, raw_target_probs=raw_target_probs,
+                              raw_draft_probs=raw_draft_probs, draft_token_ids=draft_token_ids,
+                              bonus_token_ids=bonus_token_ids)
+    entry = dict(raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
+                 target_names=("target_probs", "draft_probs"))
+    originals = (target_probs, bonus_token_ids, draft_probs, draft_token_ids, generators)
+    draft_token_ids, bonus_token_ids, invalid_tok, probs = validate_sampler_entry(*originals, **entry)
+    try:
+        return _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok,
+                       probs, cu_num_draft_tokens, generators, max_spec_len)
+    except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
+        if invalid_tok is None or not bool(invalid_tok.any()):
+            raise
+        # a rule that validates on the host met an invalid row: retry on sanitized rows
+        probs = validate_sampler_entry(*originals, **entry, sanitize=True)[3]
+        return _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok,
+                       probs, cu_num_draft_tokens, generators, max_spec_len)
+
+
+def _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok, probs,
+            cu_num_draft_tokens, generators, max_spec_len):
+    """The body of :func:`ragged_forward` after its entry validation."""
+    target_probs, draft_probs, raw_target_probs, raw_draft_probs = probs
     if draft_token_ids.dim() != 1:
         raise ValueError(f"draft_token_ids: expected 1-D, got shape {tuple(draft_token_ids.shape)}")
     if bonus_token_ids.dim() != 2 or bonus_token_ids.shape[1] != 1:
@@ -120,9 +154,18 @@ def ragged_forward(
     out = torch.full((b, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
     if b == 0:
         return out
+    # Invalid rows (entry validation): a request with an invalid id or probability row.
+    req_of_tok = torch.repeat_interleave(torch.arange(b, device=device),
+                                         torch.tensor(counts, dtype=torch.int64, device=device))
+    invalid = torch.zeros(b, dtype=torch.bool, device=device)
+    if invalid_tok is not None and invalid_tok.shape == req_of_tok.shape:
+        invalid = invalid.index_put((req_of_tok,), invalid_tok, accumulate=True)
+    if bonus_token_ids.dim() == 2 and bonus_token_ids.shape[0] == b:
+        invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
+        bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
     if kmax == 0:
         out[:, 0] = bonus_token_ids[:, 0].to(torch.int32)
-        return out
+        return torch.where(invalid[:, None], torch.full_like(out, PLACEHOLDER_TOKEN_ID), out)
 
     # Flat index of (request, position), padded with a dummy row (index n_tok) past k_i.
     starts = [0]
@@ -149,6 +192,7 @@ def ragged_forward(
     k_row = torch.tensor(counts, dtype=torch.int64, device=device)
     res = sampler._verify(q, bonus_token_ids.to(torch.int64), p, ids, generators, raw_q, raw_p,
                           num_drafts=k_row, counts=counts)
+    res = mask_invalid_rows(sampler, res, invalid)
     out[:, : kmax + 1] = res.to(torch.int32)
     return out
 

@@ -9,7 +9,8 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), :math:`\pi`
 including q with zeros. It reuses the divergence constraints of
 :mod:`cactus_theory.solvers.cvx`, reports the solver status, falls back from Clarabel to SCS
 when a solver fails, verifies the answer (feasibility after clipping and renormalizing, the
-divergence recomputed in float64) and raises :class:`~cactus_theory.solvers.cvx.SolverFailure`
+divergence recomputed in float64, and a duality gap <= ``tol`` from a float64 dual bound:
+:mod:`cactus_theory.solvers.cvx_certificate`) and raises :class:`~cactus_theory.solvers.cvx.SolverFailure`
 instead of returning an unverified answer.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 from .._validation import as_budget, as_prob_pair, choice
 from ..divergences import get_divergence
 from .cvx import CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint, solve_verified  # noqa: F401
+from .cvx_certificate import frontier_bound, recover_frontier
 
 __all__ = ["FrontierCvxResult", "max_acceptance_cvxpy"]
 
@@ -58,7 +60,7 @@ class FrontierCvxResult:
 
 
 def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
-                         tol: float = 1e-7, solvers=SOLVERS) -> FrontierCvxResult:
+                         tol: float = 1e-7, solvers=None) -> FrontierCvxResult:
     r"""Solve :math:`\max \sum\min(p,\pi)` s.t. :math:`D(\pi\|q)\le\epsilon` with cvxpy.
 
     Parameters
@@ -70,10 +72,11 @@ def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
     divergence : str
         One of :data:`cactus_theory.solvers.cvx.CVX_DIVERGENCES`.
     tol : float
-        Verification tolerance on ``min(pi) >= -tol``, ``|sum pi - 1| <= tol`` and
-        ``D(pi||q) <= budget + tol``.
-    solvers : sequence of str
-        Tried in order (default Clarabel, then SCS).
+        Verification tolerance on ``min(pi) >= -tol``, ``|sum pi - 1| <= tol``,
+        ``D(pi||q) <= budget`` (exactly, after a pull towards q) and the duality gap (certificate of optimality,
+        :func:`cactus_theory.solvers.cvx_certificate.certify_frontier`).
+    solvers : sequence of str, optional
+        Tried in order; default Clarabel (two option sets), SCS, then other installed solvers.
 
     Returns
     -------
@@ -103,5 +106,9 @@ def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
     cons = [cp.sum(pi) == 1] + _constraint(cp, pi, q, name, min(eps, 1e6))
     prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(pi, p))), cons)
     x, div, status, solver, attempts = solve_verified(
-        prob, pi, q, d, eps, tol=tol, solvers=solvers, context=f"the frontier, budget={eps}, {name}")
+        prob, pi, q, d, eps, tol=tol, solvers=solvers, context=f"the frontier, budget={eps}, {name}",
+        dual=lambda lam0, nu0: frontier_bound(q, p, eps, name, lam0, nu0),
+        value=lambda x: float(np.minimum(p, x).sum()),
+        recover=lambda mult: recover_frontier(q, p, name, *mult),
+        multipliers=(cons[-1], cons[0]))
     return FrontierCvxResult(float(np.minimum(p, x).sum()), x, div, status, solver, attempts)

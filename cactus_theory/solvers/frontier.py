@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_budget_array, as_prob_pair
+from .._validation import as_budget_array, as_count, as_nonempty_values, as_prob_pair
 from ..divergences import get_divergence
 from .mentored import solve_mentored
 
@@ -104,7 +104,7 @@ def frontier(target_probs, draft_probs, eps, divergence="kl", *,
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     d = get_divergence(divergence)
-    e = np.atleast_1d(as_budget_array(eps, "eps")).astype(np.float64)
+    e = as_nonempty_values(eps, "eps")  # non-empty, no NaN, each >= 0
     if e.ndim != 1:
         raise ValueError(f"eps: expected a scalar or a 1-D array of budgets, got shape {e.shape}")
     sol = solve_mentored(q, p, e, d, return_target=return_target, budget_axis=True)
@@ -169,6 +169,7 @@ def min_divergence_for_acceptance(target_probs, draft_probs, acceptance, diverge
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
+    steps = as_count(steps, "steps", minimum=1)
     q, p = as_prob_pair(target_probs, draft_probs)
     d = get_divergence(divergence)
     A = np.asarray(acceptance, dtype=np.float64)

@@ -61,6 +61,9 @@ from typing import Any
 
 from array_api_compat import array_namespace
 
+import numpy as np
+
+from .._validation import _is_torch, as_budget, as_budget_array, as_probs_or_tensor
 from ..divergences import Divergence, get_divergence
 
 #: The one place the solver departs from exact arithmetic on valid input.
@@ -260,8 +263,8 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
     Parameters
     ----------
     target_probs, draft_probs : array, shape (..., V)
-        Verifier q and drafter p, valid probability rows (numpy or torch; not validated here:
-        use :func:`cactus_theory.solvers.frontier.frontier` for validated numpy input).
+        Verifier q and drafter p, valid probability rows (numpy arrays and lists are
+        validated, ValueError naming the argument; torch tensors are used as given).
     budget : float or array
         :math:`\epsilon \ge 0`. ``inf`` admits every distribution (D = inf included), so it
         returns :math:`\pi = p` and acceptance 1; the largest acceptance within a *finite*
@@ -289,7 +292,10 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
     Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
     """
     d = get_divergence(divergence)
-    q, p = target_probs, draft_probs
+    q = as_probs_or_tensor(target_probs, "target_probs")   # numpy: validated; torch: as given
+    p = as_probs_or_tensor(draft_probs, "draft_probs")
+    if not _is_torch(budget):
+        budget = as_budget_array(budget, "budget") if np.ndim(budget) else as_budget(budget, "budget")
     xp = array_namespace(q, p)
     dev = getattr(q, "device", None)
     if not hasattr(budget, "shape"):

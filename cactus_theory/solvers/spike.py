@@ -33,6 +33,7 @@ import math
 import numpy as np
 from array_api_compat import array_namespace
 
+from .._validation import _is_torch, as_count, as_unit_interval, spike_arguments
 from ..divergences import DIVERGENCES, get_divergence
 
 __all__ = ["taylor_spike", "exact_spike", "spike_scale", "METHODS"]
@@ -54,9 +55,11 @@ def taylor_spike(q_n, delta, divergence="kl"):
     Parameters
     ----------
     q_n : array, shape (...)
-        Verifier probability of each candidate drafted token (q = verifier).
+        Verifier probability of each candidate drafted token (q = verifier), in [0, 1].
     delta : float or array broadcastable to ``q_n``
-        Divergence budget, >= 0.
+        Divergence budget, >= 0. numpy / Python input is validated (ValueError naming
+        ``q_n`` or ``delta`` for NaN or out-of-range values); torch tensors (the samplers'
+        path) are not, to keep the samplers free of host-device synchronization.
     divergence : str
         Divergence whose second-order expansion is used; KL (the paper's choice, f''(1) = 1)
         by default. Divergences without a second derivative at 1 (TV) raise ValueError.
@@ -77,6 +80,7 @@ def taylor_spike(q_n, delta, divergence="kl"):
     d = get_divergence(divergence)
     if not math.isfinite(d.f_second_at_one) or d.f_second_at_one <= 0:
         raise ValueError(f"divergence: {d.name!r} has no second-order expansion for the Taylor rule")
+    q_n, delta = spike_arguments(q_n, delta)  # ValueError naming q_n / delta (numpy input)
     xp, delta = _as_xp(q_n, delta)
     bonus = xp.sqrt(2.0 * delta * q_n * (1.0 - q_n) / d.f_second_at_one)
     return xp.clip(q_n + bonus, 0.0, 1.0)
@@ -183,9 +187,10 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     Parameters
     ----------
     q_n : array, shape (...)
-        Verifier probability of each candidate drafted token.
+        Verifier probability of each candidate drafted token, in [0, 1].
     delta : float or array broadcastable to ``q_n``
-        Divergence budget, >= 0 (``inf`` gives 1).
+        Divergence budget, >= 0 (``inf`` gives 1). numpy / Python input is validated
+        (ValueError naming ``q_n`` or ``delta``); torch tensors are not (samplers' path).
     divergence : str or Divergence
         Any divergence of :mod:`cactus_theory.divergences`.
     iterations : int, optional
@@ -217,6 +222,9 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     if method not in ("newton", "bisect"):
         raise ValueError(f"method: expected 'newton' or 'bisect', got {method!r}")
     d = get_divergence(divergence)
+    q_n, delta = spike_arguments(q_n, delta)  # ValueError naming q_n / delta (numpy input)
+    if iterations is not None:
+        iterations = as_count(iterations, "iterations", minimum=0)
     xp, delta = _as_xp(q_n, delta)
     q_n, delta = xp.broadcast_arrays(q_n, delta)
     if (method == "newton" and not isinstance(q_n, np.ndarray) and "float64" in str(q_n.dtype)
@@ -435,6 +443,8 @@ def spike_scale(q_n, gamma):
     The other tokens of the per-draft target are :math:`h^{(n)}_i = c_n q_i` (convention 4 of
     :mod:`cactus_theory.conventions` for ``q_n = 1``).
     """
+    if not _is_torch(q_n):  # numpy / Python input: validated (torch: the samplers' path)
+        q_n, gamma = as_unit_interval(q_n, "q_n"), as_unit_interval(gamma, "gamma")
     xp = array_namespace(q_n, gamma)
     full = q_n >= 1.0
     denom = xp.where(full, xp.ones_like(q_n), 1.0 - q_n)
