@@ -21,3 +21,19 @@ def test_public_names_are_documented(modname):
         if (inspect.isfunction(obj) or inspect.isclass(obj)) and not (obj.__doc__ or "").strip():
             missing.append(name)
     assert not missing, f"{modname}: undocumented public names {missing}"
+
+
+def test_no_invalid_escape_sequences():
+    # Python 3.12+ raises SyntaxWarning for them (an error under this suite's filterwarnings);
+    # docstrings with TeX must be raw strings.
+    import pathlib
+    import warnings
+
+    root = pathlib.Path(cactus_theory.__file__).resolve().parent
+    bad = []
+    for path in sorted(root.rglob("*.py")) + sorted((root.parent / "scripts").glob("*.py")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compile(path.read_text(), str(path), "exec")
+        bad += [f"{path.name}:{w.lineno}: {w.message}" for w in caught]
+    assert not bad

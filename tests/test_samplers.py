@@ -463,11 +463,14 @@ def test_accepted_prefix_length_law(name, knobs):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+# torch warns that its sync debug mode is a prototype; the mode itself is what this test uses
+@pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype:UserWarning")
 def test_no_host_sync_on_cuda():
     """forward without seeded rows runs under torch.cuda.set_sync_debug_mode('error')."""
     dev = torch.device("cuda")
     q, bonus, p, ids = (t.to(dev) for t in _batch(8, 4, 1000, seed=9))
-    for name in ("sps", "cactus-taylor", "cactus-exact-kl", "tas", "topk", "interpolation"):
+    for name in ("sps", "cactus-taylor", "cactus-exact-kl", "cactus-exact", "tas", "topk", "interpolation",
+                 "cascade-opt", "fuzzy"):
         s = make_sampler(name)
         s(q, bonus, p, ids)
         torch.cuda.synchronize()

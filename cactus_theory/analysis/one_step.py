@@ -227,7 +227,7 @@ def _bincount_rows(xp, idx, weights, length):
 
 
 def _emitted_spike_fast(q, p, gamma):
-    """Theorem 3's mixture for the spike structure in O(V log V) per row (module docstring).
+    r"""Theorem 3's mixture for the spike structure in O(V log V) per row (module docstring).
 
     One sort of :math:`t_j = p_j/q_j` per row. With :math:`k_n` the number of t-entries
     below :math:`c_n` (``searchsorted``), prefix sums of q and p in t-order give
@@ -289,7 +289,7 @@ def _unsort(xp, x_sorted, order):
 
 
 def _add_empty_residual_rows(xp, out, empty, q, gamma, c, w):
-    """Add :math:`w_n\, \mathrm{normalize}(h^{(n)})` for the drafts with an empty residual."""
+    r"""Add :math:`w_n\, \mathrm{normalize}(h^{(n)})` for the drafts with an empty residual."""
     if not isinstance(out, np.ndarray):
         dev = out.device
         res = _add_empty_residual_rows(np, out.cpu().numpy(), empty.cpu().numpy(),

@@ -44,8 +44,8 @@ METHODS = ("exact", "taylor")
 def _as_xp(q_n, delta):
     """Namespace and arrays for (q_n, delta); python scalars become arrays of q_n's kind."""
     xp = array_namespace(q_n)
-    delta = delta if hasattr(delta, "shape") else xp.asarray(delta, dtype=q_n.dtype,
-                                                              device=getattr(q_n, "device", None))
+    # a fill kernel, not asarray: copying a host scalar to a CUDA device synchronizes the host
+    delta = delta if hasattr(delta, "shape") else xp.full_like(q_n, delta)
     return xp, delta
 
 
@@ -280,7 +280,7 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
 
 
 def _newton_from(xp, fprime, s, x, g):
-    """The Newton point :math:`x - (g(x) - \delta)/g'(x)`; ``g`` is the excess g(x) - delta."""
+    r"""The Newton point :math:`x - (g(x) - \delta)/g'(x)`; ``g`` is the excess g(x) - delta."""
     slope = fprime(xp, x / s) - fprime(xp, (1.0 - x) / (1.0 - s))
     return x - g / slope
 
