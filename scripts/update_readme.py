@@ -156,6 +156,43 @@ def _decode_table(report) -> str:
     return head + "\n".join(lines) + tail
 
 
+def _benchmark_table(report) -> str:
+    """The recorded benchmark run (benchmarks/cpu_quick.json, from ``cactus-theory benchmark --json``)."""
+    import json
+
+    from cactus_theory.benchmark import BenchmarkReport, GoalResult
+
+    d = json.loads((ROOT / "benchmarks/cpu_quick.json").read_text())
+    rep = BenchmarkReport(tuple(GoalResult(**g) for g in d["goals"]), d["repeats"], d["quick"],
+                          d["environment"])
+    return rep.to_text().split("\n\nchecks against")[0]
+
+
+def _gpu_table(report) -> str:
+    """The recorded CUDA checks (benchmarks/gpu_check_h200*.json, from scripts/gpu_check.py)."""
+    import json
+
+    first = json.loads((ROOT / "benchmarks/gpu_check_h200.json").read_text())
+    after = json.loads((ROOT / "benchmarks/gpu_check_h200_after_sync_fix.json").read_text())
+    lines = [f"{first['device_name']}: every law, bf16 and torch-analysis check "
+             f"{'passed' if first['passed'] and after['passed'] else 'FAILED'}",
+             f"{'rule':<22}{'law p':>7}  {'bf16==f32':<10}{'no sync (unseeded rows)':<26}{'after the fix'}"]
+    for name, r in first["law"].items():
+        a = after["law"].get(name)
+        fixed = ("sync-free" if a and a["sync_unseeded"] == "sync-free" else "host sync") if a else "-"
+        now = "sync-free" if r["sync_unseeded"] == "sync-free" else "host sync"
+        lines.append(f"{name:<22}{r['law_pvalue']:>7.3f}  {str(r['bf16_equal']):<10}{now:<26}{fixed}")
+    lines += ["", "speed at B = 64, k = 8, V = 151,936 (median of 10, ms; first run):",
+              f"{'rule':<22}{'accept path':>12}{'forward':>10}{'peak GiB':>10}"]
+    for name, r in first["speed"].items():
+        lines.append(f"{name:<22}{r['accept_ms']:>12.2f}{r['forward_ms']:>10.2f}{r['peak_gib']:>10.2f}")
+    for name, r in first["analysis"]["speed"].items():
+        lines.append(f"one-step analysis {name}: torch (CUDA) {r['torch_rows_per_s']:.0f} rows/s, numpy "
+                     f"{r['numpy_rows_per_s']:.2f} rows/s (batch 64, V = 151,936; max |h diff| "
+                     f"{r['emitted_max_abs_diff']:.1e})")
+    return "\n".join(lines)
+
+
 #: What each marker holds.
 BLOCKS = {
     "taylor-grid": Block(("taylor/grid",), where=(("q_n", (0.05, 0.35, 0.5, 0.9)),
@@ -172,6 +209,8 @@ BLOCKS = {
     "quickstart-output": Block(example=True),
     "shipped-pairs": Block(text=_shipped_pairs_table, fenced=False, needs_report=False),
     "decode": Block(text=_decode_table, fenced=False, needs_report=False),
+    "benchmark": Block(text=_benchmark_table, needs_report=False),
+    "gpu-check": Block(text=_gpu_table, needs_report=False),
     "claims": Block(("claims/verdicts",), drop=("evidence",)),
     "sequence": Block(("sequence/synthetic", "sequence/real"), drop=("knob",)),
 }
