@@ -267,14 +267,20 @@ def as_probs_or_tensor(x, name: str):
     return x if _is_torch(x) else as_probs(x, name)
 
 
-def as_finite_number(x, name: str, *, low: float = -math.inf, high: float = math.inf):
-    """Validate real numbers (array or scalar) with no NaN, within ``[low, high]``."""
+def as_finite_number(x, name: str, *, low: float = -math.inf, high: float = math.inf,
+                     slack: float = 0.0):
+    """Validate real numbers (array or scalar) with no NaN, within ``[low, high]``.
+
+    ``slack``: values outside the interval by at most this much (rounding of a computed
+    quantity, e.g. an acceptance summed over tokens that comes out at 1 + 2e-16) are clipped
+    into it instead of rejected.
+    """
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name}: not numeric ({exc})") from None
     if np.any(np.isnan(arr)):
         raise ValueError(f"{name}: contains NaN")
-    if np.any((arr < low) | (arr > high)):
+    if np.any((arr < low - slack) | (arr > high + slack)):
         raise ValueError(f"{name}: must lie in [{low:g}, {high:g}]")
-    return arr
+    return np.clip(arr, low, high) if slack else arr

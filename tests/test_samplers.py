@@ -385,24 +385,35 @@ def test_make_sampler_is_a_module():
 
 
 def test_optional_accept_hook_agrees_with_plan_path():
-    """A rule may provide accept_probs_at (acceptance at the drafted tokens only); the sampler
-    then uses it. Cactus-Taylor's hook evaluates gamma at q_n alone ([B, k] instead of
-    [B, k, V]); its outputs equal the plan path's (the same rule with the hook removed) bit for
-    bit. The test proves it reaches the hook: a counter, and a hook scaled by 0.5 changes the
-    output."""
+    """The Rule interface's fast accept paths give the plan path's outputs bit for bit, and the
+    sampler really uses them. Cactus-Taylor declares two: ``accept_probs_from_values`` (from
+    the drafted tokens' row-normalized q_n, p_n, [B, k]) and ``accept_probs_at`` (gamma at q_n
+    alone). Each is checked against the same rule with every hook removed (``Rule``'s default
+    ``accept_probs_at``: the whole plan); a counter proves the hook ran, and a hook scaled by
+    0.5 changes the output."""
     from cactus_theory.rules.cactus import CactusTaylor
+    from cactus_theory.rules.registry import Rule
 
     calls = []
 
     class PlanPathOnly(CactusTaylor):
-        accept_probs_at = None  # not callable: RuleSampler._accept_probs takes the plan path
+        accept_probs_from_values = None
+        accept_probs_at = Rule.accept_probs_at  # the interface's default: build the whole plan
 
-    class CountingHook(CactusTaylor):
+    class CountingAt(CactusTaylor):
+        accept_probs_from_values = None
         scale = 1.0
 
         def accept_probs_at(self, target_probs, draft_probs, token_ids, **raw):
-            calls.append(tuple(token_ids.shape))
+            calls.append(("at", tuple(token_ids.shape)))
             return self.scale * super().accept_probs_at(target_probs, draft_probs, token_ids, **raw)
+
+    class CountingValues(CactusTaylor):
+        scale = 1.0
+
+        def accept_probs_from_values(self, q_n, p_n):
+            calls.append(("values", tuple(q_n.shape)))
+            return self.scale * super().accept_probs_from_values(q_n, p_n)
 
     base = get_rule("cactus-taylor", delta=0.3)
 
@@ -414,12 +425,14 @@ def test_optional_accept_hook_agrees_with_plan_path():
     q, bonus, p, ids = _batch(32, 5, 40, seed=8)
     gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(32)}  # noqa: E731
     plan_path = make_sampler(configured(PlanPathOnly))(q, bonus, p, ids, seeded_seqs=gens())
-    hooked = configured(CountingHook)
-    via_hook = make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens())
-    assert calls == [(32, 5)]                       # the hook ran, on the drafted tokens only
-    assert torch.equal(plan_path, via_hook)
-    hooked.scale = 0.5                              # a wrong hook is seen in the output
-    assert not torch.equal(plan_path, make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens()))
+    for cls, kind in ((CountingAt, "at"), (CountingValues, "values")):
+        calls.clear()
+        hooked = configured(cls)
+        via_hook = make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens())
+        assert calls == [(kind, (32, 5))]           # the hook ran, on the drafted tokens only
+        assert torch.equal(plan_path, via_hook)
+        hooked.scale = 0.5                          # a wrong hook is seen in the output
+        assert not torch.equal(plan_path, make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens()))
 
 
 @pytest.mark.parametrize("name, knobs", [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])

@@ -92,7 +92,8 @@ def gap_to_frontier(target_probs, draft_probs, acceptance, divergence_value, div
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
     """
     q, p = as_prob_pair(target_probs, draft_probs)
-    acc = as_finite_number(acceptance, "acceptance", low=0.0, high=1.0)
+    # slack: a computed acceptance (a sum over tokens) may exceed 1 by float64 rounding
+    acc = as_finite_number(acceptance, "acceptance", low=0.0, high=1.0, slack=1e-12)
     D = as_finite_number(divergence_value, "divergence_value", low=0.0, high=math.inf)
     extra = acc.ndim - (q.ndim - 1)
     qb, pb = q, p
