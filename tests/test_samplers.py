@@ -435,6 +435,22 @@ def test_optional_accept_hook_agrees_with_plan_path():
         assert not torch.equal(plan_path, make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens()))
 
 
+def test_sps_fast_accept_path_equals_plan_path():
+    """SpS's ``accept_probs_from_values`` gives the plan path's outputs bit for bit (same seeds)."""
+    from cactus_theory.rules.sps import SpeculativeSampling
+
+    class PlanPathOnly(SpeculativeSampling):
+        accept_probs_from_values = None
+
+    base = get_rule("sps")
+    slow = PlanPathOnly()
+    slow.spec, slow.knobs = base.spec, dict(base.knobs)
+    q, bonus, p, ids = _batch(32, 5, 40, seed=3)
+    gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(32)}  # noqa: E731
+    fast_out = make_sampler(base)(q, bonus, p, ids, seeded_seqs=gens())
+    assert torch.equal(make_sampler(slow)(q, bonus, p, ids, seeded_seqs=gens()), fast_out)
+
+
 @pytest.mark.parametrize("name, knobs", [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])
 def test_accepted_prefix_length_law(name, knobs):
     """k = 4 different positions per row: the accepted prefix N follows

@@ -8,7 +8,7 @@ which emits exactly q (paper, Theorem 1 with h = q). Symbols: q verifier
 
 from __future__ import annotations
 
-from .plans import TargetPlan
+from .plans import TargetPlan, ratio_acceptance
 from .registry import Rule, RuleSpec, register
 
 __all__ = ["SpeculativeSampling"]
@@ -20,6 +20,15 @@ class SpeculativeSampling(Rule):
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """Return ``TargetPlan(h = q)`` (array-agnostic)."""
         return TargetPlan(target_probs, draft_probs, target_probs)
+
+    def accept_probs_from_values(self, q_n, p_n):
+        r""":math:`a_n = \min(1, q_n/p_n)` from the drafted tokens' row-normalized probabilities.
+
+        The samplers' fast accept path (declared on :class:`~cactus_theory.rules.registry.Rule`):
+        with it they read q and p once for the row sums and then only the drafted tokens
+        ([B, k]), with no normalized [B, k, V] copies.
+        """
+        return ratio_acceptance(q_n, p_n)
 
 
 register(RuleSpec(
