@@ -108,8 +108,7 @@ _DRAFTER_LABELS = {
 
 def _shipped_pairs_table(report) -> str:
     """Acceptance of the shipped pairs by category and SpS's exact AL at m = 2 (from the dumps)."""
-    import numpy as np
-
+    from cactus_theory.figures.real import acceptance_by_category
     from cactus_theory.logits import load_dump, shipped_dumps
     from cactus_theory.report import chain_rows
 
@@ -118,11 +117,11 @@ def _shipped_pairs_table(report) -> str:
     for key, label in _DRAFTER_LABELS.items():
         path = next(f for f in shipped_dumps() if f.name == f"smollm2-135m_{key}.npz")
         d = load_dump(path)
-        acc, cats = d.acceptance(), d.categories()
+        acc, cat_means = d.acceptance(), acceptance_by_category(d)
         trajs = list(d.trajectories())
         al = [chain_rows(ts, 2, rules=(("sps", {}),))[0]["al_m"]
               for ts in (trajs, [t for t in trajs if t.category == "gsm8k"])]
-        by = [acc[cats == c].mean() for c in ("gsm8k", "coding", "translation")]
+        by = [cat_means[c] for c in ("gsm8k", "coding", "translation")]
         lines.append(f"| {label} | {len(acc):,} | {acc.mean():.3f} | " + " | ".join(f"{v:.3f}" for v in by)
                      + f" | {al[0]:.2f} / {al[1]:.2f} |")
     return "\n".join(lines)
