@@ -138,14 +138,8 @@ def as_int_array(x, shape, name: str) -> np.ndarray:
 
 
 def positive_int(x, name: str) -> int:
-    """``x`` as an int >= 1; ValueError naming ``name`` otherwise (bools rejected)."""
-    try:
-        ok = not isinstance(x, bool) and float(x).is_integer() and int(x) >= 1
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name}: must be an integer >= 1, got {x!r}")
-    return int(x)
+    """``x`` as an int >= 1; ValueError naming ``name`` otherwise (:func:`as_count` with minimum 1)."""
+    return as_count(x, name, minimum=1)
 
 
 def one_row(x: np.ndarray, name: str) -> np.ndarray:
@@ -176,16 +170,8 @@ def as_temperature(t, name: str = "temperature") -> float:
 
 
 def as_top_k(k, name: str = "top_k") -> int:
-    """A top-k cut: an integer >= 1."""
-    if isinstance(k, (bool, np.bool_)):
-        raise ValueError(f"{name}: must be an integer >= 1, got {k!r}")
-    try:
-        ok = int(k) == k and k >= 1
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name}: must be an integer >= 1, got {k!r}")
-    return int(k)
+    """A top-k cut: an integer >= 1 (:func:`as_count`)."""
+    return as_count(k, name, minimum=1)
 
 
 def as_top_p(p, name: str = "top_p") -> float:
