@@ -31,6 +31,7 @@ from .distributions import synthetic_pairs, truncate
 
 __all__ = ["Column", "Table", "Section", "Report", "format_table", "format_section",
            "format_report", "compute_report", "build_report", "json_ready", "SECTIONS",
+           "sequence_budget_table",
            "SECTION_SUMMARIES", "PAPER_TRUNCATION"]
 
 #: The paper's sampling setting (code defaults): temperature 0.6, top-k 20, top-p 0.95.
@@ -538,6 +539,20 @@ def section_real(seed: int = 0, m: int = 8) -> Section:
     return Section("real", heading, tuple(blocks))
 
 
+def sequence_budget_table(res, name: str = "sequence") -> Table:
+    """A :class:`~cactus_theory.analysis.sequence_budget.SequenceBudgetComparison` as a Table:
+    one row per method (acceptance, KL per token, worst trajectory, AL_m per m, the chain's KL
+    upper bound at the largest m, the calibrated knob)."""
+    ms = res.draft_lengths
+    cols = ((Column("method", "method", "s"), Column("acceptance", "accept"),
+             Column("kl_per_token", "KL/tok"), Column("kl_worst_trajectory", "worst", ".3f"))
+            + tuple(Column(f"al_{m}", f"AL_{m}", ".3f") for m in ms)
+            + (Column(f"kl_upper_{ms[-1]}", f"KLup@{ms[-1]}"), Column("knob", "knob", "s")))
+    title = (f"[{res.label}: {res.trajectories} trajectories, {res.positions} positions, "
+             f"eps = {res.eps:g} nats per token]")
+    return Table(name, title, cols, tuple(res.rows()))
+
+
 def section_sequence_budget(seed: int = 0, eps: float = 0.1) -> Section:
     """Methods at equal sequence-level KL: AL at m = 2, 4, 8, 20 (synthetic and real trajectories)."""
     from .analysis.sequence_budget import compare_sequence_budget, default_corpora
@@ -549,15 +564,8 @@ def section_sequence_budget(seed: int = 0, eps: float = 0.1) -> Section:
               "'worst' = the largest per-token KL of one trajectory; AL_m exact, teacher-forced, bonus not "
               "counted; KLup = the chain's exact upper bound on the sequence KL per token at the largest m."]
     for key, trajs, label in corpora:
-        res = compare_sequence_budget(trajs, eps, label=label)
-        ms = res.draft_lengths
-        cols = ((Column("method", "method", "s"), Column("acceptance", "accept"),
-                 Column("kl_per_token", "KL/tok"), Column("kl_worst_trajectory", "worst", ".3f"))
-                + tuple(Column(f"al_{m}", f"AL_{m}", ".3f") for m in ms)
-                + (Column(f"kl_upper_{ms[-1]}", f"KLup@{ms[-1]}"), Column("knob", "knob", "s")))
-        title = (f"[{res.label}: {res.trajectories} trajectories, {res.positions} positions, "
-                 f"eps = {res.eps:g} nats per token]")
-        blocks.append(Table(f"sequence/{key}", title, cols, tuple(res.rows())))
+        blocks.append(sequence_budget_table(compare_sequence_budget(trajs, eps, label=label),
+                                            f"sequence/{key}"))
     return Section("sequence", "A sequence-level KL budget: every method at the same mean per-token emitted KL",
                    tuple(blocks))
 

@@ -299,18 +299,11 @@ def compare_sequence_budget(trajectories, eps, draft_lengths=DRAFT_LENGTHS,
 
 
 def format_sequence_budget(result: SequenceBudgetComparison) -> str:
-    """Plain-text table of a :class:`SequenceBudgetComparison` (one row per method)."""
-    ms = result.draft_lengths
-    head = (f"{'method':<46}{'accept':>7}{'KL/tok':>8}{'worst':>7}"
-            + "".join(f"{'AL_' + str(m):>7}" for m in ms) + f"{'KLup@' + str(ms[-1]):>9}  knob")
-    lines = [f"[{result.label}: {result.trajectories} trajectories, {result.positions} positions, "
-             f"eps = {result.eps:g} nats per token]", head]
-    for r in result.rows():
-        lines.append(f"{r['method']:<46}{r['acceptance']:>7.4f}{r['kl_per_token']:>8.4f}"
-                     f"{r['kl_worst_trajectory']:>7.3f}"
-                     + "".join(f"{r[f'al_{m}']:>7.3f}" for m in ms)
-                     + f"{r[f'kl_upper_{ms[-1]}']:>9.4f}  {r['knob']}")
-    return "\n".join(lines)
+    """Plain-text table of a :class:`SequenceBudgetComparison` (one row per method), printed by
+    the report's formatter (:func:`cactus_theory.report.format_table`)."""
+    from ..report import format_table, sequence_budget_table
+
+    return format_table(sequence_budget_table(result), "text")
 
 
 def default_corpora(seed: int = 0, real: bool = True) -> list:
