@@ -34,7 +34,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from .._validation import _is_torch, as_count, as_unit_interval, spike_arguments
-from ..divergences import DIVERGENCES, get_divergence
+from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ratios
 
 __all__ = ["taylor_spike", "exact_spike", "spike_scale", "METHODS"]
 
@@ -110,8 +110,26 @@ def _fprime_js(xp, t):
     return 0.5 * (xp.log(t) - xp.log1p(t))
 
 
+def _kl_interior(x, s, c=None):
+    """The two-point KL and its slope for 1e-280 <= s < 1, s <= x < 1 (numpy).
+
+    The same operations as :func:`cactus_theory.divergences.kl_two_point` on that domain
+    (bit for bit; tested), without its masks for zeros and ones. ``c = 1 - s`` may be
+    passed precomputed. Returns g(x), g'(x) and 1 - x.
+    """
+    c = 1.0 - s if c is None else c
+    dx = x - s
+    a = np.log1p(dx / s)
+    b = np.log1p(-dx / c)                     # (s - x)/(1 - s): negation is exact
+    one_x = 1.0 - x
+    up = np.flatnonzero(x > 0.5)
+    if up.size:
+        b[up] = np.log(one_x[up] / c[up])
+    return x * a + one_x * b, a - b, one_x
+
+
 def _g_kl(x, s):
-    return x * np.log(x / s) + (1.0 - x) * np.log((1.0 - x) / (1.0 - s))
+    return _kl_interior(x, s)[0]
 
 
 def _g_reverse_kl(x, s):
@@ -252,12 +270,15 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     newton = method == "newton" and fprime is not None
     one = xp.ones_like(q_n)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        at_one = d.two_point(one, q_n)
+        at_one = _kl_at_one(q_n) if is_np and d is DIVERGENCES["kl"] else d.two_point(one, q_n)
         if is_np:
             # numpy: solve only the entries whose root is not known in advance (capped at 1,
             # delta = 0, or q_n = 0 under a divergence that charges +inf off supp(q)).
-            gamma = np.where(at_one <= delta, 1.0, q_n)
             active = (at_one > delta) & (delta > 0) & ((q_n > 0) | d.finite_off_support)
+            if newton and bool(np.all(active)):
+                return _newton_numpy(d, fprime, q_n.ravel(), delta.ravel(),
+                                     at_one.ravel()).reshape(q_n.shape)
+            gamma = np.where(at_one <= delta, 1.0, q_n)
             if np.any(active):
                 s, dl = q_n[active], delta[active]
                 if newton:
@@ -265,7 +286,9 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
                 else:
                     gamma[active] = _bisect(np, d, s, dl, iterations)[0]
             return gamma
-        if newton:
+        if newton and low_precision and d is DIVERGENCES["kl"]:
+            lo = _kl_root_torch_low_precision(q_n, delta, at_one)
+        elif newton:
             n_newton, n_bisect = (6, 32) if low_precision else (12, 64)
             gfun = d.two_point
             lo, hi, g_hi = _taylor_bracket(xp, gfun, fprime, d.f_second_at_one, q_n, delta,
@@ -277,6 +300,18 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
             lo = _bisect(xp, d, q_n, delta, iterations)[0]
     gamma = xp.where(at_one <= delta, one, lo)
     return xp.where(delta == 0, q_n, gamma)
+
+
+def _kl_at_one(s):
+    """``kl_two_point(1, s)`` bit for bit (numpy): ``log1p((1 - s)/s)`` = log(1/s) for
+    s >= 1e-280, the generic form below."""
+    shape, s = np.shape(s), np.atleast_1d(s)
+    normal = s >= KL_RATIO_FLOOR
+    if bool(np.all(normal)):
+        return np.log1p((1.0 - s) / s).reshape(shape)
+    out = np.log1p((1.0 - s) / np.where(normal, s, 1.0))
+    out[~normal] = DIVERGENCES["kl"].two_point(np.ones_like(s[~normal]), s[~normal])
+    return out.reshape(shape)
 
 
 def _newton_from(xp, fprime, s, x, g):
@@ -383,9 +418,14 @@ def _newton_numpy(d, fprime, s, delta, at_one, max_steps: int = 16):
     if interior is None:
         return _newton_numpy_with(d, d.two_point, fprime, s, delta, at_one, max_steps)
     # the interior forms divide by q_n: keep ratios below ~1e280 (no overflow), else generic
-    ok = (s > 1e-280) & (s < 1)
+    ok = (s >= KL_RATIO_FLOOR) & (s < 1)
+    if d.name == "kl" and np.all(ok):
+        return _kl_root_numpy(s, delta)
     out = np.empty_like(s)
-    out[ok] = _newton_numpy_with(d, interior, fprime, s[ok], delta[ok], at_one[ok], max_steps)
+    if d.name == "kl":
+        out[ok] = _kl_root_numpy(s[ok], delta[ok])
+    else:
+        out[ok] = _newton_numpy_with(d, interior, fprime, s[ok], delta[ok], at_one[ok], max_steps)
     if not np.all(ok):
         out[~ok] = _newton_numpy_with(d, d.two_point, fprime, s[~ok], delta[~ok], at_one[~ok],
                                       max_steps)
@@ -423,6 +463,258 @@ def _newton_numpy_with(d, gfun, fprime, s, delta, at_one, max_steps):
             lo[bad] = _finish_numpy(d.two_point, s_all[bad], delta_all[bad], s_all[bad].copy(),
                                     lo[bad])
     return lo
+
+
+def lambert_w(xp, z, steps: int = 2):
+    r"""The principal branch :math:`W_0(z)` for z >= 0 (array API; :math:`W e^W = z`).
+
+    Winitzki's start :math:`L(1 - \log(1 + L)/(2 + L))`, :math:`L = \log(1+z)` (within 1%
+    of W for every z >= 0), then ``steps`` Halley steps (cubic: 1e-2, 1e-6, below rounding).
+    The KL root's start takes one step (it needs 1e-6, not the last ulp); scipy's
+    ``lambertw`` is complex-valued and 10x slower.
+    """
+    L = xp.log1p(z)
+    w = L * (1.0 - xp.log1p(L) / (2.0 + L))
+    for _ in range(steps):
+        ew = xp.exp(w)
+        f = w * ew - z
+        w = w - f / (ew * (w + 1.0) - (w + 2.0) * f / (2.0 * w + 2.0))
+    return w
+
+
+def _kl_start(xp, s, delta):
+    r"""A starting point for the KL root: within 1e-3 of it where the root is small.
+
+    Since :math:`(1-x)\log\frac{1-x}{1-s} \ge s - x`, the two-point KL is at least
+    :math:`x\log(x/s) - x + s`, whose root is :math:`x_L = (\delta - s)/W((\delta - s)/(e s))`
+    (Lambert W): an upper bound of the root, sharp when it is small (relative error about
+    :math:`x/(2\log(x/s))`). It is used where :math:`\delta > (1 + e) s`; elsewhere the root
+    is near s and the Taylor point (Corollary 5) is the better start. Kept inside (s, 1).
+    """
+    z = (delta - s) / (math.e * s)
+    far = z > 1.0
+    if isinstance(s, np.ndarray):
+        x = (delta - s) / lambert_w(np, np.maximum(z, 1.0), steps=1)
+        near = np.flatnonzero(~far)
+        if near.size:
+            sn = s[near]
+            x[near] = sn + np.sqrt(2.0 * delta[near] * sn * (1.0 - sn))
+        x = np.where(x < 1.0, x, 0.5 * (1.0 + s))
+        high = np.flatnonzero(x > 0.5)
+        if high.size:
+            x[high] = _kl_better_start(np, s[high], delta[high], x[high])
+        return x
+    x_l = (delta - s) / lambert_w(xp, xp.where(far, z, xp.ones_like(z)), steps=1)
+    x = xp.where(far, x_l, s + xp.sqrt(2.0 * delta * s * (1.0 - s)))
+    x = xp.where(x < 1.0, x, 0.5 * (1.0 + s))
+    return xp.where(x > 0.5, _kl_better_start(xp, s, delta, x), x)
+
+
+def _kl_better_start(xp, s, delta, x):
+    """Of x and :func:`_kl_start_near_one`, the point with the shorter Newton step."""
+    y = _kl_start_near_one(xp, s, delta)
+    out = []
+    for pt in (x, y):
+        a, b = kl_log_ratios(xp, pt, s)
+        out.append(xp.abs((pt * a + (1.0 - pt) * b - delta) / (a - b)))
+    return xp.where(out[1] < out[0], y, x)
+
+
+def _kl_start_near_one(xp, s, delta):
+    r"""A start for KL roots above 1/2: with v = 1 - x, :math:`L = -\log s`,
+    :math:`g(1 - v) pprox L - v(K - \log v)`, :math:`K = L + 1 + \log(1 - s)`, so
+    :math:`v = (L - \delta)/(K - \log v)`, solved by three fixed-point steps from
+    :math:`v = (L - \delta)/K`; kept in (s, 1)."""
+    big_l = -xp.log(s)
+    k = big_l + 1.0 + xp.log1p(-s)
+    r = xp.clip(big_l - delta, 1e-300, None)
+    v = r / k
+    for _ in range(3):
+        v = r / xp.clip(k - xp.log(v), 1e-3, None)
+    x = 1.0 - v
+    return xp.where((x > s) & (x < 1.0), x, 0.5 * (1.0 + s))
+
+
+def _kl_halley(xp, s, delta, x, g, slope, one_x):
+    r"""One Halley step on :math:`g(x) = \delta` from x, given g(x), g'(x) and 1 - x.
+
+    For x <= 1/2 the step is taken in x (:math:`g'' = 1/(x(1-x))` for the KL); above, in
+    :math:`u = \log(1 - x)`, where the slope :math:`g'(x) \to \infty` as x -> 1 no longer
+    slows it (:math:`dg/du = -g'(x)(1-x)`, :math:`d^2g/du^2 = (1-x)(1/x - g'(x))`); the new
+    point is then :math:`1 - (1-x)e^{-\Delta u} < 1`. Kept strictly inside (s, 1) (halfway to
+    the violated end otherwise).
+    """
+    f = g - delta
+    step = f / slope
+    new = x - step / (1.0 - 0.5 * step / (slope * x * one_x))
+    high = x > 0.5
+    if not isinstance(x, np.ndarray) or bool(np.any(high)):
+        f1 = -slope * one_x
+        f2 = one_x * (1.0 / x - slope)
+        du = (f / f1) / (1.0 - 0.5 * f * f2 / (f1 * f1))
+        new = xp.where(high, 1.0 - one_x * xp.exp(-du), new)
+    inside = (new > s) & (new < 1.0)          # NaN fails too
+    if isinstance(new, np.ndarray) and bool(np.all(inside)):
+        return new
+    return xp.where(inside, new, xp.where(new >= 1.0, 0.5 * (x + 1.0), 0.5 * (x + s)))
+
+
+#: Floats walked from Halley's last iterate before the bracketed fallback.
+_KL_WALK = 4
+#: Extra Halley steps for the entries still moving after the first ``halley_steps``.
+_KL_MORE_STEPS = 6
+
+
+def _next_up(x):
+    """``nextafter(x, +inf)`` for positive finite float64 x (the bit pattern plus one; 6x
+    cheaper than ``np.nextafter``)."""
+    return (x.view(np.int64) + 1).view(np.float64)
+
+
+def _next_down(x):
+    """``nextafter(x, 0)`` for positive finite float64 x."""
+    return (x.view(np.int64) - 1).view(np.float64)
+
+
+def _kl_root_numpy(s, delta, halley_steps: int = 2):
+    r"""The exact KL root (Theorem 2) for 1e-280 <= s < 1, delta > 0, root < 1 (numpy).
+
+    ``halley_steps`` Halley steps from :func:`_kl_start` on all entries (more, up to
+    ``_KL_MORE_STEPS``, for those whose last step exceeded 1e-6 relative), then a certificate:
+    gamma is returned when :math:`g(\gamma) \le \delta < g(\gamma^+)` with :math:`\gamma^+`
+    the next float, g as :func:`cactus_theory.divergences.kl_two_point` computes it (so the
+    returned gamma is feasible, and the next float is not). Entries one float off move by
+    one float and are tested again; the rest (a noisy g where :math:`\delta \ll s`, roots
+    near 1) go through :func:`_kl_bracketed`, started from the bracket the tests found.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        c = 1.0 - s
+        x = _kl_start(np, s, delta)
+        for _ in range(halley_steps):
+            x, moved = _kl_halley(np, s, delta, x, *_kl_interior(x, s, c)), x
+        # Halley is cubic: a last step below 1e-6 (relative) leaves an error of order 1e-18;
+        # the entries still moving more (a poor start) take more steps, on their own
+        idx = np.flatnonzero(np.abs(x - moved) > 1e-6 * x)
+        for _ in range(_KL_MORE_STEPS):
+            if idx.size == 0:
+                break
+            x_i, s_i, d_i = x[idx], s[idx], delta[idx]
+            new = _kl_halley(np, s_i, d_i, x_i, *_kl_interior(x_i, s_i))
+            x[idx] = new
+            idx = idx[np.abs(new - x_i) > 1e-6 * new]
+        up = _next_up(x)
+        n = s.shape[0]
+        g2 = _kl_interior(np.concatenate([x, up]), np.concatenate([s, s]),
+                          np.concatenate([c, c]))[0]
+        feas_x, feas_up = g2[:n] <= delta, g2[n:] <= delta
+        bad = np.flatnonzero(~feas_x | feas_up)
+        if bad.size == 0:
+            return x
+        out = x.copy()
+        # a few floats off (Halley's last step is exact to the rounding of g): walk down from
+        # an infeasible x, up from a feasible x+, one float at a time
+        down = ~feas_x[bad]
+        cur = np.where(down, x[bad], up[bad])     # tested: infeasible (down) / feasible (up)
+        s_b, d_b = s[bad], delta[bad]
+        for _ in range(_KL_WALK):
+            cand = np.where(down, _next_down(cur), _next_up(cur))
+            feas = _kl_interior(cand, s_b)[0] <= d_b
+            done = feas == down                    # down: cand feasible; up: cand infeasible
+            out[bad[done]] = np.where(down, cand, cur)[done]
+            keep = ~done
+            bad, down, cur, s_b, d_b = bad[keep], down[keep], cand[keep], \
+                s_b[keep], d_b[keep]
+            if bad.size == 0:
+                return out
+        # the rest (a noisy g): bracketed Newton from the last tested float
+        lo = np.where(down, s_b, cur)
+        hi = np.where(down, cur, 1.0)
+        out[bad] = _kl_bracketed(s_b, d_b, lo, hi, np.where(down, np.nextafter(cur, 0.0),
+                                                           np.nextafter(cur, 2.0)))
+    return out
+
+
+#: Halley steps of the torch float32 KL path (in float64): converged to 1e-7 relative from
+#: :func:`_kl_start` over q_n in [1e-38, 1), delta in [1e-8, 300] (tested).
+_KL_TORCH_STEPS = 6
+#: float32 ulps the torch path steps down when the rounded root is infeasible as computed.
+_KL_TORCH_WALK = 3
+
+
+def _kl_root_torch_low_precision(q_n, delta, at_one):
+    r"""The KL root for torch float32/bf16/fp16 (the samplers' drafted tokens; no host sync).
+
+    The root is computed in float64 (on the CPU by :func:`_kl_root_numpy` on the same
+    memory; on another device by :func:`_kl_start` and ``_KL_TORCH_STEPS`` Halley steps, a
+    fixed count, so nothing reads the device), rounded to the input dtype, and
+    stepped down by up to ``_KL_TORCH_WALK`` ulps until the two-point KL as computed in that
+    dtype is within delta; q_n (always feasible) where it still is not. So the result is
+    feasible as computed, and within a few ulps of the exact root. Entries with a root of
+    1, delta = 0 or q_n outside [1e-280, 1) are set by the caller.
+    """
+    import torch
+
+    kl = DIVERGENCES["kl"]
+    s64, d64 = q_n.to(torch.float64), delta.to(torch.float64)
+    solve = (at_one > delta) & (delta > 0) & (q_n > 0) & (q_n < 1)
+    on_cpu = q_n.device.type == "cpu"
+    if on_cpu:
+        # no device to synchronize with: the numpy solver on the (few) entries, certified
+        s_np, d_np, m_np = s64.numpy(), d64.numpy(), solve.numpy()
+        x_np = np.where(m_np, s_np, 0.0)
+        if m_np.any():
+            x_np[m_np] = _kl_root_numpy(s_np[m_np], d_np[m_np])
+        x = torch.from_numpy(x_np)
+    else:
+        s_safe = torch.where(solve, s64, torch.full_like(s64, 0.25))
+        d_safe = torch.where(solve, d64, torch.full_like(d64, 0.1))
+        x = _kl_start(torch, s_safe, d_safe)
+        for _ in range(_KL_TORCH_STEPS):
+            a, b = kl_log_ratios(torch, x, s_safe)
+            x = _kl_halley(torch, s_safe, d_safe, x, x * a + (1.0 - x) * b, a - b, 1.0 - x)
+    gamma = torch.where(solve, torch.maximum(x.to(q_n.dtype), q_n), q_n)
+    for _ in range(_KL_TORCH_WALK + 1):
+        bad = kl.two_point(gamma, q_n) > delta
+        if on_cpu and not bool(bad.any()):
+            return gamma
+        gamma = torch.where(bad, torch.nextafter(gamma, q_n), gamma)
+    return torch.where(kl.two_point(gamma, q_n) > delta, q_n, gamma)
+
+
+def _kl_bracketed(s, delta, lo, hi, x=None, max_steps: int = 2000):
+    r"""Safeguarded Newton on the KL root inside [lo, hi] (g(lo) <= delta < g(hi) as
+    computed) until lo and hi are adjacent floats; returns lo.
+
+    Each step evaluates one point strictly inside the bracket: the Newton point from the
+    last point, pulled by two of its own steps (at least one ulp) to the other side of the
+    root once Newton has converged from one side; the geometric (then arithmetic) midpoint
+    when the Newton point is outside the bracket. Loops on the open brackets only.
+    """
+    out = lo.copy()
+    idx = np.arange(s.shape[0])
+    if x is None:
+        x = np.where((lo > 0) & (hi > 4.0 * lo), np.sqrt(lo * hi), 0.5 * (lo + hi))
+    for _ in range(max_steps):
+        open_ = hi > np.nextafter(lo, 2.0)
+        if not np.all(open_):
+            out[idx] = lo
+            idx, s, delta, lo, hi, x = (a[open_] for a in (idx, s, delta, lo, hi, x))
+        if idx.size == 0:
+            return out
+        x = np.where((x > lo) & (x < hi), x, 0.5 * (lo + hi))
+        g, slope, _ = _kl_interior(x, s)
+        f = g - delta
+        feas = f <= 0
+        lo, hi = np.where(feas, x, lo), np.where(feas, hi, x)
+        step = f / slope
+        prop = x - step
+        ulp = np.spacing(x)
+        prop = np.where(~feas & (step <= 2.0 * ulp), x - np.maximum(2.0 * step, ulp), prop)
+        prop = np.where(feas & (-step <= 2.0 * ulp), x + np.maximum(-2.0 * step, ulp), prop)
+        mid = np.where((lo > 0) & (hi > 4.0 * lo), np.sqrt(lo * hi), 0.5 * (lo + hi))
+        x = np.where((prop > lo) & (prop < hi), prop, mid)
+    out[idx] = lo
+    return out
 
 
 def _bisect(xp, d, q_n, delta, iterations, lo=None, hi=None):
