@@ -164,6 +164,18 @@ class Divergence:
 KL_RATIO_FLOOR = 1e-280
 
 
+def _ratio_floor(x) -> float:
+    """Below this, a ratio 1/x could overflow in x's dtype (1e8 below its largest float; the
+    float64 floor is :data:`KL_RATIO_FLOOR`; float16, whose largest float is 65504, always
+    takes the difference of logarithms)."""
+    name = str(x.dtype)
+    if "float64" in name:
+        return KL_RATIO_FLOOR
+    if "float16" in name and "bfloat16" not in name:
+        return 2.0
+    return 3e-31                       # float32 and bfloat16: largest float 3.4e38
+
+
 def kl_log_ratios(xp, gamma, s):
     r"""The two logarithms of the two-point KL, each to a few ulps.
 
@@ -172,15 +184,18 @@ def kl_log_ratios(xp, gamma, s):
 
     * ``A = log1p((gamma - s)/s)`` for gamma >= s/2 (the ratio near 1), ``log(gamma/s)``
       below, and ``log(gamma) - log(s)`` where s or gamma is below :data:`KL_RATIO_FLOOR`
-      (the ratio could overflow or lose digits as a subnormal; the value is large there);
-    * ``B = log1p((s - gamma)/(1 - s))`` for gamma <= 1/2 (the argument is >= -1/2) and
-      ``log((1 - gamma)/(1 - s))`` above (``1 - gamma`` is exact there).
+      (3e-31 in float32; always in float16): the ratio could overflow or lose digits as a
+      subnormal, and the value is large there;
+    * ``B = log1p((s - gamma)/(1 - s))`` while that argument is >= -1/2 (log1p is well
+      conditioned there), else ``log((1 - gamma)/(1 - s))``, a ratio below 1/2 whose
+      logarithm is far from 0 (and ``1 - gamma`` is exact for gamma >= 1/2).
 
     The naive ``log(1 - gamma)`` rounds ``1 - gamma`` first: for gamma = 1e-11 it is off by
     1e-16 absolute, which moves the root of the two-point equation by 1e8 ulps.
     """
     one = xp.ones_like(s)
-    normal = (s >= KL_RATIO_FLOOR) & (gamma >= KL_RATIO_FLOOR)
+    floor = _ratio_floor(s)
+    normal = (s >= floor) & (gamma >= floor)
     near = normal & (gamma >= 0.5 * s)
     safe_s = xp.where(normal, s, one)
     safe_g = xp.where(gamma > 0, gamma, one)
@@ -189,7 +204,7 @@ def kl_log_ratios(xp, gamma, s):
                           xp.log(safe_g) - xp.log(xp.where(s > 0, s, one))))
     c = 1.0 - s
     safe_c = xp.where(c > 0, c, one)
-    upper = gamma > 0.5
+    upper = (gamma - s) > 0.5 * c
     b = xp.where(upper, xp.log(xp.where(upper & (gamma < 1), 1.0 - gamma, one) / safe_c),
                  xp.log1p(xp.where(upper, 0.0 * s, s - gamma) / safe_c))
     return a, b

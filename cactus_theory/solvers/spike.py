@@ -122,7 +122,7 @@ def _kl_interior(x, s, c=None):
     a = np.log1p(dx / s)
     b = np.log1p(-dx / c)                     # (s - x)/(1 - s): negation is exact
     one_x = 1.0 - x
-    up = np.flatnonzero(x > 0.5)
+    up = np.flatnonzero(dx > 0.5 * c)
     if up.size:
         b[up] = np.log(one_x[up] / c[up])
     return x * a + one_x * b, a - b, one_x
@@ -641,6 +641,11 @@ _KL_TORCH_STEPS = 6
 _KL_TORCH_WALK = 3
 
 
+def _host_tensor(t) -> bool:
+    """True for a CPU tensor (its values can be read without a device synchronization)."""
+    return t.device.type == "cpu"
+
+
 def _kl_root_torch_low_precision(q_n, delta, at_one):
     r"""The KL root for torch float32/bf16/fp16 (the samplers' drafted tokens; no host sync).
 
@@ -657,7 +662,7 @@ def _kl_root_torch_low_precision(q_n, delta, at_one):
     kl = DIVERGENCES["kl"]
     s64, d64 = q_n.to(torch.float64), delta.to(torch.float64)
     solve = (at_one > delta) & (delta > 0) & (q_n > 0) & (q_n < 1)
-    on_cpu = q_n.device.type == "cpu"
+    on_cpu = _host_tensor(q_n)
     if on_cpu:
         # no device to synchronize with: the numpy solver on the (few) entries, certified
         s_np, d_np, m_np = s64.numpy(), d64.numpy(), solve.numpy()
