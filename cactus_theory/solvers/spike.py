@@ -36,7 +36,7 @@ from array_api_compat import array_namespace
 from .._validation import _is_torch, as_count, as_unit_interval, spike_arguments
 from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ratios
 
-__all__ = ["taylor_spike", "exact_spike", "spike_scale", "METHODS"]
+__all__ = ["taylor_spike", "exact_spike", "spike_scale", "spike_scale_unchecked", "lambert_w", "METHODS"]
 
 METHODS = ("exact", "taylor")
 
@@ -494,7 +494,7 @@ def _kl_start(xp, s, delta):
     z = (delta - s) / (math.e * s)
     far = z > 1.0
     if isinstance(s, np.ndarray):
-        x = (delta - s) / lambert_w(np, np.maximum(z, 1.0), steps=1)
+        x = (delta - s) / lambert_w(np, np.maximum(z, 1.0), steps=0)
         near = np.flatnonzero(~far)
         if near.size:
             sn = s[near]
@@ -504,7 +504,7 @@ def _kl_start(xp, s, delta):
         if high.size:
             x[high] = _kl_better_start(np, s[high], delta[high], x[high])
         return x
-    x_l = (delta - s) / lambert_w(xp, xp.where(far, z, xp.ones_like(z)), steps=1)
+    x_l = (delta - s) / lambert_w(xp, xp.where(far, z, xp.ones_like(z)), steps=0)
     x = xp.where(far, x_l, s + xp.sqrt(2.0 * delta * s * (1.0 - s)))
     x = xp.where(x < 1.0, x, 0.5 * (1.0 + s))
     return xp.where(x > 0.5, _kl_better_start(xp, s, delta, x), x)
@@ -547,16 +547,25 @@ def _kl_halley(xp, s, delta, x, g, slope, one_x):
     f = g - delta
     step = f / slope
     new = x - step / (1.0 - 0.5 * step / (slope * x * one_x))
-    high = x > 0.5
-    if not isinstance(x, np.ndarray) or bool(np.any(high)):
-        f1 = -slope * one_x
-        f2 = one_x * (1.0 / x - slope)
-        du = (f / f1) / (1.0 - 0.5 * f * f2 / (f1 * f1))
-        new = xp.where(high, 1.0 - one_x * xp.exp(-du), new)
+    if isinstance(x, np.ndarray):
+        high = np.flatnonzero(x > 0.5)
+        if high.size:
+            new[high] = _halley_in_log_complement(np, f[high], slope[high], x[high],
+                                                  one_x[high])
+    else:
+        new = xp.where(x > 0.5, _halley_in_log_complement(xp, f, slope, x, one_x), new)
     inside = (new > s) & (new < 1.0)          # NaN fails too
     if isinstance(new, np.ndarray) and bool(np.all(inside)):
         return new
     return xp.where(inside, new, xp.where(new >= 1.0, 0.5 * (x + 1.0), 0.5 * (x + s)))
+
+
+def _halley_in_log_complement(xp, f, slope, x, one_x):
+    r"""The Halley step of :func:`_kl_halley` taken in :math:`u = \log(1 - x)`."""
+    f1 = -slope * one_x
+    f2 = one_x * (1.0 / x - slope)
+    du = (f / f1) / (1.0 - 0.5 * f * f2 / (f1 * f1))
+    return 1.0 - one_x * xp.exp(-du)
 
 
 #: Floats walked from Halley's last iterate before the bracketed fallback.
@@ -603,10 +612,8 @@ def _kl_root_numpy(s, delta, halley_steps: int = 2):
             x[idx] = new
             idx = idx[np.abs(new - x_i) > 1e-6 * new]
         up = _next_up(x)
-        n = s.shape[0]
-        g2 = _kl_interior(np.concatenate([x, up]), np.concatenate([s, s]),
-                          np.concatenate([c, c]))[0]
-        feas_x, feas_up = g2[:n] <= delta, g2[n:] <= delta
+        feas_x = _kl_interior(x, s, c)[0] <= delta
+        feas_up = _kl_interior(up, s, c)[0] <= delta
         bad = np.flatnonzero(~feas_x | feas_up)
         if bad.size == 0:
             return x
@@ -617,7 +624,8 @@ def _kl_root_numpy(s, delta, halley_steps: int = 2):
         cur = np.where(down, x[bad], up[bad])     # tested: infeasible (down) / feasible (up)
         s_b, d_b = s[bad], delta[bad]
         for _ in range(_KL_WALK):
-            cand = np.where(down, _next_down(cur), _next_up(cur))
+            # the neighbouring float: the bit pattern -1 (down) or +1 (up), for 0 < cur < 1
+            cand = (cur.view(np.int64) + np.where(down, -1, 1)).view(np.float64)
             feas = _kl_interior(cand, s_b)[0] <= d_b
             done = feas == down                    # down: cand feasible; up: cand infeasible
             out[bad[done]] = np.where(down, cand, cur)[done]
@@ -742,6 +750,12 @@ def spike_scale(q_n, gamma):
     """
     if not _is_torch(q_n):  # numpy / Python input: validated (torch: the samplers' path)
         q_n, gamma = as_unit_interval(q_n, "q_n"), as_unit_interval(gamma, "gamma")
+    return spike_scale_unchecked(q_n, gamma)
+
+
+def spike_scale_unchecked(q_n, gamma):
+    r""":func:`spike_scale` without the input checks, for callers whose q_n and gamma already
+    passed them (the exact analysis: validated q, gamma from a spike solver)."""
     xp = array_namespace(q_n, gamma)
     full = q_n >= 1.0
     denom = xp.where(full, xp.ones_like(q_n), 1.0 - q_n)
