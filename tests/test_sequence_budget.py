@@ -244,3 +244,19 @@ def test_figure(comparison):
     assert plot_sequence_budget(comparison, ax=ax) is fig2
     assert "$" in ax.get_xlabel()
     assert matplotlib.get_backend()  # untouched: the function never calls matplotlib.use
+
+
+def test_budget_equal_to_the_saturation_divergence_reaches_saturation():
+    """A counterexample hypothesis found: q on 3 of 7 tokens, p uniform, the budget exactly
+    the divergence of the saturated band (up to the rounding of the input renormalization).
+    The false-position search stayed at the infeasible end and returned the zero-spend
+    solution (SpS, 0.4185); the bisection safeguard reaches the saturated acceptance 3/7."""
+    q = np.array([[0.13279132791327913, 0.19821912504839334, 0.6689895470383276, 0, 0, 0, 0]])
+    p = np.full((1, 7), 1 / 7)
+    o = multiplier_step(q, p, 1.0)
+    total = float(_kl(o, q).sum())
+    best = solve_sequence_budget(q, p, total)
+    # the solution is feasible and its acceptance is 3/7 up to the frontier's slope times the
+    # 1e-13 relative resolution of the search (the frontier is flat at saturation: 1e-9)
+    assert float(best.divergence.sum()) <= total
+    assert best.total_acceptance == pytest.approx(3 / 7, abs=1e-9)

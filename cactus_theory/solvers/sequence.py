@@ -290,13 +290,18 @@ def solve_sequence_budget(target_probs, draft_probs, eps) -> SequenceBudgetSolut
             break
     # Illinois (regula falsi with halving of the stale end's value) on spend(c) - budget: the
     # spend is continuous and nondecreasing in c = 1/lambda; the feasible end lo_c is kept
+    # (a bisection step whenever two steps did not halve the bracket: where the spend is flat
+    # at the budget up to rounding, e.g. a saturated band whose divergence is the budget, the
+    # false-position point stays at the infeasible end for dozens of steps)
     side = 0
+    widths = [math.inf, math.inf]
     for _ in range(MULTIPLIER_STEPS):
         if hi_c - lo_c <= 1e-13 * hi_c or -f_lo <= 1e-13 * budget:
             break
         mid = (lo_c * f_hi - hi_c * f_lo) / (f_hi - f_lo) if f_hi > f_lo else 0.5 * (lo_c + hi_c)
-        if not lo_c < mid < hi_c:
+        if not lo_c < mid < hi_c or hi_c - lo_c > 0.5 * widths[0]:
             mid = 0.5 * (lo_c + hi_c)
+        widths = [widths[1], hi_c - lo_c]
         val, l_, h_ = spend(mid, a_lo, a_hi)
         if val <= budget:
             lo_c, a_hi, f_lo = mid, h_, val - budget
