@@ -272,6 +272,8 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
         # from numpy's): step the few entries that are not down by ulps, else to q_n
         for _ in range(4):
             bad = d.two_point(out, q_n) > delta
+            if not bool(bad.any()):          # a CPU tensor: reading it costs no sync
+                return out
             out = torch.where(bad, torch.nextafter(out, q_n), out)
         return torch.where(d.two_point(out, q_n) > delta, q_n, out)
     is_np = isinstance(q_n, np.ndarray)
