@@ -34,17 +34,28 @@ for Hellinger and TV, log(2)/2 for JS). Its marginal value :math:`1 - \mu - \lam
 
 So the clip form holds for every strictly convex f on supp(q); when q has zeros, divergences
 with a finite slope at infinity put mass outside supp(q) once the budget exceeds the end of
-phase 1. Both phases are monotone one-parameter paths: each is solved by a scalar bisection
-(on log b, then on m) in which every evaluation costs O(log V) after one O(V log V) sort
-(prefix sums over the tokens sorted by r: a is found by a binary search over the breakpoints
-:math:`G_k = r_k Q_{<k} - P_{<k}` of :math:`\sum_{r<a}(a q - p)`). Acceptance along phase 1
+phase 1. Both phases are monotone one-parameter paths: each is a scalar root (on log b, then
+on m) in which every evaluation costs O(log V) after one O(V log V) sort (prefix sums over
+the tokens sorted by r: a is found by a binary search over the breakpoints
+:math:`G_k = r_k Q_{<k} - P_{<k}` of :math:`\sum_{r<a}(a q - p)`). ``method="fast"`` finds
+the root by a safeguarded regula falsi (Illinois; a bisection step whenever the bracket has
+not halved in two steps), stopping at the float resolution of the parameter and keeping the
+feasible end of the bracket, so :math:`D(\pi\|q) \le \epsilon` holds as computed;
+``method="bisect"`` is the fixed :data:`BISECTION_STEPS`-step bisection, kept as the
+reference (and the default for torch tensors: no host synchronisation). Acceptance along phase 1
 is :math:`A(b) = P(r \le b) + b\, Q(r > b)`. TV (not strictly convex) is solved in closed
 form: :math:`A^* = \min(1, \sum\min(p,q) + \epsilon)`, attained by
 :math:`\pi = q + \min(1, \epsilon/TV(p,q))(p - q)` (the coupling bound
 :math:`a \le 1 - TV(p,q) + TV(\pi,q)` is tight there).
 
 Everything is written once against the array API (numpy float64 for the analysis, torch for
-the samplers). The returned divergence is recomputed directly from the returned target.
+the samplers); the fast path on numpy sorts with numpy's default (unstable) ``argsort`` and,
+for one row, counts with ``searchsorted``. The order of tokens with equal r does not matter:
+every prefix sum is read at a count returned by a search for ``r <= b`` (the end of a tie
+group), and inside a tie group the breakpoints :math:`G_k` are equal in exact arithmetic
+(:math:`G_{k+1} - G_k = (r_{k+1} - r_k) Q_{<k+1}`), where every split of the group gives
+the same a = r up to rounding. The returned divergence is recomputed directly from the
+returned target.
 
 References
 ----------
@@ -63,7 +74,7 @@ from array_api_compat import array_namespace
 
 import numpy as np
 
-from .._validation import _is_torch, as_budget, as_budget_array, as_probs_or_tensor
+from .._validation import _is_torch, as_budget, as_budget_array, as_probs_or_tensor, choice
 from ..divergences import Divergence, get_divergence
 
 #: The one place the solver departs from exact arithmetic on valid input.
@@ -71,11 +82,19 @@ OVERFLOW_NOTE = ("tokens with 0 < q_x < p_x / (max_float / 4) (about 4.5e-308 p_
                  "treated as q_x = 0: their ratio p/q is not representable")
 
 __all__ = ["OVERFLOW_NOTE", "MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
-           "slope_at_infinity", "BISECTION_STEPS"]
+           "slope_at_infinity", "BISECTION_STEPS", "METHODS"]
 
 #: Bisection steps for each phase: the log-b bracket is at most ~710 wide (the cap on r), and
 #: 710 / 2**64 < 4e-17, below float64's resolution of b near 1.
 BISECTION_STEPS = 64
+
+#: Root methods of :func:`solve_mentored`: ``auto`` is ``fast`` for numpy and ``bisect`` for
+#: torch (a fixed number of steps: no host synchronisation inside the samplers).
+METHODS = ("auto", "fast", "bisect")
+
+#: Cap on the fast root's iterations: ITP needs at most one more than bisection, which reaches
+#: the float64 resolution of x from the widest bracket in at most ~64 (log b in [0, ~710]).
+_FAST_MAX_ITER = 2 * BISECTION_STEPS
 
 
 @dataclass(frozen=True)
@@ -144,6 +163,17 @@ def _count_le(xp, arr, val, steps):
     return lo
 
 
+def _is_numpy(xp) -> bool:
+    return "numpy" in xp.__name__
+
+
+def _quiet(xp):
+    """numpy: no warnings from lanes that are masked out (inf - inf); torch never warns."""
+    import contextlib
+
+    return np.errstate(all="ignore") if _is_numpy(xp) else contextlib.nullcontext()
+
+
 def _overflow_to_inf(xp):
     """numpy: let an overflow round to +inf silently (torch never warns)."""
     import contextlib
@@ -160,11 +190,14 @@ def _take(xp, arr, idx):
 class _Prepared:
     """Per-row sorted quantities shared by every budget (O(V log V) once)."""
 
-    def __init__(self, xp, q, p, d: Divergence):
+    def __init__(self, xp, q, p, d: Divergence, fast: bool = False):
         self.xp = xp
         self.d = d
         V = q.shape[-1]
         self.V = V
+        numpy_fast = fast and _is_numpy(xp)
+        # one numpy row: the searches are np.searchsorted (the generic binary search otherwise)
+        self.searchsorted = numpy_fast and q.ndim == 1
         # supp(q), numerically: a token whose ratio p/q would overflow (q below ~1e-308 p in
         # float64) is treated as outside it, where its cost q f(pi/q) is pi f'(inf) up to
         # O(q) (see OVERFLOW_NOTE)
@@ -176,7 +209,9 @@ class _Prepared:
         inf = xp.full_like(q, math.inf)
         r = xp.where(on, p / xp.where(on, q, one), inf)
         self.r = r
-        order = xp.argsort(r, axis=-1, stable=True)
+        # the order of equal ratios does not matter (module docstring): numpy's default sort
+        # is several times faster than the stable one
+        order = np.argsort(r, axis=-1) if numpy_fast else xp.argsort(r, axis=-1, stable=True)
         rs = _take(xp, r, order)
         qs = _take(xp, q, order)
         ons = _take(xp, on, order)
@@ -209,12 +244,31 @@ class _Prepared:
         self.r_max = xp.max(xp.where(on, r, one), axis=-1, keepdims=True)
         self.steps = max(1, math.ceil(math.log2(V + 1)) + 1)
 
+    def count_le(self, arr, val):
+        """Entries of the ascending rows ``arr`` that are <= ``val`` (per row)."""
+        if self.searchsorted:
+            return np.searchsorted(arr, val, side="right")
+        return _count_le(self.xp, arr, val, self.steps)
+
+    def take(self, arr, idx):
+        """``arr[..., idx]`` row by row (plain indexing for one numpy row)."""
+        return arr[idx] if self.searchsorted else _take(self.xp, arr, idx)
+
+    def terms(self, h1, q1, h2, q2):
+        """``(q1 f(h1/q1), q2 f(h2/q2))``: one elementwise call for one numpy row."""
+        xp, d = self.xp, self.d
+        if self.searchsorted:
+            n = h1.shape[0]
+            t = d.term(xp, np.concatenate([h1, h2]), np.concatenate([q1, q2]))
+            return t[:n], t[n:]
+        return d.term(xp, h1, q1), d.term(xp, h2, q2)
+
     def lower_from_residual(self, T):
         """a with sum_{r<a} (a q - p) = T (T >= 0), and the a-group size k."""
         xp = self.xp
         T = xp.maximum(T, xp.zeros_like(T))
-        k = _count_le(xp, self.G, T, self.steps)          # G_0 = 0 <= T, so k >= 1
-        Qk, Pk = _take(xp, self.Qc, k), _take(xp, self.Pc, k)
+        k = self.count_le(self.G, T)                      # G_0 = 0 <= T, so k >= 1
+        Qk, Pk = self.take(self.Qc, k), self.take(self.Pc, k)
         pos = Qk > 0
         a = xp.where(pos, (T + Pk) / xp.where(pos, Qk, xp.ones_like(Qk)), xp.zeros_like(Qk))
         a = xp.where(T > 0, a, xp.zeros_like(a))
@@ -223,25 +277,25 @@ class _Prepared:
 
     def phase1(self, b):
         """(acceptance, divergence, a) at upper factor b >= 1 (m = 0)."""
-        xp, d = self.xp, self.d
-        kb = _count_le(xp, self.rs, b, self.steps)
-        Qhi, Plo = _take(xp, self.Qs, kb), _take(xp, self.Pc, kb)
+        kb = self.count_le(self.rs, b)
+        Qhi, Plo = self.take(self.Qs, kb), self.take(self.Pc, kb)
         A = Plo + b * Qhi
         # residual 1 - A = sum_{r<=b} (q - p) - (b - 1) Q(r > b), summed without cancellation
-        a, ka = self.lower_from_residual(_take(xp, self.Dc, kb) - (b - 1.0) * Qhi)
-        Qa = _take(xp, self.Qc, ka)
+        a, ka = self.lower_from_residual(self.take(self.Dc, kb) - (b - 1.0) * Qhi)
+        Qa = self.take(self.Qc, ka)
         # middle = FsLow[ka] + FcHigh[kb] - FcHigh[ka]; the last is 0 because a <= 1 (tokens at
         # r = 1 exactly have f(1) = 0)
-        mid = _take(xp, self.FsLow, ka) + _take(xp, self.FcHigh, kb)
-        D = d.term(xp, a * Qa, Qa) + mid + d.term(xp, b * Qhi, Qhi)
+        mid = self.take(self.FsLow, ka) + self.take(self.FcHigh, kb)
+        t_low, t_high = self.terms(a * Qa, Qa, b * Qhi, Qhi)
+        D = t_low + mid + t_high
         return A, D, a
 
     def phase2(self, m, slope):
         """(acceptance, divergence, a) with off-support mass m in [0, P0] (b = r_max)."""
         xp, d = self.xp, self.d
         a, ka = self.lower_from_residual(self.P0 - m)
-        Qa = _take(xp, self.Qc, ka)
-        mid = _take(xp, self.FsLow, ka) + self.FcHigh[..., -1:]
+        Qa = self.take(self.Qc, ka)
+        mid = self.take(self.FsLow, ka) + self.FcHigh[..., -1:]
         D = d.term(xp, a * Qa, Qa) + mid + slope * m
         return self.Pon + m, D, a
 
@@ -256,8 +310,59 @@ def _bisect(xp, fn, lo, hi, budget, steps):
     return lo
 
 
+def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
+    r"""Largest x in [lo, hi] with fn(x) <= budget, for fn nondecreasing (ITP method).
+
+    Lanes with ``f_lo <= budget < f_hi`` are solved; the others return ``lo``. The ITP method
+    (Oliveira and Takahashi, ACM TOMS 47(1), 2020: interpolate by regula falsi, truncate
+    towards the midpoint by :math:`\kappa_1 w^2`, project into the bisection's
+    minmax interval) needs at most one step more than bisection to reach the tolerance
+    and converges superlinearly where fn is smooth. The tolerance is the float resolution
+    of x: the bracket stops at width ``2**-52 * max(scale, |lo|, |hi|)`` (taken on the
+    initial bracket). ``lo`` always satisfies ``fn(lo) <= budget`` as computed. One
+    Python-level check per iteration.
+    """
+    with _quiet(xp):     # inactive lanes may hold inf - inf; they are masked and returned as lo
+        return _itp(xp, fn, lo, hi, f_lo, f_hi, budget, scale)
+
+
+def _itp(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
+    active = (f_lo <= budget) & (f_hi > budget) & (hi > lo)
+    zero = xp.zeros_like(lo)
+    g_lo = xp.where(active, f_lo - budget, zero - 1.0)       # inactive lanes: finite dummies
+    g_hi = xp.where(active, f_hi - budget, zero + 1.0)
+    half_tol = 2.0 ** -53 * xp.maximum(xp.maximum(xp.abs(lo), xp.abs(hi)), scale + zero)
+    half_tol = xp.where(active, xp.maximum(half_tol, zero + 2.0 ** -1074), zero + 1.0)
+    w0 = xp.where(active, hi - lo, zero + 1.0)
+    # n_max = ceil(log2(w0 / (2 half_tol))) + n0 with n0 = 1: the projection's slack
+    # 2 half_tol 2^(n_max - j) - w / 2 stays >= 0 and reaches 0 where bisection would stop
+    n_max = xp.ceil(xp.log2(w0 / (2.0 * half_tol))) + 1.0
+    k1 = 0.2 / w0                                     # kappa_1 = 0.2 / w0, kappa_2 = 2
+    for j in range(_FAST_MAX_ITER):
+        w = hi - lo
+        active = active & (w > 2.0 * half_tol)
+        if not bool(xp.any(active)):
+            break
+        mid = lo + 0.5 * w
+        radius = half_tol * 2.0 ** (n_max - j) - 0.5 * w
+        delta = k1 * w * w
+        xf = lo + w * (g_lo / (g_lo - g_hi))          # regula falsi (g_lo <= 0 < g_hi)
+        xf = xp.where((xf >= lo) & (xf <= hi), xf, mid)
+        toward = xp.where(mid >= xf, zero + 1.0, zero - 1.0)
+        xt = xp.where(delta <= xp.abs(mid - xf), xf + toward * delta, mid)
+        x = xp.where(xp.abs(xt - mid) <= radius, xt, mid - toward * radius)
+        x = xp.where(active & (x > lo) & (x < hi), x, xp.where(active, mid, lo))
+        g = fn(x) - budget
+        ok = active & (g <= 0)
+        bad = active & ~(g <= 0)
+        lo, g_lo = xp.where(ok, x, lo), xp.where(ok, g, g_lo)
+        hi, g_hi = xp.where(bad, x, hi), xp.where(bad, g, g_hi)
+    return lo
+
+
 def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
-                   return_target: bool = True, budget_axis: bool = False) -> MentoredSolution:
+                   return_target: bool = True, budget_axis: bool = False,
+                   method: str = "auto") -> MentoredSolution:
     r"""Solve :math:`\max_\pi \sum_x\min(p_x,\pi_x)` s.t. :math:`D(\pi\|q)\le\epsilon` exactly.
 
     Parameters
@@ -277,6 +382,12 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
         :math:`KL(\pi\|q)`, ``reverse_kl`` is :math:`KL(q\|\pi)`).
     return_target : bool
         Also build :math:`\pi` (memory batch x E x V).
+    method : {"auto", "fast", "bisect"}
+        The scalar root of each phase: ``fast`` (safeguarded regula falsi, typically ~10
+        evaluations, one host check per iteration), ``bisect`` (the fixed 64-step bisection,
+        the reference; no host synchronisation), ``auto`` = ``fast`` for numpy input and
+        ``bisect`` for torch tensors. Both keep the feasible end and agree to the float
+        resolution of b and m (acceptance to ~1e-15).
 
     Returns
     -------
@@ -284,18 +395,24 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
 
     Notes
     -----
-    O(V log V) per row for the sort plus O(E log V) per bisection step; no generic optimizer.
-    See the module docstring for the derivation (clip form on supp(q), off-support mass in
-    phase 2 for divergences with a finite slope at infinity).
+    O(V log V) per row for the sort plus O(E log V) per root evaluation; no generic
+    optimizer. See the module docstring for the derivation (clip form on supp(q), off-support
+    mass in phase 2 for divergences with a finite slope at infinity).
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
     """
     d = get_divergence(divergence)
+    method = choice(method, METHODS, "method")
     q = as_probs_or_tensor(target_probs, "target_probs")   # numpy: validated; torch: as given
     p = as_probs_or_tensor(draft_probs, "draft_probs")
     if not _is_torch(budget):
         budget = as_budget_array(budget, "budget") if np.ndim(budget) else as_budget(budget, "budget")
+    return _solve_checked(q, p, budget, d, return_target, budget_axis, method)
+
+
+def _solve_checked(q, p, budget, d, return_target, budget_axis, method):
+    """:func:`solve_mentored` on inputs already validated (q, p, budget, divergence, method)."""
     xp = array_namespace(q, p)
     dev = getattr(q, "device", None)
     if not hasattr(budget, "shape"):
@@ -311,7 +428,8 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
     if d.name == "tv":
         sol = _solve_tv(xp, q, p, eps, return_target)
     else:
-        sol = _solve_smooth(xp, q, p, eps, d, return_target)
+        fast = method == "fast" or (method == "auto" and not _is_torch(q))
+        sol = _solve_smooth(xp, q, p, eps, d, return_target, fast)
     if budget_axis:
         return sol
     squeeze = lambda x: None if x is None else x[..., 0]  # noqa: E731
@@ -336,15 +454,20 @@ def _solve_tv(xp, q, p, eps, return_target):
     return MentoredSolution(acc, zero, zero + math.inf, zero, div, tgt)
 
 
-def _solve_smooth(xp, q, p, eps, d, return_target):
-    prep = _Prepared(xp, q, p, d)
+def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
+    prep = _Prepared(xp, q, p, d, fast)
     slope = slope_at_infinity(d)
     one = xp.ones_like(eps)
     log_rmax = xp.log(prep.r_max) * one                                    # [..., E]
     A_end, D_end, _ = prep.phase1(xp.exp(log_rmax))
     done1 = D_end <= eps
     fn = lambda x: prep.phase1(xp.exp(x))[1]  # noqa: E731
-    logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
+    if fast:
+        zero = xp.zeros_like(eps)
+        # D(b = 1) = D(q || q) = 0: the lower end is feasible (as the bisection assumes)
+        logb = _root(xp, fn, zero, log_rmax, zero, D_end, eps, 1.0)
+    else:
+        logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
     b = xp.where(done1, prep.r_max * one, xp.exp(logb))
     b = xp.where(eps > 0, b, one)   # eps = 0: exactly pi = q (the bisection stalls ~1e-8 away)
     A, D, a = prep.phase1(b)
@@ -354,8 +477,14 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
         has2 = done1 & (P0 > 0)
         A2_end, D2_end, _ = prep.phase2(P0, slope)
         fn2 = lambda x: prep.phase2(x, slope)[1]  # noqa: E731
-        m2 = _bisect(xp, fn2, xp.zeros_like(eps), P0, xp.where(has2, eps, xp.full_like(eps, math.inf)),
-                     BISECTION_STEPS)
+        budget2 = xp.where(has2, eps, xp.full_like(eps, math.inf))
+        if fast:
+            zero = xp.zeros_like(eps)
+            # m is resolved relative to P0 (A = P(q > 0) + m to ~1e-16)
+            # m = 0 is the end of phase 1, whose divergence D_end is known
+            m2 = _root(xp, fn2, zero, P0, D_end, D2_end, budget2, P0)
+        else:
+            m2 = _bisect(xp, fn2, xp.zeros_like(eps), P0, budget2, BISECTION_STEPS)
         m2 = xp.where(D2_end <= eps, P0, m2)
         m = xp.where(has2, m2, m)
         A2, Dv2, a2 = prep.phase2(m, slope)
