@@ -66,6 +66,7 @@ the problem (KL budget D, direction unspecified); Narasimhan et al., ICLR 2025 (
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -92,8 +93,8 @@ BISECTION_STEPS = 64
 #: torch (a fixed number of steps: no host synchronisation inside the samplers).
 METHODS = ("auto", "fast", "bisect")
 
-#: Cap on the fast root's iterations: ITP needs at most one more than bisection, which reaches
-#: the float64 resolution of x from the widest bracket in at most ~64 (log b in [0, ~710]).
+#: Cap on the fast root's iterations: the bracket halves at least every second iteration, and
+#: 64 halvings reach the float64 resolution of x from any bracket the solver starts.
 _FAST_MAX_ITER = 2 * BISECTION_STEPS
 
 
@@ -142,6 +143,12 @@ def slope_at_infinity(divergence) -> float:
     d = get_divergence(divergence)
     with np.errstate(all="ignore"):
         return float(d.term(np, np.array(1.0), np.array(0.0)))
+
+
+@functools.lru_cache(maxsize=64)
+def _slope(d: Divergence) -> float:
+    """:func:`slope_at_infinity` of a resolved divergence, computed once per divergence."""
+    return slope_at_infinity(d)
 
 
 def _count_le(xp, arr, val, steps):
@@ -243,6 +250,17 @@ class _Prepared:
         # b's range is [1, max(1, max r)] (b >= 1 always: pi >= q where p >= q)
         self.r_max = xp.max(xp.where(on, r, one), axis=-1, keepdims=True)
         self.steps = max(1, math.ceil(math.log2(V + 1)) + 1)
+        if fast:
+            # acceptance at each breakpoint b = r_k: H_k = P_{<=k} + r_k Q_{>k} (nondecreasing:
+            # H_{k+1} - H_k = (r_{k+1} - r_k) Q_{>k}); +inf off supp(q)
+            self.H = xp.where(ons, xp.where(ons, rs, zero) * self.Qs[..., 1:] + self.Pc[..., 1:], inf)
+            self.last = xp.maximum(self.K - 1, xp.zeros_like(self.K))     # last on-support index
+
+    def upper_from_acceptance(self, A):
+        """b with A(b) = P(r <= b) + b Q(r > b) = A, for A in [A(1), P(q > 0)] (inverse of
+        the piecewise-linear acceptance of phase 1)."""
+        k = self.xp.minimum(self.count_le(self.H, A), self.last)
+        return (A - self.take(self.Pc, k)) / self.take(self.Qs, k)
 
     def count_le(self, arr, val):
         """Entries of the ascending rows ``arr`` that are <= ``val`` (per row)."""
@@ -266,6 +284,14 @@ class _Prepared:
     def lower_from_residual(self, T):
         """a with sum_{r<a} (a q - p) = T (T >= 0), and the a-group size k."""
         xp = self.xp
+        if self.searchsorted:
+            # one numpy row, the same arithmetic with fewer calls: k >= 1 here (G_0 = 0 <= T)
+            # and the first sorted token is on supp(q) (some q_x >= 1/V has a finite ratio),
+            # so Q_k > 0
+            T = np.maximum(T, 0.0)
+            k = np.searchsorted(self.G, T, side="right")
+            pos = T > 0
+            return np.where(pos, (T + self.Pc[k]) / self.Qc[k], 0.0), np.where(pos, k, 0)
         T = xp.maximum(T, xp.zeros_like(T))
         k = self.count_le(self.G, T)                      # G_0 = 0 <= T, so k >= 1
         Qk, Pk = self.take(self.Qc, k), self.take(self.Pc, k)
@@ -311,52 +337,66 @@ def _bisect(xp, fn, lo, hi, budget, steps):
 
 
 def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
-    r"""Largest x in [lo, hi] with fn(x) <= budget, for fn nondecreasing (ITP method).
+    r"""Largest x in [lo, hi] with fn(x) <= budget, for fn nondecreasing (fast when convex).
 
-    Lanes with ``f_lo <= budget < f_hi`` are solved; the others return ``lo``. The ITP method
-    (Oliveira and Takahashi, ACM TOMS 47(1), 2020: interpolate by regula falsi, truncate
-    towards the midpoint by :math:`\kappa_1 w^2`, project into the bisection's
-    minmax interval) needs at most one step more than bisection to reach the tolerance
-    and converges superlinearly where fn is smooth. The tolerance is the float resolution
-    of x: the bracket stops at width ``2**-52 * max(scale, |lo|, |hi|)`` (taken on the
-    initial bracket). ``lo`` always satisfies ``fn(lo) <= budget`` as computed. One
-    Python-level check per iteration.
+    Lanes with ``f_lo <= budget < f_hi`` are solved; the others return ``lo``. Each
+    iteration evaluates two points in one call: the chord of the bracket (below the root
+    when fn is convex) and the secant through the two latest points above the budget,
+    extended down to it (above the root when fn is convex), so both ends of the bracket
+    converge superlinearly; the interpolation runs on :math:`\sqrt{fn}` against
+    :math:`\sqrt{budget}` (D grows like :math:`(A - A_{SpS})^2` from the SpS point, where
+    its square root is nearly linear), while feasibility is decided on fn itself. The
+    safeguards make it a bracketing method whatever fn's shape: both points lie at least
+    ``half_tol`` inside the bracket (once one end has converged, the next point closes
+    the bracket, as in Brent's method), and an iteration that did not halve the bracket
+    is followed by one that evaluates its midpoint. A lane stops once
+    ``hi - lo <= 2**-52 * max(scale, |lo|, |hi|)`` (the float resolution of x near the
+    root); ``lo`` always satisfies ``fn(lo) <= budget`` as computed.
     """
     with _quiet(xp):     # inactive lanes may hold inf - inf; they are masked and returned as lo
-        return _itp(xp, fn, lo, hi, f_lo, f_hi, budget, scale)
+        return _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale)
 
 
-def _itp(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
+def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     active = (f_lo <= budget) & (f_hi > budget) & (hi > lo)
     zero = xp.zeros_like(lo)
-    g_lo = xp.where(active, f_lo - budget, zero - 1.0)       # inactive lanes: finite dummies
-    g_hi = xp.where(active, f_hi - budget, zero + 1.0)
+    # interpolated values sqrt(f) - sqrt(budget) (<= 0 iff f <= budget)
+    g = lambda f, b: xp.sqrt(xp.maximum(f, b * 0.0)) - xp.sqrt(b)  # noqa: E731
+    g_lo = xp.where(active, g(f_lo, budget), zero - 1.0)       # inactive lanes: finite dummies
+    g_hi = xp.where(active, g(f_hi, budget), zero + 1.0)
     half_tol = 2.0 ** -53 * xp.maximum(xp.maximum(xp.abs(lo), xp.abs(hi)), scale + zero)
     half_tol = xp.where(active, xp.maximum(half_tol, zero + 2.0 ** -1074), zero + 1.0)
-    w0 = xp.where(active, hi - lo, zero + 1.0)
-    # n_max = ceil(log2(w0 / (2 half_tol))) + n0 with n0 = 1: the projection's slack
-    # 2 half_tol 2^(n_max - j) - w / 2 stays >= 0 and reaches 0 where bisection would stop
-    n_max = xp.ceil(xp.log2(w0 / (2.0 * half_tol))) + 1.0
-    k1 = 0.2 / w0                                     # kappa_1 = 0.2 / w0, kappa_2 = 2
-    for j in range(_FAST_MAX_ITER):
+    hi2, g_hi2 = hi, g_hi                 # the previous point above the budget (none yet)
+    slow = active & False
+    E = lo.shape[-1]
+    budget2 = xp.concat([budget, budget], axis=-1)
+    for _ in range(_FAST_MAX_ITER):
         w = hi - lo
         active = active & (w > 2.0 * half_tol)
         if not bool(xp.any(active)):
             break
         mid = lo + 0.5 * w
-        radius = half_tol * 2.0 ** (n_max - j) - 0.5 * w
-        delta = k1 * w * w
-        xf = lo + w * (g_lo / (g_lo - g_hi))          # regula falsi (g_lo <= 0 < g_hi)
-        xf = xp.where((xf >= lo) & (xf <= hi), xf, mid)
-        toward = xp.where(mid >= xf, zero + 1.0, zero - 1.0)
-        xt = xp.where(delta <= xp.abs(mid - xf), xf + toward * delta, mid)
-        x = xp.where(xp.abs(xt - mid) <= radius, xt, mid - toward * radius)
-        x = xp.where(active & (x > lo) & (x < hi), x, xp.where(active, mid, lo))
-        g = fn(x) - budget
-        ok = active & (g <= 0)
-        bad = active & ~(g <= 0)
-        lo, g_lo = xp.where(ok, x, lo), xp.where(ok, g, g_lo)
-        hi, g_hi = xp.where(bad, x, hi), xp.where(bad, g, g_hi)
+        xc = lo + w * (g_lo / (g_lo - g_hi))                       # chord (g_lo <= 0 < g_hi)
+        den = g_hi2 - g_hi
+        use = (hi2 > hi) & (den > 0)
+        xs = hi - (hi2 - hi) * (g_hi / xp.where(use, den, zero + 1.0))
+        xs = xp.where(use & (xs > xc), xs, 0.5 * (xc + hi))
+        xs = xp.where(slow, mid, xs)                                # last step did not halve
+        xc = xp.where((xc >= lo) & (xc <= hi), xc, mid)             # (NaN-safe)
+        pts = xp.concat([xc, xs], axis=-1)
+        pts = xp.minimum(xp.maximum(pts, xp.concat([lo + half_tol] * 2, axis=-1)),
+                         xp.concat([hi - half_tol] * 2, axis=-1))
+        pts = xp.where(xp.concat([active, active], axis=-1), pts, xp.concat([lo, lo], axis=-1))
+        f = fn(pts)
+        feas, gp = f <= budget2, g(f, budget2)
+        for sl in (slice(E, 2 * E), slice(0, E)):                  # the secant point first
+            x, gx, ok = pts[..., sl], gp[..., sl], feas[..., sl]
+            up = active & ok & (x > lo)
+            down = active & ~ok & (x < hi)
+            lo, g_lo = xp.where(up, x, lo), xp.where(up, xp.minimum(gx, zero), g_lo)
+            hi2, g_hi2 = xp.where(down, hi, hi2), xp.where(down, g_hi, g_hi2)
+            hi, g_hi = xp.where(down, x, hi), xp.where(down, xp.maximum(gx, zero), g_hi)
+        slow = active & (hi - lo > 0.5 * w)
     return lo
 
 
@@ -456,19 +496,25 @@ def _solve_tv(xp, q, p, eps, return_target):
 
 def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
     prep = _Prepared(xp, q, p, d, fast)
-    slope = slope_at_infinity(d)
+    slope = _slope(d)
     one = xp.ones_like(eps)
     log_rmax = xp.log(prep.r_max) * one                                    # [..., E]
     A_end, D_end, _ = prep.phase1(xp.exp(log_rmax))
     done1 = D_end <= eps
     fn = lambda x: prep.phase1(xp.exp(x))[1]  # noqa: E731
     if fast:
-        zero = xp.zeros_like(eps)
+        # the root in the acceptance A instead of log b: D(A) along phase 1 is convex and
+        # C^1 (dD/dA = f'(b) - f'(a), continuous; d2D/dA2 = f''(b)/Q(r>b) + f''(a)/Q(r<a)),
+        # where D(log b) has a kink at every ratio r_k; so the secant steps converge fast
+        A1 = prep.phase1(one)[0]                           # A(1) = sum min(p, q)
+        fnA = lambda x: prep.phase1(prep.upper_from_acceptance(x))[1]  # noqa: E731
         # D(b = 1) = D(q || q) = 0: the lower end is feasible (as the bisection assumes)
-        logb = _root(xp, fn, zero, log_rmax, zero, D_end, eps, 1.0)
+        A_lo = _root(xp, fnA, A1, A_end, xp.zeros_like(eps), D_end, eps, 1.0)
+        b = xp.where(A_lo > A1, prep.upper_from_acceptance(A_lo), one)
     else:
         logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
-    b = xp.where(done1, prep.r_max * one, xp.exp(logb))
+        b = xp.exp(logb)
+    b = xp.where(done1, prep.r_max * one, b)
     b = xp.where(eps > 0, b, one)   # eps = 0: exactly pi = q (the bisection stalls ~1e-8 away)
     A, D, a = prep.phase1(b)
     m = xp.zeros_like(eps)
@@ -512,7 +558,8 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
     # (any finite budget, however large, stays within finite divergence: see saturation)
     inf_b = xp.isinf(eps)
     A = xp.where(inf_b, one, A)
-    D = xp.where(inf_b, d.unchecked(p, q)[..., None] * one, D)
+    if not fast or bool(xp.any(inf_b)):     # (the check would synchronize a GPU: bisect skips it)
+        D = xp.where(inf_b, d.unchecked(p, q)[..., None] * one, D)
     m = xp.where(inf_b, prep.P0 * one, m)
     return MentoredSolution(A, a, b, m, D, tgt)
 
