@@ -262,8 +262,13 @@ class _Prepared:
     def upper_from_acceptance(self, A):
         """b with A(b) = P(r <= b) + b Q(r > b) = A, for A in [A(1), P(q > 0)] (inverse of
         the piecewise-linear acceptance of phase 1)."""
-        k = self.xp.minimum(self.count_le(self.H, A), self.last)
-        return (A - self.take(self.Pc, k)) / self.take(self.Qs, k)
+        xp = self.xp
+        k = xp.minimum(self.count_le(self.H, A), self.last)
+        b = (A - self.take(self.Pc, k)) / self.take(self.Qs, k)
+        # within its segment [r_{k-1}, r_k] despite rounding (where Q(r > b) is tiny, A cannot
+        # resolve b and A - P(r <= b) may round to 0)
+        below = self.take(self.rs, xp.maximum(k - 1, xp.zeros_like(k)))
+        return xp.minimum(xp.maximum(b, below), self.take(self.rs, k))
 
     def count_le(self, arr, val):
         """Entries of the ascending rows ``arr`` that are <= ``val`` (per row)."""
@@ -354,7 +359,8 @@ def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     the bracket, as in Brent's method), and an iteration that did not halve the bracket
     is followed by one that evaluates its midpoint. A lane stops once
     ``hi - lo <= 2**-52 * max(scale, |lo|, |hi|)`` (the float resolution of x near the
-    root); ``lo`` always satisfies ``fn(lo) <= budget`` as computed.
+    root); ``lo`` always satisfies ``fn(lo) <= budget`` as computed. Returns the final
+    bracket and fn at its ends: ``(lo, hi, f_lo, f_hi)``.
     """
     with _quiet(xp):     # inactive lanes may hold inf - inf; they are masked and returned as lo
         return _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale)
@@ -392,14 +398,16 @@ def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
         f = fn(pts)
         feas, gp = f <= budget2, g(f, budget2)
         for sl in (slice(E, 2 * E), slice(0, E)):                  # the secant point first
-            x, gx, ok = pts[..., sl], gp[..., sl], feas[..., sl]
+            x, gx, ok, fx = pts[..., sl], gp[..., sl], feas[..., sl], f[..., sl]
             up = active & ok & (x > lo)
             down = active & ~ok & (x < hi)
             lo, g_lo = xp.where(up, x, lo), xp.where(up, xp.minimum(gx, zero), g_lo)
+            f_lo = xp.where(up, fx, f_lo)
             hi2, g_hi2 = xp.where(down, hi, hi2), xp.where(down, g_hi, g_hi2)
             hi, g_hi = xp.where(down, x, hi), xp.where(down, xp.maximum(gx, zero), g_hi)
+            f_hi = xp.where(down, fx, f_hi)
         slow = active & (hi - lo > 0.5 * w)
-    return lo
+    return lo, hi, f_lo, f_hi
 
 
 def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
@@ -513,9 +521,19 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         k1 = prep.count_le(prep.rs, one)
         A1 = prep.take(prep.Pc, k1) + prep.take(prep.Qs, k1)      # A(1) = sum min(p, q)
         fnA = lambda x: prep.phase1(prep.upper_from_acceptance(x))[1]  # noqa: E731
+        upper = lambda x: xp.where(x > A1, prep.upper_from_acceptance(x), one)  # noqa: E731
         # D(b = 1) = D(q || q) = 0: the lower end is feasible (as the bisection assumes)
-        A_lo = _root(xp, fnA, A1, A_end, xp.zeros_like(eps), D_end, eps, 1.0)
-        b = xp.where(A_lo > A1, prep.upper_from_acceptance(A_lo), one)
+        A_lo, A_hi, f_lo, f_hi = _root(xp, fnA, A1, A_end, xp.zeros_like(eps), D_end, eps, 1.0)
+        b, b_hi = upper(A_lo), upper(A_hi)
+        # where Q(r > b) is tiny, A resolves b poorly (A(b) = P(r <= b) + b Q(r > b)): there
+        # the bracket's b-width exceeds 2^-30 relative, and log b is refined between the two
+        # (acceptance is already right to ~1e-16; this makes b, pi and D agree with the
+        # bisection reference too)
+        wide = (b_hi > b * (1.0 + 2.0 ** -30)) & ~done1
+        if bool(xp.any(wide)):
+            skip = xp.full_like(eps, math.inf)                # budget inf: lane inactive
+            logb = _root(xp, fn, xp.log(b), xp.log(b_hi), f_lo, f_hi, xp.where(wide, eps, skip), 1.0)[0]
+            b = xp.where(wide, xp.exp(logb), b)
     else:
         logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
         b = xp.exp(logb)
@@ -533,7 +551,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
             zero = xp.zeros_like(eps)
             # m is resolved relative to P0 (A = P(q > 0) + m to ~1e-16)
             # m = 0 is the end of phase 1, whose divergence D_end is known
-            m2 = _root(xp, fn2, zero, P0, D_end, D2_end, budget2, P0)
+            m2 = _root(xp, fn2, zero, P0, D_end, D2_end, budget2, P0)[0]
         else:
             m2 = _bisect(xp, fn2, xp.zeros_like(eps), P0, budget2, BISECTION_STEPS)
         m2 = xp.where(D2_end <= eps, P0, m2)
