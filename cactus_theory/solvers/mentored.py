@@ -511,7 +511,10 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
     slope = _slope(d)
     one = xp.ones_like(eps)
     log_rmax = xp.log(prep.r_max) * one                                    # [..., E]
-    A_end, D_end, _ = prep.phase1(xp.exp(log_rmax))
+    # at b = r_max itself, the b returned when the end of phase 1 is within budget
+    # (exp(log r_max) can differ from r_max by an ulp, and D there from D(r_max) by much
+    # more where a -> 0 makes D steep: reverse KL at a budget ~40)
+    A_end, D_end, _ = prep.phase1(prep.r_max * one)
     done1 = D_end <= eps
     fn = lambda x: prep.phase1(xp.exp(x))[1]  # noqa: E731
     if fast:
