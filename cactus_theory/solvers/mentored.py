@@ -214,30 +214,34 @@ class _Prepared:
         big = float(xp.finfo(q.dtype).max) * 0.25
         on = (q > 0) & (p < q * big)
         self.on = on
+        # every token on supp(q) (softmax rows): the masks below are identities, skipped on
+        # the fast numpy path (the same values, a dozen passes over V fewer)
+        allon = numpy_fast and bool(xp.all(on))
+        mask = (lambda m, x, other: x) if allon else xp.where  # noqa: E731
         one = xp.ones_like(q)
         zero = xp.zeros_like(q)
-        inf = xp.full_like(q, math.inf)
-        r = xp.where(on, p / xp.where(on, q, one), inf)
+        inf = math.inf if allon else xp.full_like(q, math.inf)
+        r = mask(on, p / mask(on, q, one), inf)
         self.r = r
         # the order of equal ratios does not matter (module docstring): numpy's default sort
         # is several times faster than the stable one
         order = np.argsort(r, axis=-1) if numpy_fast else xp.argsort(r, axis=-1, stable=True)
         rs = _take(xp, r, order)
         qs = _take(xp, q, order)
-        ons = _take(xp, on, order)
-        ps = xp.where(ons, _take(xp, p, order), zero)
+        ons = on if allon else _take(xp, on, order)
+        ps = mask(ons, _take(xp, p, order), zero)
         pad = xp.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=getattr(q, "device", None))
         cs = lambda x: xp.concat([pad, xp.cumulative_sum(x, axis=-1)], axis=-1)  # noqa: E731
         rcs = lambda x: xp.flip(cs(xp.flip(x, axis=-1)), axis=-1)  # noqa: E731
         self.Pc = cs(ps)                                   # sums over sorted[:k], length V+1
-        qs = xp.where(ons, qs, zero)
+        qs = mask(ons, qs, zero)
         self.Qc = cs(qs)
         self.Dc = cs(qs - ps)        # sum (q - p) over sorted[:k], without cancellation
         self.Qs = rcs(qs)                                  # sums over sorted[k:]
         with _overflow_to_inf(xp):
             # q f(r) = term(p, q) on supp(q); f(r) can exceed the float range (Neyman
             # chi-square at a subnormal p): +inf is the correctly rounded value there
-            F = xp.where(ons, d.term(xp, ps, qs), zero)
+            F = mask(ons, d.term(xp, ps, qs), zero)
         # sum_{a <= r <= b} q f(r) without cancellation against the extreme terms (f(0) can
         # be inf, f(r) huge for large r): the r < 1 part as suffix sums (only tokens with
         # r >= a enter), the r >= 1 part as prefix sums (only tokens with r <= b enter)
@@ -245,18 +249,18 @@ class _Prepared:
         self.FsLow = rcs(xp.where(low, F, zero))
         self.FcHigh = cs(xp.where(low, zero, F))
         # breakpoints of g(a) = sum_{r<a} (a q - p): G_k = r_k Q_{<k} - P_{<k}; +inf off supp
-        self.G = xp.where(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], inf)
+        self.G = mask(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], inf)
         self.rs = rs
         self.K = xp.sum(xp.astype(on, xp.int64), axis=-1, keepdims=True)   # on-support count
-        self.P0 = xp.sum(xp.where(on, zero, p), axis=-1, keepdims=True)       # p off supp(q)
+        self.P0 = xp.sum(mask(on, zero, p), axis=-1, keepdims=True)           # p off supp(q)
         self.Pon = _take(xp, self.Pc, self.K)                                # p(q > 0)
         # b's range is [1, max(1, max r)] (b >= 1 always: pi >= q where p >= q)
-        self.r_max = xp.max(xp.where(on, r, one), axis=-1, keepdims=True)
+        self.r_max = xp.max(mask(on, r, one), axis=-1, keepdims=True)
         self.steps = max(1, math.ceil(math.log2(V + 1)) + 1)
         if fast:
             # acceptance at each breakpoint b = r_k: H_k = P_{<=k} + r_k Q_{>k} (nondecreasing:
             # H_{k+1} - H_k = (r_{k+1} - r_k) Q_{>k}); +inf off supp(q)
-            self.H = xp.where(ons, xp.where(ons, rs, zero) * self.Qs[..., 1:] + self.Pc[..., 1:], inf)
+            self.H = mask(ons, mask(ons, rs, zero) * self.Qs[..., 1:] + self.Pc[..., 1:], inf)
             self.last = xp.maximum(self.K - 1, xp.zeros_like(self.K))     # last on-support index
 
     def upper_from_acceptance(self, A):
