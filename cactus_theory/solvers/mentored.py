@@ -34,15 +34,22 @@ for Hellinger and TV, log(2)/2 for JS). Its marginal value :math:`1 - \mu - \lam
 
 So the clip form holds for every strictly convex f on supp(q); when q has zeros, divergences
 with a finite slope at infinity put mass outside supp(q) once the budget exceeds the end of
-phase 1. Both phases are monotone one-parameter paths: each is a scalar root (on log b, then
-on m) in which every evaluation costs O(log V) after one O(V log V) sort (prefix sums over
-the tokens sorted by r: a is found by a binary search over the breakpoints
-:math:`G_k = r_k Q_{<k} - P_{<k}` of :math:`\sum_{r<a}(a q - p)`). ``method="fast"`` finds
-the root by a safeguarded regula falsi (Illinois; a bisection step whenever the bracket has
-not halved in two steps), stopping at the float resolution of the parameter and keeping the
-feasible end of the bracket, so :math:`D(\pi\|q) \le \epsilon` holds as computed;
-``method="bisect"`` is the fixed :data:`BISECTION_STEPS`-step bisection, kept as the
-reference (and the default for torch tensors: no host synchronisation). Acceptance along phase 1
+phase 1. Both phases are monotone one-parameter paths: each is a scalar root in which every
+evaluation costs O(log V) after one O(V log V) sort (prefix sums over the tokens sorted by
+r: a is found by a binary search over the breakpoints :math:`G_k = r_k Q_{<k} - P_{<k}` of
+:math:`\sum_{r<a}(a q - p)`). ``method="bisect"`` bisects log b, then m, for a fixed
+:data:`BISECTION_STEPS` steps: the reference, and the default for torch tensors (no host
+synchronisation). ``method="fast"`` (the numpy default) solves phase 1 in the acceptance A
+instead: D as a function of A is the inverse of the concave frontier, so it is convex, and
+it is :math:`C^1` (:math:`dD/dA = f'(b) - f'(a)`), where D(log b) has a kink at every
+ratio; b follows from A by a search over the breakpoints :math:`H_k = A(r_k)`. Its root
+(:func:`_root`) is a bracketing two-sided secant on :math:`\sqrt{D}` (a chord point below
+the root and a secant point above it per evaluation, Brent-style end nudges, a midpoint
+step after any iteration that did not halve the bracket), typically 6-9 evaluations to
+the float resolution of A, keeping the feasible end, so :math:`D(\pi\|q) \le \epsilon` holds
+as computed. Where one token with a tiny :math:`q_x` lies above b, A cannot resolve b (it
+moves A by :math:`b q_x`), and b is then refined on log b inside the final bracket.
+Phase 2 is already in acceptance units (:math:`A = p(q>0) + m`). Acceptance along phase 1
 is :math:`A(b) = P(r \le b) + b\, Q(r > b)`. TV (not strictly convex) is solved in closed
 form: :math:`A^* = \min(1, \sum\min(p,q) + \epsilon)`, attained by
 :math:`\pi = q + \min(1, \epsilon/TV(p,q))(p - q)` (the coupling bound
@@ -437,11 +444,12 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
     return_target : bool
         Also build :math:`\pi` (memory batch x E x V).
     method : {"auto", "fast", "bisect"}
-        The scalar root of each phase: ``fast`` (safeguarded regula falsi, typically ~10
-        evaluations, one host check per iteration), ``bisect`` (the fixed 64-step bisection,
-        the reference; no host synchronisation), ``auto`` = ``fast`` for numpy input and
-        ``bisect`` for torch tensors. Both keep the feasible end and agree to the float
-        resolution of b and m (acceptance to ~1e-15).
+        The scalar root of each phase: ``fast`` (a safeguarded two-sided secant on the
+        acceptance, typically 6-9 evaluations, one host check per iteration), ``bisect``
+        (the fixed 64-step bisection on log b, the reference; no host synchronisation),
+        ``auto`` = ``fast`` for numpy input and ``bisect`` for torch tensors. Both keep the
+        feasible end of their bracket and agree to the float resolution of the acceptance
+        (~1e-15; tests/test_mentored_fast.py).
 
     Returns
     -------
