@@ -537,14 +537,16 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         A1 = prep.take(prep.Pc, k1) + prep.take(prep.Qs, k1)      # A(1) = sum min(p, q)
         fnA = lambda x: prep.phase1(prep.upper_from_acceptance(x))[1]  # noqa: E731
         upper = lambda x: xp.where(x > A1, prep.upper_from_acceptance(x), one)  # noqa: E731
-        # D(b = 1) = D(q || q) = 0: the lower end is feasible (as the bisection assumes)
-        A_lo, A_hi, f_lo, f_hi = _root(xp, fnA, A1, A_end, xp.zeros_like(eps), D_end, eps, 1.0)
+        # D(b = 1) = D(q || q) = 0: the lower end is feasible (as the bisection assumes);
+        # budget 0 returns b = 1 below, so its lanes are left out (budget -1: inactive)
+        live = xp.where(eps > 0, eps, -one)
+        A_lo, A_hi, f_lo, f_hi = _root(xp, fnA, A1, A_end, xp.zeros_like(eps), D_end, live, 1.0)
         b, b_hi = upper(A_lo), upper(A_hi)
         # where Q(r > b) is tiny, A resolves b poorly (A(b) = P(r <= b) + b Q(r > b)): there
         # the bracket's b-width exceeds 2^-30 relative, and log b is refined between the two
         # (acceptance is already right to ~1e-16; this makes b, pi and D agree with the
         # bisection reference too)
-        wide = (b_hi > b * (1.0 + 2.0 ** -30)) & ~done1
+        wide = (b_hi > b * (1.0 + 2.0 ** -30)) & ~done1 & (eps > 0)
         if bool(xp.any(wide)):
             skip = xp.full_like(eps, math.inf)                # budget inf: lane inactive
             logb = _root(xp, fn, xp.log(b), xp.log(b_hi), f_lo, f_hi, xp.where(wide, eps, skip), 1.0)[0]
