@@ -153,6 +153,20 @@ def test_end_of_phase_one_is_judged_at_r_max_itself(method):
     assert 1 - 2e-15 <= float(sol.acceptance) < 1
 
 
+@pytest.mark.parametrize("method", ["fast", "bisect"])
+def test_lower_clip_never_underflows_to_zero(method):
+    """Pinned counterexample (found by the comparison above): q = (0, 1, 7.4e-323),
+    p = (1, 0, 0), reverse KL within 40 puts m ~ 1 off supp(q) and a ~ 2e-16, so a q
+    underflowed to pi_x = 0 at q_x > 0, where KL(q||pi) is inf (the closed form said 36)."""
+    q, p = np.array([0.0, 1.0, 7.4e-323]), np.array([1.0, 0.0, 0.0])
+    for div in ("reverse_kl", "neyman_chi2"):
+        sol = solve_mentored(q, p, 40.0, div, method=method)
+        assert sol.target[2] > 0
+        # the closed form's divergence is the target's (the stand-in adds < 1e-300)
+        D = float(get_divergence(div).unchecked(sol.target, q))
+        assert D <= 40.0 and D == pytest.approx(float(sol.divergence), rel=1e-12)
+
+
 @pytest.mark.parametrize("div", SMOOTH)
 def test_batch_rows_match_single_rows(div):
     """Batches use the generic binary search, one row uses np.searchsorted: same numbers."""

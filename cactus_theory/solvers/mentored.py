@@ -371,7 +371,7 @@ def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     is followed by one that evaluates its midpoint. A lane stops once
     ``hi - lo <= 2**-52 * max(scale, |lo|, |hi|)`` (the float resolution of x near the
     root); ``lo`` always satisfies ``fn(lo) <= budget`` as computed. Returns the final
-    bracket and fn at its ends: ``(lo, hi, f_lo, f_hi)``.
+    bracket ``(lo, hi)``.
     """
     with _quiet(xp):     # inactive lanes may hold inf - inf; they are masked and returned as lo
         return _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale)
@@ -380,45 +380,44 @@ def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
 def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     active = (f_lo <= budget) & (f_hi > budget) & (hi > lo)
     zero = xp.zeros_like(lo)
-    # interpolated values sqrt(f) - sqrt(budget) (<= 0 iff f <= budget)
-    g = lambda f, b: xp.sqrt(xp.maximum(f, b * 0.0)) - xp.sqrt(b)  # noqa: E731
-    g_lo = xp.where(active, g(f_lo, budget), zero - 1.0)       # inactive lanes: finite dummies
-    g_hi = xp.where(active, g(f_hi, budget), zero + 1.0)
+    # interpolated values g = sqrt(f) - sqrt(budget): g <= 0 exactly where f <= budget (sqrt is
+    # correctly rounded, so monotone); inactive lanes get finite dummies
+    root_b = xp.sqrt(xp.where(active, budget, zero))
+    g_lo = xp.where(active, xp.sqrt(xp.where(active, f_lo, zero)) - root_b, zero - 1.0)
+    g_hi = xp.where(active, xp.sqrt(xp.where(active, f_hi, zero)) - root_b, zero + 1.0)
     half_tol = 2.0 ** -53 * xp.maximum(xp.maximum(xp.abs(lo), xp.abs(hi)), scale + zero)
     half_tol = xp.where(active, xp.maximum(half_tol, zero + 2.0 ** -1074), zero + 1.0)
+    tol = 2.0 * half_tol
     hi2, g_hi2 = hi, g_hi                 # the previous point above the budget (none yet)
     slow = active & False
     E = lo.shape[-1]
-    budget2 = xp.concat([budget, budget], axis=-1)
+    budget2, root_b2 = xp.concat([budget, budget], axis=-1), xp.concat([root_b, root_b], axis=-1)
     for _ in range(_FAST_MAX_ITER):
         w = hi - lo
-        active = active & (w > 2.0 * half_tol)
+        active = active & (w > tol)
         if not bool(xp.any(active)):
             break
         mid = lo + 0.5 * w
-        xc = lo + w * (g_lo / (g_lo - g_hi))                       # chord (g_lo <= 0 < g_hi)
-        den = g_hi2 - g_hi
-        use = (hi2 > hi) & (den > 0)
-        xs = hi - (hi2 - hi) * (g_hi / xp.where(use, den, zero + 1.0))
-        xs = xp.where(use & (xs > xc), xs, 0.5 * (xc + hi))
+        xc = lo + w * (g_lo / (g_lo - g_hi))                       # chord (g_lo <= 0 <= g_hi)
+        xc = xp.where(xc >= lo, xc, mid)                            # (0/0 when both are 0)
+        xs = hi - (hi2 - hi) * (g_hi / (g_hi2 - g_hi))              # secant of the two highs
+        xs = xp.where((g_hi2 > g_hi) & (xs > xc) & (xs < hi), xs, 0.5 * (xc + hi))
         xs = xp.where(slow, mid, xs)                                # last step did not halve
-        pts = xp.concat([xc, xs], axis=-1)
-        pts = xp.minimum(xp.maximum(pts, xp.concat([lo + half_tol] * 2, axis=-1)),
-                         xp.concat([hi - half_tol] * 2, axis=-1))
-        pts = xp.where(xp.concat([active, active], axis=-1), pts, xp.concat([lo, lo], axis=-1))
+        # both at least half_tol inside the bracket; inactive lanes evaluate lo (discarded)
+        a_lo, a_hi = xp.where(active, lo + half_tol, lo), xp.where(active, hi - half_tol, lo)
+        pts = xp.concat([xp.minimum(xp.maximum(xc, a_lo), a_hi),
+                         xp.minimum(xp.maximum(xs, a_lo), a_hi)], axis=-1)
         f = fn(pts)
-        feas, gp = f <= budget2, g(f, budget2)
+        feas, gp = f <= budget2, xp.sqrt(xp.maximum(f, budget2 * 0.0)) - root_b2
         for sl in (slice(E, 2 * E), slice(0, E)):                  # the secant point first
-            x, gx, ok, fx = pts[..., sl], gp[..., sl], feas[..., sl], f[..., sl]
+            x, gx, ok = pts[..., sl], gp[..., sl], feas[..., sl]
             up = active & ok & (x > lo)
             down = active & ~ok & (x < hi)
-            lo, g_lo = xp.where(up, x, lo), xp.where(up, xp.minimum(gx, zero), g_lo)
-            f_lo = xp.where(up, fx, f_lo)
+            lo, g_lo = xp.where(up, x, lo), xp.where(up, gx, g_lo)
             hi2, g_hi2 = xp.where(down, hi, hi2), xp.where(down, g_hi, g_hi2)
-            hi, g_hi = xp.where(down, x, hi), xp.where(down, xp.maximum(gx, zero), g_hi)
-            f_hi = xp.where(down, fx, f_hi)
+            hi, g_hi = xp.where(down, x, hi), xp.where(down, gx, g_hi)
         slow = active & (hi - lo > 0.5 * w)
-    return lo, hi, f_lo, f_hi
+    return lo, hi
 
 
 def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
@@ -540,7 +539,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         # D(b = 1) = D(q || q) = 0: the lower end is feasible (as the bisection assumes);
         # budget 0 returns b = 1 below, so its lanes are left out (budget -1: inactive)
         live = xp.where(eps > 0, eps, -one)
-        A_lo, A_hi, f_lo, f_hi = _root(xp, fnA, A1, A_end, xp.zeros_like(eps), D_end, live, 1.0)
+        A_lo, A_hi = _root(xp, fnA, A1, A_end, xp.zeros_like(eps), D_end, live, 1.0)
         b, b_hi = upper(A_lo), upper(A_hi)
         # where Q(r > b) is tiny, A resolves b poorly (A(b) = P(r <= b) + b Q(r > b)): there
         # the bracket's b-width exceeds 2^-30 relative, and log b is refined between the two
@@ -549,7 +548,8 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         wide = (b_hi > b * (1.0 + 2.0 ** -30)) & ~done1 & (eps > 0)
         if bool(xp.any(wide)):
             skip = xp.full_like(eps, math.inf)                # budget inf: lane inactive
-            logb = _root(xp, fn, xp.log(b), xp.log(b_hi), f_lo, f_hi, xp.where(wide, eps, skip), 1.0)[0]
+            lo, hi = xp.log(b), xp.log(b_hi)
+            logb = _root(xp, fn, lo, hi, fn(lo), fn(hi), xp.where(wide, eps, skip), 1.0)[0]
             b = xp.where(wide, xp.exp(logb), b)
     else:
         logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
@@ -584,7 +584,13 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         # clip(p, a q, b q), decided on r = p/q as the bisection counted the groups (so a
         # token whose r hit the overflow cap is treated consistently)
         a3, b3 = a[..., None], b[..., None]
-        clip = xp.where(r3 > b3, b3 * q3, xp.where(r3 < a3, a3 * q3, p3))
+        # a q can underflow to 0 (a ~ 1e-16 at a subnormal q), where divergences with
+        # f(0) = inf (reverse KL, Neyman chi-square) would charge q f(0) = inf: the smallest
+        # normal float stands in (it moves pi by < 1e-307)
+        lower = a3 * q3
+        tiny = xp.full_like(lower, xp.finfo(q.dtype).smallest_normal)
+        lower = xp.where((lower > 0) | (a3 == 0), lower, tiny)
+        clip = xp.where(r3 > b3, b3 * q3, xp.where(r3 < a3, lower, p3))
         P0 = prep.P0[..., None]
         share = xp.where(P0 > 0, m[..., None] / xp.where(P0 > 0, P0, xp.ones_like(P0)),
                          xp.zeros_like(P0))
