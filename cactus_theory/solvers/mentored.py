@@ -380,8 +380,9 @@ def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
 def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     active = (f_lo <= budget) & (f_hi > budget) & (hi > lo)
     zero = xp.zeros_like(lo)
-    # interpolated values g = sqrt(f) - sqrt(budget): g <= 0 exactly where f <= budget (sqrt is
-    # correctly rounded, so monotone); inactive lanes get finite dummies
+    # interpolated values g = sqrt(f) - sqrt(budget): g <= 0 where f <= budget and g >= 0
+    # where f > budget (sqrt is monotone); feasibility itself is decided on f. Inactive lanes
+    # get finite dummies
     root_b = xp.sqrt(xp.where(active, budget, zero))
     g_lo = xp.where(active, xp.sqrt(xp.where(active, f_lo, zero)) - root_b, zero - 1.0)
     g_hi = xp.where(active, xp.sqrt(xp.where(active, f_hi, zero)) - root_b, zero + 1.0)
@@ -392,6 +393,7 @@ def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     slow = active & False
     E = lo.shape[-1]
     budget2, root_b2 = xp.concat([budget, budget], axis=-1), xp.concat([root_b, root_b], axis=-1)
+    zero2 = xp.concat([zero, zero], axis=-1)
     for _ in range(_FAST_MAX_ITER):
         w = hi - lo
         active = active & (w > tol)
@@ -408,7 +410,7 @@ def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
         pts = xp.concat([xp.minimum(xp.maximum(xc, a_lo), a_hi),
                          xp.minimum(xp.maximum(xs, a_lo), a_hi)], axis=-1)
         f = fn(pts)
-        feas, gp = f <= budget2, xp.sqrt(xp.maximum(f, budget2 * 0.0)) - root_b2
+        feas, gp = f <= budget2, xp.sqrt(xp.maximum(f, zero2)) - root_b2
         for sl in (slice(E, 2 * E), slice(0, E)):                  # the secant point first
             x, gx, ok = pts[..., sl], gp[..., sl], feas[..., sl]
             up = active & ok & (x > lo)
@@ -550,7 +552,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
             skip = xp.full_like(eps, math.inf)                # budget inf: lane inactive
             lo, hi = xp.log(b), xp.log(b_hi)
             logb = _root(xp, fn, lo, hi, fn(lo), fn(hi), xp.where(wide, eps, skip), 1.0)[0]
-            b = xp.where(wide, xp.exp(logb), b)
+            b = xp.where(wide & (logb > lo), xp.exp(logb), b)    # (an evaluated, feasible b)
     else:
         logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
         b = xp.exp(logb)
