@@ -34,17 +34,35 @@ for Hellinger and TV, log(2)/2 for JS). Its marginal value :math:`1 - \mu - \lam
 
 So the clip form holds for every strictly convex f on supp(q); when q has zeros, divergences
 with a finite slope at infinity put mass outside supp(q) once the budget exceeds the end of
-phase 1. Both phases are monotone one-parameter paths: each is solved by a scalar bisection
-(on log b, then on m) in which every evaluation costs O(log V) after one O(V log V) sort
-(prefix sums over the tokens sorted by r: a is found by a binary search over the breakpoints
-:math:`G_k = r_k Q_{<k} - P_{<k}` of :math:`\sum_{r<a}(a q - p)`). Acceptance along phase 1
+phase 1. Both phases are monotone one-parameter paths: each is a scalar root in which every
+evaluation costs O(log V) after one O(V log V) sort (prefix sums over the tokens sorted by
+r: a is found by a binary search over the breakpoints :math:`G_k = r_k Q_{<k} - P_{<k}` of
+:math:`\sum_{r<a}(a q - p)`). ``method="bisect"`` bisects log b, then m, for a fixed
+:data:`BISECTION_STEPS` steps: the reference, and the default for torch tensors (no host
+synchronisation). ``method="fast"`` (the numpy default) solves phase 1 in the acceptance A
+instead: D as a function of A is the inverse of the concave frontier, so it is convex, and
+it is :math:`C^1` (:math:`dD/dA = f'(b) - f'(a)`), where D(log b) has a kink at every
+ratio; b follows from A by a search over the breakpoints :math:`H_k = A(r_k)`. Its root
+(:func:`_root`) is a bracketing two-sided secant on :math:`\sqrt{D}` (a chord point below
+the root and a secant point above it per evaluation, Brent-style end nudges, a midpoint
+step after any iteration that did not halve the bracket), typically 6-9 evaluations to
+the float resolution of A, keeping the feasible end, so :math:`D(\pi\|q) \le \epsilon` holds
+as computed. Where one token with a tiny :math:`q_x` lies above b, A cannot resolve b (it
+moves A by :math:`b q_x`), and b is then refined on log b inside the final bracket.
+Phase 2 is already in acceptance units (:math:`A = p(q>0) + m`). Acceptance along phase 1
 is :math:`A(b) = P(r \le b) + b\, Q(r > b)`. TV (not strictly convex) is solved in closed
 form: :math:`A^* = \min(1, \sum\min(p,q) + \epsilon)`, attained by
 :math:`\pi = q + \min(1, \epsilon/TV(p,q))(p - q)` (the coupling bound
 :math:`a \le 1 - TV(p,q) + TV(\pi,q)` is tight there).
 
 Everything is written once against the array API (numpy float64 for the analysis, torch for
-the samplers). The returned divergence is recomputed directly from the returned target.
+the samplers); the fast path on numpy sorts with numpy's default (unstable) ``argsort`` and,
+for one row, counts with ``searchsorted``. The order of tokens with equal r does not matter:
+every prefix sum is read at a count returned by a search for ``r <= b`` (the end of a tie
+group), and inside a tie group the breakpoints :math:`G_k` are equal in exact arithmetic
+(:math:`G_{k+1} - G_k = (r_{k+1} - r_k) Q_{<k+1}`), where every split of the group gives
+the same a = r up to rounding. The returned divergence is recomputed directly from the
+returned target.
 
 References
 ----------
@@ -55,6 +73,7 @@ the problem (KL budget D, direction unspecified); Narasimhan et al., ICLR 2025 (
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +82,7 @@ from array_api_compat import array_namespace
 
 import numpy as np
 
-from .._validation import _is_torch, as_budget, as_budget_array, as_probs_or_tensor
+from .._validation import _is_torch, as_budget, as_budget_array, as_probs_or_tensor, choice
 from ..divergences import Divergence, get_divergence
 
 #: The one place the solver departs from exact arithmetic on valid input.
@@ -71,11 +90,22 @@ OVERFLOW_NOTE = ("tokens with 0 < q_x < p_x / (max_float / 4) (about 4.5e-308 p_
                  "treated as q_x = 0: their ratio p/q is not representable")
 
 __all__ = ["OVERFLOW_NOTE", "MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
-           "slope_at_infinity", "BISECTION_STEPS"]
+           "slope_at_infinity", "BISECTION_STEPS", "METHODS"]
 
 #: Bisection steps for each phase: the log-b bracket is at most ~710 wide (the cap on r), and
 #: 710 / 2**64 < 4e-17, below float64's resolution of b near 1.
 BISECTION_STEPS = 64
+
+#: numpy >= 2.1 implements the array API itself (cumulative_sum, concat, astype, ...).
+_NUMPY_IS_ARRAY_API = hasattr(np, "cumulative_sum")
+
+#: Root methods of :func:`solve_mentored`: ``auto`` is ``fast`` for numpy and ``bisect`` for
+#: torch (a fixed number of steps: no host synchronisation inside the samplers).
+METHODS = ("auto", "fast", "bisect")
+
+#: Cap on the fast root's iterations: the bracket halves at least every second iteration, and
+#: 64 halvings reach the float64 resolution of x from any bracket the solver starts.
+_FAST_MAX_ITER = 2 * BISECTION_STEPS
 
 
 @dataclass(frozen=True)
@@ -125,6 +155,12 @@ def slope_at_infinity(divergence) -> float:
         return float(d.term(np, np.array(1.0), np.array(0.0)))
 
 
+@functools.lru_cache(maxsize=64)
+def _slope(d: Divergence) -> float:
+    """:func:`slope_at_infinity` of a resolved divergence, computed once per divergence."""
+    return slope_at_infinity(d)
+
+
 def _count_le(xp, arr, val, steps):
     """Number of entries of the ascending rows ``arr`` [..., N] that are <= ``val`` [..., E]."""
     N = arr.shape[-1]
@@ -144,6 +180,17 @@ def _count_le(xp, arr, val, steps):
     return lo
 
 
+def _is_numpy(xp) -> bool:
+    return xp is np or "numpy" in xp.__name__
+
+
+def _quiet(xp):
+    """numpy: no warnings from lanes that are masked out (inf - inf); torch never warns."""
+    import contextlib
+
+    return np.errstate(all="ignore") if _is_numpy(xp) else contextlib.nullcontext()
+
+
 def _overflow_to_inf(xp):
     """numpy: let an overflow round to +inf silently (torch never warns)."""
     import contextlib
@@ -160,39 +207,48 @@ def _take(xp, arr, idx):
 class _Prepared:
     """Per-row sorted quantities shared by every budget (O(V log V) once)."""
 
-    def __init__(self, xp, q, p, d: Divergence):
+    def __init__(self, xp, q, p, d: Divergence, fast: bool = False):
         self.xp = xp
         self.d = d
         V = q.shape[-1]
         self.V = V
+        numpy_fast = fast and _is_numpy(xp)
+        # one numpy row: the searches are np.searchsorted (the generic binary search otherwise)
+        self.searchsorted = numpy_fast and q.ndim == 1
         # supp(q), numerically: a token whose ratio p/q would overflow (q below ~1e-308 p in
         # float64) is treated as outside it, where its cost q f(pi/q) is pi f'(inf) up to
         # O(q) (see OVERFLOW_NOTE)
         big = float(xp.finfo(q.dtype).max) * 0.25
         on = (q > 0) & (p < q * big)
         self.on = on
+        # every token on supp(q) (softmax rows): the masks below are identities, skipped on
+        # the fast numpy path (the same values, a dozen passes over V fewer)
+        allon = numpy_fast and bool(xp.all(on))
+        mask = (lambda m, x, other: x) if allon else xp.where  # noqa: E731
         one = xp.ones_like(q)
         zero = xp.zeros_like(q)
-        inf = xp.full_like(q, math.inf)
-        r = xp.where(on, p / xp.where(on, q, one), inf)
+        inf = math.inf if allon else xp.full_like(q, math.inf)
+        r = mask(on, p / mask(on, q, one), inf)
         self.r = r
-        order = xp.argsort(r, axis=-1, stable=True)
+        # the order of equal ratios does not matter (module docstring): numpy's default sort
+        # is several times faster than the stable one
+        order = np.argsort(r, axis=-1) if numpy_fast else xp.argsort(r, axis=-1, stable=True)
         rs = _take(xp, r, order)
         qs = _take(xp, q, order)
-        ons = _take(xp, on, order)
-        ps = xp.where(ons, _take(xp, p, order), zero)
+        ons = on if allon else _take(xp, on, order)
+        ps = mask(ons, _take(xp, p, order), zero)
         pad = xp.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=getattr(q, "device", None))
         cs = lambda x: xp.concat([pad, xp.cumulative_sum(x, axis=-1)], axis=-1)  # noqa: E731
         rcs = lambda x: xp.flip(cs(xp.flip(x, axis=-1)), axis=-1)  # noqa: E731
         self.Pc = cs(ps)                                   # sums over sorted[:k], length V+1
-        qs = xp.where(ons, qs, zero)
+        qs = mask(ons, qs, zero)
         self.Qc = cs(qs)
         self.Dc = cs(qs - ps)        # sum (q - p) over sorted[:k], without cancellation
         self.Qs = rcs(qs)                                  # sums over sorted[k:]
         with _overflow_to_inf(xp):
             # q f(r) = term(p, q) on supp(q); f(r) can exceed the float range (Neyman
             # chi-square at a subnormal p): +inf is the correctly rounded value there
-            F = xp.where(ons, d.term(xp, ps, qs), zero)
+            F = mask(ons, d.term(xp, ps, qs), zero)
         # sum_{a <= r <= b} q f(r) without cancellation against the extreme terms (f(0) can
         # be inf, f(r) huge for large r): the r < 1 part as suffix sums (only tokens with
         # r >= a enter), the r >= 1 part as prefix sums (only tokens with r <= b enter)
@@ -200,21 +256,64 @@ class _Prepared:
         self.FsLow = rcs(xp.where(low, F, zero))
         self.FcHigh = cs(xp.where(low, zero, F))
         # breakpoints of g(a) = sum_{r<a} (a q - p): G_k = r_k Q_{<k} - P_{<k}; +inf off supp
-        self.G = xp.where(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], inf)
+        self.G = mask(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], inf)
         self.rs = rs
         self.K = xp.sum(xp.astype(on, xp.int64), axis=-1, keepdims=True)   # on-support count
-        self.P0 = xp.sum(xp.where(on, zero, p), axis=-1, keepdims=True)       # p off supp(q)
+        self.P0 = xp.sum(mask(on, zero, p), axis=-1, keepdims=True)           # p off supp(q)
         self.Pon = _take(xp, self.Pc, self.K)                                # p(q > 0)
         # b's range is [1, max(1, max r)] (b >= 1 always: pi >= q where p >= q)
-        self.r_max = xp.max(xp.where(on, r, one), axis=-1, keepdims=True)
+        self.r_max = xp.max(mask(on, r, one), axis=-1, keepdims=True)
         self.steps = max(1, math.ceil(math.log2(V + 1)) + 1)
+        if fast:
+            # acceptance at each breakpoint b = r_k: H_k = P_{<=k} + r_k Q_{>k} (nondecreasing:
+            # H_{k+1} - H_k = (r_{k+1} - r_k) Q_{>k}); +inf off supp(q)
+            self.H = mask(ons, mask(ons, rs, zero) * self.Qs[..., 1:] + self.Pc[..., 1:], inf)
+            self.last = xp.maximum(self.K - 1, xp.zeros_like(self.K))     # last on-support index
+
+    def upper_from_acceptance(self, A):
+        """b with A(b) = P(r <= b) + b Q(r > b) = A, for A in [A(1), P(q > 0)] (inverse of
+        the piecewise-linear acceptance of phase 1)."""
+        xp = self.xp
+        k = xp.minimum(self.count_le(self.H, A), self.last)
+        b = (A - self.take(self.Pc, k)) / self.take(self.Qs, k)
+        # within its segment [r_{k-1}, r_k] despite rounding (where Q(r > b) is tiny, A cannot
+        # resolve b and A - P(r <= b) may round to 0)
+        below = self.take(self.rs, xp.maximum(k - 1, xp.zeros_like(k)))
+        return xp.minimum(xp.maximum(b, below), self.take(self.rs, k))
+
+    def count_le(self, arr, val):
+        """Entries of the ascending rows ``arr`` that are <= ``val`` (per row)."""
+        if self.searchsorted:
+            return np.searchsorted(arr, val, side="right")
+        return _count_le(self.xp, arr, val, self.steps)
+
+    def take(self, arr, idx):
+        """``arr[..., idx]`` row by row (plain indexing for one numpy row)."""
+        return arr[idx] if self.searchsorted else _take(self.xp, arr, idx)
+
+    def terms(self, h1, q1, h2, q2):
+        """``(q1 f(h1/q1), q2 f(h2/q2))``: one elementwise call for one numpy row."""
+        xp, d = self.xp, self.d
+        if self.searchsorted:
+            n = h1.shape[0]
+            t = d.term(xp, np.concatenate([h1, h2]), np.concatenate([q1, q2]))
+            return t[:n], t[n:]
+        return d.term(xp, h1, q1), d.term(xp, h2, q2)
 
     def lower_from_residual(self, T):
         """a with sum_{r<a} (a q - p) = T (T >= 0), and the a-group size k."""
         xp = self.xp
+        if self.searchsorted:
+            # one numpy row, the same arithmetic with fewer calls: k >= 1 here (G_0 = 0 <= T)
+            # and the first sorted token is on supp(q) (some q_x >= 1/V has a finite ratio),
+            # so Q_k > 0
+            T = np.maximum(T, 0.0)
+            k = np.searchsorted(self.G, T, side="right")
+            pos = T > 0
+            return np.where(pos, (T + self.Pc[k]) / self.Qc[k], 0.0), np.where(pos, k, 0)
         T = xp.maximum(T, xp.zeros_like(T))
-        k = _count_le(xp, self.G, T, self.steps)          # G_0 = 0 <= T, so k >= 1
-        Qk, Pk = _take(xp, self.Qc, k), _take(xp, self.Pc, k)
+        k = self.count_le(self.G, T)                      # G_0 = 0 <= T, so k >= 1
+        Qk, Pk = self.take(self.Qc, k), self.take(self.Pc, k)
         pos = Qk > 0
         a = xp.where(pos, (T + Pk) / xp.where(pos, Qk, xp.ones_like(Qk)), xp.zeros_like(Qk))
         a = xp.where(T > 0, a, xp.zeros_like(a))
@@ -223,25 +322,25 @@ class _Prepared:
 
     def phase1(self, b):
         """(acceptance, divergence, a) at upper factor b >= 1 (m = 0)."""
-        xp, d = self.xp, self.d
-        kb = _count_le(xp, self.rs, b, self.steps)
-        Qhi, Plo = _take(xp, self.Qs, kb), _take(xp, self.Pc, kb)
+        kb = self.count_le(self.rs, b)
+        Qhi, Plo = self.take(self.Qs, kb), self.take(self.Pc, kb)
         A = Plo + b * Qhi
         # residual 1 - A = sum_{r<=b} (q - p) - (b - 1) Q(r > b), summed without cancellation
-        a, ka = self.lower_from_residual(_take(xp, self.Dc, kb) - (b - 1.0) * Qhi)
-        Qa = _take(xp, self.Qc, ka)
+        a, ka = self.lower_from_residual(self.take(self.Dc, kb) - (b - 1.0) * Qhi)
+        Qa = self.take(self.Qc, ka)
         # middle = FsLow[ka] + FcHigh[kb] - FcHigh[ka]; the last is 0 because a <= 1 (tokens at
         # r = 1 exactly have f(1) = 0)
-        mid = _take(xp, self.FsLow, ka) + _take(xp, self.FcHigh, kb)
-        D = d.term(xp, a * Qa, Qa) + mid + d.term(xp, b * Qhi, Qhi)
+        mid = self.take(self.FsLow, ka) + self.take(self.FcHigh, kb)
+        t_low, t_high = self.terms(a * Qa, Qa, b * Qhi, Qhi)
+        D = t_low + mid + t_high
         return A, D, a
 
     def phase2(self, m, slope):
         """(acceptance, divergence, a) with off-support mass m in [0, P0] (b = r_max)."""
         xp, d = self.xp, self.d
         a, ka = self.lower_from_residual(self.P0 - m)
-        Qa = _take(xp, self.Qc, ka)
-        mid = _take(xp, self.FsLow, ka) + self.FcHigh[..., -1:]
+        Qa = self.take(self.Qc, ka)
+        mid = self.take(self.FsLow, ka) + self.FcHigh[..., -1:]
         D = d.term(xp, a * Qa, Qa) + mid + slope * m
         return self.Pon + m, D, a
 
@@ -256,8 +355,76 @@ def _bisect(xp, fn, lo, hi, budget, steps):
     return lo
 
 
+def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
+    r"""Largest x in [lo, hi] with fn(x) <= budget, for fn nondecreasing (fast when convex).
+
+    Lanes with ``f_lo <= budget < f_hi`` are solved; the others return ``lo``. Each
+    iteration evaluates two points in one call: the chord of the bracket (below the root
+    when fn is convex) and the secant through the two latest points above the budget,
+    extended down to it (above the root when fn is convex), so both ends of the bracket
+    converge superlinearly; the interpolation runs on :math:`\sqrt{fn}` against
+    :math:`\sqrt{budget}` (D grows like :math:`(A - A_{SpS})^2` from the SpS point, where
+    its square root is nearly linear), while feasibility is decided on fn itself. The
+    safeguards make it a bracketing method whatever fn's shape: both points lie at least
+    ``half_tol`` inside the bracket (once one end has converged, the next point closes
+    the bracket, as in Brent's method), and an iteration that did not halve the bracket
+    is followed by one that evaluates its midpoint. A lane stops once
+    ``hi - lo <= 2**-52 * max(scale, |lo|, |hi|)`` (the float resolution of x near the
+    root); ``lo`` always satisfies ``fn(lo) <= budget`` as computed. Returns the final
+    bracket ``(lo, hi)``.
+    """
+    with _quiet(xp):     # inactive lanes may hold inf - inf; they are masked and returned as lo
+        return _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale)
+
+
+def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
+    active = (f_lo <= budget) & (f_hi > budget) & (hi > lo)
+    zero = xp.zeros_like(lo)
+    # interpolated values g = sqrt(f) - sqrt(budget): g <= 0 where f <= budget and g >= 0
+    # where f > budget (sqrt is monotone); feasibility itself is decided on f. Inactive lanes
+    # get finite dummies
+    root_b = xp.sqrt(xp.where(active, budget, zero))
+    g_lo = xp.where(active, xp.sqrt(xp.where(active, f_lo, zero)) - root_b, zero - 1.0)
+    g_hi = xp.where(active, xp.sqrt(xp.where(active, f_hi, zero)) - root_b, zero + 1.0)
+    half_tol = 2.0 ** -53 * xp.maximum(xp.maximum(xp.abs(lo), xp.abs(hi)), scale + zero)
+    half_tol = xp.where(active, xp.maximum(half_tol, zero + 2.0 ** -1074), zero + 1.0)
+    tol = 2.0 * half_tol
+    hi2, g_hi2 = hi, g_hi                 # the previous point above the budget (none yet)
+    slow = active & False
+    E = lo.shape[-1]
+    budget2, root_b2 = xp.concat([budget, budget], axis=-1), xp.concat([root_b, root_b], axis=-1)
+    zero2 = xp.concat([zero, zero], axis=-1)
+    for _ in range(_FAST_MAX_ITER):
+        w = hi - lo
+        active = active & (w > tol)
+        if not bool(xp.any(active)):
+            break
+        mid = lo + 0.5 * w
+        xc = lo + w * (g_lo / (g_lo - g_hi))                       # chord (g_lo <= 0 <= g_hi)
+        xc = xp.where(xc >= lo, xc, mid)                            # (0/0 when both are 0)
+        xs = hi - (hi2 - hi) * (g_hi / (g_hi2 - g_hi))              # secant of the two highs
+        xs = xp.where((g_hi2 > g_hi) & (xs > xc) & (xs < hi), xs, 0.5 * (xc + hi))
+        xs = xp.where(slow, mid, xs)                                # last step did not halve
+        # both at least half_tol inside the bracket; inactive lanes evaluate lo (discarded)
+        a_lo, a_hi = xp.where(active, lo + half_tol, lo), xp.where(active, hi - half_tol, lo)
+        pts = xp.concat([xp.minimum(xp.maximum(xc, a_lo), a_hi),
+                         xp.minimum(xp.maximum(xs, a_lo), a_hi)], axis=-1)
+        f = fn(pts)
+        feas, gp = f <= budget2, xp.sqrt(xp.maximum(f, zero2)) - root_b2
+        for sl in (slice(E, 2 * E), slice(0, E)):                  # the secant point first
+            x, gx, ok = pts[..., sl], gp[..., sl], feas[..., sl]
+            up = active & ok & (x > lo)
+            down = active & ~ok & (x < hi)
+            lo, g_lo = xp.where(up, x, lo), xp.where(up, gx, g_lo)
+            hi2, g_hi2 = xp.where(down, hi, hi2), xp.where(down, g_hi, g_hi2)
+            hi, g_hi = xp.where(down, x, hi), xp.where(down, gx, g_hi)
+        slow = active & (hi - lo > 0.5 * w)
+    return lo, hi
+
+
 def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
-                   return_target: bool = True, budget_axis: bool = False) -> MentoredSolution:
+                   return_target: bool = True, budget_axis: bool = False,
+                   method: str = "auto") -> MentoredSolution:
     r"""Solve :math:`\max_\pi \sum_x\min(p_x,\pi_x)` s.t. :math:`D(\pi\|q)\le\epsilon` exactly.
 
     Parameters
@@ -277,6 +444,13 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
         :math:`KL(\pi\|q)`, ``reverse_kl`` is :math:`KL(q\|\pi)`).
     return_target : bool
         Also build :math:`\pi` (memory batch x E x V).
+    method : {"auto", "fast", "bisect"}
+        The scalar root of each phase: ``fast`` (a safeguarded two-sided secant on the
+        acceptance, typically 6-9 evaluations, one host check per iteration), ``bisect``
+        (the fixed 64-step bisection on log b, the reference; no host synchronisation),
+        ``auto`` = ``fast`` for numpy input and ``bisect`` for torch tensors. Both keep the
+        feasible end of their bracket and agree to the float resolution of the acceptance
+        (~1e-15; tests/test_mentored_fast.py).
 
     Returns
     -------
@@ -284,19 +458,28 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
 
     Notes
     -----
-    O(V log V) per row for the sort plus O(E log V) per bisection step; no generic optimizer.
-    See the module docstring for the derivation (clip form on supp(q), off-support mass in
-    phase 2 for divergences with a finite slope at infinity).
+    O(V log V) per row for the sort plus O(E log V) per root evaluation; no generic
+    optimizer. See the module docstring for the derivation (clip form on supp(q), off-support
+    mass in phase 2 for divergences with a finite slope at infinity).
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
     """
     d = get_divergence(divergence)
+    method = choice(method, METHODS, "method")
     q = as_probs_or_tensor(target_probs, "target_probs")   # numpy: validated; torch: as given
     p = as_probs_or_tensor(draft_probs, "draft_probs")
     if not _is_torch(budget):
         budget = as_budget_array(budget, "budget") if np.ndim(budget) else as_budget(budget, "budget")
+    return _solve_checked(q, p, budget, d, return_target, budget_axis, method)
+
+
+def _solve_checked(q, p, budget, d, return_target, budget_axis, method):
+    """:func:`solve_mentored` on inputs already validated (q, p, budget, divergence, method)."""
     xp = array_namespace(q, p)
+    fast = method == "fast" or (method == "auto" and not _is_torch(q))
+    if fast and _is_numpy(xp) and _NUMPY_IS_ARRAY_API:
+        xp = np     # the same functions without the compatibility wrappers (~1-2 us per call)
     dev = getattr(q, "device", None)
     if not hasattr(budget, "shape"):
         budget = xp.asarray(budget, dtype=q.dtype, device=dev)
@@ -311,7 +494,7 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
     if d.name == "tv":
         sol = _solve_tv(xp, q, p, eps, return_target)
     else:
-        sol = _solve_smooth(xp, q, p, eps, d, return_target)
+        sol = _solve_smooth(xp, q, p, eps, d, return_target, fast)
     if budget_axis:
         return sol
     squeeze = lambda x: None if x is None else x[..., 0]  # noqa: E731
@@ -336,16 +519,44 @@ def _solve_tv(xp, q, p, eps, return_target):
     return MentoredSolution(acc, zero, zero + math.inf, zero, div, tgt)
 
 
-def _solve_smooth(xp, q, p, eps, d, return_target):
-    prep = _Prepared(xp, q, p, d)
-    slope = slope_at_infinity(d)
+def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
+    prep = _Prepared(xp, q, p, d, fast)
+    slope = _slope(d)
     one = xp.ones_like(eps)
     log_rmax = xp.log(prep.r_max) * one                                    # [..., E]
-    A_end, D_end, _ = prep.phase1(xp.exp(log_rmax))
+    # at b = r_max itself, the b returned when the end of phase 1 is within budget
+    # (exp(log r_max) can differ from r_max by an ulp, and D there from D(r_max) by much
+    # more where a -> 0 makes D steep: reverse KL at a budget ~40)
+    A_end, D_end, _ = prep.phase1(prep.r_max * one)
     done1 = D_end <= eps
     fn = lambda x: prep.phase1(xp.exp(x))[1]  # noqa: E731
-    logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
-    b = xp.where(done1, prep.r_max * one, xp.exp(logb))
+    if fast:
+        # the root in the acceptance A instead of log b: D(A) along phase 1 is convex and
+        # C^1 (dD/dA = f'(b) - f'(a), continuous; d2D/dA2 = f''(b)/Q(r>b) + f''(a)/Q(r<a)),
+        # where D(log b) has a kink at every ratio r_k; so the secant steps converge fast
+        k1 = prep.count_le(prep.rs, one)
+        A1 = prep.take(prep.Pc, k1) + prep.take(prep.Qs, k1)      # A(1) = sum min(p, q)
+        fnA = lambda x: prep.phase1(prep.upper_from_acceptance(x))[1]  # noqa: E731
+        upper = lambda x: xp.where(x > A1, prep.upper_from_acceptance(x), one)  # noqa: E731
+        # D(b = 1) = D(q || q) = 0: the lower end is feasible (as the bisection assumes);
+        # budget 0 returns b = 1 below, so its lanes are left out (budget -1: inactive)
+        live = xp.where(eps > 0, eps, -one)
+        A_lo, A_hi = _root(xp, fnA, A1, A_end, xp.zeros_like(eps), D_end, live, 1.0)
+        b, b_hi = upper(A_lo), upper(A_hi)
+        # where Q(r > b) is tiny, A resolves b poorly (A(b) = P(r <= b) + b Q(r > b)): there
+        # the bracket's b-width exceeds 2^-30 relative, and log b is refined between the two
+        # (acceptance is already right to ~1e-16; this makes b, pi and D agree with the
+        # bisection reference too)
+        wide = (b_hi > b * (1.0 + 2.0 ** -30)) & ~done1 & (eps > 0)
+        if bool(xp.any(wide)):
+            skip = xp.full_like(eps, math.inf)                # budget inf: lane inactive
+            lo, hi = xp.log(b), xp.log(b_hi)
+            logb = _root(xp, fn, lo, hi, fn(lo), fn(hi), xp.where(wide, eps, skip), 1.0)[0]
+            b = xp.where(wide & (logb > lo), xp.exp(logb), b)    # (an evaluated, feasible b)
+    else:
+        logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
+        b = xp.exp(logb)
+    b = xp.where(done1, prep.r_max * one, b)
     b = xp.where(eps > 0, b, one)   # eps = 0: exactly pi = q (the bisection stalls ~1e-8 away)
     A, D, a = prep.phase1(b)
     m = xp.zeros_like(eps)
@@ -354,8 +565,14 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
         has2 = done1 & (P0 > 0)
         A2_end, D2_end, _ = prep.phase2(P0, slope)
         fn2 = lambda x: prep.phase2(x, slope)[1]  # noqa: E731
-        m2 = _bisect(xp, fn2, xp.zeros_like(eps), P0, xp.where(has2, eps, xp.full_like(eps, math.inf)),
-                     BISECTION_STEPS)
+        budget2 = xp.where(has2, eps, xp.full_like(eps, math.inf))
+        if fast:
+            zero = xp.zeros_like(eps)
+            # m is resolved relative to P0 (A = P(q > 0) + m to ~1e-16)
+            # m = 0 is the end of phase 1, whose divergence D_end is known
+            m2 = _root(xp, fn2, zero, P0, D_end, D2_end, budget2, P0)[0]
+        else:
+            m2 = _bisect(xp, fn2, xp.zeros_like(eps), P0, budget2, BISECTION_STEPS)
         m2 = xp.where(D2_end <= eps, P0, m2)
         m = xp.where(has2, m2, m)
         A2, Dv2, a2 = prep.phase2(m, slope)
@@ -369,7 +586,13 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
         # clip(p, a q, b q), decided on r = p/q as the bisection counted the groups (so a
         # token whose r hit the overflow cap is treated consistently)
         a3, b3 = a[..., None], b[..., None]
-        clip = xp.where(r3 > b3, b3 * q3, xp.where(r3 < a3, a3 * q3, p3))
+        # a q can underflow to 0 (a ~ 1e-16 at a subnormal q), where divergences with
+        # f(0) = inf (reverse KL, Neyman chi-square) would charge q f(0) = inf: the smallest
+        # normal float stands in (it moves pi by < 1e-307)
+        lower = a3 * q3
+        tiny = xp.full_like(lower, xp.finfo(q.dtype).smallest_normal)
+        lower = xp.where((lower > 0) | (a3 == 0), lower, tiny)
+        clip = xp.where(r3 > b3, b3 * q3, xp.where(r3 < a3, lower, p3))
         P0 = prep.P0[..., None]
         share = xp.where(P0 > 0, m[..., None] / xp.where(P0 > 0, P0, xp.ones_like(P0)),
                          xp.zeros_like(P0))
@@ -383,7 +606,8 @@ def _solve_smooth(xp, q, p, eps, d, return_target):
     # (any finite budget, however large, stays within finite divergence: see saturation)
     inf_b = xp.isinf(eps)
     A = xp.where(inf_b, one, A)
-    D = xp.where(inf_b, d.unchecked(p, q)[..., None] * one, D)
+    if not fast or bool(xp.any(inf_b)):     # (the check would synchronize a GPU: bisect skips it)
+        D = xp.where(inf_b, d.unchecked(p, q)[..., None] * one, D)
     m = xp.where(inf_b, prep.P0 * one, m)
     return MentoredSolution(A, a, b, m, D, tgt)
 
