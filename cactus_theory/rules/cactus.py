@@ -31,8 +31,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+from array_api_compat import array_namespace
+
+from ..conventions import EMPTY_RESIDUAL_MASS
 from ..divergences import DIVERGENCES
-from ..solvers.spike import exact_spike, taylor_spike
+from ..solvers.spike import exact_spike, spike_scale, taylor_spike
 from .plans import SpikePlan, gather, ratio_acceptance, residual_distribution, spike_target_at
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
@@ -89,6 +93,30 @@ class _CactusBase(Rule):
         gamma_n = self.spike(gather(target_probs, token_ids))
         return residual_distribution(spike_target_at(target_probs, token_ids, gamma_n),
                                      draft_probs)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        r"""Un-normalized recovery weights of the drafted tokens: :math:`\max(0, h^{(n)} - p)`.
+
+        :math:`h^{(n)}_i = c_n q_i` with :math:`h^{(n)}_n = \gamma_n` (Theorem 2), built with
+        one scaled copy of q and the spike written in place (no one-hot mask); where the
+        residual is empty, :math:`h^{(n)}` itself (convention 3). Proportional to
+        :meth:`recovery_at`; gamma is evaluated at the drafted tokens only. The samplers draw
+        from these weights (inverse CDF).
+        """
+        xp = array_namespace(target_probs, draft_probs)
+        q_n = gather(target_probs, token_ids)
+        gamma_n = self.spike(q_n)
+        h = spike_scale(q_n, gamma_n)[..., None] * target_probs
+        idx = xp.astype(token_ids, xp.int64)[..., None]
+        if hasattr(h, "scatter_"):      # torch: write gamma_n at n in place
+            h.scatter_(-1, idx, gamma_n[..., None].to(h.dtype))
+            res = (h - draft_probs).clamp_min_(0.0)
+        else:                           # numpy (the analysis never calls this; tests do)
+            np.put_along_axis(h, idx, gamma_n[..., None], axis=-1)
+            res = np.maximum(h - draft_probs, 0.0)
+        empty = xp.sum(res, axis=-1, keepdims=True) <= EMPTY_RESIDUAL_MASS
+        return xp.where(empty, h, res)
 
 
 class CactusTaylor(_CactusBase):

@@ -71,7 +71,8 @@ import torch
 
 from ..rules import Rule, get_rule
 
-__all__ = ["RuleSampler", "exponential_race", "validate_sampler_entry", "mask_invalid_rows"]
+__all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry",
+           "mask_invalid_rows"]
 
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -86,11 +87,16 @@ def _as_float32_rows(x: torch.Tensor) -> torch.Tensor:
     return x / torch.where(s > 0, s, torch.ones_like(s))
 
 
-def _row_sums(x: torch.Tensor) -> torch.Tensor:
-    """Row sums [..., 1] in float32, 1 where a row sums to 0 (as :func:`_as_float32_rows`)."""
-    s = x.to(torch.float32).sum(dim=-1, keepdim=True) if x.dtype != torch.float32 \
-        else x.sum(dim=-1, keepdim=True)
+def _positive(s: torch.Tensor) -> torch.Tensor:
+    """Row sums with 1 where a row sums to 0 or less (as :func:`_as_float32_rows`)."""
     return torch.where(s > 0, s, torch.ones_like(s))
+
+
+def _as_float32(x: torch.Tensor, copy: bool = False) -> torch.Tensor:
+    """``x`` in float32 (a cast copy for half precision; float32 as is unless ``copy``)."""
+    if x.dtype != torch.float32:
+        return x.to(torch.float32)
+    return x.clone() if copy else x
 
 
 def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
@@ -131,10 +137,75 @@ def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
     return torch.argmax(probs.to(torch.float32) / noise.clamp_min_(_TINY), dim=-1)
 
 
+def _row_uniforms(batch: int, device, generators=None) -> torch.Tensor:
+    """``[B, 1]`` float64 uniforms in [0, 1): rows whose generator is None in one ``torch.rand``
+    call from the default generator, each other row one draw from its own generator."""
+    if generators is None or all(g is None for g in generators):
+        return torch.rand(batch, 1, dtype=torch.float64, device=device)
+    u = torch.empty(batch, 1, dtype=torch.float64, device=device)
+    plain = [i for i, g in enumerate(generators) if g is None]
+    if plain:
+        u[torch.tensor(plain, device=device)] = torch.rand(len(plain), 1, dtype=torch.float64,
+                                                          device=device)
+    for i, g in enumerate(generators):
+        if g is not None:
+            u[i] = torch.rand(1, dtype=torch.float64, device=device, generator=g)
+    return u
+
+
+def inverse_cdf_sample(weights: torch.Tensor, generators=None) -> torch.Tensor:
+    r"""One categorical sample per row by inverse CDF: one float64 uniform per row.
+
+    .. math:: C_j = \sum_{i \le j} w_i \ \text{(float64)}, \qquad
+              \text{index} = \min\{j : C_j > u\, C_{V-1}\}, \quad u \sim U[0, 1),
+
+    so index j is drawn with probability :math:`w_j / \sum_i w_i` up to the float64 rounding
+    of the running sums (relative error about :math:`V \cdot 2^{-53}`); a zero weight never
+    wins (its :math:`C_j = C_{j-1}`). One uniform per row instead of the V exponentials of
+    :func:`exponential_race`, and no ``torch.multinomial``, hence no host-device
+    synchronization. The samplers' recovery draw.
+
+    Parameters
+    ----------
+    weights : Tensor, shape (B, V)
+        Non-negative weights, un-normalized (any float dtype; summed in float64). Not modified.
+    generators : sequence of (torch.Generator or None), optional
+        Per-row generators (length B): a row with a generator draws its one uniform from it;
+        the rows whose entry is None share one ``torch.rand`` call on the default generator.
+
+    Returns
+    -------
+    Tensor, shape (B,), int64
+        Indices in ``[0, V)``. When ``u C_{V-1}`` rounds up to the total, the first index whose
+        running sum reaches the total (a positive weight). A row summing to 0 or to a
+        non-finite value gives an arbitrary index in range (callers never draw from one:
+        the samplers mask such rows).
+    """
+    cdf = torch.cumsum(weights, dim=-1, dtype=torch.float64)
+    total = cdf[:, -1:]
+    u = _row_uniforms(weights.shape[0], weights.device, generators)
+    # u * total < total, except when the product rounds up: cap at the float below the total
+    t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    idx = torch.searchsorted(cdf, t, right=True)[:, 0]
+    return idx.clamp_(0, weights.shape[-1] - 1)
+
+
+def _row_stats(x: torch.Tensor):
+    """Float32 row sums and the bad-row flag (sum not finite or <= 0, or a negative entry).
+
+    One read for the sums, one for the minimum (a NaN or inf anywhere makes the sum
+    non-finite; only negative entries need the minimum). The half-precision inputs are cast
+    first (the float32 path reads the input as is).
+    """
+    xf = x if x.dtype == torch.float32 else x.to(torch.float32)
+    s = xf.sum(-1)
+    return s, ~(torch.isfinite(s) & (s > 0) & (x.amin(-1) >= 0))
+
+
 def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_token_ids,
                            seeded_seqs=None, *, raw_target_probs=None, raw_draft_probs=None,
                            target_names=("target_with_bonus_probs", "draft_probs"),
-                           sanitize: bool = False):
+                           sanitize: bool = False, return_sums: bool = False):
     r"""Entry validation of a public sampler call: types at once, values clamped and flagged.
 
     Called first by :meth:`RuleSampler.forward` and :func:`~.v1.ragged_forward`. Two kinds
@@ -170,6 +241,9 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         forward); the public calls turn it on only to retry a rule that raised ValueError on
         the raw values (a rule that validates on the host, e.g. ``cactus-calibrated``).
         Array-agnostic rules compute on the invalid rows unharmed: their output is masked.
+    return_sums : bool
+        Also return the float32 row sums computed by the value checks, so that the sampler
+        reads each probability tensor once (sums and validation in the same pass).
 
     Returns
     -------
@@ -182,6 +256,10 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         ``(target_probs, draft_probs, raw_target_probs, raw_draft_probs)``; with ``sanitize``,
         copies with each invalid probability row replaced by the uniform row (the inputs are
         never modified).
+    sums : tuple of (Tensor or None)
+        Only with ``return_sums``: the float32 row sums of the four probability tensors
+        (``target_probs`` at its first ``draft_token_ids.shape[-1]`` positions in the V0
+        layout), shape ``draft_token_ids.shape``; None where a tensor was not checked.
 
     Raises
     ------
@@ -207,26 +285,27 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
             raise TypeError(f"seeded_seqs: the values for rows {bad} are not torch.Generator "
                             f"(got {type(seeded_seqs[bad[0]]).__name__})")
     probs = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    if target_probs.dim() < 1 or draft_token_ids.dim() < 1:
-        return draft_token_ids, bonus_token_ids, None, probs  # the shape checks name the argument
+    if target_probs.dim() < 1 or draft_token_ids.dim() < 1:  # the shape checks name the argument
+        if return_sums:
+            return draft_token_ids, bonus_token_ids, None, probs, (None,) * 4
+        return draft_token_ids, bonus_token_ids, None, probs
     v = target_probs.shape[-1]
     lead = draft_token_ids.dim()  # the probability tensors' axes before V align with the ids
     invalid = torch.zeros(draft_token_ids.shape, dtype=torch.bool, device=draft_token_ids.device)
 
-    def bad_rows(x):
+    def row_stats(x):
         if x is None or x.dim() != lead + 1 or not x.is_floating_point():
-            return None
+            return None, None
         if lead == 2:  # V0 layout [B, k(+1), V]: the k draft positions
             x = x[:, :invalid.shape[1]]
         if tuple(x.shape[:-1]) != tuple(invalid.shape) or x.device != invalid.device:
-            return None
-        x = x.to(torch.float32)
-        s = x.sum(-1)
-        return ~(torch.isfinite(s) & (s > 0) & (x.amin(-1) >= 0))
+            return None, None
+        return _row_stats(x)
 
-    cleaned = []
+    cleaned, sums = [], []
     for x in probs:
-        b = bad_rows(x)
+        s_x, b = row_stats(x)
+        sums.append(s_x)
         if b is not None:
             invalid |= b
             # with sanitize, a uniform row in its place (for rules that validate on the host);
@@ -247,6 +326,8 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         # (the ragged layout maps its bonus ids to requests itself)
         invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
         bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
+    if return_sums:
+        return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned), tuple(sums)
     return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned)
 
 
@@ -474,9 +555,9 @@ class RuleSampler(torch.nn.Module):
             A numpy array (or other non-tensor) for a tensor argument; ``seeded_seqs`` not a
             dict of ``torch.Generator``.
         """
-        draft_ids, bonus, invalid, probs = validate_sampler_entry(
+        draft_ids, bonus, invalid, probs, sums = validate_sampler_entry(
             target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
-            raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
+            raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs, return_sums=True)
         if self._strict_mode:  # raise on the original values (names the argument)
             self._check_shapes(target_with_bonus_probs, bonus_token_ids, draft_probs,
                                draft_token_ids, raw_target_probs, raw_draft_probs)
@@ -486,7 +567,8 @@ class RuleSampler(torch.nn.Module):
                                raw_draft_probs=raw_draft_probs,
                                draft_token_ids=draft_token_ids, bonus_token_ids=bonus_token_ids)
         try:
-            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
+            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3],
+                               sums=sums)
         except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
             if invalid is None:
                 raise
@@ -512,15 +594,18 @@ class RuleSampler(torch.nn.Module):
                                          raw_draft_probs=raw_p)
 
     def _recovery(self, q_r, p_r, n_r, raw_q_r, raw_p_r):
-        """Recovery rows [B, V] for the drafted tokens ``n_r`` (first rejected positions).
+        """Un-normalized recovery weights [B, V] for the drafted tokens ``n_r`` (first rejected
+        positions).
 
-        Calls the rule interface's :meth:`~cactus_theory.rules.registry.Rule.recovery_at`
-        (Cactus overrides it to evaluate gamma at the drafted tokens only).
+        Calls the rule interface's
+        :meth:`~cactus_theory.rules.registry.Rule.recovery_weights_at` (proportional to
+        ``recovery_at``; Cactus overrides it to evaluate gamma at the drafted tokens only).
         """
-        return self.rule.recovery_at(q_r, p_r, n_r, raw_target_probs=raw_q_r, raw_draft_probs=raw_p_r)
+        return self.rule.recovery_weights_at(q_r, p_r, n_r, raw_target_probs=raw_q_r,
+                                             raw_draft_probs=raw_p_r)
 
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
-                num_drafts: Optional[torch.Tensor] = None, counts=None):
+                num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None):
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
         device = target.device
         if self.num_accepted_tokens is None:
@@ -540,16 +625,26 @@ class RuleSampler(torch.nn.Module):
         draft_ids = draft_ids.to(torch.int64)
         bonus = bonus.to(torch.int64)
 
-        from_values = self.rule.accept_probs_from_values  # declared on Rule (None: whole rows needed)
-        if from_values is not None and raw_target is None and raw_draft is None:
-            # The rule's acceptance is a function of (q_n, p_n) alone: one read pass for the
-            # row sums, then only the drafted tokens (no normalized [B, k, V] copies).
-            q = p = raw_q = raw_p = None
-            sq, sp = _row_sums(target[:, :k]), _row_sums(draft_probs)
+        # Row sums, float32 [B, k] (reused from the entry validation when it computed them);
+        # a row summing to 0 is divided by 1 (it is invalid input, masked at the end).
+        sq = None if sums is None else sums[0]
+        sp = None if sums is None else sums[1]
+        sq = _positive(target[:, :k].to(torch.float32).sum(-1) if sq is None else sq)
+        sp = _positive(draft_probs.to(torch.float32).sum(-1) if sp is None else sp)
+        no_raw = raw_target is None and raw_draft is None
+        from_values = self.rule.accept_probs_from_values  # declared on Rule (None: whole rows)
+        from_rows = self.rule.accept_probs_from_rows
+        q = p = raw_q = raw_p = None
+        if from_values is not None and no_raw:
+            # The rule's acceptance is a function of (q_n, p_n) alone: only the drafted tokens
+            # ([B, k] gathers divided by the row sums; no normalized [B, k, V] copies).
             ids_ = draft_ids[..., None]
-            q_n = torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq[..., 0]
-            p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp[..., 0]
+            q_n = torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq
+            p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
             a = from_values(q_n, p_n)
+        elif from_rows is not None and no_raw:
+            # The rule reads whole rows but not normalized copies (one pass or two over them).
+            a = from_rows(_as_float32(target[:, :k]), _as_float32(draft_probs), draft_ids, sq, sp)
         else:
             q = _as_float32_rows(target[:, :k])
             p = _as_float32_rows(draft_probs)
@@ -572,22 +667,22 @@ class RuleSampler(torch.nn.Module):
         rows = torch.arange(b, device=device)
         pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
         if q is None:   # normalize the [B, V] recovery rows only, as _as_float32_rows would
-            q_r = target[rows, pos].to(torch.float32) / sq[rows, pos]
-            p_r = draft_probs[rows, pos].to(torch.float32) / sp[rows, pos]
+            q_r = _as_float32(target[rows, pos], copy=False).div_(sq[rows, pos][:, None])
+            p_r = _as_float32(draft_probs[rows, pos], copy=False).div_(sp[rows, pos][:, None])
         else:
             q_r, p_r = q[rows, pos], p[rows, pos]
         n_r = draft_ids[rows, pos]
         rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
                              None if raw_p is None else raw_p[rows, pos])
-        rec = torch.nan_to_num(rec.to(torch.float32), nan=0.0, posinf=0.0,
-                               neginf=0.0).clamp_min_(0.0)
-        # Safety net beyond the conventions (never reached for valid input): a recovery row with
-        # no mass falls back to q, so no sample is ever drawn from an all-zero row.
-        rec = torch.where(rec.sum(-1, keepdim=True) > 0, rec, q_r)
+        # Safety net beyond the conventions (never reached for valid input): a recovery row
+        # whose mass is not finite and positive falls back to q, so no sample is ever drawn
+        # from an all-zero or NaN row.
+        mass = rec.sum(-1, keepdim=True)
+        rec = torch.where(torch.isfinite(mass) & (mass > 0), rec, q_r)
         gens = None
         if seeded_seqs:
             gens = [seeded_seqs.get(i) for i in range(b)]
-        recovered = exponential_race(rec, gens)
+        recovered = inverse_cdf_sample(rec, gens)
 
         # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
         col = torch.arange(k + 1, device=device)[None, :]
