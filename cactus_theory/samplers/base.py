@@ -70,6 +70,7 @@ from typing import Dict, Optional
 import torch
 
 from ..rules import Rule, get_rule
+from ..rules.plans import ratio_acceptance
 
 __all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry",
            "mask_invalid_rows"]
@@ -92,11 +93,9 @@ def _positive(s: torch.Tensor) -> torch.Tensor:
     return torch.where(s > 0, s, torch.ones_like(s))
 
 
-def _as_float32(x: torch.Tensor, copy: bool = False) -> torch.Tensor:
-    """``x`` in float32 (a cast copy for half precision; float32 as is unless ``copy``)."""
-    if x.dtype != torch.float32:
-        return x.to(torch.float32)
-    return x.clone() if copy else x
+def _as_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 (a cast copy for half precision; float32 as is)."""
+    return x if x.dtype == torch.float32 else x.to(torch.float32)
 
 
 def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
@@ -634,14 +633,19 @@ class RuleSampler(torch.nn.Module):
         no_raw = raw_target is None and raw_draft is None
         from_values = self.rule.accept_probs_from_values  # declared on Rule (None: whole rows)
         from_rows = self.rule.accept_probs_from_rows
-        q = p = raw_q = raw_p = None
-        if from_values is not None and no_raw:
+        q = p = raw_q = raw_p = gamma = None
+        spike_path = getattr(self.rule, "samples_from_spike", False) and no_raw
+        if (from_values is not None or spike_path) and no_raw:
             # The rule's acceptance is a function of (q_n, p_n) alone: only the drafted tokens
             # ([B, k] gathers divided by the row sums; no normalized [B, k, V] copies).
             ids_ = draft_ids[..., None]
             q_n = torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq
             p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
-            a = from_values(q_n, p_n)
+            if spike_path:  # Cactus: gamma once, reused by the recovery
+                gamma = self.rule.spike_at_tokens(q_n)
+                a = ratio_acceptance(gamma, p_n)
+            else:
+                a = from_values(q_n, p_n)
         elif from_rows is not None and no_raw:
             # The rule reads whole rows but not normalized copies (one pass or two over them).
             a = from_rows(_as_float32(target[:, :k]), _as_float32(draft_probs), draft_ids, sq, sp)
@@ -666,19 +670,27 @@ class RuleSampler(torch.nn.Module):
         # Recovery: only at the first rejected position of each row, [B, V].
         rows = torch.arange(b, device=device)
         pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-        if q is None:   # normalize the [B, V] recovery rows only, as _as_float32_rows would
-            q_r = _as_float32(target[rows, pos], copy=False).div_(sq[rows, pos][:, None])
-            p_r = _as_float32(draft_probs[rows, pos], copy=False).div_(sp[rows, pos][:, None])
-        else:
-            q_r, p_r = q[rows, pos], p[rows, pos]
         n_r = draft_ids[rows, pos]
-        rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
-                             None if raw_p is None else raw_p[rows, pos])
-        # Safety net beyond the conventions (never reached for valid input): a recovery row
-        # whose mass is not finite and positive falls back to q, so no sample is ever drawn
-        # from an all-zero or NaN row.
-        mass = rec.sum(-1, keepdim=True)
-        rec = torch.where(torch.isfinite(mass) & (mass > 0), rec, q_r)
+        if gamma is not None:
+            # Cactus: the recovery rows un-normalized (copies this call owns, scaled in place),
+            # the row sums folded into c_n and into p's factor
+            rec = self.rule.recovery_weights_from_spike(
+                _as_float32(target[rows, pos]), _as_float32(draft_probs[rows, pos]), n_r,
+                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True)
+        else:
+            if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
+                q_r = _as_float32(target[rows, pos]).div_(sq[rows, pos][:, None])
+                p_r = _as_float32(draft_probs[rows, pos]).div_(sp[rows, pos][:, None])
+            else:
+                q_r, p_r = q[rows, pos], p[rows, pos]
+            rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
+                                 None if raw_p is None else raw_p[rows, pos])
+            # Safety net beyond the conventions (never reached for valid input): a recovery
+            # row whose mass is not finite and positive falls back to q, so no sample is ever
+            # drawn from an all-zero or NaN row. (Cactus's weights above have mass
+            # max(sum of the residual, sum of h^(n)) > 0 on every valid row.)
+            mass = rec.sum(-1, keepdim=True)
+            rec = torch.where(torch.isfinite(mass) & (mass > 0), rec, q_r)
         gens = None
         if seeded_seqs:
             gens = [seeded_seqs.get(i) for i in range(b)]
