@@ -80,15 +80,32 @@ class FuzzySpeculative(Rule):
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``DecisionPlan``: acceptance 1[Div <= T] for every candidate, recovery q."""
         xp = array_namespace(target_probs, draft_probs)
+        ok = self._accepts(target_probs, draft_probs, raw_target_probs, raw_draft_probs)[..., None]
+        accept = ok * xp.ones_like(target_probs)
+        return DecisionPlan(target_probs, draft_probs, accept, target_probs)
+
+    def _accepts(self, target_probs, draft_probs, raw_target_probs, raw_draft_probs):
+        """1[Div <= T] per position (shape ``target_probs.shape[:-1]``)."""
+        xp = array_namespace(target_probs, draft_probs)
         if self.fsd_div_type.endswith("_processed") or raw_target_probs is None:
             rq, rp = target_probs, draft_probs
         else:
             rq = raw_target_probs
             rp = draft_probs if raw_draft_probs is None else raw_draft_probs
         div = fsd_divergence(self.fsd_div_type, rq, rp)
-        ok = xp.astype(div <= self.fsd_div_threshold, target_probs.dtype)[..., None]
-        accept = ok * xp.ones_like(target_probs)
-        return DecisionPlan(target_probs, draft_probs, accept, target_probs)
+        return xp.astype(div <= self.fsd_div_threshold, target_probs.dtype)
+
+    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                        raw_draft_probs=None):
+        r"""Acceptance :math:`1[\mathrm{Div}(p, q) \le T]` per position, whatever the drafted
+        token (shape ``token_ids.shape``): the divergence, without the plan's [..., V]
+        acceptance of every candidate. The samplers' accept path (``fast_accept``)."""
+        return self._accepts(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        """The recovery is q itself (no divergence needed)."""
+        return target_probs
 
 
 register(RuleSpec(
@@ -102,7 +119,7 @@ register(RuleSpec(
     sps_knobs=None,
     sps_note="no threshold gives SpS: a rejection "
              "resamples from q, not from the SpS residual; T = 0 accepts only where Div = 0 (p = q)",
-    deterministic=True, reads_draft=True, needs_raw=True, family="decision",
+    deterministic=True, reads_draft=True, needs_raw=True, family="decision", fast_accept=True,
     summary="fuzzy SD: accept iff Div(p, q) <= T (JS on raw distributions); else sample q",
     reference="Holsman et al., Findings of ACL 2025 (arXiv 2502.20704), fsd_utils.py",
 ))

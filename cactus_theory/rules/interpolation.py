@@ -21,7 +21,7 @@ Cactus official code github.com/MANGA-UOFA/Cactus ``cactus/interp.py``
 
 from __future__ import annotations
 
-from .plans import TargetPlan
+from .plans import TargetPlan, ratio_acceptance
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["Interpolation"]
@@ -45,6 +45,12 @@ class Interpolation(Rule):
         """``TargetPlan(h = alpha p + (1 - alpha) q)`` (array-agnostic)."""
         h = self.alpha * draft_probs + (1.0 - self.alpha) * target_probs
         return TargetPlan(target_probs, draft_probs, h)
+
+    def accept_probs_from_values(self, q_n, p_n):
+        r""":math:`a_n = \min(1, h_n/p_n)`, :math:`h_n = \alpha p_n + (1-\alpha) q_n`, from the
+        drafted tokens' row-normalized probabilities alone (the samplers' fast accept path;
+        the plan's formula evaluated at n only, so the same bits)."""
+        return ratio_acceptance(self.alpha * p_n + (1.0 - self.alpha) * q_n, p_n)
 
 
 register(RuleSpec(
