@@ -603,6 +603,74 @@ class RuleSampler(torch.nn.Module):
         return self.rule.recovery_weights_at(q_r, p_r, n_r, raw_target_probs=raw_q_r,
                                              raw_draft_probs=raw_p_r)
 
+    def _accept_path(self, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp):
+        r""":math:`a_n` at the drafted tokens, [B, k], by the cheapest path the rule declares.
+
+        ``target`` holds the k draft positions ([B, k, V], un-normalized, any float dtype);
+        ``sq``, ``sp`` are the float32 row sums ([B, k], positive). Paths, in order (the raw
+        distributions, when given, always take the last):
+
+        1. Cactus (``samples_from_spike``): gamma at the [B, k] drafted tokens, once
+           (reused by the recovery), :math:`\min(1, \gamma_n/p_n)`;
+        2. ``Rule.accept_probs_from_values(q_n, p_n)``: [B, k] gathers divided by the sums;
+        3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums;
+        4. ``Rule.accept_probs_at`` on float32 row-normalized copies (the plan, or the rule's
+           drafted-token override).
+
+        Returns ``a`` and the state the recovery path needs: ``(gamma, q, p, raw_q, raw_p)``
+        (the normalized copies of path 4, else None).
+        """
+        rule = self.rule
+        no_raw = raw_target is None and raw_draft is None
+        from_values = rule.accept_probs_from_values  # declared on Rule (None: whole rows)
+        from_rows = rule.accept_probs_from_rows
+        spike_path = no_raw and getattr(rule, "samples_from_spike", False)
+        if no_raw and (spike_path or from_values is not None):
+            ids_ = draft_ids[..., None]
+            q_n = torch.gather(target, -1, ids_)[..., 0].to(torch.float32) / sq
+            p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
+            if spike_path:
+                gamma = rule.spike_at_tokens(q_n)
+                return ratio_acceptance(gamma, p_n), (gamma, None, None, None, None)
+            return from_values(q_n, p_n), (None,) * 5
+        if no_raw and from_rows is not None:
+            return (from_rows(_as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
+                    (None,) * 5)
+        q = _as_float32_rows(target)
+        p = _as_float32_rows(draft_probs)
+        raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :target.shape[1]])
+        raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
+        return self._accept_probs(q, p, draft_ids, raw_q, raw_p), (None, q, p, raw_q, raw_p)
+
+    def _recovery_path(self, target, draft_probs, draft_ids, pos, state, sq, sp):
+        """Un-normalized recovery weights [B, V] at the positions ``pos`` ([B]) of each row.
+
+        ``state`` comes from :meth:`_accept_path`. Cactus: the rows' copies scaled in place,
+        the row sums folded into :math:`c_n` and p's factor, gamma reused. Other rules: the
+        rows normalized (the [B, V] rows only, unless path 4 made copies) and
+        ``Rule.recovery_weights_at``, with a fall back to q for a row whose weights are not
+        finite with a positive sum (never reached for valid input).
+        """
+        gamma, q, p, raw_q, raw_p = state
+        rows = torch.arange(pos.shape[0], device=pos.device)
+        n_r = draft_ids[rows, pos]
+        if gamma is not None:
+            return self.rule.recovery_weights_from_spike(
+                _as_float32(target[rows, pos]), _as_float32(draft_probs[rows, pos]), n_r,
+                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True)
+        if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
+            q_r = _as_float32(target[rows, pos]).div_(sq[rows, pos][:, None])
+            p_r = _as_float32(draft_probs[rows, pos]).div_(sp[rows, pos][:, None])
+        else:
+            q_r, p_r = q[rows, pos], p[rows, pos]
+        rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
+                             None if raw_p is None else raw_p[rows, pos])
+        # Safety net beyond the conventions: a row whose weights are not finite with a
+        # positive sum falls back to q, so no sample is drawn from an all-zero or NaN row.
+        # (Cactus's weights have mass max(residual mass, mass of h^(n)) > 0 on valid rows.)
+        mass = rec.sum(-1, keepdim=True)
+        return torch.where(torch.isfinite(mass) & (mass > 0), rec, q_r)
+
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
                 num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None):
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
@@ -630,32 +698,8 @@ class RuleSampler(torch.nn.Module):
         sp = None if sums is None else sums[1]
         sq = _positive(target[:, :k].to(torch.float32).sum(-1) if sq is None else sq)
         sp = _positive(draft_probs.to(torch.float32).sum(-1) if sp is None else sp)
-        no_raw = raw_target is None and raw_draft is None
-        from_values = self.rule.accept_probs_from_values  # declared on Rule (None: whole rows)
-        from_rows = self.rule.accept_probs_from_rows
-        q = p = raw_q = raw_p = gamma = None
-        spike_path = getattr(self.rule, "samples_from_spike", False) and no_raw
-        if (from_values is not None or spike_path) and no_raw:
-            # The rule's acceptance is a function of (q_n, p_n) alone: only the drafted tokens
-            # ([B, k] gathers divided by the row sums; no normalized [B, k, V] copies).
-            ids_ = draft_ids[..., None]
-            q_n = torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq
-            p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
-            if spike_path:  # Cactus: gamma once, reused by the recovery
-                gamma = self.rule.spike_at_tokens(q_n)
-                a = ratio_acceptance(gamma, p_n)
-            else:
-                a = from_values(q_n, p_n)
-        elif from_rows is not None and no_raw:
-            # The rule reads whole rows but not normalized copies (one pass or two over them).
-            a = from_rows(_as_float32(target[:, :k]), _as_float32(draft_probs), draft_ids, sq, sp)
-        else:
-            q = _as_float32_rows(target[:, :k])
-            p = _as_float32_rows(draft_probs)
-            raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :k])
-            raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
-            # Accept path: the rule's acceptance of each drafted token, [B, k]; no host sync.
-            a = self._accept_probs(q, p, draft_ids, raw_q, raw_p)
+        a, state = self._accept_path(target[:, :k], draft_probs, draft_ids, raw_target, raw_draft,
+                                     sq, sp)
         if self.spec.deterministic:
             accepted = a > 0.5
         else:
@@ -668,29 +712,8 @@ class RuleSampler(torch.nn.Module):
         n_acc = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)          # N_b, [B]
 
         # Recovery: only at the first rejected position of each row, [B, V].
-        rows = torch.arange(b, device=device)
         pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-        n_r = draft_ids[rows, pos]
-        if gamma is not None:
-            # Cactus: the recovery rows un-normalized (copies this call owns, scaled in place),
-            # the row sums folded into c_n and into p's factor
-            rec = self.rule.recovery_weights_from_spike(
-                _as_float32(target[rows, pos]), _as_float32(draft_probs[rows, pos]), n_r,
-                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True)
-        else:
-            if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
-                q_r = _as_float32(target[rows, pos]).div_(sq[rows, pos][:, None])
-                p_r = _as_float32(draft_probs[rows, pos]).div_(sp[rows, pos][:, None])
-            else:
-                q_r, p_r = q[rows, pos], p[rows, pos]
-            rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
-                                 None if raw_p is None else raw_p[rows, pos])
-            # Safety net beyond the conventions (never reached for valid input): a recovery
-            # row whose mass is not finite and positive falls back to q, so no sample is ever
-            # drawn from an all-zero or NaN row. (Cactus's weights above have mass
-            # max(sum of the residual, sum of h^(n)) > 0 on every valid row.)
-            mass = rec.sum(-1, keepdim=True)
-            rec = torch.where(torch.isfinite(mass) & (mass > 0), rec, q_r)
+        rec = self._recovery_path(target, draft_probs, draft_ids, pos, state, sq, sp)
         gens = None
         if seeded_seqs:
             gens = [seeded_seqs.get(i) for i in range(b)]
