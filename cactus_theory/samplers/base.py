@@ -25,16 +25,30 @@ Deterministic rules (``RuleSpec.deterministic``: TAS, top-k, fuzzy SD) accept if
 :math:`a_n > 1/2` (their :math:`a_n` is 0 or 1) and draw no acceptance uniforms, as vLLM's
 ``TypicalAcceptanceSampler`` draws none.
 
-Memory and synchronization: for a rule that sets ``Rule.accept_probs_from_values(q_n, p_n)`` (Cactus: its acceptance depends on the drafted token's probabilities alone) the accept
-path reads q and p once for the row sums and then touches only the drafted tokens ([B, k]);
-other rules get float32, row-normalized copies of q and p (``[B, k, V]`` each, also for
-float32 input) and whatever the rule interface's ``Rule.accept_probs_at`` builds (its plan, or,
-for rules declaring ``RuleSpec.fast_accept``, gamma at the drafted tokens only). The recovery step works on ``[B, V]`` rows (the first
-rejected position of each row), through ``Rule.recovery_at`` (Cactus overrides it: gamma at
-the drafted token only). Nothing in
-``forward`` reads a device value on the host (no ``.item()``, ``nonzero``, boolean masking or
-``torch.multinomial``) unless ``strict_mode`` is on; seeded rows add host-to-device index
-copies only.
+Memory, passes and synchronization: the entry validation reads q (its k draft positions) and p
+once for the float32 row sums and once for the row minimum (the negative check; a NaN or inf
+makes the sum non-finite, an all-zero row sums to 0), and ``forward`` reuses those sums.
+The accept path then takes the cheapest route the rule declares (:meth:`RuleSampler._accept_path`):
+Cactus evaluates gamma once at the [B, k] drafted tokens (reused by the recovery);
+``Rule.accept_probs_from_values(q_n, p_n)`` (SpS, interpolation) reads only the drafted
+tokens, divided by the row sums; ``Rule.accept_probs_from_rows`` (top-k: one compare pass;
+TAS: the entropy, one pass with a log; cascades: row maxima and a masked sum) reads the
+un-normalized rows with their sums; other rules, and any rule given raw distributions, get
+float32 row-normalized copies (``[B, k, V]`` each) and ``Rule.accept_probs_at`` (their plan,
+or a drafted-token override declared by ``RuleSpec.fast_accept``). The recovery works on
+``[B, V]`` rows only (the first rejected position of each row): un-normalized weights from
+``Rule.recovery_weights_at`` (Cactus: one scaled copy of q with the spike written in place,
+the row sums folded into :math:`c_n`), drawn by inverse CDF (:func:`inverse_cdf_sample`:
+a float64 running sum and one uniform per row). Nothing in ``forward`` reads a device value
+on the host (no ``.item()``, ``nonzero``, boolean masking or ``torch.multinomial``) unless
+``strict_mode`` is on; seeded rows add host-to-device index copies only.
+
+Random streams: per call, the k acceptance uniforms of each row (float32, ``[B, k]``; none for
+deterministic rules), then one float64 uniform per row for the recovery draw (rows with a
+generator in ``seeded_seqs`` draw theirs from it, in that order; the others share one
+``torch.rand`` call on the default generator). Seeded outputs therefore differ from versions
+that drew the recovery by an exponential race (V exponentials per row; :func:`exponential_race`,
+kept public) and from vLLM's streams; the law is the same.
 
 Bad values (the choice: clamp-and-flag on the device, always on): every public call first runs
 :func:`validate_sampler_entry`. A token id outside ``[0, V)`` (negative included, draft or
@@ -58,8 +72,9 @@ A numpy array or a non-Generator in ``seeded_seqs`` raises TypeError naming the 
     * Acceptance test: ``u < a`` with float32 uniforms (vLLM V0); V1 uses ``u <= a`` with
       float64 uniforms. The two differ on a set of measure zero.
     * The recovery is sampled only at the first rejected position of each row (``[B, V]``),
-      not at all k positions as vLLM V0 does (``[B, k, V]``); the emitted tokens have the
-      same law, but the random streams (hence seeded outputs) are not vLLM's.
+      not at all k positions as vLLM V0 does (``[B, k, V]``), and by inverse CDF rather
+      than vLLM's exponential race; the emitted tokens have the same law, but the random
+      streams (hence seeded outputs) are not vLLM's.
 """
 
 from __future__ import annotations
@@ -106,6 +121,9 @@ def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
 
     so index i wins with probability :math:`\pi_i / \sum_j \pi_j`; no ``torch.multinomial``, hence
     no host-device synchronization (vLLM's ``_multinomial`` in ``rejection_sampler.py``).
+    V exponentials per row (``exponential_`` is slow on the CPU): :class:`RuleSampler` draws
+    its recovery by :func:`inverse_cdf_sample` (one uniform per row) instead; this function
+    is kept for callers who want vLLM's kind of stream.
 
     Parameters
     ----------
@@ -532,8 +550,8 @@ class RuleSampler(torch.nn.Module):
             The drafted tokens n, sampled from ``draft_probs``.
         seeded_seqs : dict of int to torch.Generator, optional
             Row index -> generator, as vLLM's: a seeded row draws its k acceptance uniforms and
-            then its recovery noise (V exponentials) from its own generator, so its output
-            depends only on its inputs and its generator's state. Generators must live on the
+            then its recovery uniform (one float64, :func:`inverse_cdf_sample`) from its own
+            generator, so its output depends only on its inputs and its generator's state. Generators must live on the
             inputs' device (as vLLM's); keys outside ``[0, B)`` raise ValueError.
         raw_target_probs, raw_draft_probs : Tensor, optional
             Raw (temperature-1) distributions for rules that decide on them
