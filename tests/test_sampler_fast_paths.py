@@ -25,7 +25,9 @@ FAST_RULES = [("sps", {}), ("cactus-taylor", {"delta": 0.3}), ("cactus-exact-kl"
               ("tas", {}), ("tas", {"entropy": "exact", "recovery": "truncated"}),
               ("cascade-chow", {}), ("cascade-diff", {}), ("cascade-opt", {"alpha": 0.3}),
               ("cascade-token-v1", {}), ("cascade-token-v2", {}), ("cascade-token-v3", {}),
-              ("fuzzy", {})]
+              ("fuzzy", {}), ("fuzzy", {"fsd_div_type": "kl_div", "fsd_div_threshold": 2.9}),
+              ("fuzzy", {"fsd_div_type": "kl_div_reversed", "fsd_div_threshold": 2.9}),
+              ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8})]
 FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 
@@ -153,8 +155,7 @@ def _rows(B=12, k=3, V=60, seed=0):
     return x, y, ids
 
 
-@pytest.mark.parametrize("name, knobs", [c for c in FAST_RULES if RULES[c[0]].name != "fuzzy"],
-                         ids=[i for c, i in zip(FAST_RULES, FAST_IDS) if c[0] != "fuzzy"])
+@pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
 def test_accept_path_equals_the_plan(name, knobs):
     """The sampler's accept path on un-normalized rows == the full plan on the normalized rows.
 
@@ -167,18 +168,25 @@ def test_accept_path_equals_the_plan(name, knobs):
     rule = get_rule(name, **knobs)
     s = make_sampler(rule)
     eps = torch.finfo(torch.float32).eps
-    for seed in range(3):
+    decisions = set()
+    for seed in range(4):
         x, y, ids = _rows(seed=seed)
+        if seed == 3:   # zeros: KL infinite off the support, 0 log 0 = 0, top-k ties at 0
+            x = torch.where(torch.rand(x.shape, generator=torch.Generator().manual_seed(5)) < 0.3,
+                            torch.zeros_like(x), x)
         sq, sp = x.sum(-1), y.sum(-1)
         fast, _ = s._accept_path(x, y, ids, None, None, sq, sp)
         q, p = x / sq[..., None], y / sp[..., None]
         ref = rule.plan(q, p).accept_probs_at(ids).to(fast.dtype)
         if RULES[name].deterministic:
             assert torch.equal(fast, ref), name
+            decisions.update(fast.unique().tolist())
         else:
             ratio = torch.gather(q, -1, ids[..., None])[..., 0] / torch.gather(p, -1, ids[..., None])[..., 0]
             bound = x.shape[-1] * eps * (1.0 + ratio)
             assert bool(((fast - ref).abs() <= bound).all()), ((fast - ref).abs() / bound).max()
+    if RULES[name].deterministic:   # the rows exercise both decisions
+        assert decisions == {0.0, 1.0}, (name, decisions)
 
 
 @pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)

@@ -107,6 +107,42 @@ class FuzzySpeculative(Rule):
         """The recovery is q itself (no divergence needed)."""
         return target_probs
 
+    def accept_probs_from_rows(self, target_rows, draft_rows, token_ids, target_sums, draft_sums):
+        r"""Acceptance :math:`1[\mathrm{Div}(p, q) \le T]` from un-normalized rows (q = x/s_x,
+        p = y/s_y), with the divergence in entropy form (few passes, no normalized copies):
+
+        .. math::
+            KL(p\|q) = \frac{1}{s_y}\sum_i \left(y_i\log y_i - y_i \log x_i\right)
+                       + \log s_x - \log s_y, \qquad
+            JS = \log 2 + \tfrac12\left(\sum p\log p + \sum q \log q\right)
+                 - \tfrac12 \sum (p+q)\log(p+q),
+
+        with :math:`\sum p \log p = \frac{1}{s_y}\sum y \log y - \log s_y` (and likewise
+        for q), ``xlogy`` giving :math:`0 \log 0 = 0` and :math:`+\infty` where the KL is
+        infinite; TV is :math:`\frac12\sum|p - q|`. The samplers call it only when no raw
+        distributions are given (the divergence then reads the processed ones, as the plan
+        does). Equal to the plan's decision up to float32 rounding of the divergence
+        (entropy terms of size up to log V cancel: a divergence within about 1e-5 of T).
+        """
+        import torch
+
+        x, y = target_rows, draft_rows
+        sx, sy = target_sums, draft_sums
+        kind = FSD_DIVERGENCES[self.fsd_div_type.removesuffix("_processed")]
+        if kind == "tv":
+            div = 0.5 * torch.addcmul(y / sy[..., None], x, (-1.0 / sx)[..., None]).abs_().sum(-1)
+        elif kind in ("kl", "reverse_kl"):
+            a, b, sa, sb = (y, x, sy, sx) if kind == "kl" else (x, y, sx, sy)
+            cross = torch.xlogy(a, b).sum(-1)
+            div = (torch.xlogy(a, a).sum(-1) - cross) / sa + torch.log(sb) - torch.log(sa)
+            div = torch.where(torch.isinf(cross), torch.full_like(div, math.inf), div)
+        else:
+            ent_p = torch.xlogy(y, y).sum(-1) / sy - torch.log(sy)
+            ent_q = torch.xlogy(x, x).sum(-1) / sx - torch.log(sx)
+            m = torch.addcmul(x / sx[..., None], y, (1.0 / sy)[..., None])
+            div = math.log(2.0) + 0.5 * (ent_p + ent_q) - 0.5 * torch.xlogy(m, m).sum(-1)
+        return (div.clamp_min(0.0) <= self.fsd_div_threshold).to(torch.float32)
+
 
 register(RuleSpec(
     name="fuzzy", factory=FuzzySpeculative,
