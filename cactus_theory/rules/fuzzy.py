@@ -118,8 +118,9 @@ class FuzzySpeculative(Rule):
                  - \tfrac12 \sum (p+q)\log(p+q),
 
         with :math:`\sum p \log p = \frac{1}{s_y}\sum y \log y - \log s_y` (and likewise
-        for q), ``xlogy`` giving :math:`0 \log 0 = 0` and :math:`+\infty` where the KL is
-        infinite; TV is :math:`\frac12\sum|p - q|`. The samplers call it only when no raw
+        for q), :math:`0 \log 0 = 0` (the log's argument clamped at the smallest normal float:
+        a subnormal entry's term changes by under 1e-36) and :math:`+\infty` where the KL is
+        infinite (``xlogy`` for the cross term); TV is :math:`\frac12\sum|p - q|`. The samplers call it only when no raw
         distributions are given (the divergence then reads the processed ones, as the plan
         does). Equal to the plan's decision up to float32 rounding of the divergence
         (entropy terms of size up to log V cancel: a divergence within about 1e-5 of T).
@@ -128,19 +129,24 @@ class FuzzySpeculative(Rule):
 
         x, y = target_rows, draft_rows
         sx, sy = target_sums, draft_sums
+        tiny = torch.finfo(x.dtype).tiny
+
+        def xlogx_sum(a):   # sum a log a, 0 log 0 = 0 (log clamped at the smallest normal)
+            return a.clamp_min(tiny).log_().mul_(a).sum(-1)
+
         kind = FSD_DIVERGENCES[self.fsd_div_type.removesuffix("_processed")]
         if kind == "tv":
             div = 0.5 * torch.addcmul(y / sy[..., None], x, (-1.0 / sx)[..., None]).abs_().sum(-1)
         elif kind in ("kl", "reverse_kl"):
             a, b, sa, sb = (y, x, sy, sx) if kind == "kl" else (x, y, sx, sy)
-            cross = torch.xlogy(a, b).sum(-1)
-            div = (torch.xlogy(a, a).sum(-1) - cross) / sa + torch.log(sb) - torch.log(sa)
+            cross = torch.xlogy(a, b).sum(-1)     # -inf where a > 0 = b: KL infinite
+            div = (xlogx_sum(a) - cross) / sa + torch.log(sb) - torch.log(sa)
             div = torch.where(torch.isinf(cross), torch.full_like(div, math.inf), div)
         else:
-            ent_p = torch.xlogy(y, y).sum(-1) / sy - torch.log(sy)
-            ent_q = torch.xlogy(x, x).sum(-1) / sx - torch.log(sx)
+            ent_p = xlogx_sum(y) / sy - torch.log(sy)
+            ent_q = xlogx_sum(x) / sx - torch.log(sx)
             m = torch.addcmul(x / sx[..., None], y, (1.0 / sy)[..., None])
-            div = math.log(2.0) + 0.5 * (ent_p + ent_q) - 0.5 * torch.xlogy(m, m).sum(-1)
+            div = math.log(2.0) + 0.5 * (ent_p + ent_q) - 0.5 * xlogx_sum(m)
         return (div.clamp_min(0.0) <= self.fsd_div_threshold).to(torch.float32)
 
 

@@ -128,10 +128,12 @@ class TypicalAcceptance(Rule):
 
         s = target_sums[..., None]
         if self.entropy == "vllm":
-            t = torch.add(target_rows, VLLM_ENTROPY_EPS * s).log_()
-            dot = torch.linalg.vecdot(target_rows, t)
+            dot = torch.add(target_rows, VLLM_ENTROPY_EPS * s).log_().mul_(target_rows).sum(-1)
         else:
-            dot = torch.xlogy(target_rows, target_rows).sum(-1)
+            # x log x with 0 log 0 = 0: log of x clamped at the smallest normal float (a
+            # subnormal x changes its term by less than 1e-36)
+            tiny = torch.finfo(target_rows.dtype).tiny
+            dot = target_rows.clamp_min(tiny).log_().mul_(target_rows).sum(-1)
         H = torch.log(target_sums) - dot / target_sums
         tau = torch.clamp_max(self.posterior_alpha * torch.exp(-H), self.posterior_threshold)
         q_n = torch.gather(target_rows, -1, token_ids[..., None])[..., 0] / target_sums

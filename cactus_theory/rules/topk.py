@@ -94,7 +94,11 @@ class TopKAcceptance(Rule):
         import torch
 
         q_n = torch.gather(target_rows, -1, token_ids[..., None])
-        above = (target_rows > q_n).sum(-1, dtype=torch.int32)
+        # #{j: x_j > x_n} as the sum of sign(max(x_j - x_n, 0)) in float32 arithmetic (a
+        # difference of two floats is 0 only when they are equal, so each term is the
+        # comparison's 0/1; float ops vectorize better than a boolean reduction). Exact: the
+        # count is an integer below 2^24.
+        above = (target_rows - q_n).clamp_min_(0.0).sign_().sum(-1)
         return (above < self.topk).to(torch.float32)
 
     def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
