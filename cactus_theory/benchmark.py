@@ -45,7 +45,7 @@ from .analysis.one_step import analyze, emitted_distribution, make_plan
 from .rules import RULES, get_rule
 from .solvers.spike import exact_spike, taylor_spike
 
-__all__ = ["median_time", "GoalResult", "BenchmarkReport", "run_benchmarks",
+__all__ = ["median_time", "paired_median_times", "GoalResult", "BenchmarkReport", "run_benchmarks",
            "floor_emitted_taylor", "correlated_pair"]
 
 VOCAB = 151_936
@@ -62,6 +62,26 @@ def median_time(fn, repeats: int = 5) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def paired_median_times(fn, ref, repeats: int = 5):
+    """Medians of ``fn()`` and ``ref()`` timed alternately (one warm-up call each), in seconds.
+
+    Alternating the two puts both in the same stretch of a shared machine's load, so their
+    ratio is steadier than that of two medians taken one after the other.
+    """
+    fn()
+    ref()
+    t_fn, t_ref = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ref()
+        t1 = time.perf_counter()
+        fn()
+        t2 = time.perf_counter()
+        t_ref.append(t1 - t0)
+        t_fn.append(t2 - t1)
+    return float(np.median(t_fn)), float(np.median(t_ref))
 
 
 @dataclass(frozen=True)
@@ -277,7 +297,7 @@ def _bench_samplers(rules, shapes, repeats):
             p = torch.softmax(0.8 * logits[:, :k] + 0.6 * torch.randn(B, k, V, generator=gen) * 3, -1)
             ids = torch.multinomial(p.reshape(-1, V), 1, generator=gen).reshape(B, k)
             bonus = torch.zeros(B, 1, dtype=torch.int64)
-            t_read = median_time(lambda: (q.sum(-1), p.sum(-1)), repeats)
+            read = lambda: (q.sum(-1), p.sum(-1))  # noqa: E731
             times = {}
             pos = torch.randint(0, k, (B,), generator=gen)
             rows = torch.arange(B)
@@ -303,7 +323,9 @@ def _bench_samplers(rules, shapes, repeats):
                     torch.gather(pp, -1, ids[..., None])[..., 0]
                 diff = float(((a_fast - a_ref).abs() / cond).max())
                 diff_r = float((w / w.sum(-1, keepdim=True) - r_ref).abs().max())
-                t = median_time(lambda: s(q, bonus, p, ids), repeats)
+                # the read pass timed alternately with the sampler (same window of a shared,
+                # noisy machine): medians of each over the same repeats
+                t, t_read = paired_median_times(lambda: s(q, bonus, p, ids), read, repeats)
                 times[name] = t
                 out.append(_goal(f"sampler {name} [{B},{k},{V}] / read pass",
                                  f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms", t / t_read,
