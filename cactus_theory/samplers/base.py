@@ -154,19 +154,19 @@ def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
     return torch.argmax(probs.to(torch.float32) / noise.clamp_min_(_TINY), dim=-1)
 
 
-def _row_uniforms(batch: int, device, generators=None) -> torch.Tensor:
-    """``[B, 1]`` float64 uniforms in [0, 1): rows whose generator is None in one ``torch.rand``
-    call from the default generator, each other row one draw from its own generator."""
+def _row_uniforms(batch: int, device, generators=None, dtype=torch.float64) -> torch.Tensor:
+    """``[B, 1]`` uniforms in [0, 1): rows whose generator is None in one ``torch.rand`` call
+    from the default generator, each other row one draw from its own generator."""
     if generators is None or all(g is None for g in generators):
-        return torch.rand(batch, 1, dtype=torch.float64, device=device)
-    u = torch.empty(batch, 1, dtype=torch.float64, device=device)
+        return torch.rand(batch, 1, dtype=dtype, device=device)
+    u = torch.empty(batch, 1, dtype=dtype, device=device)
     plain = [i for i, g in enumerate(generators) if g is None]
     if plain:
-        u[torch.tensor(plain, device=device)] = torch.rand(len(plain), 1, dtype=torch.float64,
+        u[torch.tensor(plain, device=device)] = torch.rand(len(plain), 1, dtype=dtype,
                                                           device=device)
     for i, g in enumerate(generators):
         if g is not None:
-            u[i] = torch.rand(1, dtype=torch.float64, device=device, generator=g)
+            u[i] = torch.rand(1, dtype=dtype, device=device, generator=g)
     return u
 
 
@@ -198,9 +198,11 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None) -> torch.Tensor:
         non-finite value gives an arbitrary index in range (callers never draw from one:
         the samplers mask such rows).
     """
-    cdf = torch.cumsum(weights, dim=-1, dtype=torch.float64)
+    # float64 where the device has it (Apple's MPS has not: float32 there)
+    dtype = torch.float32 if weights.device.type == "mps" else torch.float64
+    cdf = torch.cumsum(weights, dim=-1, dtype=dtype)
     total = cdf[:, -1:]
-    u = _row_uniforms(weights.shape[0], weights.device, generators)
+    u = _row_uniforms(weights.shape[0], weights.device, generators, dtype)
     # u * total < total, except when the product rounds up: cap at the float below the total
     t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
     idx = torch.searchsorted(cdf, t, right=True)[:, 0]
