@@ -66,14 +66,41 @@ def test_inverse_cdf_sample_law_and_zero_weights():
     assert _chisquare_ok(counts.astype(float), (w / w.sum()).double().numpy(), 40_000)
 
 
+def test_inverse_cdf_sample_law_across_blocks():
+    """V = 700: two full blocks of 256 and a tail of 188. A block of zeros, zeros inside a
+    block, mass on both sides of block edges and in the tail: chi-square over the positive
+    cells (n = 60,000, ALPHA); zero weights never drawn; seeded rows reproduce."""
+    V = 700
+    w = torch.zeros(V)
+    w[256:260] = torch.tensor([1.0, 0.0, 2.0, 0.5])       # block 1 starts; block 0 is all zero
+    w[500:512] = 0.25                                      # runs into the tail block at 512
+    w[513] = 3.0
+    w[V - 1] = 1.5                                         # the last token
+    w[300] = 1e-3                                          # a small weight
+    torch.manual_seed(4)
+    n = 60_000
+    idx = inverse_cdf_sample(w.expand(n, V))
+    counts = np.bincount(idx.numpy(), minlength=V).astype(float)
+    assert _chisquare_ok(counts, (w / w.sum()).double().numpy(), n)
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    a = inverse_cdf_sample(w.expand(3, V), gens)
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    assert torch.equal(a, inverse_cdf_sample(w.expand(3, V), gens))
+
+
 def test_inverse_cdf_sample_point_masses_and_tiny_weights():
     rows = torch.tensor([[0.0, 0.0, 1e-30], [5.0, 0.0, 0.0], [0.0, 1e-38, 0.0],
                          [1.0, 1e-7, 0.0]])
+    wide = torch.zeros(3, 1000)
+    wide[0, 999] = 1e-30       # the last token, in the tail block
+    wide[1, 256] = 2.0         # the first token of a block
+    wide[2, 255] = 1e-38       # the last token of a block (subnormal weight)
     torch.manual_seed(0)
     for _ in range(50):
         idx = inverse_cdf_sample(rows)
         assert idx[:3].tolist() == [2, 0, 1]
         assert idx[3] in (0, 1)
+        assert inverse_cdf_sample(wide).tolist() == [999, 256, 255]
 
 
 def test_inverse_cdf_sample_seeded_rows():
@@ -88,7 +115,8 @@ def test_inverse_cdf_sample_seeded_rows():
     assert alone[0] == a[2]
     mixed = inverse_cdf_sample(w, [None, None, torch.Generator().manual_seed(12), None, None])
     assert mixed[2] == a[2]
-    # the uniform it used: u = the generator's first float64 draw
+    # the uniform it used: u = the generator's first float64 draw (one block here: the index
+    # is the plain inverse CDF's)
     u = torch.rand(1, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
     cdf = torch.cumsum(w[2].double(), 0)
     assert int(a[2]) == int(torch.searchsorted(cdf, u * cdf[-1], right=True))

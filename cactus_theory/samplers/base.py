@@ -108,6 +108,19 @@ def _positive(s: torch.Tensor) -> torch.Tensor:
     return torch.where(s > 0, s, torch.ones_like(s))
 
 
+def _rows_at(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """``x[b, pos[b]]`` for every row b of ``x`` [B, K, V]: a new [B, V] tensor (a copy).
+
+    ``index_select`` on the flattened rows when ``x`` is contiguous (a faster kernel than
+    advanced indexing), else advanced indexing (an expanded or sliced ``x`` is not copied
+    whole).
+    """
+    if x.is_contiguous():
+        flat = torch.arange(x.shape[0], device=pos.device) * x.shape[1] + pos
+        return x.view(-1, x.shape[-1]).index_select(0, flat)
+    return x[torch.arange(x.shape[0], device=pos.device), pos]
+
+
 def _as_float32(x: torch.Tensor) -> torch.Tensor:
     """``x`` in float32 (a cast copy for half precision; float32 as is)."""
     return x if x.dtype == torch.float32 else x.to(torch.float32)
@@ -170,22 +183,34 @@ def _row_uniforms(batch: int, device, generators=None, dtype=torch.float64) -> t
     return u
 
 
+#: Block length of :func:`inverse_cdf_sample`'s two-level search.
+_CDF_BLOCK = 256
+
+
 def inverse_cdf_sample(weights: torch.Tensor, generators=None) -> torch.Tensor:
-    r"""One categorical sample per row by inverse CDF: one float64 uniform per row.
+    r"""One categorical sample per row by inverse CDF: one uniform per row, two-level search.
 
-    .. math:: C_j = \sum_{i \le j} w_i \ \text{(float64)}, \qquad
-              \text{index} = \min\{j : C_j > u\, C_{V-1}\}, \quad u \sim U[0, 1),
+    The vocabulary is cut into blocks of 256 tokens (the last one shorter). With the block
+    sums :math:`S_b` (float32, one read of the row), their running sums
+    :math:`C_b = \sum_{b' \le b} S_{b'}` (float64) and :math:`u \sim U[0, 1)` (float64),
 
-    so index j is drawn with probability :math:`w_j / \sum_i w_i` up to the float64 rounding
-    of the running sums (relative error about :math:`V \cdot 2^{-53}`); a zero weight never
-    wins (its :math:`C_j = C_{j-1}`). One uniform per row instead of the V exponentials of
-    :func:`exponential_race`, and no ``torch.multinomial``, hence no host-device
-    synchronization. The samplers' recovery draw.
+    .. math:: b^* = \min\{b : C_b > u\, C_{last}\}, \qquad
+              j^* = \min\{j \in b^* : c_j > u\, C_{last} - C_{b^*-1}\ \text{(scaled to the block)}\},
+
+    where :math:`c_j` is the float64 running sum inside block :math:`b^*`. Block b is drawn
+    with probability :math:`S_b / \sum S` and, given the block, token j with
+    :math:`w_j / \sum_{i \in b} w_i`: the law :math:`w_j / \sum_i w_i` up to the float32
+    rounding of a block sum (relative error below :math:`10^{-6}`, the rounding the float32
+    weights carry anyway) and float64 rounding elsewhere. A zero weight is never drawn (a
+    zero block has :math:`S_b = 0`; inside a block :math:`c_j = c_{j-1}`). One uniform per row
+    (no V exponentials as in :func:`exponential_race`), no ``torch.multinomial``, no
+    host-device synchronization. The samplers' recovery draw.
 
     Parameters
     ----------
     weights : Tensor, shape (B, V)
-        Non-negative weights, un-normalized (any float dtype; summed in float64). Not modified.
+        Non-negative weights, un-normalized (float32; other float dtypes are summed in their
+        own precision). Not modified.
     generators : sequence of (torch.Generator or None), optional
         Per-row generators (length B): a row with a generator draws its one uniform from it;
         the rows whose entry is None share one ``torch.rand`` call on the default generator.
@@ -193,20 +218,40 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None) -> torch.Tensor:
     Returns
     -------
     Tensor, shape (B,), int64
-        Indices in ``[0, V)``. When ``u C_{V-1}`` rounds up to the total, the first index whose
-        running sum reaches the total (a positive weight). A row summing to 0 or to a
-        non-finite value gives an arbitrary index in range (callers never draw from one:
-        the samplers mask such rows).
+        Indices in ``[0, V)``. Where a product ``u C`` rounds up to its total, the first index
+        reaching the total is taken (a positive weight). A row summing to 0 or to a
+        non-finite value gives an arbitrary index in range (the samplers mask such rows).
     """
+    B, V = weights.shape
+    blk = _CDF_BLOCK
+    nb = V // blk
+    device = weights.device
     # float64 where the device has it (Apple's MPS has not: float32 there)
-    dtype = torch.float32 if weights.device.type == "mps" else torch.float64
-    cdf = torch.cumsum(weights, dim=-1, dtype=dtype)
-    total = cdf[:, -1:]
-    u = _row_uniforms(weights.shape[0], weights.device, generators, dtype)
+    dtype = torch.float32 if device.type == "mps" else torch.float64
+    parts = [] if nb == 0 else [weights[:, :nb * blk].reshape(B, nb, blk).sum(-1)]
+    if nb * blk < V:
+        parts.append(weights[:, nb * blk:].sum(-1, keepdim=True))
+    block_sums = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+    cb = torch.cumsum(block_sums, dim=-1, dtype=dtype)                       # [B, blocks]
+    total = cb[:, -1:]
+    u = _row_uniforms(B, device, generators, dtype)
+    zero = torch.zeros_like(total)
     # u * total < total, except when the product rounds up: cap at the float below the total
-    t = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    idx = torch.searchsorted(cdf, t, right=True)[:, 0]
-    return idx.clamp_(0, weights.shape[-1] - 1)
+    t = torch.minimum(u * total, torch.nextafter(total, zero))
+    b = torch.searchsorted(cb, t, right=True).clamp_(0, cb.shape[-1] - 1)   # [B, 1]
+    below = torch.where(b > 0, torch.gather(cb, -1, (b - 1).clamp_(min=0)), zero)
+    idx = b * blk + torch.arange(blk, device=device)                         # [B, blk]
+    inside = idx < V
+    wb = torch.where(inside, torch.gather(weights, -1, idx.clamp_(max=V - 1)),
+                     torch.zeros((), dtype=weights.dtype, device=device))
+    c = torch.cumsum(wb, dim=-1, dtype=dtype)
+    # the offset inside the block, rescaled from the block sum S_b to the float64 sum c_last
+    s_b = torch.gather(block_sums, -1, b).to(dtype)
+    c_last = c[:, -1:]
+    r = (t - below) * torch.where(s_b > 0, c_last / s_b, zero)
+    r = torch.minimum(r.clamp_(min=0.0), torch.nextafter(c_last, zero))
+    j = torch.searchsorted(c, r, right=True).clamp_(0, blk - 1)
+    return (b * blk + j)[:, 0].clamp_(0, V - 1)
 
 
 def _row_stats(x: torch.Tensor):
@@ -676,11 +721,11 @@ class RuleSampler(torch.nn.Module):
         n_r = draft_ids[rows, pos]
         if gamma is not None:
             return self.rule.recovery_weights_from_spike(
-                _as_float32(target[rows, pos]), _as_float32(draft_probs[rows, pos]), n_r,
+                _as_float32(_rows_at(target, pos)), _as_float32(_rows_at(draft_probs, pos)), n_r,
                 gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True)
         if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
-            q_r = _as_float32(target[rows, pos]).div_(sq[rows, pos][:, None])
-            p_r = _as_float32(draft_probs[rows, pos]).div_(sp[rows, pos][:, None])
+            q_r = _as_float32(_rows_at(target, pos)).div_(sq[rows, pos][:, None])
+            p_r = _as_float32(_rows_at(draft_probs, pos)).div_(sp[rows, pos][:, None])
         else:
             q_r, p_r = q[rows, pos], p[rows, pos]
         rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
