@@ -25,6 +25,9 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
   weights the inverse CDF draws from, normalized, equal the full plan's to 1e-5, the
   acceptance's difference scaled by its condition number 1 + q_n/p_n).
 * ``sampler_exact_vs_taylor``: exact-root Cactus sampler over the Taylor one, at most 1.5.
+* the samplers' entry validation alone over the read pass (reported): the row sums and the
+  row minimum (the clamp-and-flag negative check) of q's k positions and p, the part of every
+  sampler call that reads the [B, k, V] inputs twice.
 * ``frontier_vs_cvxpy``: cvxpy over :func:`cactus_theory.solvers.frontier.frontier` at
   V = 1,000, at least 100 (checked: same acceptance to 1e-5); ``frontier_ms``: V = 151,936
   under 50 ms.
@@ -299,6 +302,17 @@ def _bench_samplers(rules, shapes, repeats):
             bonus = torch.zeros(B, 1, dtype=torch.int64)
             read = lambda: (q.sum(-1), p.sum(-1))  # noqa: E731
             times = {}
+            # the entry validation alone (row sums and row minimum of q's k positions and p:
+            # the clamp-and-flag check every call runs), reported: the floor under every rule
+            from .samplers.base import validate_sampler_entry
+            val = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True)  # noqa: E731
+            sums = val()[4]
+            ok_sums = bool(torch.equal(sums[0], q[:, :k].sum(-1)) and torch.equal(sums[1], p.sum(-1)))
+            t_val, t_r = paired_median_times(val, read, repeats)
+            out.append(_goal(f"sampler entry validation [{B},{k},{V}] / read pass",
+                             f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms", t_val / t_r,
+                             "reported", True, ok_sums, "its row sums equal q[:, :k].sum(-1), "
+                             f"p.sum(-1) bit for bit: {ok_sums}"))
             pos = torch.randint(0, k, (B,), generator=gen)
             rows = torch.arange(B)
             sq, sp = q[:, :k].sum(-1), p.sum(-1)

@@ -304,7 +304,9 @@ def test_benchmark_sampler_checks_cover_the_fast_paths():
     from cactus_theory.benchmark import _bench_samplers
 
     goals = _bench_samplers(("sps", "cactus-exact-kl", "topk", "cascade-token-v3"), ((3, 2, 80),), 1)
-    checks = [g for g in goals if "read pass" in g.goal]
+    checks = [g for g in goals if "read pass" in g.goal and "validation" not in g.goal]
     assert len(checks) == 4
     for g in checks:
         assert g.check.startswith("ok") and "recovery" in g.check, g
+    (val,) = [g for g in goals if "validation" in g.goal]
+    assert val.check.startswith("ok") and val.target == "reported"
