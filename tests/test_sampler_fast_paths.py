@@ -239,7 +239,9 @@ def test_cactus_recovery_from_spike_with_row_sums(name):
     sq, sp = x.sum(-1), y.sum(-1)
     q, p = x / sq[:, None], y / sp[:, None]
     gamma = rule.spike_at_tokens(torch.gather(q, -1, n[:, None])[:, 0])
-    w = rule.recovery_weights_from_spike(x.clone(), y, n, gamma, sq, sp, overwrite=True)
+    w = rule.recovery_weights_from_spike(x.clone(), y.clone(), n, gamma, sq, sp, overwrite=True)
+    w_keep = rule.recovery_weights_from_spike(x, y, n, gamma, sq, sp)     # inputs kept
+    assert torch.equal(w, w_keep) and torch.equal(x / sq[:, None], q)
     ref = rule.recovery_at(q, p, n)
     torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
 
@@ -310,3 +312,25 @@ def test_benchmark_sampler_checks_cover_the_fast_paths():
         assert g.check.startswith("ok") and "recovery" in g.check, g
     (val,) = [g for g in goals if "validation" in g.goal]
     assert val.check.startswith("ok") and val.target == "reported"
+
+
+@pytest.mark.parametrize("name", ["sps", "cactus-taylor", "cactus-exact-kl", "interpolation"])
+def test_empty_residual_falls_back_to_h_on_the_fast_paths(name):
+    """p = q (delta = 0 for Cactus): the residual max(0, h - p) is empty, and the recovery
+    weights are h itself (convention 3), on the torch fast paths (folded sums included);
+    a row with a non-empty residual in the same batch keeps its residual."""
+    rule = get_rule(name, **({"delta": 0.0} if name.startswith("cactus") else {}))
+    g = torch.Generator().manual_seed(3)
+    q = torch.softmax(torch.randn(2, 50, generator=g), -1)
+    p = q.clone()
+    p[1] = torch.softmax(torch.randn(50, generator=g), -1)       # row 1: a real residual
+    n = torch.tensor([7, 7])
+    w = rule.recovery_weights_at(q, p, n)
+    torch.testing.assert_close(w[0] / w[0].sum(), q[0], rtol=0, atol=1e-7)
+    ref = rule.plan(q, p).recovery_at(n)
+    torch.testing.assert_close(w[1] / w[1].sum(), ref[1], rtol=0, atol=1e-6)
+    if name.startswith("cactus"):
+        s = torch.tensor([2.0, 0.5])
+        gamma = rule.spike_at_tokens(q[:, 7])
+        wf = rule.recovery_weights_from_spike(q * s[:, None], p * s[:, None], n, gamma, s, s)
+        torch.testing.assert_close(wf[0] / wf[0].sum(), q[0], rtol=0, atol=1e-7)

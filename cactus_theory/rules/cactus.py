@@ -149,26 +149,25 @@ class _CactusBase(Rule):
         scale = spike_scale(q_n, gamma_n) / ts
         idx = xp.astype(token_ids, xp.int64)[..., None]
         if hasattr(target_probs, "scatter_"):      # torch: in place where allowed
+            import torch
+
             h = target_probs.mul_(scale[..., None]) if overwrite else scale[..., None] * target_probs
             h.scatter_(-1, idx, gamma_n[..., None].to(h.dtype))
+            out = draft_probs if overwrite else None       # h - p written over p's copy
             if draft_sums is None:
-                res = (h - draft_probs).clamp_min_(0.0)
+                res = torch.sub(h, draft_probs, out=out)
             else:
-                res = _addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None]).clamp_min_(0.0)
-        else:                                        # numpy
-            h = scale[..., None] * target_probs
-            np.put_along_axis(h, idx, gamma_n[..., None], axis=-1)
-            p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
-            res = np.maximum(h - p, 0.0)
+                res = torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None], out=out)
+            res.clamp_min_(0.0)
+            empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
+            # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
+            return res.addcmul_(h, empty.to(res.dtype))
+        h = scale[..., None] * target_probs          # numpy
+        np.put_along_axis(h, idx, gamma_n[..., None], axis=-1)
+        p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
+        res = np.maximum(h - p, 0.0)
         empty = xp.sum(res, axis=-1, keepdims=True) <= EMPTY_RESIDUAL_MASS
         return xp.where(empty, h, res)
-
-
-def _addcmul(x, y, z):
-    """``x + y * z`` in one torch kernel (``torch.addcmul``)."""
-    import torch
-
-    return torch.addcmul(x, y, z)
 
 
 class CactusTaylor(_CactusBase):

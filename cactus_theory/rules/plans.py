@@ -100,6 +100,11 @@ def residual_weights(h, p):
     samplers draw from the weights directly (inverse CDF), skipping the division.
     """
     xp = array_namespace(h, p)
+    if hasattr(h, "clamp_min_"):    # torch: in place, and h added only on empty rows
+        res = (h - p).clamp_min_(0.0)
+        empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
+        # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
+        return res.addcmul_(h, empty.to(res.dtype))
     res = xp.clip(h - p, 0.0, None)
     empty = xp.sum(res, axis=-1, keepdims=True) <= EMPTY_RESIDUAL_MASS
     return xp.where(empty, h, res)
