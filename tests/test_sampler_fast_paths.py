@@ -103,6 +103,21 @@ def test_inverse_cdf_sample_point_masses_and_tiny_weights():
         assert inverse_cdf_sample(wide).tolist() == [999, 256, 255]
 
 
+def test_inverse_cdf_sample_fallback_rows():
+    """Rows whose weights sum to 0, NaN or inf draw from ``fallback`` (the samplers' safety
+    net: q); the other rows ignore it."""
+    V = 600
+    w = torch.zeros(4, V)
+    w[0, 10] = 1.0                          # a valid row: always 10
+    w[2, 5] = float("nan")
+    w[3, 7] = float("inf")
+    fb = torch.zeros(4, V)
+    fb[:, 590] = 1.0                        # the fallback: always 590 (in the tail block)
+    torch.manual_seed(1)
+    for _ in range(20):
+        assert inverse_cdf_sample(w, fallback=fb).tolist() == [10, 590, 590, 590]
+
+
 def test_inverse_cdf_sample_seeded_rows():
     """A row with a generator draws one float64 uniform from it: its index depends only on its
     weights and its generator, not on the other rows or the default generator."""
@@ -148,7 +163,7 @@ def test_recovery_draw_law_matches_exact_analysis(name, knobs):
         ids = torch.full((N, 1), n_tok, dtype=torch.int64)
         sq, sp = tq.sum(-1), tp.sum(-1)
         _, state = s._accept_path(tq, tp, ids, None, None, sq, sp)
-        w = s._recovery_path(tq, tp, ids, torch.zeros(N, dtype=torch.int64), state, sq, sp)
+        w, _ = s._recovery_path(tq, tp, ids, torch.zeros(N, dtype=torch.int64), state, sq, sp)
         torch.manual_seed(17)
         counts = np.bincount(inverse_cdf_sample(w).numpy(), minlength=V).astype(float)
         assert _chisquare_ok(counts, r / r.sum(), N), f"{name}, n = {n_tok}: {counts} vs {r}"

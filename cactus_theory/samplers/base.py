@@ -187,7 +187,19 @@ def _row_uniforms(batch: int, device, generators=None, dtype=torch.float64) -> t
 _CDF_BLOCK = 256
 
 
-def inverse_cdf_sample(weights: torch.Tensor, generators=None) -> torch.Tensor:
+def _block_sums(weights: torch.Tensor, blk: int) -> torch.Tensor:
+    """Sums of consecutive blocks of ``blk`` entries along the last axis (the last block may
+    be shorter), [B, ceil(V / blk)], in the weights' dtype."""
+    B, V = weights.shape
+    nb = V // blk
+    parts = [] if nb == 0 else [weights[:, :nb * blk].reshape(B, nb, blk).sum(-1)]
+    if nb * blk < V:
+        parts.append(weights[:, nb * blk:].sum(-1, keepdim=True))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+def inverse_cdf_sample(weights: torch.Tensor, generators=None,
+                       fallback: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""One categorical sample per row by inverse CDF: one uniform per row, two-level search.
 
     The vocabulary is cut into blocks of 256 tokens (the last one shorter). With the block
@@ -214,24 +226,29 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None) -> torch.Tensor:
     generators : sequence of (torch.Generator or None), optional
         Per-row generators (length B): a row with a generator draws its one uniform from it;
         the rows whose entry is None share one ``torch.rand`` call on the default generator.
+    fallback : Tensor, shape (B, V), optional
+        Weights for the rows whose ``weights`` do not sum to a finite positive value (a
+        safety net; the choice costs [B, blocks] and [B, 256] selections, no [B, V] pass).
 
     Returns
     -------
     Tensor, shape (B,), int64
         Indices in ``[0, V)``. Where a product ``u C`` rounds up to its total, the first index
         reaching the total is taken (a positive weight). A row summing to 0 or to a
-        non-finite value gives an arbitrary index in range (the samplers mask such rows).
+        non-finite value (and its fallback, if given) gives an arbitrary index in range (the
+        samplers mask such rows).
     """
     B, V = weights.shape
     blk = _CDF_BLOCK
-    nb = V // blk
     device = weights.device
     # float64 where the device has it (Apple's MPS has not: float32 there)
     dtype = torch.float32 if device.type == "mps" else torch.float64
-    parts = [] if nb == 0 else [weights[:, :nb * blk].reshape(B, nb, blk).sum(-1)]
-    if nb * blk < V:
-        parts.append(weights[:, nb * blk:].sum(-1, keepdim=True))
-    block_sums = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+    block_sums = _block_sums(weights, blk)
+    use_fb = None
+    if fallback is not None:
+        mass = block_sums.sum(-1, keepdim=True)
+        use_fb = ~(torch.isfinite(mass) & (mass > 0))
+        block_sums = torch.where(use_fb, _block_sums(fallback, blk), block_sums)
     cb = torch.cumsum(block_sums, dim=-1, dtype=dtype)                       # [B, blocks]
     total = cb[:, -1:]
     u = _row_uniforms(B, device, generators, dtype)
@@ -242,8 +259,11 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None) -> torch.Tensor:
     below = torch.where(b > 0, torch.gather(cb, -1, (b - 1).clamp_(min=0)), zero)
     idx = b * blk + torch.arange(blk, device=device)                         # [B, blk]
     inside = idx < V
-    wb = torch.where(inside, torch.gather(weights, -1, idx.clamp_(max=V - 1)),
-                     torch.zeros((), dtype=weights.dtype, device=device))
+    idx = idx.clamp_(max=V - 1)
+    wb = torch.gather(weights, -1, idx)
+    if use_fb is not None:
+        wb = torch.where(use_fb, torch.gather(fallback.to(weights.dtype), -1, idx), wb)
+    wb = torch.where(inside, wb, torch.zeros((), dtype=weights.dtype, device=device))
     c = torch.cumsum(wb, dim=-1, dtype=dtype)
     # the offset inside the block, rescaled from the block sum S_b to the float64 sum c_last
     s_b = torch.gather(block_sums, -1, b).to(dtype)
@@ -713,8 +733,9 @@ class RuleSampler(torch.nn.Module):
         ``state`` comes from :meth:`_accept_path`. Cactus: the rows' copies scaled in place,
         the row sums folded into :math:`c_n` and p's factor, gamma reused. Other rules: the
         rows normalized (the [B, V] rows only, unless path 4 made copies) and
-        ``Rule.recovery_weights_at``, with a fall back to q for a row whose weights are not
-        finite with a positive sum (never reached for valid input).
+        ``Rule.recovery_weights_at``. Returns ``(weights, fallback)``: ``fallback`` (q's rows,
+        or None for Cactus) is what :func:`inverse_cdf_sample` draws from on a row whose
+        weights are not finite with a positive sum (never reached for valid input).
         """
         gamma, q, p, raw_q, raw_p = state
         rows = torch.arange(pos.shape[0], device=pos.device)
@@ -722,7 +743,7 @@ class RuleSampler(torch.nn.Module):
         if gamma is not None:
             return self.rule.recovery_weights_from_spike(
                 _as_float32(_rows_at(target, pos)), _as_float32(_rows_at(draft_probs, pos)), n_r,
-                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True)
+                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True), None
         if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
             q_r = _as_float32(_rows_at(target, pos)).div_(sq[rows, pos][:, None])
             p_r = _as_float32(_rows_at(draft_probs, pos)).div_(sp[rows, pos][:, None])
@@ -730,11 +751,12 @@ class RuleSampler(torch.nn.Module):
             q_r, p_r = q[rows, pos], p[rows, pos]
         rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
                              None if raw_p is None else raw_p[rows, pos])
-        # Safety net beyond the conventions: a row whose weights are not finite with a
-        # positive sum falls back to q, so no sample is drawn from an all-zero or NaN row.
-        # (Cactus's weights have mass max(residual mass, mass of h^(n)) > 0 on valid rows.)
-        mass = rec.sum(-1, keepdim=True)
-        return torch.where(torch.isfinite(mass) & (mass > 0), rec, q_r)
+        # Safety net beyond the conventions (never reached for valid input): a row whose
+        # weights are not finite with a positive sum draws from q instead, so no sample is
+        # drawn from an all-zero or NaN row (the choice is made on block sums, in
+        # inverse_cdf_sample). Cactus's weights have mass max(residual mass, mass of h^(n))
+        # > 0 on valid rows and need none.
+        return rec, q_r
 
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
                 num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None):
@@ -778,11 +800,11 @@ class RuleSampler(torch.nn.Module):
 
         # Recovery: only at the first rejected position of each row, [B, V].
         pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-        rec = self._recovery_path(target, draft_probs, draft_ids, pos, state, sq, sp)
+        rec, fallback = self._recovery_path(target, draft_probs, draft_ids, pos, state, sq, sp)
         gens = None
         if seeded_seqs:
             gens = [seeded_seqs.get(i) for i in range(b)]
-        recovered = inverse_cdf_sample(rec, gens)
+        recovered = inverse_cdf_sample(rec, gens, fallback)
 
         # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
         col = torch.arange(k + 1, device=device)[None, :]
