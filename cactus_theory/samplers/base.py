@@ -39,7 +39,8 @@ or a drafted-token override declared by ``RuleSpec.fast_accept``). The recovery 
 ``[B, V]`` rows only (the first rejected position of each row): un-normalized weights from
 ``Rule.recovery_weights_at`` (Cactus: one scaled copy of q with the spike written in place,
 the row sums folded into :math:`c_n`), drawn by inverse CDF (:func:`inverse_cdf_sample`:
-a float64 running sum and one uniform per row). Nothing in ``forward`` reads a device value
+one uniform per row, a two-level search over float32 sums of 256-token blocks and float64
+running sums). Nothing in ``forward`` reads a device value
 on the host (no ``.item()``, ``nonzero``, boolean masking or ``torch.multinomial``) unless
 ``strict_mode`` is on; seeded rows add host-to-device index copies only.
 
