@@ -31,8 +31,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+from array_api_compat import array_namespace
+
+from ..conventions import EMPTY_RESIDUAL_MASS
 from ..divergences import DIVERGENCES
-from ..solvers.spike import exact_spike, taylor_spike
+from ..solvers.spike import exact_spike, spike_scale, taylor_spike
 from .plans import SpikePlan, gather, ratio_acceptance, residual_distribution, spike_target_at
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
@@ -59,6 +63,14 @@ class _CactusBase(Rule):
         """``SpikePlan`` with gamma for every candidate token (array-agnostic)."""
         return SpikePlan(target_probs, draft_probs, self.spike(target_probs))
 
+    def spike_at_tokens(self, q_n):
+        r"""gamma at the drafted tokens' verifier probabilities ``q_n`` (a few scalars, [B, k]).
+
+        The samplers' evaluation of the spike; equal to :meth:`spike` (CactusExact refines it
+        on the CPU, see there).
+        """
+        return self.spike(q_n)
+
     def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                         raw_draft_probs=None):
         r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` of the drafted tokens only.
@@ -68,8 +80,7 @@ class _CactusBase(Rule):
         accept path uses it (declared by ``RuleSpec.fast_accept``).
         """
         q_n = gather(target_probs, token_ids)
-        return ratio_acceptance(self.spike(q_n), gather(draft_probs, token_ids))
-
+        return ratio_acceptance(self.spike_at_tokens(q_n), gather(draft_probs, token_ids))
 
     def accept_probs_from_values(self, q_n, p_n):
         r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` from the drafted tokens' probabilities.
@@ -77,18 +88,86 @@ class _CactusBase(Rule):
         The samplers call it with row-normalized ``q_n``, ``p_n`` (shape [B, k]) gathered at
         the drafted tokens, so they never normalize the [B, k, V] inputs.
         """
-        return ratio_acceptance(self.spike(q_n), p_n)
+        return ratio_acceptance(self.spike_at_tokens(q_n), p_n)
+
+    @property
+    def samples_from_spike(self) -> bool:
+        r"""True when the samplers may evaluate gamma once per call and reuse it.
+
+        The samplers then call :meth:`spike_at_tokens` on the [B, k] drafted tokens, accept
+        with :math:`\min(1, \gamma_n/p_n)` and pass the recovery position's gamma to
+        :meth:`recovery_weights_from_spike` (one root evaluation per call instead of two).
+        False for a subclass that overrides an accept or recovery hook (the samplers then call
+        the hooks).
+        """
+        t = type(self)
+        return (t.accept_probs_from_values is _CactusBase.accept_probs_from_values
+                and t.accept_probs_at is _CactusBase.accept_probs_at
+                and t.recovery_weights_at is _CactusBase.recovery_weights_at
+                and t.recovery_at is _CactusBase.recovery_at)
 
     def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                     raw_draft_probs=None):
         r"""Recovery :math:`r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p))` of the drafted tokens.
 
         Equal to ``plan(...).recovery_at(token_ids)`` but evaluates gamma at the drafted tokens
-        only (shape ``token_ids.shape``): the samplers' recovery path uses it.
+        only (shape ``token_ids.shape``).
         """
-        gamma_n = self.spike(gather(target_probs, token_ids))
+        gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
         return residual_distribution(spike_target_at(target_probs, token_ids, gamma_n),
                                      draft_probs)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        r"""Un-normalized recovery weights of the drafted tokens: :math:`\max(0, h^{(n)} - p)`.
+
+        Proportional to :meth:`recovery_at`; gamma is evaluated at the drafted tokens only
+        (:meth:`recovery_weights_from_spike`).
+        """
+        gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
+        return self.recovery_weights_from_spike(target_probs, draft_probs, token_ids, gamma_n)
+
+    @staticmethod
+    def recovery_weights_from_spike(target_probs, draft_probs, token_ids, gamma_n,
+                                    target_sums=None, draft_sums=None, *, overwrite=False):
+        r"""Recovery weights :math:`\max(0, h^{(n)} - p)` from the drafted tokens' gamma.
+
+        :math:`h^{(n)}_i = c_n q_i`, :math:`c_n = (1-\gamma_n)/(1-q_n)`, with
+        :math:`h^{(n)}_n = \gamma_n` (Theorem 2), built as one scaled copy of q with the spike
+        written in place (no one-hot mask); where the residual is empty, :math:`h^{(n)}`
+        itself (convention 3). ``gamma_n`` has shape ``token_ids.shape``.
+
+        With ``target_sums`` / ``draft_sums`` (shape ``token_ids.shape``), the rows are
+        un-normalized and q = ``target_probs / target_sums``, p = ``draft_probs / draft_sums``
+        (the division is folded into the scale factors: no normalized copies). With
+        ``overwrite`` (torch only) ``target_probs`` may be overwritten (the samplers pass
+        copies they own).
+        """
+        xp = array_namespace(target_probs, draft_probs)
+        ts = 1.0 if target_sums is None else target_sums
+        q_n = gather(target_probs, token_ids) / ts
+        scale = spike_scale(q_n, gamma_n) / ts
+        idx = xp.astype(token_ids, xp.int64)[..., None]
+        if hasattr(target_probs, "scatter_"):      # torch: in place where allowed
+            import torch
+
+            h = target_probs.mul_(scale[..., None]) if overwrite else scale[..., None] * target_probs
+            h.scatter_(-1, idx, gamma_n[..., None].to(h.dtype))
+            out = draft_probs if overwrite else None       # h - p written over p's copy
+            if draft_sums is None:
+                res = torch.sub(h, draft_probs, out=out)
+            else:
+                res = torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None], out=out)
+            res.clamp_min_(0.0)
+            empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
+            # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
+            return res.addcmul_(h, empty.to(res.dtype))
+        h = scale[..., None] * target_probs          # numpy
+        np.put_along_axis(h, idx, gamma_n[..., None], axis=-1)
+        p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
+        res = np.maximum(h - p, 0.0)
+        empty = xp.sum(res, axis=-1, keepdims=True) <= EMPTY_RESIDUAL_MASS
+        return xp.where(empty, h, res)
 
 
 class CactusTaylor(_CactusBase):
@@ -105,6 +184,27 @@ class CactusExact(_CactusBase):
     def spike(self, q_n):
         """Theorem 2's gamma for ``q_n`` (array-agnostic)."""
         return exact_spike(q_n, self.delta, self.divergence)
+
+    def spike_at_tokens(self, q_n):
+        r"""Theorem 2's gamma at the drafted tokens, for the samplers.
+
+        float32 torch tensors on the CPU: the float64 root of the numpy solver (its active-set
+        Newton iteration costs a fraction of the fixed-step float32 torch iteration on a few
+        hundred scalars), rounded to float32 toward :math:`q_n` (never above the float64
+        root, so still within the budget; at least :math:`q_n`, a float32 number). NaN
+        entries (invalid rows, masked by the samplers) are solved as 0. Elsewhere (CUDA: no
+        host round trip; numpy and float64): :meth:`spike`.
+        """
+        if not (hasattr(q_n, "detach") and q_n.device.type == "cpu"
+                and str(q_n.dtype) == "torch.float32"):
+            return self.spike(q_n)
+        import torch
+
+        q64 = q_n.detach().double().nan_to_num(0.0).clamp_(0.0, 1.0)
+        g64 = torch.from_numpy(np.asarray(exact_spike(q64.numpy(), self.delta, self.divergence),
+                                          dtype=np.float64))
+        g32 = g64.to(torch.float32)
+        return torch.where(g32.double() > g64, torch.nextafter(g32, torch.zeros_like(g32)), g32)
 
 
 register(RuleSpec(

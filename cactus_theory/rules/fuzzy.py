@@ -80,15 +80,74 @@ class FuzzySpeculative(Rule):
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``DecisionPlan``: acceptance 1[Div <= T] for every candidate, recovery q."""
         xp = array_namespace(target_probs, draft_probs)
+        ok = self._accepts(target_probs, draft_probs, raw_target_probs, raw_draft_probs)[..., None]
+        accept = ok * xp.ones_like(target_probs)
+        return DecisionPlan(target_probs, draft_probs, accept, target_probs)
+
+    def _accepts(self, target_probs, draft_probs, raw_target_probs, raw_draft_probs):
+        """1[Div <= T] per position (shape ``target_probs.shape[:-1]``)."""
+        xp = array_namespace(target_probs, draft_probs)
         if self.fsd_div_type.endswith("_processed") or raw_target_probs is None:
             rq, rp = target_probs, draft_probs
         else:
             rq = raw_target_probs
             rp = draft_probs if raw_draft_probs is None else raw_draft_probs
         div = fsd_divergence(self.fsd_div_type, rq, rp)
-        ok = xp.astype(div <= self.fsd_div_threshold, target_probs.dtype)[..., None]
-        accept = ok * xp.ones_like(target_probs)
-        return DecisionPlan(target_probs, draft_probs, accept, target_probs)
+        return xp.astype(div <= self.fsd_div_threshold, target_probs.dtype)
+
+    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                        raw_draft_probs=None):
+        r"""Acceptance :math:`1[\mathrm{Div}(p, q) \le T]` per position, whatever the drafted
+        token (shape ``token_ids.shape``): the divergence, without the plan's [..., V]
+        acceptance of every candidate. The samplers' accept path (``fast_accept``)."""
+        return self._accepts(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        """The recovery is q itself (no divergence needed)."""
+        return target_probs
+
+    def accept_probs_from_rows(self, target_rows, draft_rows, token_ids, target_sums, draft_sums):
+        r"""Acceptance :math:`1[\mathrm{Div}(p, q) \le T]` from un-normalized rows (q = x/s_x,
+        p = y/s_y), with the divergence in entropy form (few passes, no normalized copies):
+
+        .. math::
+            KL(p\|q) = \frac{1}{s_y}\sum_i \left(y_i\log y_i - y_i \log x_i\right)
+                       + \log s_x - \log s_y, \qquad
+            JS = \log 2 + \tfrac12\left(\sum p\log p + \sum q \log q\right)
+                 - \tfrac12 \sum (p+q)\log(p+q),
+
+        with :math:`\sum p \log p = \frac{1}{s_y}\sum y \log y - \log s_y` (and likewise
+        for q), :math:`0 \log 0 = 0` (the log's argument clamped at the smallest normal float:
+        a subnormal entry's term changes by under 1e-36) and :math:`+\infty` where the KL is
+        infinite (``xlogy`` for the cross term); TV is :math:`\frac12\sum|p - q|`. The samplers call it only when no raw
+        distributions are given (the divergence then reads the processed ones, as the plan
+        does). Equal to the plan's decision up to float32 rounding of the divergence
+        (entropy terms of size up to log V cancel: a divergence within about 1e-5 of T).
+        """
+        import torch
+
+        x, y = target_rows, draft_rows
+        sx, sy = target_sums, draft_sums
+        tiny = torch.finfo(x.dtype).tiny
+
+        def xlogx_sum(a):   # sum a log a, 0 log 0 = 0 (log clamped at the smallest normal)
+            return a.clamp_min(tiny).log_().mul_(a).sum(-1)
+
+        kind = FSD_DIVERGENCES[self.fsd_div_type.removesuffix("_processed")]
+        if kind == "tv":
+            div = 0.5 * torch.addcmul(y / sy[..., None], x, (-1.0 / sx)[..., None]).abs_().sum(-1)
+        elif kind in ("kl", "reverse_kl"):
+            a, b, sa, sb = (y, x, sy, sx) if kind == "kl" else (x, y, sx, sy)
+            cross = torch.xlogy(a, b).sum(-1)     # -inf where a > 0 = b: KL infinite
+            div = (xlogx_sum(a) - cross) / sa + torch.log(sb) - torch.log(sa)
+            div = torch.where(torch.isinf(cross), torch.full_like(div, math.inf), div)
+        else:
+            ent_p = xlogx_sum(y) / sy - torch.log(sy)
+            ent_q = xlogx_sum(x) / sx - torch.log(sx)
+            m = torch.addcmul(x / sx[..., None], y, (1.0 / sy)[..., None])
+            div = math.log(2.0) + 0.5 * (ent_p + ent_q) - 0.5 * xlogx_sum(m)
+        return (div.clamp_min(0.0) <= self.fsd_div_threshold).to(torch.float32)
 
 
 register(RuleSpec(
@@ -102,7 +161,7 @@ register(RuleSpec(
     sps_knobs=None,
     sps_note="no threshold gives SpS: a rejection "
              "resamples from q, not from the SpS residual; T = 0 accepts only where Div = 0 (p = q)",
-    deterministic=True, reads_draft=True, needs_raw=True, family="decision",
+    deterministic=True, reads_draft=True, needs_raw=True, family="decision", fast_accept=True,
     summary="fuzzy SD: accept iff Div(p, q) <= T (JS on raw distributions); else sample q",
     reference="Holsman et al., Findings of ACL 2025 (arXiv 2502.20704), fsd_utils.py",
 ))

@@ -21,7 +21,8 @@ Cactus official code github.com/MANGA-UOFA/Cactus ``cactus/interp.py``
 
 from __future__ import annotations
 
-from .plans import TargetPlan
+from ..conventions import EMPTY_RESIDUAL_MASS
+from .plans import TargetPlan, ratio_acceptance
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["Interpolation"]
@@ -45,6 +46,27 @@ class Interpolation(Rule):
         """``TargetPlan(h = alpha p + (1 - alpha) q)`` (array-agnostic)."""
         h = self.alpha * draft_probs + (1.0 - self.alpha) * target_probs
         return TargetPlan(target_probs, draft_probs, h)
+
+    def accept_probs_from_values(self, q_n, p_n):
+        r""":math:`a_n = \min(1, h_n/p_n)`, :math:`h_n = \alpha p_n + (1-\alpha) q_n`, from the
+        drafted tokens' row-normalized probabilities alone (the samplers' fast accept path;
+        the plan's formula evaluated at n only, so the same bits)."""
+        return ratio_acceptance(self.alpha * p_n + (1.0 - self.alpha) * q_n, p_n)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        r"""Recovery weights :math:`\max(0, q - p) \propto \max(0, h - p) = (1-\alpha)\max(0, q - p)`
+        (torch, :math:`\alpha < 1`: no h built), or h where that residual is empty
+        (convention 3; :math:`h = \alpha p + (1-\alpha) q` added on those rows only).
+        Proportional to the plan's recovery up to float32 rounding; other arrays: the plan's.
+        """
+        if not hasattr(target_probs, "clamp_min_") or self.alpha >= 1.0:
+            return super().recovery_weights_at(target_probs, draft_probs, token_ids)
+        res = (target_probs - draft_probs).clamp_min_(0.0)
+        empty = (res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS).to(res.dtype)
+        # an empty row is all zeros: adding h there (and 0 h elsewhere) gives h
+        return res.addcmul_(draft_probs, self.alpha * empty).addcmul_(
+            target_probs, (1.0 - self.alpha) * empty)
 
 
 register(RuleSpec(

@@ -48,6 +48,7 @@ __all__ = [
     "Plan",
     "ratio_acceptance",
     "residual_distribution",
+    "residual_weights",
     "one_hot",
     "gather",
     "spike_target_at",
@@ -90,6 +91,23 @@ def ratio_acceptance(h_n, p_n):
     ratio = xp.minimum(h_n, safe_p) / safe_p  # <= 1, so no overflow for subnormal p_n
     limit = xp.astype(h_n > 0, h_n.dtype)
     return xp.where(pos, ratio, limit)
+
+
+def residual_weights(h, p):
+    r"""Un-normalized recovery weights: ``max(0, h - p)``, or ``h`` where that residual is empty.
+
+    :func:`residual_distribution` is these weights divided by their sum (convention 3); the
+    samplers draw from the weights directly (inverse CDF), skipping the division.
+    """
+    xp = array_namespace(h, p)
+    if hasattr(h, "clamp_min_"):    # torch: in place, and h added only on empty rows
+        res = (h - p).clamp_min_(0.0)
+        empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
+        # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
+        return res.addcmul_(h, empty.to(res.dtype))
+    res = xp.clip(h - p, 0.0, None)
+    empty = xp.sum(res, axis=-1, keepdims=True) <= EMPTY_RESIDUAL_MASS
+    return xp.where(empty, h, res)
 
 
 def residual_distribution(h, p):
@@ -141,6 +159,10 @@ class TargetPlan:
         """Recovery distribution r for the drafted tokens (independent of n), shape [..., V]."""
         return residual_distribution(self.target, self.draft_probs)
 
+    def recovery_weights_at(self, token_ids):
+        """Un-normalized recovery weights (:func:`residual_weights`), shape [..., V]."""
+        return residual_weights(self.target, self.draft_probs)
+
 
 @dataclass(frozen=True)
 class SpikePlan:
@@ -166,6 +188,10 @@ class SpikePlan:
         """Recovery :math:`r^{(n)} = normalize(max(0, h^{(n)} - p))`, shape [..., V]."""
         return residual_distribution(self.target_at(token_ids), self.draft_probs)
 
+    def recovery_weights_at(self, token_ids):
+        """Un-normalized recovery weights (:func:`residual_weights`), shape [..., V]."""
+        return residual_weights(self.target_at(token_ids), self.draft_probs)
+
 
 @dataclass(frozen=True)
 class DecisionPlan:
@@ -186,6 +212,10 @@ class DecisionPlan:
 
     def recovery_at(self, token_ids):
         """The recovery distribution (independent of the draft), shape [..., V]."""
+        return self.recovery
+
+    def recovery_weights_at(self, token_ids):
+        """The recovery distribution itself (already normalized), shape [..., V]."""
         return self.recovery
 
 

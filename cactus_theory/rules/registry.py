@@ -198,6 +198,16 @@ class Rule:
     #: needs whole rows, and the samplers call :meth:`accept_probs_at` on normalized copies.
     accept_probs_from_values = None
 
+    #: Optional fast accept path on un-normalized rows:
+    #: ``accept_probs_from_rows(target_rows, draft_rows, token_ids, target_sums, draft_sums)``
+    #: -> :math:`a_n` ([B, k]), where the rule's q and p are ``rows / sums[..., None]``
+    #: (``sums`` > 0, shape ``rows.shape[:-1]``, float32). For rules whose acceptance needs whole
+    #: rows but not normalized copies of them (top-k: one compare pass; TAS: the entropy, one
+    #: pass with a log; cascades: a max and a masked sum). The result must equal
+    #: :meth:`accept_probs_at` on the normalized rows up to float32 rounding of the
+    #: normalization. ``None``: the samplers build normalized copies.
+    accept_probs_from_rows = None
+
     def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                     raw_draft_probs=None):
         r"""Recovery distribution :math:`r^{(n)}` for the drafted tokens ``token_ids`` (the samplers'
@@ -209,6 +219,23 @@ class Rule:
         plan = self.plan(target_probs, draft_probs, raw_target_probs=raw_target_probs,
                          raw_draft_probs=raw_draft_probs)
         return plan.recovery_at(token_ids)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        r"""Un-normalized recovery weights w with :math:`r^{(n)} = w / \sum w` (the samplers' draw).
+
+        The samplers draw the recovered token from these weights by inverse CDF, so a rule can
+        skip the normalizing division. Default: ``plan(...).recovery_weights_at(token_ids)``
+        (:func:`~cactus_theory.rules.plans.residual_weights` for target and spike plans), or
+        :meth:`recovery_at` itself when a subclass overrides that method alone. Weights must be
+        finite and non-negative with a positive sum for valid input.
+        """
+        if type(self).recovery_at is not Rule.recovery_at:
+            return self.recovery_at(target_probs, draft_probs, token_ids,
+                                    raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
+        plan = self.plan(target_probs, draft_probs, raw_target_probs=raw_target_probs,
+                         raw_draft_probs=raw_draft_probs)
+        return plan.recovery_weights_at(token_ids)
 
     @property
     def name(self) -> str:

@@ -112,6 +112,42 @@ class TypicalAcceptance(Rule):
             recovery = kept / xp.sum(kept, axis=-1, keepdims=True)
         return DecisionPlan(target_probs, draft_probs, accept, recovery)
 
+    def accept_probs_from_rows(self, target_rows, draft_rows, token_ids, target_sums, draft_sums):
+        r"""Acceptance :math:`1[q_n > \tau(q)]` from un-normalized rows x with sums s (q = x/s).
+
+        The entropy in one pass with a log, without a normalized copy:
+
+        .. math:: H = \log s - \frac{1}{s}\sum_x x \log(x + 10^{-5} s)\ \text{("vllm")},
+                  \qquad H = \log s - \frac{1}{s}\sum_x x \log x\ \text{("exact")},
+
+        (:math:`q\log(q + \epsilon) = \frac{x}{s}(\log(x + \epsilon s) - \log s)` and
+        :math:`\sum x = s`), then :func:`tas_threshold`'s :math:`\tau`. Equal to the plan's
+        acceptance up to float32 rounding of the entropy (a draft exactly at the threshold).
+        """
+        import torch
+
+        s = target_sums[..., None]
+        if self.entropy == "vllm":
+            dot = torch.add(target_rows, VLLM_ENTROPY_EPS * s).log_().mul_(target_rows).sum(-1)
+        else:
+            # x log x with 0 log 0 = 0: log of x clamped at the smallest normal float (a
+            # subnormal x changes its term by less than 1e-36)
+            tiny = torch.finfo(target_rows.dtype).tiny
+            dot = target_rows.clamp_min(tiny).log_().mul_(target_rows).sum(-1)
+        H = torch.log(target_sums) - dot / target_sums
+        tau = torch.clamp_max(self.posterior_alpha * torch.exp(-H), self.posterior_threshold)
+        q_n = torch.gather(target_rows, -1, token_ids[..., None])[..., 0] / target_sums
+        return (q_n > tau).to(torch.float32)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        """The recovery without the acceptance of every candidate: ``recovery="argmax"`` is the
+        point mass at the verifier's argmax (one pass); ``"truncated"`` is the plan's."""
+        if self.recovery != "argmax":
+            return super().recovery_weights_at(target_probs, draft_probs, token_ids)
+        xp = array_namespace(target_probs)
+        return one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
+
 
 register(RuleSpec(
     name="tas", factory=TypicalAcceptance,

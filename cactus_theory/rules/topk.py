@@ -25,7 +25,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import TargetPlan
+from .plans import TargetPlan, gather, residual_weights
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["TopKAcceptance", "topk_indicator"]
@@ -69,6 +69,51 @@ class TopKAcceptance(Rule):
         """``TargetPlan`` whose target is the un-normalized top-k indicator."""
         return TargetPlan(target_probs, draft_probs, topk_indicator(target_probs, self.topk))
 
+    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                        raw_draft_probs=None):
+        r"""Acceptance at the drafted tokens by counting, without sorting the vocabulary.
+
+        .. math:: q_n \ge q_{(k)} \iff \#\{j : q_j > q_n\} < k,
+
+        one compare pass over q (no sort, no [..., V] indicator). Equal to
+        ``plan(...).accept_probs_at(token_ids)`` (the same comparisons; ties at the
+        threshold accepted on both sides). The samplers' accept path (``fast_accept``).
+        """
+        xp = array_namespace(target_probs)
+        q_n = gather(target_probs, token_ids)
+        above = xp.sum(xp.astype(target_probs > q_n[..., None], xp.int32), axis=-1)
+        return xp.astype(above < self.topk, target_probs.dtype)
+
+    def accept_probs_from_rows(self, target_rows, draft_rows, token_ids, target_sums, draft_sums):
+        r"""The same count on un-normalized rows (scaling a row keeps its order).
+
+        The samplers call it with the raw rows and their sums; dividing a row by its positive
+        sum keeps every strict order except between entries that round to the same float32
+        quotient (a tie the normalized comparison would accept).
+        """
+        import torch
+
+        q_n = torch.gather(target_rows, -1, token_ids[..., None])
+        # #{j: x_j > x_n} as the sum of sign(max(x_j - x_n, 0)) in float32 arithmetic (a
+        # difference of two floats is 0 only when they are equal, so each term is the
+        # comparison's 0/1; float ops vectorize better than a boolean reduction). Exact: the
+        # count is an integer below 2^24.
+        above = (target_rows - q_n).clamp_min_(0.0).sign_().sum(-1)
+        return (above < self.topk).to(torch.float32)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        r"""Recovery weights :math:`\max(0, 1[q_x \ge q_{(k)}] - p_x)` (the plan's, un-normalized).
+
+        torch rows: the k-th largest entry by ``torch.topk`` (k values per row) instead of a
+        sort of the vocabulary; other arrays: the plan's.
+        """
+        if not hasattr(target_probs, "topk"):
+            return super().recovery_weights_at(target_probs, draft_probs, token_ids)
+        k = min(self.topk, target_probs.shape[-1])
+        kth = target_probs.topk(k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+        return residual_weights((target_probs >= kth).to(target_probs.dtype), draft_probs)
+
 
 register(RuleSpec(
     name="topk", factory=TopKAcceptance,
@@ -76,7 +121,7 @@ register(RuleSpec(
                 doc="k: accept drafted tokens in the verifier's top-k (Cactus spec.py default 5)"),),
     sps_knobs=None,
     sps_note="no k gives SpS: acceptance is 0/1 and the recovery ignores q's values",
-    deterministic=True, reads_draft=True, needs_raw=False, family="target",
+    deterministic=True, reads_draft=True, needs_raw=False, family="target", fast_accept=True,
     summary="top-k acceptance: accept iff q_n >= k-th largest q; recover normalize(1[top-k] - p)",
     reference="Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/topk.py",
 ))

@@ -25,16 +25,31 @@ Deterministic rules (``RuleSpec.deterministic``: TAS, top-k, fuzzy SD) accept if
 :math:`a_n > 1/2` (their :math:`a_n` is 0 or 1) and draw no acceptance uniforms, as vLLM's
 ``TypicalAcceptanceSampler`` draws none.
 
-Memory and synchronization: for a rule that sets ``Rule.accept_probs_from_values(q_n, p_n)`` (Cactus: its acceptance depends on the drafted token's probabilities alone) the accept
-path reads q and p once for the row sums and then touches only the drafted tokens ([B, k]);
-other rules get float32, row-normalized copies of q and p (``[B, k, V]`` each, also for
-float32 input) and whatever the rule interface's ``Rule.accept_probs_at`` builds (its plan, or,
-for rules declaring ``RuleSpec.fast_accept``, gamma at the drafted tokens only). The recovery step works on ``[B, V]`` rows (the first
-rejected position of each row), through ``Rule.recovery_at`` (Cactus overrides it: gamma at
-the drafted token only). Nothing in
-``forward`` reads a device value on the host (no ``.item()``, ``nonzero``, boolean masking or
-``torch.multinomial``) unless ``strict_mode`` is on; seeded rows add host-to-device index
-copies only.
+Memory, passes and synchronization: the entry validation reads q (its k draft positions) and p
+once for the float32 row sums and once for the row minimum (the negative check; a NaN or inf
+makes the sum non-finite, an all-zero row sums to 0), and ``forward`` reuses those sums.
+The accept path then takes the cheapest route the rule declares (:meth:`RuleSampler._accept_path`):
+Cactus evaluates gamma once at the [B, k] drafted tokens (reused by the recovery);
+``Rule.accept_probs_from_values(q_n, p_n)`` (SpS, interpolation) reads only the drafted
+tokens, divided by the row sums; ``Rule.accept_probs_from_rows`` (top-k: one compare pass;
+TAS: the entropy, one pass with a log; cascades: row maxima and a masked sum) reads the
+un-normalized rows with their sums; other rules, and any rule given raw distributions, get
+float32 row-normalized copies (``[B, k, V]`` each) and ``Rule.accept_probs_at`` (their plan,
+or a drafted-token override declared by ``RuleSpec.fast_accept``). The recovery works on
+``[B, V]`` rows only (the first rejected position of each row): un-normalized weights from
+``Rule.recovery_weights_at`` (Cactus: one scaled copy of q with the spike written in place,
+the row sums folded into :math:`c_n`), drawn by inverse CDF (:func:`inverse_cdf_sample`:
+one uniform per row, a two-level search over float32 sums of 256-token blocks and float64
+running sums). Nothing in ``forward`` reads a device value
+on the host (no ``.item()``, ``nonzero``, boolean masking or ``torch.multinomial``) unless
+``strict_mode`` is on; seeded rows add host-to-device index copies only.
+
+Random streams: per call, the k acceptance uniforms of each row (float32, ``[B, k]``; none for
+deterministic rules), then one float64 uniform per row for the recovery draw (rows with a
+generator in ``seeded_seqs`` draw theirs from it, in that order; the others share one
+``torch.rand`` call on the default generator). Seeded outputs therefore differ from versions
+that drew the recovery by an exponential race (V exponentials per row; :func:`exponential_race`,
+kept public) and from vLLM's streams; the law is the same.
 
 Bad values (the choice: clamp-and-flag on the device, always on): every public call first runs
 :func:`validate_sampler_entry`. A token id outside ``[0, V)`` (negative included, draft or
@@ -58,8 +73,9 @@ A numpy array or a non-Generator in ``seeded_seqs`` raises TypeError naming the 
     * Acceptance test: ``u < a`` with float32 uniforms (vLLM V0); V1 uses ``u <= a`` with
       float64 uniforms. The two differ on a set of measure zero.
     * The recovery is sampled only at the first rejected position of each row (``[B, V]``),
-      not at all k positions as vLLM V0 does (``[B, k, V]``); the emitted tokens have the
-      same law, but the random streams (hence seeded outputs) are not vLLM's.
+      not at all k positions as vLLM V0 does (``[B, k, V]``), and by inverse CDF rather
+      than vLLM's exponential race; the emitted tokens have the same law, but the random
+      streams (hence seeded outputs) are not vLLM's.
 """
 
 from __future__ import annotations
@@ -70,8 +86,10 @@ from typing import Dict, Optional
 import torch
 
 from ..rules import Rule, get_rule
+from ..rules.plans import ratio_acceptance
 
-__all__ = ["RuleSampler", "exponential_race", "validate_sampler_entry", "mask_invalid_rows"]
+__all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry",
+           "mask_invalid_rows"]
 
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -86,11 +104,27 @@ def _as_float32_rows(x: torch.Tensor) -> torch.Tensor:
     return x / torch.where(s > 0, s, torch.ones_like(s))
 
 
-def _row_sums(x: torch.Tensor) -> torch.Tensor:
-    """Row sums [..., 1] in float32, 1 where a row sums to 0 (as :func:`_as_float32_rows`)."""
-    s = x.to(torch.float32).sum(dim=-1, keepdim=True) if x.dtype != torch.float32 \
-        else x.sum(dim=-1, keepdim=True)
+def _positive(s: torch.Tensor) -> torch.Tensor:
+    """Row sums with 1 where a row sums to 0 or less (as :func:`_as_float32_rows`)."""
     return torch.where(s > 0, s, torch.ones_like(s))
+
+
+def _rows_at(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """``x[b, pos[b]]`` for every row b of ``x`` [B, K, V]: a new [B, V] tensor (a copy).
+
+    ``index_select`` on the flattened rows when ``x`` is contiguous (a faster kernel than
+    advanced indexing), else advanced indexing (an expanded or sliced ``x`` is not copied
+    whole).
+    """
+    if x.is_contiguous():
+        flat = torch.arange(x.shape[0], device=pos.device) * x.shape[1] + pos
+        return x.view(-1, x.shape[-1]).index_select(0, flat)
+    return x[torch.arange(x.shape[0], device=pos.device), pos]
+
+
+def _as_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 (a cast copy for half precision; float32 as is)."""
+    return x if x.dtype == torch.float32 else x.to(torch.float32)
 
 
 def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
@@ -101,6 +135,9 @@ def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
 
     so index i wins with probability :math:`\pi_i / \sum_j \pi_j`; no ``torch.multinomial``, hence
     no host-device synchronization (vLLM's ``_multinomial`` in ``rejection_sampler.py``).
+    V exponentials per row (``exponential_`` is slow on the CPU): :class:`RuleSampler` draws
+    its recovery by :func:`inverse_cdf_sample` (one uniform per row) instead; this function
+    is kept for callers who want vLLM's kind of stream.
 
     Parameters
     ----------
@@ -131,10 +168,129 @@ def exponential_race(probs: torch.Tensor, generators=None) -> torch.Tensor:
     return torch.argmax(probs.to(torch.float32) / noise.clamp_min_(_TINY), dim=-1)
 
 
+def _row_uniforms(batch: int, device, generators=None, dtype=torch.float64) -> torch.Tensor:
+    """``[B, 1]`` uniforms in [0, 1): rows whose generator is None in one ``torch.rand`` call
+    from the default generator, each other row one draw from its own generator."""
+    if generators is None or all(g is None for g in generators):
+        return torch.rand(batch, 1, dtype=dtype, device=device)
+    u = torch.empty(batch, 1, dtype=dtype, device=device)
+    plain = [i for i, g in enumerate(generators) if g is None]
+    if plain:
+        u[torch.tensor(plain, device=device)] = torch.rand(len(plain), 1, dtype=dtype,
+                                                          device=device)
+    for i, g in enumerate(generators):
+        if g is not None:
+            u[i] = torch.rand(1, dtype=dtype, device=device, generator=g)
+    return u
+
+
+#: Block length of :func:`inverse_cdf_sample`'s two-level search.
+_CDF_BLOCK = 256
+
+
+def _block_sums(weights: torch.Tensor, blk: int) -> torch.Tensor:
+    """Sums of consecutive blocks of ``blk`` entries along the last axis (the last block may
+    be shorter), [B, ceil(V / blk)], in the weights' dtype."""
+    B, V = weights.shape
+    nb = V // blk
+    parts = [] if nb == 0 else [weights[:, :nb * blk].reshape(B, nb, blk).sum(-1)]
+    if nb * blk < V:
+        parts.append(weights[:, nb * blk:].sum(-1, keepdim=True))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+def inverse_cdf_sample(weights: torch.Tensor, generators=None,
+                       fallback: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""One categorical sample per row by inverse CDF: one uniform per row, two-level search.
+
+    The vocabulary is cut into blocks of 256 tokens (the last one shorter). With the block
+    sums :math:`S_b` (float32, one read of the row), their running sums
+    :math:`C_b = \sum_{b' \le b} S_{b'}` (float64) and :math:`u \sim U[0, 1)` (float64),
+
+    .. math:: b^* = \min\{b : C_b > u\, C_{last}\}, \qquad
+              j^* = \min\{j \in b^* : c_j > u\, C_{last} - C_{b^*-1}\ \text{(scaled to the block)}\},
+
+    where :math:`c_j` is the float64 running sum inside block :math:`b^*`. Block b is drawn
+    with probability :math:`S_b / \sum S` and, given the block, token j with
+    :math:`w_j / \sum_{i \in b} w_i`: the law :math:`w_j / \sum_i w_i` up to the float32
+    rounding of a block sum (relative error below :math:`10^{-6}`, the rounding the float32
+    weights carry anyway) and float64 rounding elsewhere. A zero weight is never drawn (a
+    zero block has :math:`S_b = 0`; inside a block :math:`c_j = c_{j-1}`). One uniform per row
+    (no V exponentials as in :func:`exponential_race`), no ``torch.multinomial``, no
+    host-device synchronization. The samplers' recovery draw.
+
+    Parameters
+    ----------
+    weights : Tensor, shape (B, V)
+        Non-negative weights, un-normalized (float32; other float dtypes are summed in their
+        own precision). Not modified.
+    generators : sequence of (torch.Generator or None), optional
+        Per-row generators (length B): a row with a generator draws its one uniform from it;
+        the rows whose entry is None share one ``torch.rand`` call on the default generator.
+    fallback : Tensor, shape (B, V), optional
+        Weights for the rows whose ``weights`` do not sum to a finite positive value (a
+        safety net; the choice costs [B, blocks] and [B, 256] selections, no [B, V] pass).
+
+    Returns
+    -------
+    Tensor, shape (B,), int64
+        Indices in ``[0, V)``. Where a product ``u C`` rounds up to its total, the first index
+        reaching the total is taken (a positive weight). A row summing to 0 or to a
+        non-finite value (and its fallback, if given) gives an arbitrary index in range (the
+        samplers mask such rows).
+    """
+    B, V = weights.shape
+    blk = _CDF_BLOCK
+    device = weights.device
+    # float64 where the device has it (Apple's MPS has not: float32 there)
+    dtype = torch.float32 if device.type == "mps" else torch.float64
+    block_sums = _block_sums(weights, blk)
+    use_fb = None
+    if fallback is not None:
+        mass = block_sums.sum(-1, keepdim=True)
+        use_fb = ~(torch.isfinite(mass) & (mass > 0))
+        block_sums = torch.where(use_fb, _block_sums(fallback, blk), block_sums)
+    cb = torch.cumsum(block_sums, dim=-1, dtype=dtype)                       # [B, blocks]
+    total = cb[:, -1:]
+    u = _row_uniforms(B, device, generators, dtype)
+    zero = torch.zeros_like(total)
+    # u * total < total, except when the product rounds up: cap at the float below the total
+    t = torch.minimum(u * total, torch.nextafter(total, zero))
+    b = torch.searchsorted(cb, t, right=True).clamp_(0, cb.shape[-1] - 1)   # [B, 1]
+    below = torch.where(b > 0, torch.gather(cb, -1, (b - 1).clamp_(min=0)), zero)
+    idx = b * blk + torch.arange(blk, device=device)                         # [B, blk]
+    inside = idx < V
+    idx = idx.clamp_(max=V - 1)
+    wb = torch.gather(weights, -1, idx)
+    if use_fb is not None:
+        wb = torch.where(use_fb, torch.gather(fallback.to(weights.dtype), -1, idx), wb)
+    wb = torch.where(inside, wb, torch.zeros((), dtype=weights.dtype, device=device))
+    c = torch.cumsum(wb, dim=-1, dtype=dtype)
+    # the offset inside the block, rescaled from the block sum S_b to the float64 sum c_last
+    s_b = torch.gather(block_sums, -1, b).to(dtype)
+    c_last = c[:, -1:]
+    r = (t - below) * torch.where(s_b > 0, c_last / s_b, zero)
+    r = torch.minimum(r.clamp_(min=0.0), torch.nextafter(c_last, zero))
+    j = torch.searchsorted(c, r, right=True).clamp_(0, blk - 1)
+    return (b * blk + j)[:, 0].clamp_(0, V - 1)
+
+
+def _row_stats(x: torch.Tensor):
+    """Float32 row sums and the bad-row flag (sum not finite or <= 0, or a negative entry).
+
+    One read for the sums, one for the minimum (a NaN or inf anywhere makes the sum
+    non-finite; only negative entries need the minimum). The half-precision inputs are cast
+    first (the float32 path reads the input as is).
+    """
+    xf = x if x.dtype == torch.float32 else x.to(torch.float32)
+    s = xf.sum(-1)
+    return s, ~(torch.isfinite(s) & (s > 0) & (x.amin(-1) >= 0))
+
+
 def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_token_ids,
                            seeded_seqs=None, *, raw_target_probs=None, raw_draft_probs=None,
                            target_names=("target_with_bonus_probs", "draft_probs"),
-                           sanitize: bool = False):
+                           sanitize: bool = False, return_sums: bool = False):
     r"""Entry validation of a public sampler call: types at once, values clamped and flagged.
 
     Called first by :meth:`RuleSampler.forward` and :func:`~.v1.ragged_forward`. Two kinds
@@ -170,6 +326,9 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         forward); the public calls turn it on only to retry a rule that raised ValueError on
         the raw values (a rule that validates on the host, e.g. ``cactus-calibrated``).
         Array-agnostic rules compute on the invalid rows unharmed: their output is masked.
+    return_sums : bool
+        Also return the float32 row sums computed by the value checks, so that the sampler
+        reads each probability tensor once (sums and validation in the same pass).
 
     Returns
     -------
@@ -182,6 +341,10 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         ``(target_probs, draft_probs, raw_target_probs, raw_draft_probs)``; with ``sanitize``,
         copies with each invalid probability row replaced by the uniform row (the inputs are
         never modified).
+    sums : tuple of (Tensor or None)
+        Only with ``return_sums``: the float32 row sums of the four probability tensors
+        (``target_probs`` at its first ``draft_token_ids.shape[-1]`` positions in the V0
+        layout), shape ``draft_token_ids.shape``; None where a tensor was not checked.
 
     Raises
     ------
@@ -207,26 +370,27 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
             raise TypeError(f"seeded_seqs: the values for rows {bad} are not torch.Generator "
                             f"(got {type(seeded_seqs[bad[0]]).__name__})")
     probs = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    if target_probs.dim() < 1 or draft_token_ids.dim() < 1:
-        return draft_token_ids, bonus_token_ids, None, probs  # the shape checks name the argument
+    if target_probs.dim() < 1 or draft_token_ids.dim() < 1:  # the shape checks name the argument
+        if return_sums:
+            return draft_token_ids, bonus_token_ids, None, probs, (None,) * 4
+        return draft_token_ids, bonus_token_ids, None, probs
     v = target_probs.shape[-1]
     lead = draft_token_ids.dim()  # the probability tensors' axes before V align with the ids
     invalid = torch.zeros(draft_token_ids.shape, dtype=torch.bool, device=draft_token_ids.device)
 
-    def bad_rows(x):
+    def row_stats(x):
         if x is None or x.dim() != lead + 1 or not x.is_floating_point():
-            return None
+            return None, None
         if lead == 2:  # V0 layout [B, k(+1), V]: the k draft positions
             x = x[:, :invalid.shape[1]]
         if tuple(x.shape[:-1]) != tuple(invalid.shape) or x.device != invalid.device:
-            return None
-        x = x.to(torch.float32)
-        s = x.sum(-1)
-        return ~(torch.isfinite(s) & (s > 0) & (x.amin(-1) >= 0))
+            return None, None
+        return _row_stats(x)
 
-    cleaned = []
+    cleaned, sums = [], []
     for x in probs:
-        b = bad_rows(x)
+        s_x, b = row_stats(x)
+        sums.append(s_x)
         if b is not None:
             invalid |= b
             # with sanitize, a uniform row in its place (for rules that validate on the host);
@@ -247,6 +411,8 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         # (the ragged layout maps its bonus ids to requests itself)
         invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
         bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
+    if return_sums:
+        return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned), tuple(sums)
     return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned)
 
 
@@ -452,8 +618,8 @@ class RuleSampler(torch.nn.Module):
             The drafted tokens n, sampled from ``draft_probs``.
         seeded_seqs : dict of int to torch.Generator, optional
             Row index -> generator, as vLLM's: a seeded row draws its k acceptance uniforms and
-            then its recovery noise (V exponentials) from its own generator, so its output
-            depends only on its inputs and its generator's state. Generators must live on the
+            then its recovery uniform (one float64, :func:`inverse_cdf_sample`) from its own
+            generator, so its output depends only on its inputs and its generator's state. Generators must live on the
             inputs' device (as vLLM's); keys outside ``[0, B)`` raise ValueError.
         raw_target_probs, raw_draft_probs : Tensor, optional
             Raw (temperature-1) distributions for rules that decide on them
@@ -474,9 +640,9 @@ class RuleSampler(torch.nn.Module):
             A numpy array (or other non-tensor) for a tensor argument; ``seeded_seqs`` not a
             dict of ``torch.Generator``.
         """
-        draft_ids, bonus, invalid, probs = validate_sampler_entry(
+        draft_ids, bonus, invalid, probs, sums = validate_sampler_entry(
             target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
-            raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
+            raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs, return_sums=True)
         if self._strict_mode:  # raise on the original values (names the argument)
             self._check_shapes(target_with_bonus_probs, bonus_token_ids, draft_probs,
                                draft_token_ids, raw_target_probs, raw_draft_probs)
@@ -486,7 +652,8 @@ class RuleSampler(torch.nn.Module):
                                raw_draft_probs=raw_draft_probs,
                                draft_token_ids=draft_token_ids, bonus_token_ids=bonus_token_ids)
         try:
-            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
+            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3],
+                               sums=sums)
         except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
             if invalid is None:
                 raise
@@ -512,15 +679,88 @@ class RuleSampler(torch.nn.Module):
                                          raw_draft_probs=raw_p)
 
     def _recovery(self, q_r, p_r, n_r, raw_q_r, raw_p_r):
-        """Recovery rows [B, V] for the drafted tokens ``n_r`` (first rejected positions).
+        """Un-normalized recovery weights [B, V] for the drafted tokens ``n_r`` (first rejected
+        positions).
 
-        Calls the rule interface's :meth:`~cactus_theory.rules.registry.Rule.recovery_at`
-        (Cactus overrides it to evaluate gamma at the drafted tokens only).
+        Calls the rule interface's
+        :meth:`~cactus_theory.rules.registry.Rule.recovery_weights_at` (proportional to
+        ``recovery_at``; Cactus overrides it to evaluate gamma at the drafted tokens only).
         """
-        return self.rule.recovery_at(q_r, p_r, n_r, raw_target_probs=raw_q_r, raw_draft_probs=raw_p_r)
+        return self.rule.recovery_weights_at(q_r, p_r, n_r, raw_target_probs=raw_q_r,
+                                             raw_draft_probs=raw_p_r)
+
+    def _accept_path(self, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp):
+        r""":math:`a_n` at the drafted tokens, [B, k], by the cheapest path the rule declares.
+
+        ``target`` holds the k draft positions ([B, k, V], un-normalized, any float dtype);
+        ``sq``, ``sp`` are the float32 row sums ([B, k], positive). Paths, in order (the raw
+        distributions, when given, always take the last):
+
+        1. Cactus (``samples_from_spike``): gamma at the [B, k] drafted tokens, once
+           (reused by the recovery), :math:`\min(1, \gamma_n/p_n)`;
+        2. ``Rule.accept_probs_from_values(q_n, p_n)``: [B, k] gathers divided by the sums;
+        3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums;
+        4. ``Rule.accept_probs_at`` on float32 row-normalized copies (the plan, or the rule's
+           drafted-token override).
+
+        Returns ``a`` and the state the recovery path needs: ``(gamma, q, p, raw_q, raw_p)``
+        (the normalized copies of path 4, else None).
+        """
+        rule = self.rule
+        no_raw = raw_target is None and raw_draft is None
+        from_values = rule.accept_probs_from_values  # declared on Rule (None: whole rows)
+        from_rows = rule.accept_probs_from_rows
+        spike_path = no_raw and getattr(rule, "samples_from_spike", False)
+        if no_raw and (spike_path or from_values is not None):
+            ids_ = draft_ids[..., None]
+            q_n = torch.gather(target, -1, ids_)[..., 0].to(torch.float32) / sq
+            p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
+            if spike_path:
+                gamma = rule.spike_at_tokens(q_n)
+                return ratio_acceptance(gamma, p_n), (gamma, None, None, None, None)
+            return from_values(q_n, p_n), (None,) * 5
+        if no_raw and from_rows is not None:
+            return (from_rows(_as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
+                    (None,) * 5)
+        q = _as_float32_rows(target)
+        p = _as_float32_rows(draft_probs)
+        raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :target.shape[1]])
+        raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
+        return self._accept_probs(q, p, draft_ids, raw_q, raw_p), (None, q, p, raw_q, raw_p)
+
+    def _recovery_path(self, target, draft_probs, draft_ids, pos, state, sq, sp):
+        """Un-normalized recovery weights [B, V] at the positions ``pos`` ([B]) of each row.
+
+        ``state`` comes from :meth:`_accept_path`. Cactus: the rows' copies scaled in place,
+        the row sums folded into :math:`c_n` and p's factor, gamma reused. Other rules: the
+        rows normalized (the [B, V] rows only, unless path 4 made copies) and
+        ``Rule.recovery_weights_at``. Returns ``(weights, fallback)``: ``fallback`` (q's rows,
+        or None for Cactus) is what :func:`inverse_cdf_sample` draws from on a row whose
+        weights are not finite with a positive sum (never reached for valid input).
+        """
+        gamma, q, p, raw_q, raw_p = state
+        rows = torch.arange(pos.shape[0], device=pos.device)
+        n_r = draft_ids[rows, pos]
+        if gamma is not None:
+            return self.rule.recovery_weights_from_spike(
+                _as_float32(_rows_at(target, pos)), _as_float32(_rows_at(draft_probs, pos)), n_r,
+                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True), None
+        if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
+            q_r = _as_float32(_rows_at(target, pos)).div_(sq[rows, pos][:, None])
+            p_r = _as_float32(_rows_at(draft_probs, pos)).div_(sp[rows, pos][:, None])
+        else:
+            q_r, p_r = q[rows, pos], p[rows, pos]
+        rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
+                             None if raw_p is None else raw_p[rows, pos])
+        # Safety net beyond the conventions (never reached for valid input): a row whose
+        # weights are not finite with a positive sum draws from q instead, so no sample is
+        # drawn from an all-zero or NaN row (the choice is made on block sums, in
+        # inverse_cdf_sample). Cactus's weights have mass max(residual mass, mass of h^(n))
+        # > 0 on valid rows and need none.
+        return rec, q_r
 
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
-                num_drafts: Optional[torch.Tensor] = None, counts=None):
+                num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None):
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
         device = target.device
         if self.num_accepted_tokens is None:
@@ -540,23 +780,14 @@ class RuleSampler(torch.nn.Module):
         draft_ids = draft_ids.to(torch.int64)
         bonus = bonus.to(torch.int64)
 
-        from_values = self.rule.accept_probs_from_values  # declared on Rule (None: whole rows needed)
-        if from_values is not None and raw_target is None and raw_draft is None:
-            # The rule's acceptance is a function of (q_n, p_n) alone: one read pass for the
-            # row sums, then only the drafted tokens (no normalized [B, k, V] copies).
-            q = p = raw_q = raw_p = None
-            sq, sp = _row_sums(target[:, :k]), _row_sums(draft_probs)
-            ids_ = draft_ids[..., None]
-            q_n = torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq[..., 0]
-            p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp[..., 0]
-            a = from_values(q_n, p_n)
-        else:
-            q = _as_float32_rows(target[:, :k])
-            p = _as_float32_rows(draft_probs)
-            raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :k])
-            raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
-            # Accept path: the rule's acceptance of each drafted token, [B, k]; no host sync.
-            a = self._accept_probs(q, p, draft_ids, raw_q, raw_p)
+        # Row sums, float32 [B, k] (reused from the entry validation when it computed them);
+        # a row summing to 0 is divided by 1 (it is invalid input, masked at the end).
+        sq = None if sums is None else sums[0]
+        sp = None if sums is None else sums[1]
+        sq = _positive(target[:, :k].to(torch.float32).sum(-1) if sq is None else sq)
+        sp = _positive(draft_probs.to(torch.float32).sum(-1) if sp is None else sp)
+        a, state = self._accept_path(target[:, :k], draft_probs, draft_ids, raw_target, raw_draft,
+                                     sq, sp)
         if self.spec.deterministic:
             accepted = a > 0.5
         else:
@@ -569,25 +800,12 @@ class RuleSampler(torch.nn.Module):
         n_acc = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)          # N_b, [B]
 
         # Recovery: only at the first rejected position of each row, [B, V].
-        rows = torch.arange(b, device=device)
         pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-        if q is None:   # normalize the [B, V] recovery rows only, as _as_float32_rows would
-            q_r = target[rows, pos].to(torch.float32) / sq[rows, pos]
-            p_r = draft_probs[rows, pos].to(torch.float32) / sp[rows, pos]
-        else:
-            q_r, p_r = q[rows, pos], p[rows, pos]
-        n_r = draft_ids[rows, pos]
-        rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
-                             None if raw_p is None else raw_p[rows, pos])
-        rec = torch.nan_to_num(rec.to(torch.float32), nan=0.0, posinf=0.0,
-                               neginf=0.0).clamp_min_(0.0)
-        # Safety net beyond the conventions (never reached for valid input): a recovery row with
-        # no mass falls back to q, so no sample is ever drawn from an all-zero row.
-        rec = torch.where(rec.sum(-1, keepdim=True) > 0, rec, q_r)
+        rec, fallback = self._recovery_path(target, draft_probs, draft_ids, pos, state, sq, sp)
         gens = None
         if seeded_seqs:
             gens = [seeded_seqs.get(i) for i in range(b)]
-        recovered = exponential_race(rec, gens)
+        recovered = inverse_cdf_sample(rec, gens, fallback)
 
         # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
         col = torch.arange(k + 1, device=device)[None, :]

@@ -1,0 +1,351 @@
+"""The samplers' fast paths: inverse-CDF recovery draw, drafted-token accept paths, row sums.
+
+Every fast path is checked against the slow reference on the same inputs: the float64 numpy
+analysis (chi-square laws) or the rule's full plan on row-normalized copies.
+Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token.
+"""
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from cactus_theory.analysis.one_step import emitted_distribution
+from cactus_theory.rules import RULES, get_rule
+from cactus_theory.samplers import inverse_cdf_sample, make_sampler
+from cactus_theory.solvers.spike import exact_spike
+
+#: False-alarm rate of each chi-square test (seeds fixed: deterministic outcome; a correct
+#: sampler with an arbitrary seed fails at this rate).
+ALPHA = 1e-3
+
+#: Rules whose sampler takes a fast path when no raw distributions are given.
+FAST_RULES = [("sps", {}), ("cactus-taylor", {"delta": 0.3}), ("cactus-exact-kl", {"delta": 0.3}),
+              ("cactus-exact-hellinger", {"delta": 0.05}), ("interpolation", {}), ("topk", {"topk": 2}),
+              ("tas", {}), ("tas", {"entropy": "exact", "recovery": "truncated"}),
+              ("cascade-chow", {}), ("cascade-diff", {}), ("cascade-opt", {"alpha": 0.3}),
+              ("cascade-token-v1", {}), ("cascade-token-v2", {}), ("cascade-token-v3", {}),
+              ("fuzzy", {}), ("fuzzy", {"fsd_div_type": "kl_div", "fsd_div_threshold": 2.9}),
+              ("fuzzy", {"fsd_div_type": "kl_div_reversed", "fsd_div_threshold": 2.9}),
+              ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8})]
+FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: on 2 shared cores torch's thread pool contends."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _chisquare_ok(counts, expected_probs, n):
+    """Chi-square with cells of expected count < 5 pooled; zero-probability cells never hit."""
+    assert counts[expected_probs == 0].sum() == 0, (counts, expected_probs)
+    exp = n * expected_probs
+    big = exp >= 5
+    obs_c = np.append(counts[big], counts[~big].sum())
+    exp_c = np.append(exp[big], exp[~big].sum())
+    keep = exp_c > 0
+    if keep.sum() < 2:                      # a point mass: every draw on it
+        return obs_c[keep].sum() == n
+    return stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue > ALPHA
+
+
+# --- inverse CDF ------------------------------------------------------------------------------
+
+def test_inverse_cdf_sample_law_and_zero_weights():
+    """Index j w.p. w_j / sum w (un-normalized weights); zero weights, first and last
+    included, are never drawn."""
+    w = torch.tensor([0.0, 1.0, 3.0, 0.5, 0.0, 2.5, 0.0]) * 7.0
+    torch.manual_seed(3)
+    idx = inverse_cdf_sample(w.expand(40_000, 7))
+    assert idx.dtype == torch.int64 and idx.shape == (40_000,)
+    counts = np.bincount(idx.numpy(), minlength=7)
+    assert _chisquare_ok(counts.astype(float), (w / w.sum()).double().numpy(), 40_000)
+
+
+def test_inverse_cdf_sample_law_across_blocks():
+    """V = 700: two full blocks of 256 and a tail of 188. A block of zeros, zeros inside a
+    block, mass on both sides of block edges and in the tail: chi-square over the positive
+    cells (n = 60,000, ALPHA); zero weights never drawn; seeded rows reproduce."""
+    V = 700
+    w = torch.zeros(V)
+    w[256:260] = torch.tensor([1.0, 0.0, 2.0, 0.5])       # block 1 starts; block 0 is all zero
+    w[500:512] = 0.25                                      # runs into the tail block at 512
+    w[513] = 3.0
+    w[V - 1] = 1.5                                         # the last token
+    w[300] = 1e-3                                          # a small weight
+    torch.manual_seed(4)
+    n = 60_000
+    idx = inverse_cdf_sample(w.expand(n, V))
+    counts = np.bincount(idx.numpy(), minlength=V).astype(float)
+    assert _chisquare_ok(counts, (w / w.sum()).double().numpy(), n)
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    a = inverse_cdf_sample(w.expand(3, V), gens)
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    assert torch.equal(a, inverse_cdf_sample(w.expand(3, V), gens))
+
+
+def test_inverse_cdf_sample_point_masses_and_tiny_weights():
+    rows = torch.tensor([[0.0, 0.0, 1e-30], [5.0, 0.0, 0.0], [0.0, 1e-38, 0.0],
+                         [1.0, 1e-7, 0.0]])
+    wide = torch.zeros(3, 1000)
+    wide[0, 999] = 1e-30       # the last token, in the tail block
+    wide[1, 256] = 2.0         # the first token of a block
+    wide[2, 255] = 1e-38       # the last token of a block (subnormal weight)
+    torch.manual_seed(0)
+    for _ in range(50):
+        idx = inverse_cdf_sample(rows)
+        assert idx[:3].tolist() == [2, 0, 1]
+        assert idx[3] in (0, 1)
+        assert inverse_cdf_sample(wide).tolist() == [999, 256, 255]
+
+
+def test_inverse_cdf_sample_fallback_rows():
+    """Rows whose weights sum to 0, NaN or inf draw from ``fallback`` (the samplers' safety
+    net: q); the other rows ignore it."""
+    V = 600
+    w = torch.zeros(4, V)
+    w[0, 10] = 1.0                          # a valid row: always 10
+    w[2, 5] = float("nan")
+    w[3, 7] = float("inf")
+    fb = torch.zeros(4, V)
+    fb[:, 590] = 1.0                        # the fallback: always 590 (in the tail block)
+    torch.manual_seed(1)
+    for _ in range(20):
+        assert inverse_cdf_sample(w, fallback=fb).tolist() == [10, 590, 590, 590]
+
+
+def test_inverse_cdf_sample_seeded_rows():
+    """A row with a generator draws one float64 uniform from it: its index depends only on its
+    weights and its generator, not on the other rows or the default generator."""
+    w = torch.rand(5, 40, generator=torch.Generator().manual_seed(1))
+    gens = lambda: [torch.Generator().manual_seed(10 + i) for i in range(5)]  # noqa: E731
+    a = inverse_cdf_sample(w, gens())
+    torch.manual_seed(123)
+    assert torch.equal(a, inverse_cdf_sample(w, gens()))
+    alone = inverse_cdf_sample(w[2:3], [torch.Generator().manual_seed(12)])
+    assert alone[0] == a[2]
+    mixed = inverse_cdf_sample(w, [None, None, torch.Generator().manual_seed(12), None, None])
+    assert mixed[2] == a[2]
+    # the uniform it used: u = the generator's first float64 draw (one block here: the index
+    # is the plain inverse CDF's)
+    u = torch.rand(1, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
+    cdf = torch.cumsum(w[2].double(), 0)
+    assert int(a[2]) == int(torch.searchsorted(cdf, u * cdf[-1], right=True))
+
+
+# --- the recovery draw of the sampler against the exact analysis ------------------------------
+
+def _pair(seed, V=6, conc=0.8):
+    rng = np.random.default_rng(seed)
+    return rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+
+
+@pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
+def test_recovery_draw_law_matches_exact_analysis(name, knobs):
+    """The sampler's recovery path (the one forward takes: un-normalized rows, row sums,
+    Rule hooks, inverse CDF) draws from the float64 analysis' r^(n) (chi-square, n = 20,000
+    draws per drafted token, ALPHA per test)."""
+    q, p = _pair(5)
+    V, N = len(q), 20_000
+    rule = get_rule(name, **knobs)
+    s = make_sampler(rule)
+    plan = rule.plan(q, p)
+    rng = np.random.default_rng(1)
+    scale_q, scale_p = 1.7, 0.6            # un-normalized rows: the sums are folded in
+    for n_tok in (int(np.argmax(p)), int(rng.integers(V))):
+        r = np.asarray(plan.recovery_at(np.array(n_tok)), dtype=np.float64)
+        tq = torch.tensor(q * scale_q, dtype=torch.float32).expand(N, 1, V)
+        tp = torch.tensor(p * scale_p, dtype=torch.float32).expand(N, 1, V)
+        ids = torch.full((N, 1), n_tok, dtype=torch.int64)
+        sq, sp = tq.sum(-1), tp.sum(-1)
+        _, state = s._accept_path(tq, tp, ids, None, None, sq, sp)
+        w, _ = s._recovery_path(tq, tp, ids, torch.zeros(N, dtype=torch.int64), state, sq, sp)
+        torch.manual_seed(17)
+        counts = np.bincount(inverse_cdf_sample(w).numpy(), minlength=V).astype(float)
+        assert _chisquare_ok(counts, r / r.sum(), N), f"{name}, n = {n_tok}: {counts} vs {r}"
+
+
+@pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
+def test_emitted_law_fast_paths(name, knobs):
+    """One position, no raw distributions given (the fast accept paths run), un-normalized
+    float32 rows: the emitted token follows h_alg of the float64 analysis (chi-square,
+    n = 20,000, ALPHA)."""
+    q, p = _pair(9)
+    V, N = len(q), 20_000
+    rule = get_rule(name, **knobs)
+    h = emitted_distribution(rule, q, p)
+    g = torch.Generator().manual_seed(11)
+    qt = torch.tensor(q * 2.5, dtype=torch.float32).expand(N, 2, V)
+    pt = torch.tensor(p * 0.4, dtype=torch.float32).expand(N, 1, V)
+    ids = torch.multinomial(torch.tensor(p).expand(N, V), 1, replacement=True, generator=g)
+    torch.manual_seed(12)
+    out = make_sampler(rule)(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
+    counts = np.bincount(out[:, 0].numpy(), minlength=V).astype(float)
+    assert _chisquare_ok(counts, h, N), f"{name}: {counts} vs {N * h}"
+
+
+# --- accept paths and hooks against the full plan ---------------------------------------------
+
+def _rows(B=12, k=3, V=60, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.softmax(2.0 * torch.randn(B, k, V, generator=g), -1) * (0.5 + torch.rand(B, k, 1, generator=g))
+    y = torch.softmax(2.0 * torch.randn(B, k, V, generator=g), -1) * (0.5 + torch.rand(B, k, 1, generator=g))
+    ids = torch.randint(0, V, (B, k), generator=g)
+    return x, y, ids
+
+
+@pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
+def test_accept_path_equals_the_plan(name, knobs):
+    """The sampler's accept path on un-normalized rows == the full plan on the normalized rows.
+
+    Deterministic rules: the same 0/1 decisions (random rows: no entry within rounding of a
+    threshold). Others: float32, the same formulas on values that differ by the rounding of
+    the normalization and by summation order; a masked sum over V entries (cascades' p(A))
+    is off by at most V eps32 (recursive summation bound), and the ratio h_n / p_n amplifies
+    an absolute error in h_n by q_n / p_n: |diff| <= V eps32 (1 + q_n/p_n).
+    """
+    rule = get_rule(name, **knobs)
+    s = make_sampler(rule)
+    eps = torch.finfo(torch.float32).eps
+    decisions = set()
+    for seed in range(4):
+        x, y, ids = _rows(seed=seed)
+        if seed == 3:   # zeros: KL infinite off the support, 0 log 0 = 0, top-k ties at 0
+            x = torch.where(torch.rand(x.shape, generator=torch.Generator().manual_seed(5)) < 0.3,
+                            torch.zeros_like(x), x)
+        sq, sp = x.sum(-1), y.sum(-1)
+        fast, _ = s._accept_path(x, y, ids, None, None, sq, sp)
+        q, p = x / sq[..., None], y / sp[..., None]
+        ref = rule.plan(q, p).accept_probs_at(ids).to(fast.dtype)
+        if RULES[name].deterministic:
+            assert torch.equal(fast, ref), name
+            decisions.update(fast.unique().tolist())
+        else:
+            ratio = torch.gather(q, -1, ids[..., None])[..., 0] / torch.gather(p, -1, ids[..., None])[..., 0]
+            bound = x.shape[-1] * eps * (1.0 + ratio)
+            assert bool(((fast - ref).abs() <= bound).all()), ((fast - ref).abs() / bound).max()
+    if RULES[name].deterministic:   # the rows exercise both decisions
+        assert decisions == {0.0, 1.0}, (name, decisions)
+
+
+@pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
+def test_recovery_hooks_equal_the_plan(name, knobs):
+    """normalize(Rule.recovery_weights_at) == plan.recovery_at at the drafted tokens (float32;
+    same formulas, reduction orders differ: 1e-6)."""
+    rule = get_rule(name, **knobs)
+    x, y, ids = _rows(k=1, seed=4)
+    q, p, n = x[:, 0] / x[:, 0].sum(-1, keepdim=True), y[:, 0] / y[:, 0].sum(-1, keepdim=True), ids[:, 0]
+    w = rule.recovery_weights_at(q, p, n)
+    ref = rule.plan(q, p).recovery_at(n)
+    torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-tv"])
+def test_cactus_recovery_from_spike_with_row_sums(name):
+    """The folded form (un-normalized rows, sums in c_n and p's factor, rows overwritten)
+    equals recovery_at on the normalized rows (float32: 1e-6)."""
+    rule = get_rule(name, delta=0.2)
+    x, y, ids = _rows(k=1, seed=6)
+    x, y, n = x[:, 0], y[:, 0], ids[:, 0]
+    sq, sp = x.sum(-1), y.sum(-1)
+    q, p = x / sq[:, None], y / sp[:, None]
+    gamma = rule.spike_at_tokens(torch.gather(q, -1, n[:, None])[:, 0])
+    w = rule.recovery_weights_from_spike(x.clone(), y.clone(), n, gamma, sq, sp, overwrite=True)
+    w_keep = rule.recovery_weights_from_spike(x, y, n, gamma, sq, sp)     # inputs kept
+    assert torch.equal(w, w_keep) and torch.equal(x / sq[:, None], q)
+    ref = rule.recovery_at(q, p, n)
+    torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
+
+
+def test_exact_spike_at_tokens_rounds_the_float64_root_down():
+    """CPU float32: gamma is the float64 root rounded toward q_n: q_n <= gamma <= root64,
+    within one float32 ulp of it, so the budget holds (two-point KL <= delta in float64)."""
+    from cactus_theory.divergences import get_divergence
+
+    rule = get_rule("cactus-exact-kl", delta=0.3)
+    q_n = torch.tensor([0.0, 1e-30, 1e-6, 0.01, 0.2, 0.5, 0.77, 0.999, 1.0], dtype=torch.float32)
+    g = rule.spike_at_tokens(q_n)
+    assert g.dtype == torch.float32
+    root = exact_spike(q_n.double().numpy(), 0.3)
+    g64 = g.double().numpy()
+    assert np.all(g64 >= q_n.double().numpy()) and np.all(g64 <= root)
+    ulp = np.spacing(root.astype(np.float32)).astype(np.float64)
+    assert np.all(root - g64 <= ulp)
+    assert np.all(get_divergence("kl").two_point(g64, q_n.double().numpy()) <= 0.3)
+    # NaN (an invalid row, masked by the sampler) is solved as 0, not raised
+    assert rule.spike_at_tokens(torch.tensor([float("nan")]))[0] == 0.0
+
+
+def test_samples_from_spike_only_without_overrides():
+    """A subclass overriding an accept or recovery hook makes the sampler call the hooks."""
+    from cactus_theory.rules.cactus import CactusTaylor
+
+    class Custom(CactusTaylor):
+        def accept_probs_from_values(self, q_n, p_n):
+            return super().accept_probs_from_values(q_n, p_n)
+
+    assert get_rule("cactus-taylor").samples_from_spike
+    assert not Custom(0.5).samples_from_spike
+
+
+def test_row_sums_are_the_validation_sums():
+    """forward reads q and p once for the sums: validate_sampler_entry's sums are what the
+    accept path divides by (one read pass plus the minimum), and a negative entry anywhere
+    still flags its row."""
+    from cactus_theory.samplers.base import validate_sampler_entry
+
+    g = torch.Generator().manual_seed(2)
+    q = torch.rand(4, 3, 30, generator=g)
+    p = torch.rand(4, 2, 30, generator=g)
+    ids = torch.randint(0, 30, (4, 2), generator=g)
+    bonus = torch.zeros(4, 1, dtype=torch.int64)
+    *_, invalid, _, sums = validate_sampler_entry(q, bonus, p, ids, return_sums=True)
+    torch.testing.assert_close(sums[0], q[:, :2].sum(-1), rtol=0, atol=0)
+    torch.testing.assert_close(sums[1], p.sum(-1), rtol=0, atol=0)
+    assert not invalid.any()
+    q2 = q.clone()
+    q2[1, 0, 7] = -1e-9
+    s = make_sampler("cactus-taylor")
+    out = s(q2, bonus, p, ids)
+    assert out[1].tolist() == [-1, -1, -1] and bool(s.last_invalid_rows[1])
+    assert (out[[0, 2, 3]] != -1).any(-1).all()
+
+
+def test_benchmark_sampler_checks_cover_the_fast_paths():
+    """_bench_samplers checks each timed sampler's accept path and recovery draw against the
+    full plan on the same inputs (tiny shapes, one repeat; no timing asserted)."""
+    from cactus_theory.benchmark import _bench_samplers
+
+    goals = _bench_samplers(("sps", "cactus-exact-kl", "topk", "cascade-token-v3"), ((3, 2, 80),), 1)
+    checks = [g for g in goals if "read pass" in g.goal and "validation" not in g.goal]
+    assert len(checks) == 4
+    for g in checks:
+        assert g.check.startswith("ok") and "recovery" in g.check, g
+    (val,) = [g for g in goals if "validation" in g.goal]
+    assert val.check.startswith("ok") and val.target == "reported"
+
+
+@pytest.mark.parametrize("name", ["sps", "cactus-taylor", "cactus-exact-kl", "interpolation"])
+def test_empty_residual_falls_back_to_h_on_the_fast_paths(name):
+    """p = q (delta = 0 for Cactus): the residual max(0, h - p) is empty, and the recovery
+    weights are h itself (convention 3), on the torch fast paths (folded sums included);
+    a row with a non-empty residual in the same batch keeps its residual."""
+    rule = get_rule(name, **({"delta": 0.0} if name.startswith("cactus") else {}))
+    g = torch.Generator().manual_seed(3)
+    q = torch.softmax(torch.randn(2, 50, generator=g), -1)
+    p = q.clone()
+    p[1] = torch.softmax(torch.randn(50, generator=g), -1)       # row 1: a real residual
+    n = torch.tensor([7, 7])
+    w = rule.recovery_weights_at(q, p, n)
+    torch.testing.assert_close(w[0] / w[0].sum(), q[0], rtol=0, atol=1e-7)
+    ref = rule.plan(q, p).recovery_at(n)
+    torch.testing.assert_close(w[1] / w[1].sum(), ref[1], rtol=0, atol=1e-6)
+    if name.startswith("cactus"):
+        s = torch.tensor([2.0, 0.5])
+        gamma = rule.spike_at_tokens(q[:, 7])
+        wf = rule.recovery_weights_from_spike(q * s[:, None], p * s[:, None], n, gamma, s, s)
+        torch.testing.assert_close(wf[0] / wf[0].sum(), q[0], rtol=0, atol=1e-7)
