@@ -262,7 +262,7 @@ def test_cactus_recovery_from_spike_with_row_sums(name):
 
 
 def test_exact_spike_at_tokens_rounds_the_float64_root_down():
-    """CPU float32: gamma is the float64 root rounded toward q_n: q_n <= gamma <= root64,
+    """CPU float32 (exact_spike on the CPU): gamma is the float64 root rounded toward q_n: q_n <= gamma <= root64,
     within one float32 ulp of it, so the budget holds (two-point KL <= delta in float64)."""
     from cactus_theory.divergences import get_divergence
 

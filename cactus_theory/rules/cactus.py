@@ -185,27 +185,6 @@ class CactusExact(_CactusBase):
         """Theorem 2's gamma for ``q_n`` (array-agnostic)."""
         return exact_spike(q_n, self.delta, self.divergence)
 
-    def spike_at_tokens(self, q_n):
-        r"""Theorem 2's gamma at the drafted tokens, for the samplers.
-
-        float32 torch tensors on the CPU: the float64 root of the numpy solver (its active-set
-        Newton iteration costs a fraction of the fixed-step float32 torch iteration on a few
-        hundred scalars), rounded to float32 toward :math:`q_n` (never above the float64
-        root, so still within the budget; at least :math:`q_n`, a float32 number). NaN
-        entries (invalid rows, masked by the samplers) are solved as 0. Elsewhere (CUDA: no
-        host round trip; numpy and float64): :meth:`spike`.
-        """
-        if not (hasattr(q_n, "detach") and q_n.device.type == "cpu"
-                and str(q_n.dtype) == "torch.float32"):
-            return self.spike(q_n)
-        import torch
-
-        q64 = q_n.detach().double().nan_to_num(0.0).clamp_(0.0, 1.0)
-        g64 = torch.from_numpy(np.asarray(exact_spike(q64.numpy(), self.delta, self.divergence),
-                                          dtype=np.float64))
-        g32 = g64.to(torch.float32)
-        return torch.where(g32.double() > g64, torch.nextafter(g32, torch.zeros_like(g32)), g32)
-
 
 register(RuleSpec(
     name="cactus-taylor", factory=CactusTaylor,

@@ -257,6 +257,9 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     q_n, delta = spike_arguments(q_n, delta)  # ValueError naming q_n / delta (numpy input)
     if iterations is not None:
         iterations = as_count(iterations, "iterations", minimum=0)
+    if (method == "newton" and _is_torch(q_n) and "float64" not in str(q_n.dtype)
+            and _host_tensor(q_n)):
+        return _low_precision_on_host(q_n, delta, d)
     xp, delta = _as_xp(q_n, delta)
     q_n, delta = xp.broadcast_arrays(q_n, delta)
     if (method == "newton" and not isinstance(q_n, np.ndarray) and "float64" in str(q_n.dtype)
@@ -670,12 +673,48 @@ def _host_tensor(t) -> bool:
     return t.device.type == "cpu"
 
 
-def _kl_root_torch_low_precision(q_n, delta, at_one):
-    r"""The KL root for torch float32/bf16/fp16 (the samplers' drafted tokens; no host sync).
+def _low_precision_on_host(q_n, delta, d):
+    r"""CPU torch float32/bf16/fp16 (the samplers' drafted tokens): the float64 numpy root.
 
-    The root is computed in float64 (on the CPU by :func:`_kl_root_numpy` on the same
-    memory; on another device by :func:`_kl_start` and ``_KL_TORCH_STEPS`` Halley steps, a
-    fixed count, so nothing reads the device), rounded to the input dtype, and
+    The root of the float64 solver (any divergence) on the same values, rounded toward q_n
+    (never above the float64 root: within budget in exact arithmetic), then stepped down by
+    up to ``_KL_TORCH_WALK`` ulps while the two-point form as computed in the input dtype
+    exceeds delta, and bisected between q_n (always feasible) and that point in the input
+    dtype where the form is noisier than that. NaN entries (rows the
+    samplers flag invalid) are solved as 0. A CPU tensor can be read without synchronizing
+    with a device, so the numpy solver's data-dependent loop is allowed here.
+    """
+    import torch
+
+    qd = torch.nan_to_num(q_n.detach(), nan=0.0).clamp(0.0, 1.0)
+    d64 = (np.float64(delta) if not hasattr(delta, "shape")
+           else np.broadcast_to(delta.detach().to(torch.float64).numpy(), tuple(qd.shape)))
+    root = torch.from_numpy(np.asarray(exact_spike(qd.to(torch.float64).numpy(), d64, d),
+                                       dtype=np.float64).reshape(tuple(qd.shape)))
+    g = root.to(q_n.dtype)
+    g = torch.maximum(torch.where(g.to(torch.float64) > root, torch.nextafter(g, qd), g), qd)
+    delta = delta if hasattr(delta, "shape") else torch.full_like(qd, delta)
+    for _ in range(_KL_TORCH_WALK):
+        bad = d.two_point(g, qd) > delta
+        if not bool(bad.any()):
+            return g
+        g = torch.where(bad, torch.nextafter(g, qd), g)
+    bad = d.two_point(g, qd) > delta
+    if bool(bad.any()):
+        # a form noisier than a few ulps in this dtype: bisect [q_n, g] on those entries
+        lo, hi = _bisect(torch, d, qd[bad], delta.expand_as(qd)[bad], 32 if "32" in str(qd.dtype)
+                         else 16, qd[bad], g[bad])
+        g = g.clone()
+        g[bad] = lo
+    return g
+
+
+def _kl_root_torch_low_precision(q_n, delta, at_one):
+    r"""The KL root for torch float32/bf16/fp16 off the CPU (CUDA: no host sync).
+
+    The root is computed in float64 (:func:`_kl_start` and ``_KL_TORCH_STEPS`` Halley steps,
+    a fixed count, so nothing reads the device; CPU tensors take
+    :func:`_low_precision_on_host`), rounded to the input dtype, and
     stepped down by up to ``_KL_TORCH_WALK`` ulps until the two-point KL as computed in that
     dtype is within delta; q_n (always feasible) where it still is not. So the result is
     feasible as computed, and within a few ulps of the exact root. Entries with a root of
@@ -686,26 +725,15 @@ def _kl_root_torch_low_precision(q_n, delta, at_one):
     kl = DIVERGENCES["kl"]
     s64, d64 = q_n.to(torch.float64), delta.to(torch.float64)
     solve = (at_one > delta) & (delta > 0) & (q_n > 0) & (q_n < 1)
-    on_cpu = _host_tensor(q_n)
-    if on_cpu:
-        # no device to synchronize with: the numpy solver on the (few) entries, certified
-        s_np, d_np, m_np = s64.numpy(), d64.numpy(), solve.numpy()
-        x_np = np.where(m_np, s_np, 0.0)
-        if m_np.any():
-            x_np[m_np] = _kl_root_numpy(s_np[m_np], d_np[m_np])
-        x = torch.from_numpy(x_np)
-    else:
-        s_safe = torch.where(solve, s64, torch.full_like(s64, 0.25))
-        d_safe = torch.where(solve, d64, torch.full_like(d64, 0.1))
-        x = _kl_start(torch, s_safe, d_safe)
-        for _ in range(_KL_TORCH_STEPS):
-            a, b = kl_log_ratios(torch, x, s_safe)
-            x = _kl_halley(torch, s_safe, d_safe, x, x * a + (1.0 - x) * b, a - b, 1.0 - x)
+    s_safe = torch.where(solve, s64, torch.full_like(s64, 0.25))
+    d_safe = torch.where(solve, d64, torch.full_like(d64, 0.1))
+    x = _kl_start(torch, s_safe, d_safe)
+    for _ in range(_KL_TORCH_STEPS):
+        a, b = kl_log_ratios(torch, x, s_safe)
+        x = _kl_halley(torch, s_safe, d_safe, x, x * a + (1.0 - x) * b, a - b, 1.0 - x)
     gamma = torch.where(solve, torch.maximum(x.to(q_n.dtype), q_n), q_n)
-    for _ in range(_KL_TORCH_WALK + 1):
+    for _ in range(_KL_TORCH_WALK):
         bad = kl.two_point(gamma, q_n) > delta
-        if on_cpu and not bool(bad.any()):
-            return gamma
         gamma = torch.where(bad, torch.nextafter(gamma, q_n), gamma)
     return torch.where(kl.two_point(gamma, q_n) > delta, q_n, gamma)
 
