@@ -142,9 +142,9 @@ def speed(name, device, B, k, V, reps):
     rule = s.rule
 
     def accept_path():
-        # what forward does: the rule's accept_probs_at hook when it has one (gamma at the
-        # drafted tokens only), else the plan over the vocabulary
-        a = s._accept_probs(q[:, :k], p, ids, None, None)
+        # what forward does: the cheapest accept path the rule declares (gamma at the drafted
+        # tokens for Cactus, [B, k] gathers, row passes, else the plan), on the row sums
+        a = s._accept_path(q[:, :k], p, ids, None, None, q[:, :k].sum(-1), p.sum(-1))[0]
         return torch.rand(B, k, device=device) < a
 
     def forward():
