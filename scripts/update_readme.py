@@ -156,12 +156,12 @@ def _decode_table(report) -> str:
 
 
 def _benchmark_table(report) -> str:
-    """The recorded benchmark run (benchmarks/cpu_quick.json, from ``cactus-theory benchmark --json``)."""
+    """The recorded benchmark run (benchmarks/cpu_full.json, from ``cactus-theory benchmark --json``)."""
     import json
 
     from cactus_theory.benchmark import BenchmarkReport, GoalResult
 
-    d = json.loads((ROOT / "benchmarks/cpu_quick.json").read_text())
+    d = json.loads((ROOT / "benchmarks/cpu_full.json").read_text())
     rep = BenchmarkReport(tuple(GoalResult(**g) for g in d["goals"]), d["repeats"], d["quick"],
                           d["environment"])
     return rep.to_text().split("\n\nchecks against")[0]
