@@ -8,6 +8,7 @@ Choose one with HYPOTHESIS_PROFILE.
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 
 from cactus_theory.conventions import tolerance
@@ -44,3 +45,15 @@ def assert_close(actual, expected, *, rtol=None, atol=0.0, err_msg=""):
     if rtol is None:
         rtol = tolerance(dtype if dtype is not None else actual.dtype)
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=err_msg)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op torch thread for a module, restored after it: on 2 shared cores torch's
+    thread pool contends (10x slower), and a test that times with 2 threads must not leak."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

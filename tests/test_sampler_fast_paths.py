@@ -31,13 +31,7 @@ FAST_RULES = [("sps", {}), ("cactus-taylor", {"delta": 0.3}), ("cactus-exact-kl"
 FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: on 2 shared cores torch's thread pool contends."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _chisquare_ok(counts, expected_probs, n):

@@ -28,13 +28,7 @@ ALL_RULES = list(RULES.all_names())   # every rule, and every alias
 ALPHA = 1e-3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: on 2 shared cores torch's thread pool contends (10x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _batch(B, k, V, seed=0, scale=2.0):
