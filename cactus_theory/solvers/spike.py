@@ -128,10 +128,6 @@ def _kl_interior(x, s, c=None):
     return x * a + one_x * b, a - b, one_x
 
 
-def _g_kl(x, s):
-    return _kl_interior(x, s)[0]
-
-
 def _g_reverse_kl(x, s):
     return s * np.log(s / x) + (1.0 - s) * np.log((1.0 - s) / (1.0 - x))
 
@@ -155,9 +151,9 @@ def _g_js(x, s):
 
 
 #: Two-point divergences on the interior 0 < q_n < 1, q_n <= gamma < 1 (numpy), where no
-#: zero needs a convention: what the numpy Newton iteration evaluates.
+#: zero needs a convention: what the numpy Newton iteration evaluates (the KL has its own
+#: path, :func:`_kl_root_numpy`, on :func:`_kl_interior`).
 _G_INTERIOR = {
-    "kl": _g_kl,
     "reverse_kl": _g_reverse_kl,
     "chi2": _g_chi2,
     "neyman_chi2": _g_neyman_chi2,
@@ -433,18 +429,20 @@ def _newton_numpy(d, fprime, s, delta, at_one, max_steps: int = 16):
     are pulled back and bisected with it, so the returned gamma is feasible as
     ``d.two_point`` computes it.
     """
-    interior = _G_INTERIOR.get(d.name)
-    if interior is None:
+    if d.name == "kl":        # its own path: Halley from a Lambert-W start, certified
+        def solve(s_, d_, a_):
+            return _kl_root_numpy(s_, d_)
+    elif d.name in _G_INTERIOR:
+        def solve(s_, d_, a_):
+            return _newton_numpy_with(d, _G_INTERIOR[d.name], fprime, s_, d_, a_, max_steps)
+    else:
         return _newton_numpy_with(d, d.two_point, fprime, s, delta, at_one, max_steps)
     # the interior forms divide by q_n: keep ratios below ~1e280 (no overflow), else generic
     ok = (s >= KL_RATIO_FLOOR) & (s < 1)
-    if d.name == "kl" and np.all(ok):
-        return _kl_root_numpy(s, delta)
+    if np.all(ok):
+        return solve(s, delta, at_one)
     out = np.empty_like(s)
-    if d.name == "kl":
-        out[ok] = _kl_root_numpy(s[ok], delta[ok])
-    else:
-        out[ok] = _newton_numpy_with(d, interior, fprime, s[ok], delta[ok], at_one[ok], max_steps)
+    out[ok] = solve(s[ok], delta[ok], at_one[ok])
     if not np.all(ok):
         out[~ok] = _newton_numpy_with(d, d.two_point, fprime, s[~ok], delta[~ok], at_one[~ok],
                                       max_steps)
