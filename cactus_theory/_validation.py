@@ -192,16 +192,7 @@ def _is_torch(x) -> bool:
 
 def as_unit_interval(x, name: str) -> np.ndarray:
     """Validate numbers in [0, 1] (probabilities of single tokens, e.g. q_n or gamma) as float64."""
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: not a numeric array ({exc})") from None
-    if np.any(np.isnan(arr)):
-        raise ValueError(f"{name}: contains NaN")
-    if np.any((arr < 0) | (arr > 1)):
-        bad = arr[(arr < 0) | (arr > 1)].flat[0]
-        raise ValueError(f"{name}: must lie in [0, 1], got {bad:g}")
-    return arr
+    return as_finite_number(x, name, low=0.0, high=1.0)
 
 
 def spike_arguments(q_n, delta, *, q_name: str = "q_n", delta_name: str = "delta"):
@@ -267,6 +258,7 @@ def as_finite_number(x, name: str, *, low: float = -math.inf, high: float = math
         raise ValueError(f"{name}: not numeric ({exc})") from None
     if np.any(np.isnan(arr)):
         raise ValueError(f"{name}: contains NaN")
-    if np.any((arr < low - slack) | (arr > high + slack)):
-        raise ValueError(f"{name}: must lie in [{low:g}, {high:g}]")
+    outside = (arr < low - slack) | (arr > high + slack)
+    if np.any(outside):
+        raise ValueError(f"{name}: must lie in [{low:g}, {high:g}], got {arr[outside].flat[0]:g}")
     return np.clip(arr, low, high) if slack else arr

@@ -233,13 +233,14 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
 
     Notes
     -----
-    numpy iterates only the entries not yet converged and stops when all are (torch float64
-    tensors on the CPU go through the same numpy code, sharing memory). KL on torch float32,
-    bf16 or fp16 (the samplers) computes the root in float64 (numpy on the CPU; a fixed
-    Halley count on other devices), rounds it to the input dtype and steps it down until the
-    two-point KL as computed in that dtype is within delta (q_n where three ulps do not
-    suffice). Other torch runs a
-    fixed number of steps (no host synchronization): 12 Newton steps, the pull-back, then 64
+    numpy iterates only the entries not yet converged and stops when all are. torch tensors
+    on the CPU (any float dtype) go through the same numpy code in float64 (sharing memory for
+    float64); the root is rounded toward q_n in the input dtype, stepped down while the
+    two-point form as computed in that dtype exceeds delta, and bisected in that dtype where
+    three ulps do not suffice (NaN entries, rows the samplers flag invalid, give 0). KL on
+    torch float32, bf16 or fp16 off the CPU computes the root in float64 with a fixed Halley
+    count and the same stepping down (q_n where three ulps do not suffice). Other torch off
+    the CPU runs a fixed number of steps (no host synchronization): 12 Newton steps, the pull-back, then 64
     bisection steps of the remaining bracket in float64 (6 and 32 in lower precision), so
     the result is resolved as finely as the plain bisection's even where Newton has not
     converged (gamma very close to 1, where the slope of the two-point form blows up and the
@@ -253,28 +254,10 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     q_n, delta = spike_arguments(q_n, delta)  # ValueError naming q_n / delta (numpy input)
     if iterations is not None:
         iterations = as_count(iterations, "iterations", minimum=0)
-    if (method == "newton" and _is_torch(q_n) and "float64" not in str(q_n.dtype)
-            and _host_tensor(q_n)):
-        return _low_precision_on_host(q_n, delta, d)
+    if method == "newton" and _is_torch(q_n) and _host_tensor(q_n):
+        return _root_on_host(q_n, delta, d)
     xp, delta = _as_xp(q_n, delta)
     q_n, delta = xp.broadcast_arrays(q_n, delta)
-    if (method == "newton" and not isinstance(q_n, np.ndarray) and "float64" in str(q_n.dtype)
-            and getattr(getattr(q_n, "device", None), "type", None) == "cpu"):
-        # torch float64 on the CPU (the analysis): the numpy active-set solver on the same
-        # memory (no copy), the same bits as numpy input
-        import torch
-
-        out = torch.from_numpy(np.asarray(
-            exact_spike(q_n.numpy(), delta.numpy(), d, iterations=iterations, method=method),
-            dtype=np.float64))
-        # feasible as torch computes the two-point form (its pow/sqrt may round differently
-        # from numpy's): step the few entries that are not down by ulps, else to q_n
-        for _ in range(4):
-            bad = d.two_point(out, q_n) > delta
-            if not bool(bad.any()):          # a CPU tensor: reading it costs no sync
-                return out
-            out = torch.where(bad, torch.nextafter(out, q_n), out)
-        return torch.where(d.two_point(out, q_n) > delta, q_n, out)
     is_np = isinstance(q_n, np.ndarray)
     if is_np:
         q_n, delta = np.array(q_n, dtype=np.float64), np.asarray(delta, dtype=np.float64)
@@ -671,10 +654,11 @@ def _host_tensor(t) -> bool:
     return t.device.type == "cpu"
 
 
-def _low_precision_on_host(q_n, delta, d):
-    r"""CPU torch float32/bf16/fp16 (the samplers' drafted tokens): the float64 numpy root.
+def _root_on_host(q_n, delta, d):
+    r"""CPU torch tensors (the samplers' drafted tokens, the analysis): the float64 numpy root.
 
-    The root of the float64 solver (any divergence) on the same values, rounded toward q_n
+    The root of the float64 solver (any divergence) on the same values (float64 tensors share
+    their memory with it), rounded toward q_n
     (never above the float64 root: within budget in exact arithmetic), then stepped down by
     up to ``_KL_TORCH_WALK`` ulps while the two-point form as computed in the input dtype
     exceeds delta, and bisected between q_n (always feasible) and that point in the input
@@ -700,8 +684,8 @@ def _low_precision_on_host(q_n, delta, d):
     bad = d.two_point(g, qd) > delta
     if bool(bad.any()):
         # a form noisier than a few ulps in this dtype: bisect [q_n, g] on those entries
-        lo, hi = _bisect(torch, d, qd[bad], delta.expand_as(qd)[bad], 32 if "32" in str(qd.dtype)
-                         else 16, qd[bad], g[bad])
+        steps = 64 if "float64" in str(qd.dtype) else 32 if "float32" in str(qd.dtype) else 16
+        lo, hi = _bisect(torch, d, qd[bad], delta.expand_as(qd)[bad], steps, qd[bad], g[bad])
         g = g.clone()
         g[bad] = lo
     return g
@@ -712,7 +696,7 @@ def _kl_root_torch_low_precision(q_n, delta, at_one):
 
     The root is computed in float64 (:func:`_kl_start` and ``_KL_TORCH_STEPS`` Halley steps,
     a fixed count, so nothing reads the device; CPU tensors take
-    :func:`_low_precision_on_host`), rounded to the input dtype, and
+    :func:`_root_on_host`), rounded to the input dtype, and
     stepped down by up to ``_KL_TORCH_WALK`` ulps until the two-point KL as computed in that
     dtype is within delta; q_n (always feasible) where it still is not. So the result is
     feasible as computed, and within a few ulps of the exact root. Entries with a root of
