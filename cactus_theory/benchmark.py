@@ -332,7 +332,7 @@ def _bench_samplers(rules, shapes, repeats):
                 a_fast, state = s._accept_path(q[:, :k], p, ids, None, None, sq, sp)
                 plan = s.rule.plan(qq, pp)
                 a_ref = plan.accept_probs_at(ids)
-                w, _ = s._recovery_path(q, p, ids, pos, state, sq, sp)
+                w = s._recovery_path(q, p, ids, pos, state, sq, sp)[0]
                 r_ref = s.rule.plan(qq[rows, pos], pp[rows, pos]).recovery_at(ids[rows, pos])
                 # float32: the same formulas on values that differ by the rounding of the
                 # normalization (folded into scale factors on the fast paths) and by summation

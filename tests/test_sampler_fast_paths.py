@@ -30,6 +30,9 @@ FAST_RULES = [("sps", {}), ("cactus-taylor", {"delta": 0.3}), ("cactus-exact-kl"
               ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8})]
 FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
+#: Every fast path both eager and through the compiled kernels of samplers/fused.py.
+FUSED = pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -138,15 +141,16 @@ def _pair(seed, V=6, conc=0.8):
     return rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
 
 
+@FUSED
 @pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
-def test_recovery_draw_law_matches_exact_analysis(name, knobs):
+def test_recovery_draw_law_matches_exact_analysis(name, knobs, fused):
     """The sampler's recovery path (the one forward takes: un-normalized rows, row sums,
     Rule hooks, inverse CDF) draws from the float64 analysis' r^(n) (chi-square, n = 20,000
     draws per drafted token, ALPHA per test)."""
     q, p = _pair(5)
     V, N = len(q), 20_000
     rule = get_rule(name, **knobs)
-    s = make_sampler(rule)
+    s = make_sampler(rule, fused=fused)
     plan = rule.plan(q, p)
     rng = np.random.default_rng(1)
     scale_q, scale_p = 1.7, 0.6            # un-normalized rows: the sums are folded in
@@ -157,14 +161,15 @@ def test_recovery_draw_law_matches_exact_analysis(name, knobs):
         ids = torch.full((N, 1), n_tok, dtype=torch.int64)
         sq, sp = tq.sum(-1), tp.sum(-1)
         _, state = s._accept_path(tq, tp, ids, None, None, sq, sp)
-        w, _ = s._recovery_path(tq, tp, ids, torch.zeros(N, dtype=torch.int64), state, sq, sp)
+        w = s._recovery_path(tq, tp, ids, torch.zeros(N, dtype=torch.int64), state, sq, sp)[0]
         torch.manual_seed(17)
         counts = np.bincount(inverse_cdf_sample(w).numpy(), minlength=V).astype(float)
         assert _chisquare_ok(counts, r / r.sum(), N), f"{name}, n = {n_tok}: {counts} vs {r}"
 
 
+@FUSED
 @pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
-def test_emitted_law_fast_paths(name, knobs):
+def test_emitted_law_fast_paths(name, knobs, fused):
     """One position, no raw distributions given (the fast accept paths run), un-normalized
     float32 rows: the emitted token follows h_alg of the float64 analysis (chi-square,
     n = 20,000, ALPHA)."""
@@ -177,7 +182,7 @@ def test_emitted_law_fast_paths(name, knobs):
     pt = torch.tensor(p * 0.4, dtype=torch.float32).expand(N, 1, V)
     ids = torch.multinomial(torch.tensor(p).expand(N, V), 1, replacement=True, generator=g)
     torch.manual_seed(12)
-    out = make_sampler(rule)(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
+    out = make_sampler(rule, fused=fused)(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
     counts = np.bincount(out[:, 0].numpy(), minlength=V).astype(float)
     assert _chisquare_ok(counts, h, N), f"{name}: {counts} vs {N * h}"
 
@@ -192,8 +197,9 @@ def _rows(B=12, k=3, V=60, seed=0):
     return x, y, ids
 
 
+@FUSED
 @pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
-def test_accept_path_equals_the_plan(name, knobs):
+def test_accept_path_equals_the_plan(name, knobs, fused):
     """The sampler's accept path on un-normalized rows == the full plan on the normalized rows.
 
     Deterministic rules: the same 0/1 decisions (random rows: no entry within rounding of a
@@ -203,7 +209,7 @@ def test_accept_path_equals_the_plan(name, knobs):
     an absolute error in h_n by q_n / p_n: |diff| <= V eps32 (1 + q_n/p_n).
     """
     rule = get_rule(name, **knobs)
-    s = make_sampler(rule)
+    s = make_sampler(rule, fused=fused)
     eps = torch.finfo(torch.float32).eps
     decisions = set()
     for seed in range(4):

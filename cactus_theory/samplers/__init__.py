@@ -13,7 +13,8 @@ __all__ = ["RuleSampler", "make_sampler", "inverse_cdf_sample", "exponential_rac
            "ragged_forward", "parse_output", "V1Stats"]
 
 
-def make_sampler(rule_name_or_rule, *, strict_mode: bool = False, **knobs) -> RuleSampler:
+def make_sampler(rule_name_or_rule, *, strict_mode: bool = False, fused: bool = False,
+                 **knobs) -> RuleSampler:
     r"""A batched torch sampler (vLLM 0.7.3 V0 interface) for one rule.
 
     Parameters
@@ -23,6 +24,9 @@ def make_sampler(rule_name_or_rule, *, strict_mode: bool = False, **knobs) -> Ru
         configured rule.
     strict_mode : bool
         Validate input values (synchronizes with the host), as vLLM's ``strict_mode``.
+    fused : bool
+        Compiled one-read kernels for the passes over whole rows (:mod:`.fused`); default
+        eager torch.
     **knobs
         The rule's knobs (e.g. ``delta=0.75`` for Cactus); unknown knobs raise ValueError.
 
@@ -42,4 +46,4 @@ def make_sampler(rule_name_or_rule, *, strict_mode: bool = False, **knobs) -> Ru
     >>> s(q, torch.tensor([[3]]), p, torch.tensor([[1, 2]])).tolist()   # p = q: all accepted
     [[1, 2, 3]]
     """
-    return RuleSampler(rule_name_or_rule, strict_mode=strict_mode, **knobs)
+    return RuleSampler(rule_name_or_rule, strict_mode=strict_mode, fused=fused, **knobs)

@@ -87,6 +87,7 @@ import torch
 
 from ..rules import Rule, get_rule
 from ..rules.plans import ratio_acceptance
+from . import fused as fused_kernels
 
 __all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry",
            "mask_invalid_rows"]
@@ -185,22 +186,14 @@ def _row_uniforms(batch: int, device, generators=None, dtype=torch.float64) -> t
 
 
 #: Block length of :func:`inverse_cdf_sample`'s two-level search.
-_CDF_BLOCK = 256
-
-
-def _block_sums(weights: torch.Tensor, blk: int) -> torch.Tensor:
-    """Sums of consecutive blocks of ``blk`` entries along the last axis (the last block may
-    be shorter), [B, ceil(V / blk)], in the weights' dtype."""
-    B, V = weights.shape
-    nb = V // blk
-    parts = [] if nb == 0 else [weights[:, :nb * blk].reshape(B, nb, blk).sum(-1)]
-    if nb * blk < V:
-        parts.append(weights[:, nb * blk:].sum(-1, keepdim=True))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+_CDF_BLOCK = fused_kernels.CDF_BLOCK
+_block_sums = fused_kernels.block_sums
 
 
 def inverse_cdf_sample(weights: torch.Tensor, generators=None,
-                       fallback: Optional[torch.Tensor] = None) -> torch.Tensor:
+                       fallback: Optional[torch.Tensor] = None, *,
+                       block_sums: Optional[torch.Tensor] = None,
+                       fallback_block_sums: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""One categorical sample per row by inverse CDF: one uniform per row, two-level search.
 
     The vocabulary is cut into blocks of 256 tokens (the last one shorter). With the block
@@ -230,6 +223,10 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
     fallback : Tensor, shape (B, V), optional
         Weights for the rows whose ``weights`` do not sum to a finite positive value (a
         safety net; the choice costs [B, blocks] and [B, 256] selections, no [B, V] pass).
+    block_sums, fallback_block_sums : Tensor, shape (B, ceil(V / 256)), optional
+        The block sums of ``weights`` (and of ``fallback``) when the caller computed them
+        already (the fused samplers compute them with the weights, :mod:`.fused`); by
+        default they are computed here.
 
     Returns
     -------
@@ -244,12 +241,15 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
     device = weights.device
     # float64 where the device has it (Apple's MPS has not: float32 there)
     dtype = torch.float32 if device.type == "mps" else torch.float64
-    block_sums = _block_sums(weights, blk)
+    if block_sums is None:
+        block_sums = _block_sums(weights, blk)
     use_fb = None
     if fallback is not None:
         mass = block_sums.sum(-1, keepdim=True)
         use_fb = ~(torch.isfinite(mass) & (mass > 0))
-        block_sums = torch.where(use_fb, _block_sums(fallback, blk), block_sums)
+        if fallback_block_sums is None:
+            fallback_block_sums = _block_sums(fallback, blk)
+        block_sums = torch.where(use_fb, fallback_block_sums, block_sums)
     cb = torch.cumsum(block_sums, dim=-1, dtype=dtype)                       # [B, blocks]
     total = cb[:, -1:]
     u = _row_uniforms(B, device, generators, dtype)
@@ -290,7 +290,8 @@ def _row_stats(x: torch.Tensor):
 def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_token_ids,
                            seeded_seqs=None, *, raw_target_probs=None, raw_draft_probs=None,
                            target_names=("target_with_bonus_probs", "draft_probs"),
-                           sanitize: bool = False, return_sums: bool = False):
+                           sanitize: bool = False, return_sums: bool = False,
+                           fused: bool = False):
     r"""Entry validation of a public sampler call: types at once, values clamped and flagged.
 
     Called first by :meth:`RuleSampler.forward` and :func:`~.v1.ragged_forward`. Two kinds
@@ -329,6 +330,10 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
     return_sums : bool
         Also return the float32 row sums computed by the value checks, so that the sampler
         reads each probability tensor once (sums and validation in the same pass).
+    fused : bool
+        Compute the row sums and flags of all probability tensors with the compiled kernel
+        of :func:`.fused.row_stats` (one read per tensor, sums accumulated in float64)
+        instead of eager ``sum`` and ``amin`` (two reads, float32 sums).
 
     Returns
     -------
@@ -378,18 +383,22 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
     lead = draft_token_ids.dim()  # the probability tensors' axes before V align with the ids
     invalid = torch.zeros(draft_token_ids.shape, dtype=torch.bool, device=draft_token_ids.device)
 
-    def row_stats(x):
+    def checked(x):  # the part of x the value checks read, or None
         if x is None or x.dim() != lead + 1 or not x.is_floating_point():
-            return None, None
+            return None
         if lead == 2:  # V0 layout [B, k(+1), V]: the k draft positions
             x = x[:, :invalid.shape[1]]
         if tuple(x.shape[:-1]) != tuple(invalid.shape) or x.device != invalid.device:
-            return None, None
-        return _row_stats(x)
+            return None
+        return x
 
+    parts = [checked(x) for x in probs]
+    if fused:
+        stats = fused_kernels.row_stats(*parts)
+    else:
+        stats = [(None, None) if x is None else _row_stats(x) for x in parts]
     cleaned, sums = [], []
-    for x in probs:
-        s_x, b = row_stats(x)
+    for x, (s_x, b) in zip(probs, stats):
         sums.append(s_x)
         if b is not None:
             invalid |= b
@@ -472,6 +481,13 @@ class RuleSampler(torch.nn.Module):
         not all zero) before sampling, at the cost of host-device synchronizations. Shapes,
         dtypes and devices are always checked (metadata only, no synchronization). Violations
         raise ValueError naming the argument (vLLM asserts).
+    fused : bool
+        Run the passes that read whole rows (entry validation and row sums, the accept paths
+        that read rows, the recovery weights and their block sums) through the kernels of
+        :mod:`.fused`, compiled by ``torch.compile``: one read per tensor instead of one per
+        eager operation, row sums accumulated in float64. The same formulas and law; the
+        first call compiles (seconds), and if compiling fails the kernels warn once and run
+        eagerly. Default False: eager torch, nothing compiled.
     **knobs
         The rule's knobs when ``rule`` is a name.
 
@@ -510,11 +526,14 @@ class RuleSampler(torch.nn.Module):
     token_id_dtype = torch.int64
     _num_bonus_tokens = 1
 
-    def __init__(self, rule, *, strict_mode: bool = False, **knobs):
+    def __init__(self, rule, *, strict_mode: bool = False, fused: bool = False, **knobs):
         super().__init__()
         self.rule: Rule = get_rule(rule, **knobs)
         self.spec = self.rule.spec
         self._strict_mode = bool(strict_mode)
+        if not isinstance(fused, bool):
+            raise ValueError(f"fused: expected True or False, got {fused!r}")
+        self.fused = fused
         self.num_accepted_tokens: Optional[torch.Tensor] = None
         self.num_accepted_prefix_tokens: Optional[torch.Tensor] = None
         self.num_emitted_tokens: Optional[torch.Tensor] = None
@@ -642,7 +661,8 @@ class RuleSampler(torch.nn.Module):
         """
         draft_ids, bonus, invalid, probs, sums = validate_sampler_entry(
             target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
-            raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs, return_sums=True)
+            raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs, return_sums=True,
+            fused=self.fused)
         if self._strict_mode:  # raise on the original values (names the argument)
             self._check_shapes(target_with_bonus_probs, bonus_token_ids, draft_probs,
                                draft_token_ids, raw_target_probs, raw_draft_probs)
@@ -720,6 +740,9 @@ class RuleSampler(torch.nn.Module):
                 return ratio_acceptance(gamma, p_n), (gamma, None, None, None, None)
             return from_values(q_n, p_n), (None,) * 5
         if no_raw and from_rows is not None:
+            if self.fused:
+                return (fused_kernels.accept_from_rows(rule, target, draft_probs, draft_ids, sq, sp),
+                        (None,) * 5)
             return (from_rows(_as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
                     (None,) * 5)
         q = _as_float32_rows(target)
@@ -734,17 +757,27 @@ class RuleSampler(torch.nn.Module):
         ``state`` comes from :meth:`_accept_path`. Cactus: the rows' copies scaled in place,
         the row sums folded into :math:`c_n` and p's factor, gamma reused. Other rules: the
         rows normalized (the [B, V] rows only, unless path 4 made copies) and
-        ``Rule.recovery_weights_at``. Returns ``(weights, fallback)``: ``fallback`` (q's rows,
-        or None for Cactus) is what :func:`inverse_cdf_sample` draws from on a row whose
-        weights are not finite with a positive sum (never reached for valid input).
+        ``Rule.recovery_weights_at``. Returns ``(weights, fallback, block sums, fallback
+        block sums)``: ``fallback`` (q's rows, or None for Cactus) is what
+        :func:`inverse_cdf_sample` draws from on a row whose weights are not finite with a
+        positive sum (never reached for valid input). With ``fused``, one compiled kernel
+        (:mod:`.fused`) returns the same weights with both block sums; otherwise the block
+        sums are None (computed by :func:`inverse_cdf_sample`).
         """
         gamma, q, p, raw_q, raw_p = state
+        if self.fused and q is None:
+            if gamma is not None:
+                w, w_sums = fused_kernels.recovery_from_spike(self.rule, target, draft_probs,
+                                                              draft_ids, pos, gamma, sq, sp)
+                return w, None, w_sums, None
+            return fused_kernels.recovery_from_rows(self.rule, target, draft_probs, draft_ids,
+                                                    pos, sq, sp)
         rows = torch.arange(pos.shape[0], device=pos.device)
         n_r = draft_ids[rows, pos]
         if gamma is not None:
             return self.rule.recovery_weights_from_spike(
                 _as_float32(_rows_at(target, pos)), _as_float32(_rows_at(draft_probs, pos)), n_r,
-                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True), None
+                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True), None, None, None
         if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
             q_r = _as_float32(_rows_at(target, pos)).div_(sq[rows, pos][:, None])
             p_r = _as_float32(_rows_at(draft_probs, pos)).div_(sp[rows, pos][:, None])
@@ -757,7 +790,7 @@ class RuleSampler(torch.nn.Module):
         # drawn from an all-zero or NaN row (the choice is made on block sums, in
         # inverse_cdf_sample). Cactus's weights have mass max(residual mass, mass of h^(n))
         # > 0 on valid rows and need none.
-        return rec, q_r
+        return rec, q_r, None, None
 
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
                 num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None):
@@ -801,11 +834,13 @@ class RuleSampler(torch.nn.Module):
 
         # Recovery: only at the first rejected position of each row, [B, V].
         pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-        rec, fallback = self._recovery_path(target, draft_probs, draft_ids, pos, state, sq, sp)
+        rec, fallback, rec_sums, fb_sums = self._recovery_path(target, draft_probs, draft_ids,
+                                                               pos, state, sq, sp)
         gens = None
         if seeded_seqs:
             gens = [seeded_seqs.get(i) for i in range(b)]
-        recovered = inverse_cdf_sample(rec, gens, fallback)
+        recovered = inverse_cdf_sample(rec, gens, fallback, block_sums=rec_sums,
+                                       fallback_block_sums=fb_sums)
 
         # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
         col = torch.arange(k + 1, device=device)[None, :]
@@ -823,4 +858,4 @@ class RuleSampler(torch.nn.Module):
         return out
 
     def extra_repr(self) -> str:
-        return f"rule={self.rule!r}, strict_mode={self._strict_mode}"
+        return f"rule={self.rule!r}, strict_mode={self._strict_mode}, fused={self.fused}"

@@ -1,0 +1,154 @@
+"""The samplers' fused kernels (``fused=True``, samplers/fused.py, compiled by torch.compile).
+
+Checked against the eager paths on the same inputs: the row sums against float64 sums, the
+bad-row flags against the eager validation, the recovery weights and block sums against the
+eager hooks, and whole calls against the eager sampler with the same random stream. The
+laws of every fast path under ``fused=True`` are tested in test_sampler_fast_paths.py
+(parametrized over ``fused``).
+Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token.
+"""
+
+import pytest
+import torch
+
+from cactus_theory.samplers import fused as fused_kernels
+from cactus_theory.samplers import make_sampler
+from cactus_theory.samplers.base import _block_sums, _row_stats
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _batch(B=6, k=3, V=1000, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    logits = 3.0 * torch.randn(B, k + 1, V, generator=g)
+    q = torch.softmax(logits, -1) * (0.5 + torch.rand(B, k + 1, 1, generator=g))
+    p = torch.softmax(0.8 * logits[:, :k] + 2.0 * torch.randn(B, k, V, generator=g), -1)
+    ids = torch.multinomial(p.reshape(-1, V), 1, generator=g).reshape(B, k)
+    return q.to(dtype), p.to(dtype), ids, torch.zeros(B, 1, dtype=torch.int64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_row_stats_are_float64_sums_and_the_eager_flags(dtype):
+    """Sums: the float64 sum rounded to float32, bit for bit (float64 accumulation of at most
+    1,000 float32 terms errs by < 1e-13 relative, far below half a float32 ulp, so the
+    rounding lands on the same float for these seeds). Flags: the eager validation's, on rows
+    with a NaN, an inf, a negative entry, all zeros, and valid rows (a subnormal row too)."""
+    q, p, _, _ = _batch(dtype=dtype)
+    x = q[:, :3].clone()
+    x[0, 0, 5] = float("nan")
+    x[1, 1, 0] = float("inf")
+    x[2, 2, 999] = -1e-3
+    x[3, 0] = 0.0
+    x[4, 1] = 0.0
+    x[4, 1, 7] = 1e-40 if dtype == torch.float32 else 1e-7
+    (s_x, bad_x), (s_p, bad_p) = fused_kernels.row_stats(x, p)
+    assert s_x.dtype == torch.float32 and bad_x.dtype == torch.bool
+    ok = ~bad_x
+    assert torch.equal(s_x[ok], x.double().sum(-1).float()[ok])
+    assert torch.equal(s_p, p.double().sum(-1).float())
+    assert torch.equal(bad_x, _row_stats(x)[1])
+    assert torch.equal(bad_p, _row_stats(p)[1]) and not bad_p.any()
+    assert bad_x[0, 0] and bad_x[1, 1] and bad_x[2, 2] and bad_x[3, 0] and not bad_x[4, 1]
+    assert int(bad_x.sum()) == 4
+
+
+def test_fused_kernels_compile():
+    """The fused path really compiles (a graph per kernel), rather than running eagerly."""
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    q, p, ids, bonus = _batch(seed=3)
+    make_sampler("topk", topk=7, fused=True)(q, bonus, p, ids)   # a configuration of its own
+    assert fused_kernels.compile_failure() is None
+    assert counters["stats"]["unique_graphs"] >= before + 2       # its accept and recovery
+
+
+@pytest.mark.parametrize("name, knobs", [("sps", {}), ("cactus-taylor", {"delta": 0.3}),
+                                         ("cactus-exact-kl", {"delta": 0.3}), ("topk", {}),
+                                         ("tas", {}), ("cascade-token-v3", {}), ("fuzzy", {})])
+def test_fused_recovery_weights_and_block_sums_equal_eager(name, knobs):
+    """The fused recovery kernel returns the eager hooks' weights (float32, same formulas,
+    different operation order: 1e-6 of a row's mass) and their block sums (the float32 block
+    sums of those weights to 1e-6), at one position per row."""
+    q, p, ids, _ = _batch(B=8, k=3, V=1000, seed=4)
+    k = ids.shape[1]
+    sq, sp = q[:, :k].sum(-1), p.sum(-1)
+    pos = torch.tensor([0, 1, 2, 0, 1, 2, 2, 1])
+    eager, fused = make_sampler(name, **knobs), make_sampler(name, fused=True, **knobs)
+    _, state = eager._accept_path(q[:, :k], p, ids, None, None, sq, sp)
+    w_e = eager._recovery_path(q, p, ids, pos, state, sq, sp)[0]
+    _, state = fused._accept_path(q[:, :k], p, ids, None, None, sq, sp)
+    w_f, fb, w_sums, fb_sums = fused._recovery_path(q, p, ids, pos, state, sq, sp)
+    mass = w_e.sum(-1, keepdim=True)
+    torch.testing.assert_close(w_f / mass, w_e / mass, rtol=0, atol=1e-6)
+    torch.testing.assert_close(w_sums / mass, _block_sums(w_f, 256) / mass, rtol=0, atol=1e-6)
+    assert w_sums.shape == (8, 4)           # 1000 = 3 blocks of 256 and one of 232
+    if fb is not None:                      # q's normalized rows, the fallback
+        torch.testing.assert_close(fb_sums, _block_sums(fb, 256), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["sps", "cactus-taylor", "topk", "fuzzy"])
+def test_fused_call_equals_eager_call_with_the_same_stream(name):
+    """Whole calls, fused and eager, from the same seeds: the same uniforms are drawn in the
+    same order, so the outputs agree token for token (a decision could only flip where a
+    uniform lies within float32 rounding of its threshold, which these seeds do not hit)."""
+    q, p, ids, bonus = _batch(B=16, k=4, V=2000, seed=5)
+    out = {}
+    for fused in (False, True):
+        s = make_sampler(name, fused=fused)
+        torch.manual_seed(9)
+        gens = {3: torch.Generator().manual_seed(4), 11: torch.Generator().manual_seed(8)}
+        out[fused] = s(q, bonus, p, ids, gens)
+        out[fused, "acc"] = s.num_accepted_prefix_tokens.clone()
+    assert torch.equal(out[False], out[True])
+    assert torch.equal(out[False, "acc"], out[True, "acc"])
+    assert (out[True][:, 0] != -1).all()
+
+
+def test_fused_invalid_rows_are_flagged_as_eager():
+    """NaN, negative and all-zero rows, and an out-of-range id: the same rows emit only -1 and
+    are flagged, fused and eager; the other rows emit."""
+    q, p, ids, bonus = _batch(B=6, k=3, V=500, seed=6)
+    q[0, 1, 3] = float("nan")
+    p[1, 2, 9] = -1e-6
+    q[2, 0] = 0.0
+    ids = ids.clone()
+    ids[3, 1] = 500
+    for fused in (False, True):
+        s = make_sampler("cactus-taylor", fused=fused)
+        out = s(q, bonus, p, ids)
+        assert (out[:4] == -1).all(), fused
+        assert (out[4:, 0] != -1).all(), fused
+        assert s.last_invalid_rows.tolist() == [True] * 4 + [False] * 2, fused
+
+
+def test_compile_failure_falls_back_to_eager_once(monkeypatch):
+    """A kernel whose compile fails warns once (RuntimeWarning naming the error), records
+    the reason and runs the eager function; a real error of the function itself raises."""
+    monkeypatch.setattr(fused_kernels, "_failure", None)
+
+    def broken_compile(fn, **kw):
+        def run(*args):
+            raise RuntimeError("no C++ compiler")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    kernel = fused_kernels._Kernel(lambda x: x * 2, copy=True)
+    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
+        assert kernel(torch.tensor(3.0)).item() == 6.0
+    assert "no C++ compiler" in fused_kernels.compile_failure()
+    assert kernel(torch.tensor(4.0)).item() == 8.0            # eager from now on, no warning
+
+    def bad(x):
+        raise ValueError("x: bad")
+
+    monkeypatch.setattr(fused_kernels, "_failure", None)
+    with pytest.raises(ValueError, match="x: bad"):
+        fused_kernels._Kernel(bad)(torch.tensor(1.0))
+    assert fused_kernels.compile_failure() is None
+
+
+def test_fused_argument_is_checked():
+    with pytest.raises(ValueError, match="fused"):
+        make_sampler("sps", fused="yes")
+    assert "fused=True" in repr(make_sampler("sps", fused=True))
