@@ -20,14 +20,17 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
 * ``analysis_rows_per_s``: :func:`cactus_theory.analysis.one_step.analyze` on a batch of rows,
   numpy vs torch (CPU, and CUDA where available), rows per second (checked: same numbers).
 * ``sampler/<rule>/<shape>``: each rule's batched torch sampler over one read pass of p and q
-  (``q.sum(-1), p.sum(-1)``), float32, 2 threads, at most 3 (checked: the accept
-  probabilities of the path forward takes, on the un-normalized rows, and the recovery
-  weights the inverse CDF draws from, normalized, equal the full plan's to 1e-5, the
-  acceptance's difference scaled by its condition number 1 + q_n/p_n).
-* ``sampler_exact_vs_taylor``: exact-root Cactus sampler over the Taylor one, at most 1.5.
+  (``q.sum(-1), p.sum(-1)``), float32, 2 threads: the fused sampler (``fused=True``, the
+  compiled kernels of :mod:`cactus_theory.samplers.fused`) at most 3, the eager one (the
+  default) reported (checked, for each: the accept probabilities of the path forward takes,
+  on the un-normalized rows, and the recovery weights the inverse CDF draws from,
+  normalized, equal the full plan's to 1e-5, the acceptance's difference scaled by its
+  condition number 1 + q_n/p_n). The fused kernels are compiled before the timing.
+* ``sampler_exact_vs_taylor``: exact-root Cactus sampler over the Taylor one, at most 1.5,
+  fused and eager.
 * the samplers' entry validation alone over the read pass (reported): the row sums and the
-  row minimum (the clamp-and-flag negative check) of q's k positions and p, the part of every
-  sampler call that reads the [B, k, V] inputs twice.
+  row minimum (the clamp-and-flag negative check) of q's k positions and p; eager torch reads
+  the [B, k, V] inputs twice (``sum``, ``amin``), the fused kernel once.
 * ``frontier_vs_cvxpy``: cvxpy over :func:`cactus_theory.solvers.frontier.frontier` at
   V = 1,000, at least 100 (checked: same acceptance to 1e-5); ``frontier_ms``: V = 151,936
   under 50 ms (checked: acceptance and divergence equal the 64-step bisection's,
@@ -316,16 +319,31 @@ def _bench_samplers(rules, shapes, repeats):
             sums = val()[4]
             ok_sums = bool(torch.equal(sums[0], q[:, :k].sum(-1)) and torch.equal(sums[1], p.sum(-1)))
             t_val, t_r = paired_median_times(val, read, repeats)
-            out.append(_goal(f"sampler entry validation [{B},{k},{V}] / read pass",
+            out.append(_goal(f"sampler entry validation eager [{B},{k},{V}] / read pass",
                              f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms", t_val / t_r,
                              "reported", True, ok_sums, "its row sums equal q[:, :k].sum(-1), "
                              f"p.sum(-1) bit for bit: {ok_sums}"))
+            # the fused kernel (one read per tensor, float64 accumulation): its sums are the
+            # float64 sums rounded to float32 (to 1 float32 ulp: the float64 sums' own order)
+            val_f = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True,  # noqa: E731
+                                                   fused=True)
+            sums_f = val_f()[4]
+            ulp = max(float(((sums_f[0].double() - q[:, :k].double().sum(-1)).abs()
+                             / torch.finfo(torch.float32).eps).max()),
+                      float(((sums_f[1].double() - p.double().sum(-1)).abs()
+                             / torch.finfo(torch.float32).eps).max()))
+            t_val, t_r = paired_median_times(val_f, read, repeats)
+            out.append(_goal(f"sampler entry validation fused [{B},{k},{V}] / read pass",
+                             f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms", t_val / t_r,
+                             "reported", True, ulp <= 1.0, "its row sums vs the float64 sums: "
+                             f"{ulp:.2f} float32 ulp (<= 1)"))
             pos = torch.randint(0, k, (B,), generator=gen)
             rows = torch.arange(B)
             sq, sp = q[:, :k].sum(-1), p.sum(-1)
             qq, pp = q[:, :k] / sq[..., None], p / sp[..., None]
-            for name in rules:
-                s = make_sampler(name)
+            for name, fused in [(n, f) for n in rules for f in (True, False)]:
+                mode = "fused" if fused else "eager"
+                s = make_sampler(name, fused=fused)
                 # check: the paths forward takes (the accept path on the un-normalized rows and
                 # their sums; the recovery weights the inverse CDF draws from, at one position
                 # per row) against the full plan on normalized copies (the reference)
@@ -346,21 +364,31 @@ def _bench_samplers(rules, shapes, repeats):
                 diff_r = float((w / w.sum(-1, keepdim=True) - r_ref).abs().max())
                 # the read pass timed alternately with the sampler (same window of a shared,
                 # noisy machine): medians of each over the same repeats
+                # (the fused kernels compile at their first call, before the timed ones)
+                s(q, bonus, p, ids)
                 t, t_read = paired_median_times(lambda: s(q, bonus, p, ids), read, repeats)
-                times[name] = t
-                out.append(_goal(f"sampler {name} [{B},{k},{V}] / read pass",
+                times[name, fused] = t
+                # the goal is the fused sampler's; the eager one (the default) is reported
+                out.append(_goal(f"sampler {name} {mode} [{B},{k},{V}] / read pass",
                                  f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms", t / t_read,
-                                 "<= 3", t / t_read <= 3, max(diff, diff_r) <= 1e-5,
+                                 "<= 3" if fused else "reported", t / t_read <= 3 or not fused,
+                                 max(diff, diff_r) <= 1e-5,
                                  f"accept path vs plan: max diff {diff:.1e}; recovery weights "
                                  f"vs plan: max diff {diff_r:.1e}"))
             # the exact rule under either name (cactus-exact's default divergence is the KL)
-            exact = next((n for n in ("cactus-exact-kl", "cactus-exact") if n in times), None)
-            if exact is not None and "cactus-taylor" in times:
-                r = times[exact] / times["cactus-taylor"]
-                out.append(_goal(f"sampler exact-kl / taylor [{B},{k},{V}]",
-                                 f"{times[exact] * 1e3:.1f} ms vs "
-                                 f"{times['cactus-taylor'] * 1e3:.1f} ms", r, "<= 1.5", r <= 1.5,
-                                 True, "same run"))
+            exact = next((n for n in ("cactus-exact-kl", "cactus-exact") if (n, True) in times),
+                         None)
+            for fused in (True, False):
+                if exact is None or ("cactus-taylor", fused) not in times:
+                    continue
+                # the two samplers timed alternately (same window of the shared machine)
+                se = make_sampler(exact, fused=fused)
+                st = make_sampler("cactus-taylor", fused=fused)
+                te, tt = paired_median_times(lambda: se(q, bonus, p, ids),
+                                             lambda: st(q, bonus, p, ids), repeats)
+                out.append(_goal(f"sampler exact-kl / taylor {'fused' if fused else 'eager'} "
+                                 f"[{B},{k},{V}]", f"{te * 1e3:.1f} ms vs {tt * 1e3:.1f} ms",
+                                 te / tt, "<= 1.5", te / tt <= 1.5, True, "same run"))
     finally:
         torch.set_num_threads(threads)
     return out

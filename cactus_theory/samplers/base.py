@@ -193,7 +193,8 @@ _block_sums = fused_kernels.block_sums
 def inverse_cdf_sample(weights: torch.Tensor, generators=None,
                        fallback: Optional[torch.Tensor] = None, *,
                        block_sums: Optional[torch.Tensor] = None,
-                       fallback_block_sums: Optional[torch.Tensor] = None) -> torch.Tensor:
+                       fallback_block_sums: Optional[torch.Tensor] = None,
+                       uniforms: Optional[torch.Tensor] = None) -> torch.Tensor:
     r"""One categorical sample per row by inverse CDF: one uniform per row, two-level search.
 
     The vocabulary is cut into blocks of 256 tokens (the last one shorter). With the block
@@ -252,7 +253,7 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
         block_sums = torch.where(use_fb, fallback_block_sums, block_sums)
     cb = torch.cumsum(block_sums, dim=-1, dtype=dtype)                       # [B, blocks]
     total = cb[:, -1:]
-    u = _row_uniforms(B, device, generators, dtype)
+    u = _row_uniforms(B, device, generators, dtype) if uniforms is None else uniforms.to(dtype)
     zero = torch.zeros_like(total)
     # u * total < total, except when the product rounds up: cap at the float below the total
     t = torch.minimum(u * total, torch.nextafter(total, zero))
@@ -291,7 +292,7 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
                            seeded_seqs=None, *, raw_target_probs=None, raw_draft_probs=None,
                            target_names=("target_with_bonus_probs", "draft_probs"),
                            sanitize: bool = False, return_sums: bool = False,
-                           fused: bool = False):
+                           fused: bool = False, row_checks: bool = True):
     r"""Entry validation of a public sampler call: types at once, values clamped and flagged.
 
     Called first by :meth:`RuleSampler.forward` and :func:`~.v1.ragged_forward`. Two kinds
@@ -334,6 +335,10 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         Compute the row sums and flags of all probability tensors with the compiled kernel
         of :func:`.fused.row_stats` (one read per tensor, sums accumulated in float64)
         instead of eager ``sum`` and ``amin`` (two reads, float32 sums).
+    row_checks : bool
+        Check the probability rows (default). False skips them (the sums come back None):
+        the samplers' compiled core checks the rows itself, in the read its accept path
+        makes (:func:`_verify_core`); ``sanitize`` always checks them.
 
     Returns
     -------
@@ -392,7 +397,7 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
             return None
         return x
 
-    parts = [checked(x) for x in probs]
+    parts = [checked(x) if row_checks or sanitize else None for x in probs]
     if fused:
         stats = fused_kernels.row_stats(*parts)
     else:
@@ -467,6 +472,157 @@ def _uniforms(seeded_seqs, batch: int, k: int, device, counts=None) -> torch.Ten
         if n < k:
             u[i, n:] = 1.0  # padding: never used
     return u
+
+
+@torch.compiler.disable
+def _spike_on_host(rule, q_n):
+    """``rule.spike_at_tokens(q_n)`` outside any compiled graph (the exact root's numpy
+    solver reads its values on the host)."""
+    return rule.spike_at_tokens(q_n)
+
+
+def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp,
+                 traced: bool = False):
+    r""":math:`a_n` at the drafted tokens, [B, k], by the cheapest path the rule declares.
+
+    ``target`` holds the k draft positions ([B, k, V], un-normalized, any float dtype);
+    ``sq``, ``sp`` are the float32 row sums ([B, k], positive). Paths, in order (the raw
+    distributions, when given, always take the last):
+
+    1. Cactus (``samples_from_spike``): gamma at the [B, k] drafted tokens, once
+       (reused by the recovery), :math:`\min(1, \gamma_n/p_n)`;
+    2. ``Rule.accept_probs_from_values(q_n, p_n)``: [B, k] gathers divided by the sums;
+    3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums;
+    4. ``Rule.accept_probs_at`` on float32 row-normalized copies (the plan, or the rule's
+       drafted-token override declared by ``RuleSpec.fast_accept``; for a spike rule without
+       an override, gamma for all B*k*V candidates).
+
+    ``traced``: inside the compiled core (:func:`_verify_core`), where the spike is
+    evaluated outside the graph. Returns ``a`` and the state the recovery path needs:
+    ``(gamma, q, p, raw_q, raw_p)`` (the normalized copies of path 4, else None).
+    """
+    no_raw = raw_target is None and raw_draft is None
+    from_values = rule.accept_probs_from_values  # declared on Rule (None: whole rows)
+    from_rows = rule.accept_probs_from_rows
+    spike_path = no_raw and getattr(rule, "samples_from_spike", False)
+    if no_raw and (spike_path or from_values is not None):
+        ids_ = draft_ids[..., None]
+        q_n = torch.gather(target, -1, ids_)[..., 0].to(torch.float32) / sq
+        p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
+        if spike_path:
+            gamma = _spike_on_host(rule, q_n) if traced else rule.spike_at_tokens(q_n)
+            return ratio_acceptance(gamma, p_n), (gamma, None, None, None, None)
+        return from_values(q_n, p_n), (None,) * 5
+    if no_raw and from_rows is not None:
+        return (from_rows(_as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
+                (None,) * 5)
+    q = _as_float32_rows(target)
+    p = _as_float32_rows(draft_probs)
+    raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :target.shape[1]])
+    raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
+    return (rule.accept_probs_at(q, p, draft_ids, raw_target_probs=raw_q, raw_draft_probs=raw_p),
+            (None, q, p, raw_q, raw_p))
+
+
+def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
+                   traced: bool = False):
+    """Un-normalized recovery weights [B, V] at the positions ``pos`` ([B]) of each row.
+
+    ``state`` comes from :func:`_accept_path`. Cactus: the rows scaled, the row sums folded
+    into :math:`c_n` and p's factor, gamma reused. Other rules: the rows normalized (the
+    [B, V] rows only, unless path 4 made copies) and ``Rule.recovery_weights_at``.
+
+    Returns ``(weights, fallback, block sums, fallback block sums)``: ``fallback`` (q's
+    normalized rows, or None for Cactus) is what :func:`inverse_cdf_sample` draws from on a
+    row whose weights are not finite with a positive sum (never reached for valid input).
+    Eager (default): copies of the rows scaled in place; the block sums are None (computed by
+    :func:`inverse_cdf_sample`). ``traced`` (the compiled core): the rows are indexed inside
+    the formulas, so the compiled kernel reads them once and returns the block sums with the
+    weights, without copies.
+    """
+    gamma, q, p, raw_q, raw_p = state
+    rows = torch.arange(pos.shape[0], device=pos.device)
+    n_r = draft_ids[rows, pos]
+    if traced and q is None:
+        x, y = target[rows, pos].to(torch.float32), draft_probs[rows, pos].to(torch.float32)
+        sx, sy = sq[rows, pos], sp[rows, pos]
+        if gamma is not None:
+            w = rule.recovery_weights_from_spike(x, y, n_r, gamma[rows, pos], sx, sy)
+            return w, None, _block_sums(w), None
+        q_r = x / sx[:, None]
+        w = rule.recovery_weights_at(q_r, y / sy[:, None], n_r)
+        return w, q_r, _block_sums(w), _block_sums(q_r)
+    if gamma is not None:
+        return rule.recovery_weights_from_spike(
+            _as_float32(_rows_at(target, pos)), _as_float32(_rows_at(draft_probs, pos)), n_r,
+            gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True), None, None, None
+    if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
+        q_r = _as_float32(_rows_at(target, pos)).div_(sq[rows, pos][:, None])
+        p_r = _as_float32(_rows_at(draft_probs, pos)).div_(sp[rows, pos][:, None])
+    else:
+        q_r, p_r = q[rows, pos], p[rows, pos]
+    rec = rule.recovery_weights_at(q_r, p_r, n_r,
+                                   raw_target_probs=None if raw_q is None else raw_q[rows, pos],
+                                   raw_draft_probs=None if raw_p is None else raw_p[rows, pos])
+    # Safety net beyond the conventions (never reached for valid input): a row whose
+    # weights are not finite with a positive sum draws from q instead, so no sample is
+    # drawn from an all-zero or NaN row (the choice is made on block sums, in
+    # inverse_cdf_sample). Cactus's weights have mass max(residual mass, mass of h^(n))
+    # > 0 on valid rows and need none.
+    return rec, q_r, None, None
+
+
+def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_target,
+                 raw_draft, u_acc, u_rec, num_drafts, sq, sp):
+    r"""The tensor part of one call: acceptance, accepted prefix, recovery draw, output.
+
+    A pure function of its tensors (no counters, no random draws: the uniforms come in),
+    so that ``fused=True`` compiles it whole per configured rule (``traced``; the exact
+    root's host solver runs between two graphs). Row sums ``sq``, ``sp`` come from the entry
+    validation; where they are None they are computed here (the compiled core: with the
+    bad-row flags, in the same read as the accept path's, returned as ``bad_rows``).
+
+    Returns ``(out [B, k+1], accepted [B, k], n_acc [B], bad_rows [B] or None)``.
+    """
+    b, k = draft_ids.shape
+    v = target.shape[-1]
+    device = target.device
+    bad_rows = None
+    if sq is None or sp is None:
+        if traced:
+            sq, bad_q = fused_kernels.stats(target[:, :k])
+            sp, bad_p = fused_kernels.stats(draft_probs)
+            bad_rows = (bad_q | bad_p).any(-1)
+        else:
+            sq = target[:, :k].to(torch.float32).sum(-1)
+            sp = draft_probs.to(torch.float32).sum(-1)
+    # a row summing to 0 is divided by 1 (it is invalid input, masked at the end)
+    sq, sp = _positive(sq), _positive(sp)
+    a, state = _accept_path(rule, target[:, :k], draft_probs, draft_ids, raw_target, raw_draft,
+                            sq, sp, traced)
+    accepted = (a > 0.5) if rule.spec.deterministic else (u_acc < a)
+    if num_drafts is not None:  # ragged layout: positions >= k_i are padding
+        accepted = accepted & (torch.arange(k, device=device)[None, :] < num_drafts[:, None])
+        k_row = num_drafts
+    else:
+        k_row = torch.full((b,), k, dtype=torch.int64, device=device)
+    n_acc = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)          # N_b, [B]
+
+    # Recovery: only at the first rejected position of each row, [B, V].
+    pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
+    rec, fallback, rec_sums, fb_sums = _recovery_path(rule, target, draft_probs, draft_ids, pos,
+                                                      state, sq, sp, traced)
+    recovered = inverse_cdf_sample(rec, None, fallback, block_sums=rec_sums,
+                                   fallback_block_sums=fb_sums, uniforms=u_rec)
+
+    # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
+    col = torch.arange(k + 1, device=device)[None, :]
+    drafts_ext = torch.cat([draft_ids, bonus], dim=1)
+    extra = torch.where(n_acc < k_row, recovered, bonus[:, 0])
+    out = torch.where(col < n_acc[:, None], drafts_ext,
+                      torch.where(col == n_acc[:, None], extra[:, None],
+                                  torch.full_like(drafts_ext, -1)))
+    return out, accepted, n_acc, bad_rows
 
 
 class RuleSampler(torch.nn.Module):
@@ -659,10 +815,12 @@ class RuleSampler(torch.nn.Module):
             A numpy array (or other non-tensor) for a tensor argument; ``seeded_seqs`` not a
             dict of ``torch.Generator``.
         """
+        # the compiled core checks the rows itself, in the same read as its accept path
+        traced = self._traced_core(raw_target_probs, raw_draft_probs)
         draft_ids, bonus, invalid, probs, sums = validate_sampler_entry(
             target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
             raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs, return_sums=True,
-            fused=self.fused)
+            fused=self.fused, row_checks=not traced)
         if self._strict_mode:  # raise on the original values (names the argument)
             self._check_shapes(target_with_bonus_probs, bonus_token_ids, draft_probs,
                                draft_token_ids, raw_target_probs, raw_draft_probs)
@@ -672,8 +830,10 @@ class RuleSampler(torch.nn.Module):
                                raw_draft_probs=raw_draft_probs,
                                draft_token_ids=draft_token_ids, bonus_token_ids=bonus_token_ids)
         try:
-            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3],
-                               sums=sums)
+            out, bad_rows = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs,
+                                         probs[2], probs[3], sums=sums, return_bad_rows=True)
+            if bad_rows is not None and invalid is not None:
+                invalid = invalid | bad_rows
         except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
             if invalid is None:
                 raise
@@ -682,118 +842,36 @@ class RuleSampler(torch.nn.Module):
             probs = validate_sampler_entry(
                 target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids,
                 seeded_seqs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
-                sanitize=True)[3]
+                sanitize=True)
+            invalid, probs = probs[2], probs[3]   # the sanitizing pass checks every row
             out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
         if invalid is None or invalid.shape[0] != out.shape[0]:
             return out
         return mask_invalid_rows(self, out, invalid)
 
-    def _accept_probs(self, q, p, draft_ids, raw_q, raw_p):
-        """:math:`a_n` at the drafted tokens, [B, k].
-
-        Calls the rule interface's :meth:`~cactus_theory.rules.registry.Rule.accept_probs_at`:
-        rules declaring ``RuleSpec.fast_accept`` (Cactus) evaluate gamma at the drafted tokens
-        only; the others build their plan (for a spike rule, gamma for all B*k*V candidates).
-        """
-        return self.rule.accept_probs_at(q, p, draft_ids, raw_target_probs=raw_q,
-                                         raw_draft_probs=raw_p)
-
-    def _recovery(self, q_r, p_r, n_r, raw_q_r, raw_p_r):
-        """Un-normalized recovery weights [B, V] for the drafted tokens ``n_r`` (first rejected
-        positions).
-
-        Calls the rule interface's
-        :meth:`~cactus_theory.rules.registry.Rule.recovery_weights_at` (proportional to
-        ``recovery_at``; Cactus overrides it to evaluate gamma at the drafted tokens only).
-        """
-        return self.rule.recovery_weights_at(q_r, p_r, n_r, raw_target_probs=raw_q_r,
-                                             raw_draft_probs=raw_p_r)
-
     def _accept_path(self, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp):
-        r""":math:`a_n` at the drafted tokens, [B, k], by the cheapest path the rule declares.
-
-        ``target`` holds the k draft positions ([B, k, V], un-normalized, any float dtype);
-        ``sq``, ``sp`` are the float32 row sums ([B, k], positive). Paths, in order (the raw
-        distributions, when given, always take the last):
-
-        1. Cactus (``samples_from_spike``): gamma at the [B, k] drafted tokens, once
-           (reused by the recovery), :math:`\min(1, \gamma_n/p_n)`;
-        2. ``Rule.accept_probs_from_values(q_n, p_n)``: [B, k] gathers divided by the sums;
-        3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums;
-        4. ``Rule.accept_probs_at`` on float32 row-normalized copies (the plan, or the rule's
-           drafted-token override).
-
-        Returns ``a`` and the state the recovery path needs: ``(gamma, q, p, raw_q, raw_p)``
-        (the normalized copies of path 4, else None).
-        """
-        rule = self.rule
-        no_raw = raw_target is None and raw_draft is None
-        from_values = rule.accept_probs_from_values  # declared on Rule (None: whole rows)
-        from_rows = rule.accept_probs_from_rows
-        spike_path = no_raw and getattr(rule, "samples_from_spike", False)
-        if no_raw and (spike_path or from_values is not None):
-            ids_ = draft_ids[..., None]
-            q_n = torch.gather(target, -1, ids_)[..., 0].to(torch.float32) / sq
-            p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
-            if spike_path:
-                gamma = rule.spike_at_tokens(q_n)
-                return ratio_acceptance(gamma, p_n), (gamma, None, None, None, None)
-            return from_values(q_n, p_n), (None,) * 5
-        if no_raw and from_rows is not None:
-            if self.fused:
-                return (fused_kernels.accept_from_rows(rule, target, draft_probs, draft_ids, sq, sp),
-                        (None,) * 5)
-            return (from_rows(_as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
-                    (None,) * 5)
-        q = _as_float32_rows(target)
-        p = _as_float32_rows(draft_probs)
-        raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :target.shape[1]])
-        raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
-        return self._accept_probs(q, p, draft_ids, raw_q, raw_p), (None, q, p, raw_q, raw_p)
+        """:math:`a_n` at the drafted tokens and the recovery's state (:func:`_accept_path`)."""
+        return _accept_path(self.rule, target, draft_probs, draft_ids, raw_target, raw_draft,
+                            sq, sp)
 
     def _recovery_path(self, target, draft_probs, draft_ids, pos, state, sq, sp):
-        """Un-normalized recovery weights [B, V] at the positions ``pos`` ([B]) of each row.
+        """Recovery weights at ``pos`` and their block sums (:func:`_recovery_path`)."""
+        return _recovery_path(self.rule, target, draft_probs, draft_ids, pos, state, sq, sp,
+                              traced=self._traced_core(None, None))
 
-        ``state`` comes from :meth:`_accept_path`. Cactus: the rows' copies scaled in place,
-        the row sums folded into :math:`c_n` and p's factor, gamma reused. Other rules: the
-        rows normalized (the [B, V] rows only, unless path 4 made copies) and
-        ``Rule.recovery_weights_at``. Returns ``(weights, fallback, block sums, fallback
-        block sums)``: ``fallback`` (q's rows, or None for Cactus) is what
-        :func:`inverse_cdf_sample` draws from on a row whose weights are not finite with a
-        positive sum (never reached for valid input). With ``fused``, one compiled kernel
-        (:mod:`.fused`) returns the same weights with both block sums; otherwise the block
-        sums are None (computed by :func:`inverse_cdf_sample`).
-        """
-        gamma, q, p, raw_q, raw_p = state
-        if self.fused and q is None:
-            if gamma is not None:
-                w, w_sums = fused_kernels.recovery_from_spike(self.rule, target, draft_probs,
-                                                              draft_ids, pos, gamma, sq, sp)
-                return w, None, w_sums, None
-            return fused_kernels.recovery_from_rows(self.rule, target, draft_probs, draft_ids,
-                                                    pos, sq, sp)
-        rows = torch.arange(pos.shape[0], device=pos.device)
-        n_r = draft_ids[rows, pos]
-        if gamma is not None:
-            return self.rule.recovery_weights_from_spike(
-                _as_float32(_rows_at(target, pos)), _as_float32(_rows_at(draft_probs, pos)), n_r,
-                gamma[rows, pos], sq[rows, pos], sp[rows, pos], overwrite=True), None, None, None
-        if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
-            q_r = _as_float32(_rows_at(target, pos)).div_(sq[rows, pos][:, None])
-            p_r = _as_float32(_rows_at(draft_probs, pos)).div_(sp[rows, pos][:, None])
-        else:
-            q_r, p_r = q[rows, pos], p[rows, pos]
-        rec = self._recovery(q_r, p_r, n_r, None if raw_q is None else raw_q[rows, pos],
-                             None if raw_p is None else raw_p[rows, pos])
-        # Safety net beyond the conventions (never reached for valid input): a row whose
-        # weights are not finite with a positive sum draws from q instead, so no sample is
-        # drawn from an all-zero or NaN row (the choice is made on block sums, in
-        # inverse_cdf_sample). Cactus's weights have mass max(residual mass, mass of h^(n))
-        # > 0 on valid rows and need none.
-        return rec, q_r, None, None
+    def _traced_core(self, raw_target, raw_draft) -> bool:
+        """True when ``fused`` compiles the whole tensor part of a call (:func:`_verify_core`):
+        no raw distributions, and a rule with a fast accept path (the others build plans or
+        call host solvers: their rows stay eager, with the fused entry checks)."""
+        rule = self.rule
+        return (self.fused and raw_target is None and raw_draft is None
+                and (getattr(rule, "samples_from_spike", False)
+                     or rule.accept_probs_from_values is not None
+                     or rule.accept_probs_from_rows is not None))
 
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
-                num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None):
+                num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None,
+                return_bad_rows: bool = False):
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
         device = target.device
         if self.num_accepted_tokens is None:
@@ -809,53 +887,35 @@ class RuleSampler(torch.nn.Module):
                 raise ValueError(f"seeded_seqs: row indices {bad} outside [0, {b})")
         if b == 0:
             self.last_accepted = torch.zeros((0, k), dtype=torch.bool, device=device)
-            return torch.empty((0, k + 1), dtype=self.token_id_dtype, device=device)
+            out = torch.empty((0, k + 1), dtype=self.token_id_dtype, device=device)
+            return (out, None) if return_bad_rows else out
         draft_ids = draft_ids.to(torch.int64)
         bonus = bonus.to(torch.int64)
 
-        # Row sums, float32 [B, k] (reused from the entry validation when it computed them);
-        # a row summing to 0 is divided by 1 (it is invalid input, masked at the end).
+        # The call's random numbers, in stream order: the k acceptance uniforms of each row
+        # (none for deterministic rules), then one recovery uniform per row (float64; Apple's
+        # MPS has no float64: float32 there).
+        u_acc = None if self.spec.deterministic else _uniforms(seeded_seqs, b, k, device, counts)
+        gens = [seeded_seqs.get(i) for i in range(b)] if seeded_seqs else None
+        u_rec = _row_uniforms(b, device, gens,
+                              torch.float32 if device.type == "mps" else torch.float64)
         sq = None if sums is None else sums[0]
         sp = None if sums is None else sums[1]
-        sq = _positive(target[:, :k].to(torch.float32).sum(-1) if sq is None else sq)
-        sp = _positive(draft_probs.to(torch.float32).sum(-1) if sp is None else sp)
-        a, state = self._accept_path(target[:, :k], draft_probs, draft_ids, raw_target, raw_draft,
-                                     sq, sp)
-        if self.spec.deterministic:
-            accepted = a > 0.5
+        if self._traced_core(raw_target, raw_draft):
+            out, accepted, n_acc, bad_rows = fused_kernels.compiled_for(self.rule, _verify_core, v, k)(
+                self.rule, True, target, bonus, draft_probs, draft_ids, None, None, u_acc,
+                u_rec, num_drafts, sq, sp)
         else:
-            accepted = _uniforms(seeded_seqs, b, k, device, counts) < a
-        if num_drafts is not None:  # ragged layout: positions >= k_i are padding
-            accepted = accepted & (torch.arange(k, device=device)[None, :] < num_drafts[:, None])
-            k_row = num_drafts
-        else:
-            k_row = torch.full((b,), k, dtype=torch.int64, device=device)
-        n_acc = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)          # N_b, [B]
-
-        # Recovery: only at the first rejected position of each row, [B, V].
-        pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-        rec, fallback, rec_sums, fb_sums = self._recovery_path(target, draft_probs, draft_ids,
-                                                               pos, state, sq, sp)
-        gens = None
-        if seeded_seqs:
-            gens = [seeded_seqs.get(i) for i in range(b)]
-        recovered = inverse_cdf_sample(rec, gens, fallback, block_sums=rec_sums,
-                                       fallback_block_sums=fb_sums)
-
-        # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
-        col = torch.arange(k + 1, device=device)[None, :]
-        drafts_ext = torch.cat([draft_ids, bonus], dim=1)
-        extra = torch.where(n_acc < k_row, recovered, bonus[:, 0])
-        out = torch.where(col < n_acc[:, None], drafts_ext,
-                          torch.where(col == n_acc[:, None], extra[:, None],
-                                      torch.full_like(drafts_ext, -1)))
+            out, accepted, n_acc, bad_rows = _verify_core(
+                self.rule, False, target, bonus, draft_probs, draft_ids, raw_target, raw_draft,
+                u_acc, u_rec, num_drafts, sq, sp)
 
         self.last_accepted = accepted
         self.num_accepted_tokens += accepted.sum()
         self.num_accepted_prefix_tokens += n_acc.sum()
         self.num_emitted_tokens += (out != -1).sum()
         self.num_draft_tokens += b * k if counts is None else int(sum(counts))
-        return out
+        return (out, bad_rows) if return_bad_rows else out
 
     def extra_repr(self) -> str:
         return f"rule={self.rule!r}, strict_mode={self._strict_mode}, fused={self.fused}"

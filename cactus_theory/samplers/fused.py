@@ -1,30 +1,35 @@
-r"""Fused passes for the samplers, compiled by ``torch.compile`` (inductor): ``fused=True``.
+r"""Compiled kernels for the samplers (``fused=True``), by ``torch.compile`` (inductor).
 
-A :class:`~cactus_theory.samplers.base.RuleSampler` built with ``fused=True`` runs the three
-parts of a call that read whole rows through compiled kernels, so that each reads its rows once
-instead of once per eager torch operation:
+A :class:`~cactus_theory.samplers.base.RuleSampler` built with ``fused=True`` compiles the
+tensor part of a call, so that the passes over whole rows are fused into as few reads as the
+formulas allow and the many small operations around them into a few kernels:
 
-* **entry validation** (:func:`row_stats`): the row sums (accumulated in float64, returned in
-  float32) and the negative-entry check of every probability tensor, in one loop per tensor
-  (eager torch reads each tensor twice: ``sum`` and ``amin``);
-* **row-reading accept paths** (:func:`accept_from_rows`): ``Rule.accept_probs_from_rows`` of
-  top-k, TAS, cascades and fuzzy SD (compare, entropy, maxima, divergences) fused into as few
-  passes as their formulas allow (a statistic that needs the row sum first needs a second pass);
-* **recovery** (:func:`recovery_from_spike`, :func:`recovery_from_rows`): the rows at the first
-  rejected position are gathered, scaled, turned into the rule's recovery weights and summed
-  by 256-token blocks (what :func:`~cactus_theory.samplers.base.inverse_cdf_sample` searches)
-  in one kernel, without the eager path's row copies.
+* **the core** (:func:`compiled_for` applied to
+  :func:`~cactus_theory.samplers.base._verify_core`, one copy per configured rule): the row
+  sums (accumulated in float64, returned in float32) and the bad-row check (:func:`stats`),
+  the accept path (Cactus's gamma at the drafted tokens, or ``Rule.accept_probs_from_values``,
+  or ``Rule.accept_probs_from_rows``: top-k's compare, TAS's entropy, cascades' maxima, fuzzy
+  SD's divergences, in the same read as the sums where they do not need the sums first), the
+  accepted prefix, the recovery weights at the first rejected position with their sums over
+  256-token blocks (the rows indexed inside the formulas: no copies), the inverse-CDF draw
+  and the output layout. The uniforms are drawn before it, eagerly, in the eager sampler's
+  order, so a seeded call gives the same tokens as the eager sampler unless a float32
+  rounding difference moves a uniform across a threshold. The exact root's host solver
+  runs between two graphs.
+* **the entry check alone** (:func:`row_stats`), for the calls the core does not cover (raw
+  distributions given, or a rule without a fast accept path: its plan or host solver runs
+  eagerly).
 
 The formulas are the eager ones (the compiled functions call the same rule methods), so the
 law is unchanged; the numbers differ by float32 rounding (summation order; the row sums are
-more accurate here: float64 accumulation). The first call of each kernel compiles it (seconds;
-inductor caches on disk) and a new shape may compile once more (then dynamic shapes). Each
-configured rule gets its own copy of the kernels, so that dynamo's per-function recompile
-limit is shared by the shapes of one rule only. If compiling fails (no C++ compiler, an
-unsupported backend), the kernel warns once and runs eagerly from then on: the same formulas
-without the fusion.
+more accurate here: float64 accumulation). The first call compiles (seconds; inductor caches on
+disk) and a new shape may compile once more (then dynamic shapes). Each configured rule gets
+its own copy of the core, so that dynamo's per-function recompile limit is shared by the shapes
+of one rule only. If compiling fails (no C++ compiler, an unsupported backend), the kernels warn
+once and run eagerly from then on: the same formulas without the fusion.
 
-Nothing here synchronizes with the host, on the CPU or on CUDA.
+Nothing here synchronizes with the host on CUDA (the exact root's solver on CPU tensors reads
+its values, as the eager sampler does).
 """
 
 from __future__ import annotations
@@ -35,8 +40,7 @@ import warnings
 
 import torch
 
-__all__ = ["row_stats", "accept_from_rows", "recovery_from_spike", "recovery_from_rows",
-           "block_sums", "compile_failure", "CDF_BLOCK"]
+__all__ = ["row_stats", "stats", "compiled_for", "block_sums", "compile_failure", "CDF_BLOCK"]
 
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
 CDF_BLOCK = 256
@@ -61,9 +65,9 @@ def block_sums(weights: torch.Tensor, blk: int = CDF_BLOCK) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
-def _stats(x):
+def stats(x):
     """Float32 row sums (float64 accumulation) and the bad-row flag: the sum not finite or
-    not positive in float32, or a negative (or NaN) entry."""
+    not positive in float32, or a negative (or NaN) entry. One read of ``x`` once compiled."""
     if x is None:
         return None, None
     s = x.sum(-1, dtype=torch.float64).to(torch.float32)
@@ -71,31 +75,7 @@ def _stats(x):
 
 
 def _row_stats(a, b, c, d):
-    return _stats(a), _stats(b), _stats(c), _stats(d)
-
-
-def _accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
-    return rule.accept_probs_from_rows(target_rows, draft_rows, token_ids, target_sums, draft_sums)
-
-
-def _gather_rows(target, draft, token_ids, pos, target_sums, draft_sums):
-    rows = torch.arange(pos.shape[0], device=pos.device)
-    return (target[rows, pos].to(torch.float32), draft[rows, pos].to(torch.float32),
-            token_ids[rows, pos], target_sums[rows, pos], draft_sums[rows, pos])
-
-
-def _recovery_from_spike(rule, target, draft, token_ids, pos, gamma, target_sums, draft_sums):
-    x, y, n, sx, sy = _gather_rows(target, draft, token_ids, pos, target_sums, draft_sums)
-    rows = torch.arange(pos.shape[0], device=pos.device)
-    w = rule.recovery_weights_from_spike(x, y, n, gamma[rows, pos], sx, sy)
-    return w, block_sums(w)
-
-
-def _recovery_from_rows(rule, target, draft, token_ids, pos, target_sums, draft_sums):
-    x, y, n, sx, sy = _gather_rows(target, draft, token_ids, pos, target_sums, draft_sums)
-    q_r, p_r = x / sx[:, None], y / sy[:, None]
-    w = rule.recovery_weights_at(q_r, p_r, n)
-    return w, q_r, block_sums(w), block_sums(q_r)
+    return stats(a), stats(b), stats(c), stats(d)
 
 
 class _Kernel:
@@ -138,8 +118,12 @@ _ROW_STATS = _Kernel(_row_stats)
 _PER_RULE: dict = {}
 
 
-def _rule_kernel(rule, fn):
-    key = (fn.__name__, type(rule), repr(rule))
+def compiled_for(rule, fn, *shape_key):
+    """``fn`` compiled for one configured rule and ``shape_key`` (the samplers pass the
+    vocabulary size and k): a copy of its code per key, so that dynamo's recompile limit
+    counts the batch sizes of one configuration only, and only the batch axis turns dynamic
+    (a kernel with a symbolic vocabulary size is slower)."""
+    key = (fn.__module__, fn.__qualname__, type(rule), repr(rule), *shape_key)
     with _lock:
         k = _PER_RULE.get(key)
         if k is None:
@@ -160,30 +144,3 @@ def row_stats(*tensors):
     """
     args = list(tensors) + [None] * (4 - len(tensors))
     return list(_ROW_STATS(*args))[:len(tensors)]
-
-
-def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
-    """``rule.accept_probs_from_rows(...)`` compiled (one copy per configured rule)."""
-    return _rule_kernel(rule, _accept_from_rows)(rule, target_rows, draft_rows, token_ids,
-                                                 target_sums, draft_sums)
-
-
-def recovery_from_spike(rule, target, draft, token_ids, pos, gamma, target_sums, draft_sums):
-    r"""Cactus's recovery weights at position ``pos[b]`` of each row, and their block sums.
-
-    ``rule.recovery_weights_from_spike`` on the gathered rows (un-normalized, with their sums)
-    and gamma at the drafted tokens, then :func:`block_sums`: [B, V] weights and
-    [B, ceil(V / 256)] block sums from one read of the 2B rows.
-    """
-    return _rule_kernel(rule, _recovery_from_spike)(rule, target, draft, token_ids, pos, gamma,
-                                                    target_sums, draft_sums)
-
-
-def recovery_from_rows(rule, target, draft, token_ids, pos, target_sums, draft_sums):
-    r"""Any rule's recovery weights at position ``pos[b]`` of each row, normalized rows in.
-
-    Returns ``(weights, q rows, weight block sums, q block sums)``: q's normalized rows are
-    :func:`~cactus_theory.samplers.base.inverse_cdf_sample`'s fallback.
-    """
-    return _rule_kernel(rule, _recovery_from_rows)(rule, target, draft, token_ids, pos,
-                                                   target_sums, draft_sums)
