@@ -28,7 +28,7 @@ Deterministic rules (``RuleSpec.deterministic``: TAS, top-k, fuzzy SD) accept if
 Memory, passes and synchronization: the entry validation reads q (its k draft positions) and p
 once for the float32 row sums and once for the row minimum (the negative check; a NaN or inf
 makes the sum non-finite, an all-zero row sums to 0), and ``forward`` reuses those sums.
-The accept path then takes the cheapest route the rule declares (:meth:`RuleSampler._accept_path`):
+The accept path then takes the cheapest route the rule declares (:func:`_accept_path`):
 Cactus evaluates gamma once at the [B, k] drafted tokens (reused by the recovery);
 ``Rule.accept_probs_from_values(q_n, p_n)`` (SpS, interpolation) reads only the drafted
 tokens, divided by the row sums; ``Rule.accept_probs_from_rows`` (top-k: one compare pass;
@@ -43,6 +43,14 @@ one uniform per row, a two-level search over float32 sums of 256-token blocks an
 running sums). Nothing in ``forward`` reads a device value
 on the host (no ``.item()``, ``nonzero``, boolean masking or ``torch.multinomial``) unless
 ``strict_mode`` is on; seeded rows add host-to-device index copies only.
+
+``fused=True`` (:mod:`.fused`): the same steps, with the tensor part of a call
+(:func:`_verify_core`: row checks, accept path, accepted prefix, recovery weights and their
+block sums, inverse CDF, output) compiled by ``torch.compile`` per configured rule: the row
+checks read each tensor once (sum and minimum in one loop, the sum accumulated in float64),
+a rule's own row pass joins that read where its formula allows, and the recovery rows are
+indexed inside the formulas (no copies). The uniforms are drawn before the compiled part in
+the order above, so the stream is the eager one.
 
 Random streams: per call, the k acceptance uniforms of each row (float32, ``[B, k]``; none for
 deterministic rules), then one float64 uniform per row for the recovery draw (rows with a
@@ -576,7 +584,8 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
                  raw_draft, u_acc, u_rec, num_drafts, sq, sp):
     r"""The tensor part of one call: acceptance, accepted prefix, recovery draw, output.
 
-    A pure function of its tensors (no counters, no random draws: the uniforms come in),
+    A pure function of its tensors (no counters; the uniforms come in as tensors, or as
+    callables the eager core calls where the eager sampler always drew them),
     so that ``fused=True`` compiles it whole per configured rule (``traced``; the exact
     root's host solver runs between two graphs). Row sums ``sq``, ``sp`` come from the entry
     validation; where they are None they are computed here (the compiled core: with the
@@ -600,6 +609,8 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
     sq, sp = _positive(sq), _positive(sp)
     a, state = _accept_path(rule, target[:, :k], draft_probs, draft_ids, raw_target, raw_draft,
                             sq, sp, traced)
+    if callable(u_acc):       # the eager core draws its uniforms here (after the accept path)
+        u_acc = u_acc()
     accepted = (a > 0.5) if rule.spec.deterministic else (u_acc < a)
     if num_drafts is not None:  # ragged layout: positions >= k_i are padding
         accepted = accepted & (torch.arange(k, device=device)[None, :] < num_drafts[:, None])
@@ -613,7 +624,8 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
     rec, fallback, rec_sums, fb_sums = _recovery_path(rule, target, draft_probs, draft_ids, pos,
                                                       state, sq, sp, traced)
     recovered = inverse_cdf_sample(rec, None, fallback, block_sums=rec_sums,
-                                   fallback_block_sums=fb_sums, uniforms=u_rec)
+                                   fallback_block_sums=fb_sums,
+                                   uniforms=u_rec() if callable(u_rec) else u_rec)
 
     # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
     col = torch.arange(k + 1, device=device)[None, :]
@@ -895,13 +907,20 @@ class RuleSampler(torch.nn.Module):
         # The call's random numbers, in stream order: the k acceptance uniforms of each row
         # (none for deterministic rules), then one recovery uniform per row (float64; Apple's
         # MPS has no float64: float32 there).
-        u_acc = None if self.spec.deterministic else _uniforms(seeded_seqs, b, k, device, counts)
-        gens = [seeded_seqs.get(i) for i in range(b)] if seeded_seqs else None
-        u_rec = _row_uniforms(b, device, gens,
-                              torch.float32 if device.type == "mps" else torch.float64)
+        # The eager core draws them where it uses them (callables), so that a rule raising on
+        # the host before any draw leaves the seeded generators untouched for forward's retry.
+        def u_acc():
+            return None if self.spec.deterministic else _uniforms(seeded_seqs, b, k, device, counts)
+
+        def u_rec():
+            gens = [seeded_seqs.get(i) for i in range(b)] if seeded_seqs else None
+            return _row_uniforms(b, device, gens,
+                                 torch.float32 if device.type == "mps" else torch.float64)
+
         sq = None if sums is None else sums[0]
         sp = None if sums is None else sums[1]
         if self._traced_core(raw_target, raw_draft):
+            u_acc, u_rec = u_acc(), u_rec()          # (the compiled core takes tensors)
             out, accepted, n_acc, bad_rows = fused_kernels.compiled_for(self.rule, _verify_core, v, k)(
                 self.rule, True, target, bonus, draft_probs, draft_ids, None, None, u_acc,
                 u_rec, num_drafts, sq, sp)

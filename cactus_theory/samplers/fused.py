@@ -114,7 +114,6 @@ class _Kernel:
         return self.eager(*args)
 
 
-_ROW_STATS = _Kernel(_row_stats)
 _PER_RULE: dict = {}
 
 
@@ -143,4 +142,6 @@ def row_stats(*tensors):
         ``(sums, bad)`` per argument, shapes ``x.shape[:-1]``.
     """
     args = list(tensors) + [None] * (4 - len(tensors))
-    return list(_ROW_STATS(*args))[:len(tensors)]
+    # one copy per vocabulary size: only the leading axes turn dynamic
+    v = next((x.shape[-1] for x in tensors if x is not None), 0)
+    return list(compiled_for(None, _row_stats, v)(*args))[:len(tensors)]
