@@ -351,3 +351,19 @@ def test_empty_residual_falls_back_to_h_on_the_fast_paths(name):
         gamma = rule.spike_at_tokens(q[:, 7])
         wf = rule.recovery_weights_from_spike(q * s[:, None], p * s[:, None], n, gamma, s, s)
         torch.testing.assert_close(wf[0] / wf[0].sum(), q[0], rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("V", [151_936, 5_000, 1_281, 1_000])
+@pytest.mark.parametrize("k", [1, 2, 5, 7])
+def test_kth_largest_equals_topk(V, k):
+    """top-k's two-level k-th largest entry (block maxima, then the k best blocks) equals
+    torch.topk's, exactly: rows with many ties (integers 0..49), continuous rows, and a
+    vocabulary that is not a multiple of the 256-entry block (the tail block)."""
+    from cactus_theory.rules.topk import kth_largest
+
+    g = torch.Generator().manual_seed(V + k)
+    for x in ((torch.rand(3, V, generator=g) * 50).floor(), torch.rand(3, V, generator=g),
+              torch.softmax(3.0 * torch.randn(3, V, generator=g), -1)):
+        x[1, -1] = 2.0 * x.max()                  # the largest entry in the tail block
+        ref = x.topk(k, dim=-1).values.amin(-1, keepdim=True)
+        assert torch.equal(kth_largest(x, k), ref)

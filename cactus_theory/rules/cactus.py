@@ -51,6 +51,10 @@ _DELTA = Knob("delta", 1.0, 0.0, math.inf, doc="divergence budget per draft (0 g
 class _CactusBase(Rule):
     """Shared by both Cactus rules: gamma is an elementwise function of q_n."""
 
+    #: False: the samplers' compiled core (``fused=True``) evaluates gamma outside its graphs
+    #: (the exact root's solver reads its values on the host).
+    traceable_spike = False
+
     def __init__(self, delta: float, divergence: str = "kl"):
         self.delta = delta
         self.divergence = divergence
@@ -148,20 +152,29 @@ class _CactusBase(Rule):
         q_n = gather(target_probs, token_ids) / ts
         scale = spike_scale(q_n, gamma_n) / ts
         idx = xp.astype(token_ids, xp.int64)[..., None]
-        if hasattr(target_probs, "scatter_"):      # torch: in place where allowed
+        if hasattr(target_probs, "scatter_"):      # torch
             import torch
 
-            h = target_probs.mul_(scale[..., None]) if overwrite else scale[..., None] * target_probs
-            h.scatter_(-1, idx, gamma_n[..., None].to(h.dtype))
-            out = draft_probs if overwrite else None       # h - p written over p's copy
-            if draft_sums is None:
-                res = torch.sub(h, draft_probs, out=out)
-            else:
-                res = torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None], out=out)
-            res.clamp_min_(0.0)
+            if overwrite:   # in place: one scaled copy, the spike scattered, h - p over p
+                h = target_probs.mul_(scale[..., None])
+                h.scatter_(-1, idx, gamma_n[..., None].to(h.dtype))
+                if draft_sums is None:
+                    res = torch.sub(h, draft_probs, out=draft_probs)
+                else:
+                    res = torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None],
+                                        out=draft_probs)
+                res.clamp_min_(0.0)
+                empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
+                # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
+                return res.addcmul_(h, empty.to(res.dtype))
+            # elementwise, no in-place writes (what a compiled kernel fuses into one read)
+            col = torch.arange(target_probs.shape[-1], device=target_probs.device)
+            h = torch.where(col == idx, gamma_n[..., None].to(target_probs.dtype),
+                            scale[..., None] * target_probs)
+            res = (h - draft_probs if draft_sums is None else
+                   torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None])).clamp_min(0.0)
             empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
-            # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
-            return res.addcmul_(h, empty.to(res.dtype))
+            return res + h * empty.to(res.dtype)
         h = scale[..., None] * target_probs          # numpy
         np.put_along_axis(h, idx, gamma_n[..., None], axis=-1)
         p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
@@ -172,6 +185,10 @@ class _CactusBase(Rule):
 
 class CactusTaylor(_CactusBase):
     r"""Cactus with Corollary 5's Taylor point :math:`\gamma_n = \min(1, q_n + \sqrt{2\delta q_n(1-q_n)})`."""
+
+    #: gamma is a closed form in torch operations: the samplers' compiled core traces it
+    #: (``fused=True``) instead of calling it between two graphs.
+    traceable_spike = True
 
     def spike(self, q_n):
         """Corollary 5's gamma for ``q_n`` (array-agnostic)."""

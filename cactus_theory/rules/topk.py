@@ -110,9 +110,43 @@ class TopKAcceptance(Rule):
         """
         if not hasattr(target_probs, "topk"):
             return super().recovery_weights_at(target_probs, draft_probs, token_ids)
-        k = min(self.topk, target_probs.shape[-1])
-        kth = target_probs.topk(k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+        kth = kth_largest(target_probs, min(self.topk, target_probs.shape[-1]))
         return residual_weights((target_probs >= kth).to(target_probs.dtype), draft_probs)
+
+
+#: Block length of :func:`kth_largest`'s two-level search.
+_KTH_BLOCK = 256
+
+
+def kth_largest(x, k: int):
+    r"""The k-th largest entry of each row of a torch tensor (ties counted), shape [..., 1].
+
+    Two levels, exact: with the maxima of 256-entry blocks, every entry at or above the
+    row's k-th largest value :math:`x_{(k)}` lies in one of the k blocks with the largest
+    maxima (the k-th largest block maximum :math:`T` has k entries at or above it, so
+    :math:`x_{(k)} \ge T`; an entry :math:`\ge x_{(k)}` outside those blocks equals
+    :math:`T = x_{(k)}`, a tie that leaves the value unchanged). So :math:`x_{(k)}` is the
+    k-th largest of those k blocks' entries: one read of the row for the block maxima, then
+    ``topk`` over ``ceil(V/256)`` maxima and over 256 k candidates, instead of ``topk`` over
+    V entries (about 25x slower on a CPU at V = 151,936). Short rows (k blocks cover a
+    quarter of them) take ``topk`` directly.
+    """
+    import torch
+
+    V = x.shape[-1]
+    blk = _KTH_BLOCK
+    if 4 * k * blk > V:
+        return x.topk(k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+    nb = V // blk
+    lead = x.shape[:-1]
+    maxima = x[..., :nb * blk].reshape(*lead, nb, blk).amax(-1)
+    if nb * blk < V:
+        maxima = torch.cat([maxima, x[..., nb * blk:].amax(-1, keepdim=True)], dim=-1)
+    blocks = maxima.topk(k, dim=-1, sorted=False).indices                  # [..., k]
+    idx = (blocks[..., None] * blk + torch.arange(blk, device=x.device)).reshape(*lead, k * blk)
+    cand = torch.gather(x, -1, idx.clamp(max=V - 1))
+    cand = torch.where(idx < V, cand, torch.full_like(cand, -math.inf))  # past the last entry
+    return cand.topk(k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
 
 
 register(RuleSpec(

@@ -518,7 +518,8 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
         q_n = torch.gather(target, -1, ids_)[..., 0].to(torch.float32) / sq
         p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
         if spike_path:
-            gamma = _spike_on_host(rule, q_n) if traced else rule.spike_at_tokens(q_n)
+            host = traced and not getattr(rule, "traceable_spike", False)
+            gamma = _spike_on_host(rule, q_n) if host else rule.spike_at_tokens(q_n)
             return ratio_acceptance(gamma, p_n), (gamma, None, None, None, None)
         return from_values(q_n, p_n), (None,) * 5
     if no_raw and from_rows is not None:
@@ -541,8 +542,9 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
     [B, V] rows only, unless path 4 made copies) and ``Rule.recovery_weights_at``.
 
     Returns ``(weights, fallback, block sums, fallback block sums)``: ``fallback`` (q's
-    normalized rows, or None for Cactus) is what :func:`inverse_cdf_sample` draws from on a
-    row whose weights are not finite with a positive sum (never reached for valid input).
+    rows, normalized, or un-normalized in the traced form: the draw is proportional either
+    way; None for Cactus) is what :func:`inverse_cdf_sample` draws from on a row whose
+    weights are not finite with a positive sum (never reached for valid input).
     Eager (default): copies of the rows scaled in place; the block sums are None (computed by
     :func:`inverse_cdf_sample`). ``traced`` (the compiled core): the rows are indexed inside
     the formulas, so the compiled kernel reads them once and returns the block sums with the
@@ -557,9 +559,9 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
         if gamma is not None:
             w = rule.recovery_weights_from_spike(x, y, n_r, gamma[rows, pos], sx, sy)
             return w, None, _block_sums(w), None
-        q_r = x / sx[:, None]
-        w = rule.recovery_weights_at(q_r, y / sy[:, None], n_r)
-        return w, q_r, _block_sums(w), _block_sums(q_r)
+        w = rule.recovery_weights_at(x / sx[:, None], y / sy[:, None], n_r)
+        # the fallback draws in proportion to q: q's un-normalized rows serve
+        return w, x, _block_sums(w), _block_sums(x)
     if gamma is not None:
         return rule.recovery_weights_from_spike(
             _as_float32(_rows_at(target, pos)), _as_float32(_rows_at(draft_probs, pos)), n_r,
