@@ -406,7 +406,7 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         return x
 
     parts = [checked(x) if row_checks or sanitize else None for x in probs]
-    if fused:
+    if fused and any(x is not None for x in parts):
         stats = fused_kernels.row_stats(*parts)
     else:
         stats = [(None, None) if x is None else _row_stats(x) for x in parts]
@@ -448,14 +448,14 @@ def mask_invalid_rows(sampler, out: torch.Tensor, invalid: torch.Tensor) -> torc
     emitted = (out != -1) & invalid[:, None]
     n_emit = emitted.sum()
     if sampler.last_accepted is not None and sampler.last_accepted.shape[0] == invalid.shape[0]:
-        sampler.num_accepted_tokens -= (sampler.last_accepted & invalid[:, None]).sum()
+        sampler.num_accepted_tokens.sub_((sampler.last_accepted & invalid[:, None]).sum())
         sampler.last_accepted = sampler.last_accepted & ~invalid[:, None]
     # each row emits its N accepted drafts plus one token: N = emitted - 1
-    sampler.num_accepted_prefix_tokens -= (emitted.sum(-1) - 1).clamp_min(0).sum()
-    sampler.num_emitted_tokens -= n_emit
+    sampler.num_accepted_prefix_tokens.sub_((emitted.sum(-1) - 1).clamp_min(0).sum())
+    sampler.num_emitted_tokens.sub_(n_emit)
     if sampler.num_invalid_rows is None:
         sampler.num_invalid_rows = torch.zeros((), dtype=torch.long, device=out.device)
-    sampler.num_invalid_rows += invalid.sum()
+    sampler.num_invalid_rows.add_(invalid.sum())
     sampler.last_invalid_rows = invalid
     return torch.where(invalid[:, None], torch.full_like(out, -1), out)
 
@@ -932,9 +932,10 @@ class RuleSampler(torch.nn.Module):
                 u_acc, u_rec, num_drafts, sq, sp)
 
         self.last_accepted = accepted
-        self.num_accepted_tokens += accepted.sum()
-        self.num_accepted_prefix_tokens += n_acc.sum()
-        self.num_emitted_tokens += (out != -1).sum()
+        # (in place: the counters stay the same tensors, without nn.Module's __setattr__)
+        self.num_accepted_tokens.add_(accepted.sum())
+        self.num_accepted_prefix_tokens.add_(n_acc.sum())
+        self.num_emitted_tokens.add_((out != -1).sum())
         self.num_draft_tokens += b * k if counts is None else int(sum(counts))
         return (out, bad_rows) if return_bad_rows else out
 
