@@ -10,7 +10,8 @@ For every rule of the registry (q verifier, p drafter, n drafted token):
    per-row generators are reported separately (warn mode, count of warnings);
 3. bf16: bfloat16 inputs give exactly the float32 result on the rounded values;
 4. speed (selected rules): the accept path (plan + acceptance of the drafted tokens +
-   uniforms) and the whole forward at B = 64, k = 8, V = 151,936, median of CUDA-event timings;
+   uniforms), the whole forward, and the fused forward (``fused=True``, compiled by its first
+   call) at B = 64, k = 8, V = 151,936, median of CUDA-event timings;
 5. analysis: :func:`cactus_theory.analysis.one_step.analyze` on torch tensors of the device
    against numpy (every rule, small V; then the exact and Taylor Cactus rules at
    V = 151,936), and rows per second at batch 64, V = 151,936 (torch on the device, numpy on
@@ -150,7 +151,12 @@ def speed(name, device, B, k, V, reps):
     def forward():
         return s(q, bonus, p, ids)
 
-    for f in (accept_path, forward):
+    fused = make_sampler(name, fused=True)
+
+    def forward_fused():   # the compiled core (torch.compile; compiled by the first call)
+        return fused(q, bonus, p, ids)
+
+    for f in (accept_path, forward, forward_fused):
         f()
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -158,7 +164,8 @@ def speed(name, device, B, k, V, reps):
     t_acc = timed(accept_path, device, reps)
     t_fwd = timed(forward, device, reps)
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if device.type == "cuda" else float("nan")
-    return t_acc, t_fwd, peak
+    t_fused = timed(forward_fused, device, reps)
+    return t_acc, t_fwd, peak, t_fused
 
 
 def analysis_check(device, V_small=1000, V_big=151_936, batch=64, reps=3, rules=None):
@@ -287,7 +294,7 @@ def main(argv=None):
         log(f"{name:<26} {pval:>12.3g} {str(bf):>10}  {sy:<22} {sy_seeded}"
               f"{'' if ok else '  <-- FAIL'}  ({time.perf_counter() - t0:.1f}s)")
     log(f"\nspeed at B={args.B}, k={args.k}, V={args.V} (median of {args.reps}, ms):")
-    log(f"{'rule':<26} {'accept path':>12} {'forward':>10} {'peak GiB':>9}")
+    log(f"{'rule':<26} {'accept path':>12} {'forward':>10} {'peak GiB':>9} {'fused':>8}")
     for name in args.speed_rules:
         if name not in RULES:
             continue
@@ -295,9 +302,10 @@ def main(argv=None):
             log(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
             continue
         try:
-            t_acc, t_fwd, peak = speed(name, device, args.B, args.k, args.V, args.reps)
-            log(f"{name:<26} {t_acc:>12.2f} {t_fwd:>10.2f} {peak:>9.2f}")
-            summary["speed"][name] = {"accept_ms": t_acc, "forward_ms": t_fwd, "peak_gib": peak}
+            t_acc, t_fwd, peak, t_fused = speed(name, device, args.B, args.k, args.V, args.reps)
+            log(f"{name:<26} {t_acc:>12.2f} {t_fwd:>10.2f} {peak:>9.2f} {t_fused:>8.2f}")
+            summary["speed"][name] = {"accept_ms": t_acc, "forward_ms": t_fwd, "peak_gib": peak,
+                                      "forward_fused_ms": t_fused}
         except Exception as e:
             log(f"{name:<26} ERROR {type(e).__name__}: {str(e)[:100]}")
         if device.type == "cuda":

@@ -583,7 +583,7 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
 
 
 def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_target,
-                 raw_draft, u_acc, u_rec, num_drafts, sq, sp):
+                 raw_draft, u_acc, u_rec, num_drafts, sq, sp, invalid=None):
     r"""The tensor part of one call: acceptance, accepted prefix, recovery draw, output.
 
     A pure function of its tensors (no counters; the uniforms come in as tensors, or as
@@ -591,9 +591,14 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
     so that ``fused=True`` compiles it whole per configured rule (``traced``; the exact
     root's host solver runs between two graphs). Row sums ``sq``, ``sp`` come from the entry
     validation; where they are None they are computed here (the compiled core: with the
-    bad-row flags, in the same read as the accept path's, returned as ``bad_rows``).
+    bad-row flags, in the same read as the accept path's). With ``invalid`` (bool [B], the
+    entry validation's flags), those rows and the rows flagged here emit only -1 and count
+    nowhere (what :func:`mask_invalid_rows` does after the fact).
 
-    Returns ``(out [B, k+1], accepted [B, k], n_acc [B], bad_rows [B] or None)``.
+    Returns ``(out [B, k+1], accepted [B, k], counts, invalid)``: ``counts`` (int64 [4]) holds
+    the increments of ``num_accepted_tokens``, ``num_accepted_prefix_tokens``,
+    ``num_emitted_tokens`` and ``num_invalid_rows``; ``invalid`` is the flags applied, or
+    None when none were given.
     """
     b, k = draft_ids.shape
     v = target.shape[-1]
@@ -636,7 +641,16 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
     out = torch.where(col < n_acc[:, None], drafts_ext,
                       torch.where(col == n_acc[:, None], extra[:, None],
                                   torch.full_like(drafts_ext, -1)))
-    return out, accepted, n_acc, bad_rows
+    n_invalid = torch.zeros((), dtype=torch.int64, device=device)
+    if invalid is not None:
+        if bad_rows is not None:
+            invalid = invalid | bad_rows
+        out = torch.where(invalid[:, None], torch.full_like(out, -1), out)
+        accepted = accepted & ~invalid[:, None]
+        n_acc = torch.where(invalid, torch.zeros_like(n_acc), n_acc)
+        n_invalid = invalid.sum()
+    counts = torch.stack([accepted.sum(), n_acc.sum(), (out != -1).sum(), n_invalid])
+    return out, accepted, counts, invalid
 
 
 class RuleSampler(torch.nn.Module):
@@ -843,11 +857,11 @@ class RuleSampler(torch.nn.Module):
                                draft_probs=draft_probs, raw_target_probs=raw_target_probs,
                                raw_draft_probs=raw_draft_probs,
                                draft_token_ids=draft_token_ids, bonus_token_ids=bonus_token_ids)
+        if invalid is not None and invalid.shape[:1] != draft_ids.shape[:1]:
+            invalid = None          # (shapes the checks below reject)
         try:
-            out, bad_rows = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs,
-                                         probs[2], probs[3], sums=sums, return_bad_rows=True)
-            if bad_rows is not None and invalid is not None:
-                invalid = invalid | bad_rows
+            return self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2],
+                                probs[3], sums=sums, invalid=invalid)
         except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
             if invalid is None:
                 raise
@@ -858,10 +872,8 @@ class RuleSampler(torch.nn.Module):
                 seeded_seqs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
                 sanitize=True)
             invalid, probs = probs[2], probs[3]   # the sanitizing pass checks every row
-            out = self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3])
-        if invalid is None or invalid.shape[0] != out.shape[0]:
-            return out
-        return mask_invalid_rows(self, out, invalid)
+            return self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2],
+                                probs[3], invalid=invalid)
 
     def _accept_path(self, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp):
         """:math:`a_n` at the drafted tokens and the recovery's state (:func:`_accept_path`)."""
@@ -885,7 +897,12 @@ class RuleSampler(torch.nn.Module):
 
     def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
                 num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None,
-                return_bad_rows: bool = False):
+                invalid: Optional[torch.Tensor] = None):
+        """The call after the entry validation. ``invalid`` (bool [B], from
+        :func:`validate_sampler_entry`): rows whose output is replaced by -1 and taken out of
+        the counters, counted in ``num_invalid_rows`` and flagged in ``last_invalid_rows``
+        (with the rows the compiled core flags itself); None: no masking here (the ragged
+        layout masks per request, :func:`mask_invalid_rows`)."""
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
         device = target.device
         if self.num_accepted_tokens is None:
@@ -901,8 +918,7 @@ class RuleSampler(torch.nn.Module):
                 raise ValueError(f"seeded_seqs: row indices {bad} outside [0, {b})")
         if b == 0:
             self.last_accepted = torch.zeros((0, k), dtype=torch.bool, device=device)
-            out = torch.empty((0, k + 1), dtype=self.token_id_dtype, device=device)
-            return (out, None) if return_bad_rows else out
+            return torch.empty((0, k + 1), dtype=self.token_id_dtype, device=device)
         draft_ids = draft_ids.to(torch.int64)
         bonus = bonus.to(torch.int64)
 
@@ -923,21 +939,27 @@ class RuleSampler(torch.nn.Module):
         sp = None if sums is None else sums[1]
         if self._traced_core(raw_target, raw_draft):
             u_acc, u_rec = u_acc(), u_rec()          # (the compiled core takes tensors)
-            out, accepted, n_acc, bad_rows = fused_kernels.compiled_for(self.rule, _verify_core, v, k)(
+            out, accepted, counts_, invalid = fused_kernels.compiled_for(
+                self.rule, _verify_core, v, k)(
                 self.rule, True, target, bonus, draft_probs, draft_ids, None, None, u_acc,
-                u_rec, num_drafts, sq, sp)
+                u_rec, num_drafts, sq, sp, invalid)
         else:
-            out, accepted, n_acc, bad_rows = _verify_core(
+            out, accepted, counts_, invalid = _verify_core(
                 self.rule, False, target, bonus, draft_probs, draft_ids, raw_target, raw_draft,
-                u_acc, u_rec, num_drafts, sq, sp)
+                u_acc, u_rec, num_drafts, sq, sp, invalid)
 
         self.last_accepted = accepted
         # (in place: the counters stay the same tensors, without nn.Module's __setattr__)
-        self.num_accepted_tokens.add_(accepted.sum())
-        self.num_accepted_prefix_tokens.add_(n_acc.sum())
-        self.num_emitted_tokens.add_((out != -1).sum())
+        self.num_accepted_tokens.add_(counts_[0])
+        self.num_accepted_prefix_tokens.add_(counts_[1])
+        self.num_emitted_tokens.add_(counts_[2])
         self.num_draft_tokens += b * k if counts is None else int(sum(counts))
-        return (out, bad_rows) if return_bad_rows else out
+        if invalid is not None:
+            if self.num_invalid_rows is None:
+                self.num_invalid_rows = torch.zeros((), dtype=torch.long, device=device)
+            self.num_invalid_rows.add_(counts_[3])
+            self.last_invalid_rows = invalid
+        return out
 
     def extra_repr(self) -> str:
         return f"rule={self.rule!r}, strict_mode={self._strict_mode}, fused={self.fused}"
