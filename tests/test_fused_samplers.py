@@ -178,3 +178,16 @@ def test_fused_ragged_layout_equals_eager():
                                     counts, draft, target, bonus)
     assert torch.equal(out[False], out[True])
     assert (out[True][:, 0] != -1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_half_precision_inputs_equal_eager(dtype):
+    """bf16 / fp16 inputs (cast to float32 inside, as the eager sampler does): the fused call
+    gives the eager call's tokens from the same seed."""
+    q, p, ids, bonus = _batch(B=12, k=3, V=1500, seed=8, dtype=dtype)
+    out = {}
+    for fused in (False, True):
+        torch.manual_seed(4)
+        out[fused] = make_sampler("cactus-taylor", delta=0.4, fused=fused)(q, bonus, p, ids)
+    assert torch.equal(out[False], out[True])
+    assert (out[True][:, 0] != -1).all()

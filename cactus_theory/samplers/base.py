@@ -666,12 +666,14 @@ class RuleSampler(torch.nn.Module):
         dtypes and devices are always checked (metadata only, no synchronization). Violations
         raise ValueError naming the argument (vLLM asserts).
     fused : bool
-        Run the passes that read whole rows (entry validation and row sums, the accept paths
-        that read rows, the recovery weights and their block sums) through the kernels of
-        :mod:`.fused`, compiled by ``torch.compile``: one read per tensor instead of one per
-        eager operation, row sums accumulated in float64. The same formulas and law; the
-        first call compiles (seconds), and if compiling fails the kernels warn once and run
-        eagerly. Default False: eager torch, nothing compiled.
+        Compile the tensor part of each call (:func:`_verify_core`: row checks and sums,
+        accept path, recovery weights and their block sums, draw, output) with
+        ``torch.compile`` (:mod:`.fused`): fewer reads of the [B, k, V] inputs and fewer
+        kernels, row sums accumulated in float64. The same formulas, random stream and law;
+        the first call compiles (seconds), and if compiling fails the kernels warn once and
+        run eagerly. On a CPU whose cores other processes hold, the compiled kernels' OpenMP
+        regions slow down sharply (:mod:`.fused`). Default False: eager torch, nothing
+        compiled.
     **knobs
         The rule's knobs when ``rule`` is a name.
 
