@@ -236,6 +236,10 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
         The block sums of ``weights`` (and of ``fallback``) when the caller computed them
         already (the fused samplers compute them with the weights, :mod:`.fused`); by
         default they are computed here.
+    uniforms : Tensor, shape (B, 1), optional
+        The rows' uniforms in [0, 1), drawn by the caller (the samplers draw them before
+        their compiled part, with the same calls this function makes); by default drawn
+        here from ``generators`` / the default generator.
 
     Returns
     -------
