@@ -48,9 +48,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .analysis.one_step import analyze, emitted_distribution, make_plan
+from .analysis.one_step import analyze, emitted_distribution
 from .rules import RULES, get_rule
-from .solvers.spike import exact_spike, taylor_spike
+from .solvers.spike import exact_spike
 
 __all__ = ["median_time", "paired_median_times", "GoalResult", "BenchmarkReport", "run_benchmarks",
            "floor_emitted_taylor", "correlated_pair", "keep_freed_memory"]

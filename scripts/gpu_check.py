@@ -140,7 +140,6 @@ def timed(fn, device, reps):
 def speed(name, device, B, k, V, reps):
     q, bonus, p, ids = batch(B, k, V, device, seed=1)
     s = make_sampler(name)
-    rule = s.rule
 
     def accept_path():
         # what forward does: the cheapest accept path the rule declares (gamma at the drafted

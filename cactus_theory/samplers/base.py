@@ -605,7 +605,6 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
     None when none were given.
     """
     b, k = draft_ids.shape
-    v = target.shape[-1]
     device = target.device
     bad_rows = None
     if sq is None or sp is None:
