@@ -97,8 +97,7 @@ from ..rules import Rule, get_rule
 from ..rules.plans import ratio_acceptance
 from . import fused as fused_kernels
 
-__all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry",
-           "mask_invalid_rows"]
+__all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry"]
 
 _TINY = torch.finfo(torch.float32).tiny
 
@@ -321,7 +320,7 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
       invalid**. The ids are
       clamped into ``[0, V)`` so that no kernel ever indexes out of range, and the caller
       replaces the invalid rows' whole output by the ``-1`` placeholder
-      (:func:`mask_invalid_rows`): an invalid id, or a token drawn from a NaN or all-zero
+      (``RuleSampler._verify``'s ``invalid``): an invalid id, or a token drawn from a NaN or all-zero
       row, can never be emitted. ``strict_mode`` raises ValueError instead (with a sync).
 
     Parameters
@@ -440,28 +439,6 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
     if return_sums:
         return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned), tuple(sums)
     return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned)
-
-
-def mask_invalid_rows(sampler, out: torch.Tensor, invalid: torch.Tensor) -> torch.Tensor:
-    """Replace the output of invalid rows by ``-1`` and take them out of the counters.
-
-    ``invalid`` (bool ``[B]``, from :func:`validate_sampler_entry`) stays on the device: the
-    counters are corrected with masked sums, no synchronization. The rows are counted in
-    ``sampler.num_invalid_rows`` and flagged in ``sampler.last_invalid_rows``.
-    """
-    emitted = (out != -1) & invalid[:, None]
-    n_emit = emitted.sum()
-    if sampler.last_accepted is not None and sampler.last_accepted.shape[0] == invalid.shape[0]:
-        sampler.num_accepted_tokens.sub_((sampler.last_accepted & invalid[:, None]).sum())
-        sampler.last_accepted = sampler.last_accepted & ~invalid[:, None]
-    # each row emits its N accepted drafts plus one token: N = emitted - 1
-    sampler.num_accepted_prefix_tokens.sub_((emitted.sum(-1) - 1).clamp_min(0).sum())
-    sampler.num_emitted_tokens.sub_(n_emit)
-    if sampler.num_invalid_rows is None:
-        sampler.num_invalid_rows = torch.zeros((), dtype=torch.long, device=out.device)
-    sampler.num_invalid_rows.add_(invalid.sum())
-    sampler.last_invalid_rows = invalid
-    return torch.where(invalid[:, None], torch.full_like(out, -1), out)
 
 
 def _uniforms(seeded_seqs, batch: int, k: int, device, counts=None) -> torch.Tensor:
@@ -597,7 +574,7 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
     validation; where they are None they are computed here (the compiled core: with the
     bad-row flags, in the same read as the accept path's). With ``invalid`` (bool [B], the
     entry validation's flags), those rows and the rows flagged here emit only -1 and count
-    nowhere (what :func:`mask_invalid_rows` does after the fact).
+    nowhere.
 
     Returns ``(out [B, k+1], accepted [B, k], counts, invalid)``: ``counts`` (int64 [4]) holds
     the increments of ``num_accepted_tokens``, ``num_accepted_prefix_tokens``,
@@ -904,10 +881,10 @@ class RuleSampler(torch.nn.Module):
                 num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None,
                 invalid: Optional[torch.Tensor] = None):
         """The call after the entry validation. ``invalid`` (bool [B], from
-        :func:`validate_sampler_entry`): rows whose output is replaced by -1 and taken out of
-        the counters, counted in ``num_invalid_rows`` and flagged in ``last_invalid_rows``
-        (with the rows the compiled core flags itself); None: no masking here (the ragged
-        layout masks per request, :func:`mask_invalid_rows`)."""
+        :func:`validate_sampler_entry`, or per request in the ragged layout): rows whose
+        output is replaced by -1 and taken out of the counters, counted in
+        ``num_invalid_rows`` and flagged in ``last_invalid_rows`` (with the rows the compiled
+        core flags itself); None: no masking."""
         b, k, v = self._check_shapes(target, bonus, draft_probs, draft_ids, raw_target, raw_draft)
         device = target.device
         if self.num_accepted_tokens is None:

@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from .base import RuleSampler, mask_invalid_rows, validate_sampler_entry
+from .base import RuleSampler, validate_sampler_entry
 
 __all__ = ["ragged_forward", "parse_output", "V1Stats", "PLACEHOLDER_TOKEN_ID"]
 
@@ -191,8 +191,7 @@ def _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid
     raw_p = None if raw_draft_probs is None else pad(raw_draft_probs)
     k_row = torch.tensor(counts, dtype=torch.int64, device=device)
     res = sampler._verify(q, bonus_token_ids.to(torch.int64), p, ids, generators, raw_q, raw_p,
-                          num_drafts=k_row, counts=counts)
-    res = mask_invalid_rows(sampler, res, invalid)
+                          num_drafts=k_row, counts=counts, invalid=invalid)
     out[:, : kmax + 1] = res.to(torch.int32)
     return out
 
