@@ -37,7 +37,8 @@ from array_api_compat import array_namespace
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..divergences import DIVERGENCES
 from ..solvers.spike import exact_spike, spike_scale, taylor_spike
-from .plans import SpikePlan, gather, ratio_acceptance, residual_distribution, spike_target_at
+from .plans import (RowTarget, SpikePlan, gather, ratio_acceptance, residual_distribution,
+                    spike_target_at)
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
 __all__ = ["CactusTaylor", "CactusExact", "SMOOTH_DIVERGENCES"]
@@ -130,6 +131,25 @@ class _CactusBase(Rule):
         """
         gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
         return self.recovery_weights_from_spike(target_probs, draft_probs, token_ids, gamma_n)
+
+    def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
+                                  draft_sums, gamma=None):
+        r"""Theorem 2's :math:`h^{(n)}` on un-normalized rows (the compiled samplers' recovery):
+        :math:`h_i = c_n x_i / s_q` with :math:`c_n = (1-\gamma_n)/(1-q_n)`, and the spike
+        :math:`h_n = \gamma_n` at the drafted token. ``gamma`` ([B], the accept path's) is
+        required: None returns None (the samplers then call :meth:`recovery_weights_at`).
+        Same formulas as :meth:`recovery_weights_from_spike`.
+        """
+        if gamma is None:
+            return None
+        import torch
+
+        ts = target_sums[..., None]
+        ids = token_ids[..., None]
+        g = gamma[..., None].to(torch.float32)
+        q_n = torch.gather(target_rows, -1, ids).to(torch.float32) / ts
+        scale = spike_scale(q_n, g) / ts
+        return RowTarget(lambda x, y: x * scale, ids, g)
 
     @staticmethod
     def recovery_weights_from_spike(target_probs, draft_probs, token_ids, gamma_n,

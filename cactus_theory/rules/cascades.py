@@ -41,7 +41,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import TargetPlan, ratio_acceptance
+from .plans import RowTarget, TargetPlan, ratio_acceptance
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["Cascade", "CASCADE_RULES", "cascade_target"]
@@ -132,20 +132,34 @@ class Cascade(Rule):
         r"""Acceptance :math:`\min(1, \pi_n/p_n)` from un-normalized rows (q = x/s_q, p = y/s_p).
 
         The samplers call it when no raw distributions are given (the deferral tests then read
-        the processed ones). Only what :math:`\pi_n` needs, per position: the row maxima
-        (:math:`\max q = \max x / s_q` exactly, division being monotone), TV(p, q) for
-        ``opt`` (one pass), and for the token rules :math:`p(A)` (a compare and a masked sum);
-        the set tests compare the raw entries against the threshold times the row sum, equal
-        to the plan's normalized comparison up to float32 rounding. Same formulas as
-        :func:`cascade_target` otherwise.
+        the processed ones): :meth:`recovery_target_from_rows`'s :math:`\pi` at the drafted
+        entries, no [B, k, V] copy.
+        """
+        import torch
+
+        ids = token_ids[..., None]
+        x_n = torch.gather(target_rows, -1, ids)
+        y_n = torch.gather(draft_rows, -1, ids)
+        pi = self.recovery_target_from_rows(target_rows, draft_rows, token_ids, target_sums,
+                                            draft_sums).h
+        return ratio_acceptance(pi(x_n, y_n)[..., 0], (y_n / draft_sums[..., None])[..., 0])
+
+    def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
+                                  draft_sums, gamma=None):
+        r""":math:`\pi` on un-normalized rows (q = x/s_q, p = y/s_p), elementwise with per-row
+        constants: the accept path's :math:`\pi_n` and the compiled samplers' recovery.
+
+        Only what :math:`\pi` needs, per row: the row maxima (:math:`\max q = \max x / s_q`
+        exactly, division being monotone), TV(p, q) for ``opt`` (one pass), and for the token
+        rules :math:`p(A)` (a compare and a masked sum); the set tests compare the raw entries
+        against the threshold times the row sum, equal to the plan's normalized comparison up
+        to float32 rounding. Same formulas as :func:`cascade_target` otherwise (processed
+        distributions: the samplers call it when no raw ones are given).
         """
         import torch
 
         x, y, kind, alpha = target_rows, draft_rows, self.kind, self.alpha
         sq, sp = target_sums[..., None], draft_sums[..., None]
-        ids = token_ids[..., None]
-        x_n, y_n = torch.gather(x, -1, ids), torch.gather(y, -1, ids)
-        q_n, p_n = x_n / sq, y_n / sp
         if kind in ("chow", "diff", "opt"):
             max_rp = y.amax(-1, keepdim=True) / sp
             if kind == "chow":
@@ -160,21 +174,18 @@ class Cascade(Rule):
                         pick = (tv <= 0) if alpha < 0 else torch.ones_like(tv, dtype=torch.bool)
                     else:
                         pick = max_rp >= max_rq - alpha * tv
-            pi_n = torch.where(pick, p_n, q_n)
+            return RowTarget(lambda xv, yv: torch.where(pick, yv / sp, xv / sq))
+        max_rq = x.amax(-1, keepdim=True) / sq
+        if kind == "token-v1":
+            in_set, thr = (lambda xv, yv: yv), (max_rq - alpha) * sp
+        elif kind == "token-v2":
+            in_set, thr = (lambda xv, yv: xv), (max_rq - alpha) * sq
         else:
-            max_rq = x.amax(-1, keepdim=True) / sq
-            if kind == "token-v1":
-                rows, thr = y, (max_rq - alpha) * sp
-            elif kind == "token-v2":
-                rows, thr = x, (max_rq - alpha) * sq
-            else:
-                rows, thr = x, (1.0 - alpha) * max_rq * sq
-            in_a = rows >= thr
-            p_a = torch.where(in_a, y, 0.0).sum(-1, keepdim=True) / sp
-            rest = (1.0 - p_a).clamp_min_(0.0)
-            n_in_a = torch.gather(rows, -1, ids) >= thr
-            pi_n = torch.where(n_in_a, p_n, torch.zeros_like(p_n)) + rest * q_n
-        return ratio_acceptance(pi_n[..., 0], p_n[..., 0])
+            in_set, thr = (lambda xv, yv: xv), (1.0 - alpha) * max_rq * sq
+        p_a = torch.where(in_set(x, y) >= thr, y, 0.0).sum(-1, keepdim=True) / sp
+        rest = (1.0 - p_a).clamp_min_(0.0)
+        return RowTarget(lambda xv, yv: torch.where(in_set(xv, yv) >= thr, yv / sp, 0.0)
+                         + rest * (xv / sq))
 
 
 for _kind, (_lo, _hi, _sps, _eq) in CASCADE_RULES.items():

@@ -22,7 +22,7 @@ Cactus official code github.com/MANGA-UOFA/Cactus ``cactus/interp.py``
 from __future__ import annotations
 
 from ..conventions import EMPTY_RESIDUAL_MASS
-from .plans import TargetPlan, ratio_acceptance
+from .plans import RowTarget, TargetPlan, ratio_acceptance
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["Interpolation"]
@@ -67,6 +67,14 @@ class Interpolation(Rule):
         # an empty row is all zeros: adding h there (and 0 h elsewhere) gives h
         return res.addcmul_(draft_probs, self.alpha * empty).addcmul_(
             target_probs, (1.0 - self.alpha) * empty)
+
+    def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
+                                  draft_sums, gamma=None):
+        r""":math:`h = \alpha y/s_p + (1-\alpha) x/s_q` on un-normalized rows (the compiled
+        samplers' recovery; its residual is :math:`(1-\alpha)\max(0, q - p)`)."""
+        a = (1.0 - self.alpha) / target_sums[..., None]
+        b = self.alpha / draft_sums[..., None]
+        return RowTarget(lambda x, y: x * a + y * b)
 
 
 register(RuleSpec(

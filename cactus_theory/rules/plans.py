@@ -31,7 +31,7 @@ for the analysis and the samplers alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -52,6 +52,7 @@ __all__ = [
     "one_hot",
     "gather",
     "spike_target_at",
+    "RowTarget",
 ]
 
 
@@ -123,6 +124,36 @@ def residual_distribution(h, p):
     res = xp.where(empty, h, res)
     mass = xp.where(empty, h_mass, mass)
     return res / mass
+
+
+@dataclass
+class RowTarget:
+    r"""A target-family rule's h on un-normalized rows, elementwise (the compiled samplers).
+
+    Returned by ``Rule.recovery_target_from_rows``. The samplers' compiled core reads the
+    recovery rows once for the block sums of :math:`\max(0, h - p)` and h, and evaluates h
+    again at the 256 columns of the block it draws from
+    (:func:`~cactus_theory.samplers.blocked.residual_block_weights`).
+
+    Attributes
+    ----------
+    h : callable
+        ``h(x, y)`` -> h at verifier entries ``x`` and drafter entries ``y`` (un-normalized,
+        float32, shape [..., m]), in probability units: elementwise, with per-row constants
+        of shape [..., 1] captured by the rule (no reduction over m, no column index).
+    spike_ids : array or None
+        [..., 1] int64: one column per row where h is ``spike_values`` instead (Cactus's
+        drafted token, :math:`h^{(n)}_n = \gamma_n`).
+    spike_values : array or None
+        [..., 1]: h at ``spike_ids``.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
+    h target.
+    """
+
+    h: Callable
+    spike_ids: Optional[Any] = None
+    spike_values: Optional[Any] = None
 
 
 def spike_target_at(target_probs, token_ids, gamma_n):

@@ -208,6 +208,15 @@ class Rule:
     #: normalization. ``None``: the samplers build normalized copies.
     accept_probs_from_rows = None
 
+    #: Optional elementwise target for the compiled samplers' recovery:
+    #: ``recovery_target_from_rows(target_rows, draft_rows, token_ids, target_sums,
+    #: draft_sums, gamma)`` -> :class:`~cactus_theory.rules.plans.RowTarget` (or None), for a
+    #: rule whose recovery weights are :func:`~cactus_theory.rules.plans.residual_weights` of
+    #: a target h (convention 3). Rows [B, V] un-normalized with float32 sums [B]; ``gamma``
+    #: the spike at ``token_ids`` ([B]) for spike rules, else None. ``None``: the samplers
+    #: call :meth:`recovery_weights_at` on normalized rows.
+    recovery_target_from_rows = None
+
     def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                     raw_draft_probs=None):
         r"""Recovery distribution :math:`r^{(n)}` for the drafted tokens ``token_ids`` (the samplers'

@@ -8,7 +8,7 @@ which emits exactly q (paper, Theorem 1 with h = q). Symbols: q verifier
 
 from __future__ import annotations
 
-from .plans import TargetPlan, ratio_acceptance
+from .plans import RowTarget, TargetPlan, ratio_acceptance
 from .registry import Rule, RuleSpec, register
 
 __all__ = ["SpeculativeSampling"]
@@ -29,6 +29,12 @@ class SpeculativeSampling(Rule):
         ([B, k]), with no normalized [B, k, V] copies.
         """
         return ratio_acceptance(q_n, p_n)
+
+    def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
+                                  draft_sums, gamma=None):
+        """h = q = x / s_q on un-normalized rows (the compiled samplers' recovery)."""
+        inv = 1.0 / target_sums[..., None]
+        return RowTarget(lambda x, y: x * inv)
 
 
 register(RuleSpec(

@@ -25,7 +25,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import TargetPlan, gather, residual_weights
+from .plans import RowTarget, TargetPlan, gather, residual_weights
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["TopKAcceptance", "topk_indicator"]
@@ -112,6 +112,15 @@ class TopKAcceptance(Rule):
             return super().recovery_weights_at(target_probs, draft_probs, token_ids)
         kth = kth_largest(target_probs, min(self.topk, target_probs.shape[-1]))
         return residual_weights((target_probs >= kth).to(target_probs.dtype), draft_probs)
+
+    def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
+                                  draft_sums, gamma=None):
+        r""":math:`h = 1[x \ge x_{(k)}]` on un-normalized rows (scaling keeps the order; the
+        compiled samplers' recovery): the k-th largest entry by :func:`kth_largest`, one read."""
+        import torch
+
+        kth = kth_largest(target_rows, min(self.topk, target_rows.shape[-1]))
+        return RowTarget(lambda x, y: (x >= kth).to(torch.float32))
 
 
 #: Block length of :func:`kth_largest`'s two-level search.

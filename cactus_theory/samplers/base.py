@@ -96,6 +96,7 @@ import torch
 from ..rules import Rule, get_rule
 from ..rules.plans import ratio_acceptance
 from . import fused as fused_kernels
+from .blocked import BlockWeights, residual_block_weights
 
 __all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry"]
 
@@ -222,9 +223,11 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
 
     Parameters
     ----------
-    weights : Tensor, shape (B, V)
+    weights : Tensor, shape (B, V), or BlockWeights
         Non-negative weights, un-normalized (float32; other float dtypes are summed in their
-        own precision). Not modified.
+        own precision). Not modified. A :class:`~.blocked.BlockWeights` (the compiled
+        samplers' residual recovery) brings its block sums and its values at the chosen
+        block's columns: no [B, V] weights at all.
     generators : sequence of (torch.Generator or None), optional
         Per-row generators (length B): a row with a generator draws its one uniform from it;
         the rows whose entry is None share one ``torch.rand`` call on the default generator.
@@ -250,10 +253,13 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
     """
     B, V = weights.shape
     blk = _CDF_BLOCK
-    device = weights.device
+    lazy = isinstance(weights, BlockWeights)
+    device = weights.block_sums.device if lazy else weights.device
     # float64 where the device has it (Apple's MPS has not: float32 there)
     dtype = torch.float32 if device.type == "mps" else torch.float64
-    if block_sums is None:
+    if lazy:
+        block_sums = weights.block_sums
+    elif block_sums is None:
         block_sums = _block_sums(weights, blk)
     use_fb = None
     if fallback is not None:
@@ -273,10 +279,10 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
     idx = b * blk + torch.arange(blk, device=device)                         # [B, blk]
     inside = idx < V
     idx = idx.clamp_(max=V - 1)
-    wb = torch.gather(weights, -1, idx)
+    wb = weights.at(idx) if lazy else torch.gather(weights, -1, idx)
     if use_fb is not None:
-        wb = torch.where(use_fb, torch.gather(fallback.to(weights.dtype), -1, idx), wb)
-    wb = torch.where(inside, wb, torch.zeros((), dtype=weights.dtype, device=device))
+        wb = torch.where(use_fb, torch.gather(fallback.to(wb.dtype), -1, idx), wb)
+    wb = torch.where(inside, wb, torch.zeros((), dtype=wb.dtype, device=device))
     c = torch.cumsum(wb, dim=-1, dtype=dtype)
     # the offset inside the block, rescaled from the block sum S_b to the float64 sum c_last
     s_b = torch.gather(block_sums, -1, b).to(dtype)
@@ -529,14 +535,22 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
     Eager (default): copies of the rows scaled in place; the block sums are None (computed by
     :func:`inverse_cdf_sample`). ``traced`` (the compiled core): the rows are indexed inside
     the formulas, so the compiled kernel reads them once and returns the block sums with the
-    weights, without copies.
+    weights, without copies; for a rule with ``Rule.recovery_target_from_rows`` the weights
+    are a :class:`~.blocked.BlockWeights` (block sums and the formula at one block's
+    columns: no [B, V] weights at all).
     """
     gamma, q, p, raw_q, raw_p = state
     rows = torch.arange(pos.shape[0], device=pos.device)
     n_r = draft_ids[rows, pos]
     if traced and q is None:
-        x, y = target[rows, pos].to(torch.float32), draft_probs[rows, pos].to(torch.float32)
+        x, y = target[rows, pos], draft_probs[rows, pos]
         sx, sy = sq[rows, pos], sp[rows, pos]
+        hook = rule.recovery_target_from_rows
+        row_target = None if hook is None else hook(
+            x, y, n_r, sx, sy, None if gamma is None else gamma[rows, pos])
+        if row_target is not None:      # block sums in one read; no [B, V] weights
+            return residual_block_weights(row_target, x, y, sy), None, None, None
+        x, y = x.to(torch.float32), y.to(torch.float32)
         if gamma is not None:
             w = rule.recovery_weights_from_spike(x, y, n_r, gamma[rows, pos], sx, sy)
             return w, None, _block_sums(w), None
