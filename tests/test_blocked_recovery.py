@@ -30,7 +30,7 @@ def _spike_target(x, ids, gamma):
     sx = x.sum(-1, keepdim=True)
     q_n = torch.gather(x, -1, ids) / sx
     scale = (1 - gamma) / (1 - q_n) / sx
-    return RowTarget(lambda xv, yv: xv * scale, ids, gamma)
+    return RowTarget(lambda xv, yv, sc: xv * sc, (scale,), ids, gamma)
 
 
 def _dense(target, x, y):

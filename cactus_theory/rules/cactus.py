@@ -149,7 +149,7 @@ class _CactusBase(Rule):
         g = gamma[..., None].to(torch.float32)
         q_n = torch.gather(target_rows, -1, ids).to(torch.float32) / ts
         scale = spike_scale(q_n, g) / ts
-        return RowTarget(lambda x, y: x * scale, ids, g)
+        return RowTarget(_scaled, (scale,), ids, g)
 
     @staticmethod
     def recovery_weights_from_spike(target_probs, draft_probs, token_ids, gamma_n,
@@ -201,6 +201,11 @@ class _CactusBase(Rule):
         res = np.maximum(h - p, 0.0)
         empty = xp.sum(res, axis=-1, keepdims=True) <= EMPTY_RESIDUAL_MASS
         return xp.where(empty, h, res)
+
+
+def _scaled(x, y, scale):
+    """Theorem 2's target off the spike, :math:`c_n q_i` (``scale`` = :math:`c_n / s_q`)."""
+    return x * scale
 
 
 class CactusTaylor(_CactusBase):

@@ -111,12 +111,36 @@ def cascade_target(kind: str, alpha: float, target_probs, draft_probs, raw_targe
     return pA + xp.maximum(rest, xp.zeros_like(rest)) * q   # rest < 0 only by rounding
 
 
+def _picked(x, y, pick, sq, sp):
+    r""":math:`\pi` = p where the row defers to the drafter (``pick``), else q."""
+    import torch
+
+    return torch.where(pick, y / sp, x / sq)
+
+
+def _token_set_on_p(x, y, thr, rest, sq, sp):
+    r""":math:`\pi = p 1_A + (1 - p(A))_+ q` with :math:`A = \{y \ge thr\}` (token-v1)."""
+    import torch
+
+    return torch.where(y >= thr, y / sp, 0.0) + rest * (x / sq)
+
+
+def _token_set_on_q(x, y, thr, rest, sq, sp):
+    r""":math:`\pi = p 1_A + (1 - p(A))_+ q` with :math:`A = \{x \ge thr\}` (token-v2, v3)."""
+    import torch
+
+    return torch.where(x >= thr, y / sp, 0.0) + rest * (x / sq)
+
+
 class Cascade(Rule):
     """SpS against a speculative-cascade deferral target (module table).
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Narasimhan et al., ICLR 2025 (arXiv 2405.19261) eqs. 2, 5, 10, 13-15; official Gemma notebook.
     """
+
+    #: the acceptance is min(1, pi_n / p_n) of the row target (the samplers reuse it)
+    accept_from_row_target = True
 
     def __init__(self, kind: str, alpha: float):
         self.kind = kind
@@ -174,18 +198,18 @@ class Cascade(Rule):
                         pick = (tv <= 0) if alpha < 0 else torch.ones_like(tv, dtype=torch.bool)
                     else:
                         pick = max_rp >= max_rq - alpha * tv
-            return RowTarget(lambda xv, yv: torch.where(pick, yv / sp, xv / sq))
+            return RowTarget(_picked, (pick, sq, sp))
         max_rq = x.amax(-1, keepdim=True) / sq
         if kind == "token-v1":
-            in_set, thr = (lambda xv, yv: yv), (max_rq - alpha) * sp
+            fn, thr = _token_set_on_p, (max_rq - alpha) * sp
         elif kind == "token-v2":
-            in_set, thr = (lambda xv, yv: xv), (max_rq - alpha) * sq
+            fn, thr = _token_set_on_q, (max_rq - alpha) * sq
         else:
-            in_set, thr = (lambda xv, yv: xv), (1.0 - alpha) * max_rq * sq
-        p_a = torch.where(in_set(x, y) >= thr, y, 0.0).sum(-1, keepdim=True) / sp
+            fn, thr = _token_set_on_q, (1.0 - alpha) * max_rq * sq
+        in_set = y if fn is _token_set_on_p else x
+        p_a = torch.where(in_set >= thr, y, 0.0).sum(-1, keepdim=True) / sp
         rest = (1.0 - p_a).clamp_min_(0.0)
-        return RowTarget(lambda xv, yv: torch.where(in_set(xv, yv) >= thr, yv / sp, 0.0)
-                         + rest * (xv / sq))
+        return RowTarget(fn, (thr, rest, sq, sp))
 
 
 for _kind, (_lo, _hi, _sps, _eq) in CASCADE_RULES.items():

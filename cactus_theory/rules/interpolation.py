@@ -28,6 +28,11 @@ from .registry import Knob, Rule, RuleSpec, register
 __all__ = ["Interpolation"]
 
 
+def _mixture(x, y, a, b):
+    r""":math:`a x + b y` (:math:`a = (1-\alpha)/s_q`, :math:`b = \alpha/s_p`)."""
+    return x * a + y * b
+
+
 class Interpolation(Rule):
     r"""Target :math:`h = \alpha p + (1-\alpha) q`.
 
@@ -74,7 +79,7 @@ class Interpolation(Rule):
         samplers' recovery; its residual is :math:`(1-\alpha)\max(0, q - p)`)."""
         a = (1.0 - self.alpha) / target_sums[..., None]
         b = self.alpha / draft_sums[..., None]
-        return RowTarget(lambda x, y: x * a + y * b)
+        return RowTarget(_mixture, (a, b))
 
 
 register(RuleSpec(

@@ -130,17 +130,20 @@ def residual_distribution(h, p):
 class RowTarget:
     r"""A target-family rule's h on un-normalized rows, elementwise (the compiled samplers).
 
-    Returned by ``Rule.recovery_target_from_rows``. The samplers' compiled core reads the
-    recovery rows once for the block sums of :math:`\max(0, h - p)` and h, and evaluates h
-    again at the 256 columns of the block it draws from
+    Returned by ``Rule.recovery_target_from_rows``. The samplers' compiled core evaluates it
+    at the drafted entries (the acceptance :math:`\min(1, h_n/p_n)`), reads the recovery
+    rows once for the block sums of :math:`\max(0, h - p)` and h, and evaluates h again at
+    the 256 columns of the block it draws from
     (:func:`~cactus_theory.samplers.blocked.residual_block_weights`).
 
     Attributes
     ----------
-    h : callable
-        ``h(x, y)`` -> h at verifier entries ``x`` and drafter entries ``y`` (un-normalized,
-        float32, shape [..., m]), in probability units: elementwise, with per-row constants
-        of shape [..., 1] captured by the rule (no reduction over m, no column index).
+    fn : callable
+        ``fn(x, y, *params)`` -> h at verifier entries ``x`` and drafter entries ``y``
+        (un-normalized, float32, shape [..., m]), in probability units: elementwise, with
+        the per-row constants ``params`` (no reduction over m, no column index).
+    params : tuple of arrays
+        Per-row constants, each of shape [..., 1] (the rows' leading shape).
     spike_ids : array or None
         [..., 1] int64: one column per row where h is ``spike_values`` instead (Cactus's
         drafted token, :math:`h^{(n)}_n = \gamma_n`).
@@ -151,9 +154,22 @@ class RowTarget:
     h target.
     """
 
-    h: Callable
+    fn: Callable
+    params: tuple = ()
     spike_ids: Optional[Any] = None
     spike_values: Optional[Any] = None
+
+    def h(self, x, y):
+        """h at entries ``x``, ``y`` (shape [..., m]; the spike not applied)."""
+        return self.fn(x, y, *self.params)
+
+    def index(self, *idx):
+        """The target of the rows ``rows[idx]`` (the constants indexed by ``idx``, e.g. the
+        recovery positions ``(rows, pos)`` of [B, k] rows)."""
+        def at(a):
+            return None if a is None else a[idx]
+        return RowTarget(self.fn, tuple(at(a) for a in self.params), at(self.spike_ids),
+                         at(self.spike_values))
 
 
 def spike_target_at(target_probs, token_ids, gamma_n):

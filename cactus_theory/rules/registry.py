@@ -217,6 +217,14 @@ class Rule:
     #: call :meth:`recovery_weights_at` on normalized rows.
     recovery_target_from_rows = None
 
+    #: True when ``accept_probs_from_rows`` is :math:`\min(1, h_n/p_n)` of
+    #: ``recovery_target_from_rows`` (cascades: the target's row constants are its whole
+    #: cost): the compiled samplers then build the row target once on the [B, k] rows and
+    #: index it at the recovery positions. False (top-k: counting entries above x_n is
+    #: cheaper than its k-th largest entry on every row): the recovery builds the target on
+    #: its own rows.
+    accept_from_row_target = False
+
     def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                     raw_draft_probs=None):
         r"""Recovery distribution :math:`r^{(n)}` for the drafted tokens ``token_ids`` (the samplers'

@@ -14,6 +14,11 @@ from .registry import Rule, RuleSpec, register
 __all__ = ["SpeculativeSampling"]
 
 
+def _normalized(x, y, inv_sq):
+    """q = x / s_q (as x times 1 / s_q)."""
+    return x * inv_sq
+
+
 class SpeculativeSampling(Rule):
     """SpS: the target is the verifier itself, ``h = q``."""
 
@@ -33,8 +38,7 @@ class SpeculativeSampling(Rule):
     def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
                                   draft_sums, gamma=None):
         """h = q = x / s_q on un-normalized rows (the compiled samplers' recovery)."""
-        inv = 1.0 / target_sums[..., None]
-        return RowTarget(lambda x, y: x * inv)
+        return RowTarget(_normalized, (1.0 / target_sums[..., None],))
 
 
 register(RuleSpec(

@@ -120,7 +120,14 @@ class TopKAcceptance(Rule):
         import torch
 
         kth = kth_largest(target_rows, min(self.topk, target_rows.shape[-1]))
-        return RowTarget(lambda x, y: (x >= kth).to(torch.float32))
+        return RowTarget(_indicator, (kth,))
+
+
+def _indicator(x, y, kth):
+    r""":math:`1[x \ge x_{(k)}]` in float32."""
+    import torch
+
+    return (x >= kth).to(torch.float32)
 
 
 #: Block length of :func:`kth_largest`'s two-level search.

@@ -487,14 +487,18 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
     1. Cactus (``samples_from_spike``): gamma at the [B, k] drafted tokens, once
        (reused by the recovery), :math:`\min(1, \gamma_n/p_n)`;
     2. ``Rule.accept_probs_from_values(q_n, p_n)``: [B, k] gathers divided by the sums;
-    3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums;
+    3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums (``traced``,
+       a rule declaring ``Rule.accept_from_row_target``: its row target built
+       on the [B, k] rows, :math:`\min(1, h_n/p_n)` at the drafted entries, the target kept
+       for the recovery);
     4. ``Rule.accept_probs_at`` on float32 row-normalized copies (the plan, or the rule's
        drafted-token override declared by ``RuleSpec.fast_accept``; for a spike rule without
        an override, gamma for all B*k*V candidates).
 
     ``traced``: inside the compiled core (:func:`_verify_core`), where the spike is
     evaluated outside the graph. Returns ``a`` and the state the recovery path needs:
-    ``(gamma, q, p, raw_q, raw_p)`` (the normalized copies of path 4, else None).
+    ``(gamma, q, p, raw_q, raw_p)`` (the normalized copies of path 4, else None), with the
+    row target appended on path 3's traced form.
     """
     no_raw = raw_target is None and raw_draft is None
     from_values = rule.accept_probs_from_values  # declared on Rule (None: whole rows)
@@ -510,6 +514,16 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
             return ratio_acceptance(gamma, p_n), (gamma, None, None, None, None)
         return from_values(q_n, p_n), (None,) * 5
     if no_raw and from_rows is not None:
+        to_target = rule.recovery_target_from_rows
+        if traced and to_target is not None and rule.accept_from_row_target:
+            # a target rule: a_n = min(1, h_n / p_n) from its row target, built once here on
+            # the [B, k] rows (their constants are indexed at the recovery positions)
+            row_target = to_target(target, draft_probs, draft_ids, sq, sp)
+            ids_ = draft_ids[..., None]
+            x_n = torch.gather(target, -1, ids_).to(torch.float32)
+            y_n = torch.gather(draft_probs, -1, ids_).to(torch.float32)
+            return (ratio_acceptance(row_target.h(x_n, y_n)[..., 0], y_n[..., 0] / sp),
+                    (None,) * 5 + (row_target,))
         return (from_rows(_as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
                 (None,) * 5)
     q = _as_float32_rows(target)
@@ -539,15 +553,18 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
     are a :class:`~.blocked.BlockWeights` (block sums and the formula at one block's
     columns: no [B, V] weights at all).
     """
-    gamma, q, p, raw_q, raw_p = state
+    gamma, q, p, raw_q, raw_p = state[:5]
     rows = torch.arange(pos.shape[0], device=pos.device)
     n_r = draft_ids[rows, pos]
     if traced and q is None:
         x, y = target[rows, pos], draft_probs[rows, pos]
         sx, sy = sq[rows, pos], sp[rows, pos]
         hook = rule.recovery_target_from_rows
-        row_target = None if hook is None else hook(
-            x, y, n_r, sx, sy, None if gamma is None else gamma[rows, pos])
+        if len(state) > 5:      # the accept path's row target, at the recovery positions
+            row_target = state[5].index(rows, pos)
+        else:
+            row_target = None if hook is None else hook(
+                x, y, n_r, sx, sy, None if gamma is None else gamma[rows, pos])
         if row_target is not None:      # block sums in one read; no [B, V] weights
             return residual_block_weights(row_target, x, y, sy), None, None, None
         x, y = x.to(torch.float32), y.to(torch.float32)
@@ -872,9 +889,10 @@ class RuleSampler(torch.nn.Module):
                                 probs[3], invalid=invalid)
 
     def _accept_path(self, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp):
-        """:math:`a_n` at the drafted tokens and the recovery's state (:func:`_accept_path`)."""
+        """:math:`a_n` at the drafted tokens and the recovery's state (:func:`_accept_path`),
+        by the path the call takes (the compiled core's when ``fused``)."""
         return _accept_path(self.rule, target, draft_probs, draft_ids, raw_target, raw_draft,
-                            sq, sp)
+                            sq, sp, traced=self._traced_core(raw_target, raw_draft))
 
     def _recovery_path(self, target, draft_probs, draft_ids, pos, state, sq, sp):
         """Recovery weights at ``pos`` and their block sums (:func:`_recovery_path`)."""

@@ -661,9 +661,9 @@ def _root_on_host(q_n, delta, d):
     their memory with it), rounded toward q_n
     (never above the float64 root: within budget in exact arithmetic), then stepped down by
     up to ``_KL_TORCH_WALK`` ulps while the two-point form as computed in the input dtype
-    exceeds delta, and bisected between q_n (always feasible) and that point in the input
-    dtype where the form is noisier than that. NaN entries (rows the
-    samplers flag invalid) are solved as 0. A CPU tensor can be read without synchronizing
+    exceeds delta (the steps evaluated together), and bisected between q_n (always
+    feasible) and that point in the input dtype where the form is noisier than that. NaN
+    entries (rows the samplers flag invalid) are solved as 0. A CPU tensor can be read without synchronizing
     with a device, so the numpy solver's data-dependent loop is allowed here.
     """
     import torch
@@ -676,13 +676,18 @@ def _root_on_host(q_n, delta, d):
     g = root.to(q_n.dtype)
     g = torch.maximum(torch.where(g.to(torch.float64) > root, torch.nextafter(g, qd), g), qd)
     delta = delta if hasattr(delta, "shape") else torch.full_like(qd, delta)
+    # the walk down, evaluated at once: g and the next _KL_TORCH_WALK floats toward q_n,
+    # the first whose form as computed is within budget (one evaluation of the form instead
+    # of one per step: the same result)
+    steps = [g]
     for _ in range(_KL_TORCH_WALK):
-        bad = d.two_point(g, qd) > delta
-        if not bool(bad.any()):
-            return g
-        g = torch.where(bad, torch.nextafter(g, qd), g)
-    bad = d.two_point(g, qd) > delta
+        steps.append(torch.nextafter(steps[-1], qd))
+    cands = torch.stack(steps)
+    ok = ~(d.two_point(cands, qd) > delta)              # (a NaN form passes, as a step did)
+    g = torch.gather(cands, 0, ok.to(torch.uint8).argmax(0, keepdim=True))[0]
+    bad = ~ok.any(0)
     if bool(bad.any()):
+        g = torch.where(bad, cands[-1], g)
         # a form noisier than a few ulps in this dtype: bisect [q_n, g] on those entries
         steps = 64 if "float64" in str(qd.dtype) else 32 if "float32" in str(qd.dtype) else 16
         lo, hi = _bisect(torch, d, qd[bad], delta.expand_as(qd)[bad], steps, qd[bad], g[bad])
