@@ -11,8 +11,9 @@ formulas allow and the many small operations around them into a few kernels:
   or ``Rule.accept_probs_from_rows``: top-k's compare, TAS's entropy, cascades' maxima, fuzzy
   SD's divergences, in the same read as the sums where they do not need the sums first), the
   accepted prefix, the recovery weights at the first rejected position with their sums over
-  256-token blocks (the rows indexed inside the formulas: no copies), the inverse-CDF draw
-  and the output layout. The uniforms are drawn before it, eagerly, in the eager sampler's
+  256-token blocks (the rows indexed inside the formulas: no copies; for the rules with a
+  row target, :mod:`.blocked`: only the block sums over the vocabulary and the formula at
+  the chosen block's 256 columns), the inverse-CDF draw and the output layout. The uniforms are drawn before it, eagerly, in the eager sampler's
   order, so a seeded call gives the same tokens as the eager sampler unless a float32
   rounding difference moves a uniform across a threshold. The exact root's host solver
   runs between two graphs.
