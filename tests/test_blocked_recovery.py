@@ -14,7 +14,8 @@ import torch
 
 from cactus_theory.rules.plans import RowTarget, residual_weights
 from cactus_theory.samplers.base import _block_sums, inverse_cdf_sample
-from cactus_theory.samplers.blocked import BlockWeights, residual_block_weights
+from cactus_theory.samplers.blocked import (BlockWeights, point_mass_weights,
+                                            residual_block_weights)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -125,3 +126,18 @@ def test_compiled_block_weights_equal_eager():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     assert isinstance(residual_block_weights(_spike_target(x, ids, gamma), x, y, y.sum(-1)),
                       BlockWeights)
+
+
+@pytest.mark.parametrize("V", [1, 255, 256, 1000])
+def test_point_mass_weights_draw_their_token_whatever_the_uniform(V):
+    """A point mass by blocks (TAS's argmax recovery): the dense weights are the one-hot row,
+    the block sums its block sums, and the draw returns the token at every uniform, the
+    extremes included."""
+    ids = torch.tensor([0, V - 1, V // 2, min(255, V - 1)])
+    pm = point_mass_weights(ids, V)
+    dense = torch.nn.functional.one_hot(ids, V).to(torch.float32)
+    assert torch.equal(pm.dense(), dense)
+    assert torch.equal(pm.block_sums, _block_sums(dense, 256))
+    for u in (0.0, 0.3, 0.999999):
+        uu = torch.full((4, 1), u, dtype=torch.float64)
+        assert torch.equal(inverse_cdf_sample(pm, uniforms=uu), ids)

@@ -94,7 +94,8 @@ def test_fused_recovery_weights_and_block_sums_equal_eager(name, knobs):
     _, state = fused._accept_path(q[:, :k], p, ids, None, None, sq, sp)
     w_f, fb, w_sums, fb_sums = fused._recovery_path(q, p, ids, pos, state, sq, sp)
     lazy = isinstance(w_f, BlockWeights)
-    assert lazy == (fused.rule.recovery_target_from_rows is not None)
+    assert lazy == (fused.rule.recovery_target_from_rows is not None
+                    or fused.rule.recovery_token_from_rows is not None)
     if lazy:
         w_f, w_sums = w_f.dense(), w_f.block_sums
     # un-normalized weights: the law is the weights over their sum (interpolation's row

@@ -217,6 +217,13 @@ class Rule:
     #: call :meth:`recovery_weights_at` on normalized rows.
     recovery_target_from_rows = None
 
+    #: Optional point-mass recovery for the compiled samplers:
+    #: ``recovery_token_from_rows(target_rows, draft_rows, token_ids, target_sums, draft_sums)``
+    #: -> the recovered token of each row ([B] int64) when the recovery distribution is a
+    #: point mass (TAS's verifier argmax), or None. Rows [B, V] un-normalized. ``None``: the
+    #: samplers draw from the recovery weights.
+    recovery_token_from_rows = None
+
     #: True when ``accept_probs_from_rows`` is :math:`\min(1, h_n/p_n)` of
     #: ``recovery_target_from_rows`` (cascades: the target's row constants are its whole
     #: cost): the compiled samplers then build the row target once on the [B, k] rows and

@@ -139,6 +139,17 @@ class TypicalAcceptance(Rule):
         q_n = torch.gather(target_rows, -1, token_ids[..., None])[..., 0] / target_sums
         return (q_n > tau).to(torch.float32)
 
+    def recovery_token_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
+                                 draft_sums):
+        """``recovery="argmax"``: the verifier's argmax on the un-normalized rows (dividing by
+        the positive row sum keeps the order; ties go to the lowest index, as
+        ``torch.argmax``), the compiled samplers' recovered token; ``"truncated"``: None."""
+        if self.recovery != "argmax":
+            return None
+        import torch
+
+        return torch.argmax(target_rows, dim=-1)
+
     def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                             raw_draft_probs=None):
         """The recovery without the acceptance of every candidate: ``recovery="argmax"`` is the

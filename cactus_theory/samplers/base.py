@@ -96,7 +96,7 @@ import torch
 from ..rules import Rule, get_rule
 from ..rules.plans import ratio_acceptance
 from . import fused as fused_kernels
-from .blocked import BlockWeights, residual_block_weights
+from .blocked import BlockWeights, point_mass_weights, residual_block_weights
 
 __all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry"]
 
@@ -559,6 +559,10 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
     if traced and q is None:
         x, y = target[rows, pos], draft_probs[rows, pos]
         sx, sy = sq[rows, pos], sp[rows, pos]
+        point = rule.recovery_token_from_rows
+        token = None if point is None else point(x, y, n_r, sx, sy)
+        if token is not None:           # a point mass: its block, no weights
+            return point_mass_weights(token, x.shape[-1]), None, None, None
         hook = rule.recovery_target_from_rows
         if len(state) > 5:      # the accept path's row target, at the recovery positions
             row_target = state[5].index(rows, pos)

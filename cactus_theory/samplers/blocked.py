@@ -30,7 +30,7 @@ from ..conventions import EMPTY_RESIDUAL_MASS
 from ..rules.plans import RowTarget
 from .fused import CDF_BLOCK
 
-__all__ = ["BlockWeights", "residual_block_weights"]
+__all__ = ["BlockWeights", "residual_block_weights", "point_mass_weights"]
 
 
 class BlockWeights:
@@ -147,3 +147,18 @@ def residual_block_weights(target: RowTarget, x: torch.Tensor, y: torch.Tensor,
         return torch.where(use_q, xc, torch.where(empty, hc, rc))
 
     return BlockWeights((B, V), sums, at)
+
+
+def point_mass_weights(token_ids: torch.Tensor, vocab_size: int,
+                       blk: int = CDF_BLOCK) -> BlockWeights:
+    """The weights of a point mass at ``token_ids`` ([B] int64) over ``vocab_size`` columns, by
+    blocks: block sums 1 at the token's block, 0 elsewhere; the inverse CDF then draws the
+    token whatever the uniform. No read of the rows (TAS's argmax recovery)."""
+    ids = token_ids[:, None]
+    blocks = torch.arange(-(-vocab_size // blk), device=ids.device)
+    sums = (blocks == torch.div(ids, blk, rounding_mode="floor")).to(torch.float32)
+
+    def at(idx):
+        return (idx == ids).to(torch.float32)
+
+    return BlockWeights((ids.shape[0], vocab_size), sums, at)
