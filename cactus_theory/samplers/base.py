@@ -477,7 +477,7 @@ def _spike_on_host(rule, q_n):
 
 
 def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp,
-                 traced: bool = False):
+                 traced: bool = False, gamma=None):
     r""":math:`a_n` at the drafted tokens, [B, k], by the cheapest path the rule declares.
 
     ``target`` holds the k draft positions ([B, k, V], un-normalized, any float dtype);
@@ -496,7 +496,8 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
        an override, gamma for all B*k*V candidates).
 
     ``traced``: inside the compiled core (:func:`_verify_core`), where the spike is
-    evaluated outside the graph. Returns ``a`` and the state the recovery path needs:
+    evaluated outside the graph; ``gamma``: that spike, when the core evaluated it already
+    (at its top level: one graph break instead of a break inside this frame). Returns ``a`` and the state the recovery path needs:
     ``(gamma, q, p, raw_q, raw_p)`` (the normalized copies of path 4, else None), with the
     row target appended on path 3's traced form.
     """
@@ -510,7 +511,8 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
         p_n = torch.gather(draft_probs, -1, ids_)[..., 0].to(torch.float32) / sp
         if spike_path:
             host = traced and not getattr(rule, "traceable_spike", False)
-            gamma = _spike_on_host(rule, q_n) if host else rule.spike_at_tokens(q_n)
+            if gamma is None:
+                gamma = _spike_on_host(rule, q_n) if host else rule.spike_at_tokens(q_n)
             return ratio_acceptance(gamma, p_n), (gamma, None, None, None, None)
         return from_values(q_n, p_n), (None,) * 5
     if no_raw and from_rows is not None:
@@ -629,8 +631,17 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
             sp = draft_probs.to(torch.float32).sum(-1)
     # a row summing to 0 is divided by 1 (it is invalid input, masked at the end)
     sq, sp = _positive(sq), _positive(sp)
+    gamma = None
+    if (traced and raw_target is None and raw_draft is None
+            and getattr(rule, "samples_from_spike", False)
+            and not getattr(rule, "traceable_spike", False)):
+        # the host root here, at the core's top level: the graph breaks once (two graphs);
+        # inside _accept_path the break would split both frames (four graphs)
+        ids_ = draft_ids[..., None]
+        gamma = _spike_on_host(
+            rule, torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq)
     a, state = _accept_path(rule, target[:, :k], draft_probs, draft_ids, raw_target, raw_draft,
-                            sq, sp, traced)
+                            sq, sp, traced, gamma)
     if callable(u_acc):       # the eager core draws its uniforms here (after the accept path)
         u_acc = u_acc()
     accepted = (a > 0.5) if rule.spec.deterministic else (u_acc < a)
