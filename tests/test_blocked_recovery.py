@@ -66,7 +66,8 @@ def test_empty_residual_rows_draw_from_h():
     other rows keep their residual."""
     x, y = _rows(4, 700, seed=1)
     y[1] = x[1]                             # p = q on row 1, bit for bit
-    t = RowTarget(lambda xv, yv, inv=1.0 / x.sum(-1, keepdim=True): xv * inv)   # SpS: h = q
+    # SpS, h = q = x / s_q by division, as the driver divides y by s_p: bit for bit p on row 1
+    t = RowTarget(lambda xv, yv, s=x.sum(-1, keepdim=True): xv / s)
     bw = residual_block_weights(t, x, y, y.sum(-1))
     w = bw.dense()
     q1 = x[1] / x[1].sum()

@@ -208,3 +208,25 @@ def test_fused_half_precision_inputs_equal_eager(dtype):
         out[fused] = make_sampler("cactus-taylor", delta=0.4, fused=fused)(q, bonus, p, ids)
     assert torch.equal(out[False], out[True])
     assert (out[True][:, 0] != -1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["cascade-token-v3", "cascade-opt", "topk", "cactus-taylor",
+                                  "tas"])
+def test_fused_recovery_on_half_precision_rows_is_the_float32_one(name, dtype):
+    """bf16 / fp16 inputs: the fused recovery (row targets, point masses) reads the rows cast
+    to float32, as the eager recovery does (no half-precision sums inside the rule hooks):
+    the same weights up to a factor per row, to 1e-6 of the mass."""
+    q, p, ids, _ = _batch(B=8, k=3, V=1000, seed=6, dtype=dtype)
+    k = ids.shape[1]
+    sq, sp = q[:, :k].float().sum(-1), p.float().sum(-1)
+    pos = torch.tensor([0, 1, 2, 0, 1, 2, 2, 1])
+    eager, fused = make_sampler(name), make_sampler(name, fused=True)
+    _, state = eager._accept_path(q[:, :k], p, ids, None, None, sq, sp)
+    w_e = eager._recovery_path(q, p, ids, pos, state, sq, sp)[0]
+    _, state = fused._accept_path(q[:, :k], p, ids, None, None, sq, sp)
+    w_f = fused._recovery_path(q, p, ids, pos, state, sq, sp)[0]
+    w_f = w_f.dense() if isinstance(w_f, BlockWeights) else w_f
+    assert w_f.dtype == torch.float32
+    torch.testing.assert_close(w_f / w_f.sum(-1, keepdim=True), w_e / w_e.sum(-1, keepdim=True),
+                               rtol=0, atol=1e-6)

@@ -111,25 +111,25 @@ def cascade_target(kind: str, alpha: float, target_probs, draft_probs, raw_targe
     return pA + xp.maximum(rest, xp.zeros_like(rest)) * q   # rest < 0 only by rounding
 
 
-def _picked(x, y, pick, sq, sp):
+def _picked(x, y, pick, inv_sq, inv_sp):
     r""":math:`\pi` = p where the row defers to the drafter (``pick``), else q."""
     import torch
 
-    return torch.where(pick, y / sp, x / sq)
+    return torch.where(pick, y * inv_sp, x * inv_sq)
 
 
-def _token_set_on_p(x, y, thr, rest, sq, sp):
+def _token_set_on_p(x, y, thr, rest, inv_sq, inv_sp):
     r""":math:`\pi = p 1_A + (1 - p(A))_+ q` with :math:`A = \{y \ge thr\}` (token-v1)."""
     import torch
 
-    return torch.where(y >= thr, y / sp, 0.0) + rest * (x / sq)
+    return torch.where(y >= thr, y * inv_sp, 0.0) + rest * (x * inv_sq)
 
 
-def _token_set_on_q(x, y, thr, rest, sq, sp):
+def _token_set_on_q(x, y, thr, rest, inv_sq, inv_sp):
     r""":math:`\pi = p 1_A + (1 - p(A))_+ q` with :math:`A = \{x \ge thr\}` (token-v2, v3)."""
     import torch
 
-    return torch.where(x >= thr, y / sp, 0.0) + rest * (x / sq)
+    return torch.where(x >= thr, y * inv_sp, 0.0) + rest * (x * inv_sq)
 
 
 class Cascade(Rule):
@@ -166,7 +166,10 @@ class Cascade(Rule):
         y_n = torch.gather(draft_rows, -1, ids)
         pi = self.recovery_target_from_rows(target_rows, draft_rows, token_ids, target_sums,
                                             draft_sums).h
-        return ratio_acceptance(pi(x_n, y_n)[..., 0], (y_n / draft_sums[..., None])[..., 0])
+        # p_n as the row target writes p (y times 1 / s_p): pi_n = p_n bit for bit where the
+        # row defers to the drafter
+        p_n = y_n * (1.0 / draft_sums[..., None])
+        return ratio_acceptance(pi(x_n, y_n)[..., 0], p_n[..., 0])
 
     def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
                                   draft_sums, gamma=None):
@@ -198,7 +201,7 @@ class Cascade(Rule):
                         pick = (tv <= 0) if alpha < 0 else torch.ones_like(tv, dtype=torch.bool)
                     else:
                         pick = max_rp >= max_rq - alpha * tv
-            return RowTarget(_picked, (pick, sq, sp))
+            return RowTarget(_picked, (pick, 1.0 / sq, 1.0 / sp))
         max_rq = x.amax(-1, keepdim=True) / sq
         if kind == "token-v1":
             fn, thr = _token_set_on_p, (max_rq - alpha) * sp
@@ -209,7 +212,7 @@ class Cascade(Rule):
         in_set = y if fn is _token_set_on_p else x
         p_a = torch.where(in_set >= thr, y, 0.0).sum(-1, keepdim=True) / sp
         rest = (1.0 - p_a).clamp_min_(0.0)
-        return RowTarget(fn, (thr, rest, sq, sp))
+        return RowTarget(fn, (thr, rest, 1.0 / sq, 1.0 / sp))
 
 
 for _kind, (_lo, _hi, _sps, _eq) in CASCADE_RULES.items():

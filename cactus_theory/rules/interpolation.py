@@ -28,9 +28,10 @@ from .registry import Knob, Rule, RuleSpec, register
 __all__ = ["Interpolation"]
 
 
-def _mixture(x, y, a, b):
-    r""":math:`a x + b y` (:math:`a = (1-\alpha)/s_q`, :math:`b = \alpha/s_p`)."""
-    return x * a + y * b
+def _mixture(x, y, inv_sq, inv_sp, a, b):
+    r""":math:`a\, q + b\, p` (:math:`a = 1-\alpha`, :math:`b = \alpha`): q or p bit for bit at
+    alpha = 0 or 1."""
+    return (x * inv_sq) * a + (y * inv_sp) * b
 
 
 class Interpolation(Rule):
@@ -77,9 +78,8 @@ class Interpolation(Rule):
                                   draft_sums, gamma=None):
         r""":math:`h = \alpha y/s_p + (1-\alpha) x/s_q` on un-normalized rows (the compiled
         samplers' recovery; its residual is :math:`(1-\alpha)\max(0, q - p)`)."""
-        a = (1.0 - self.alpha) / target_sums[..., None]
-        b = self.alpha / draft_sums[..., None]
-        return RowTarget(_mixture, (a, b))
+        return RowTarget(_mixture, (1.0 / target_sums[..., None], 1.0 / draft_sums[..., None],
+                                    1.0 - self.alpha, self.alpha))
 
 
 register(RuleSpec(

@@ -141,9 +141,13 @@ class RowTarget:
     fn : callable
         ``fn(x, y, *params)`` -> h at verifier entries ``x`` and drafter entries ``y``
         (un-normalized, float32, shape [..., m]), in probability units: elementwise, with
-        the per-row constants ``params`` (no reduction over m, no column index).
-    params : tuple of arrays
-        Per-row constants, each of shape [..., 1] (the rows' leading shape).
+        the per-row constants ``params`` (no reduction over m, no column index). q and p
+        are written ``x * (1.0 / s_q)`` and ``y * (1.0 / s_p)``, as the samplers write p in
+        the residual, so that h = p holds bit for bit where it holds exactly (an empty
+        residual, convention 3, rather than rounding noise).
+    params : tuple
+        Per-row constants, arrays of shape [..., 1] (the rows' leading shape), or Python
+        scalars shared by every row.
     spike_ids : array or None
         [..., 1] int64: one column per row where h is ``spike_values`` instead (Cactus's
         drafted token, :math:`h^{(n)}_n = \gamma_n`).
@@ -166,8 +170,8 @@ class RowTarget:
     def index(self, *idx):
         """The target of the rows ``rows[idx]`` (the constants indexed by ``idx``, e.g. the
         recovery positions ``(rows, pos)`` of [B, k] rows)."""
-        def at(a):
-            return None if a is None else a[idx]
+        def at(a):   # arrays indexed, Python scalars (and None) as they are
+            return a[idx] if hasattr(a, "shape") else a
         return RowTarget(self.fn, tuple(at(a) for a in self.params), at(self.spike_ids),
                          at(self.spike_values))
 

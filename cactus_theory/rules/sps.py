@@ -15,7 +15,7 @@ __all__ = ["SpeculativeSampling"]
 
 
 def _normalized(x, y, inv_sq):
-    """q = x / s_q (as x times 1 / s_q)."""
+    """q = x (1 / s_q)."""
     return x * inv_sq
 
 

@@ -497,7 +497,8 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
 
     ``traced``: inside the compiled core (:func:`_verify_core`), where the spike is
     evaluated outside the graph; ``gamma``: that spike, when the core evaluated it already
-    (at its top level: one graph break instead of a break inside this frame). Returns ``a`` and the state the recovery path needs:
+    (at its top level: one graph break instead of a break inside this frame). Returns ``a``
+    and the state the recovery path needs:
     ``(gamma, q, p, raw_q, raw_p)`` (the normalized copies of path 4, else None), with the
     row target appended on path 3's traced form.
     """
@@ -520,11 +521,13 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
         if traced and to_target is not None and rule.accept_from_row_target:
             # a target rule: a_n = min(1, h_n / p_n) from its row target, built once here on
             # the [B, k] rows (their constants are indexed at the recovery positions)
-            row_target = to_target(target, draft_probs, draft_ids, sq, sp)
+            row_target = to_target(_as_float32(target), _as_float32(draft_probs), draft_ids,
+                                   sq, sp)
             ids_ = draft_ids[..., None]
             x_n = torch.gather(target, -1, ids_).to(torch.float32)
             y_n = torch.gather(draft_probs, -1, ids_).to(torch.float32)
-            return (ratio_acceptance(row_target.h(x_n, y_n)[..., 0], y_n[..., 0] / sp),
+            # p_n = y_n (1 / s_p), as the row target writes p
+            return (ratio_acceptance(row_target.h(x_n, y_n)[..., 0], y_n[..., 0] * (1.0 / sp)),
                     (None,) * 5 + (row_target,))
         return (from_rows(_as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
                 (None,) * 5)
@@ -559,7 +562,9 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
     rows = torch.arange(pos.shape[0], device=pos.device)
     n_r = draft_ids[rows, pos]
     if traced and q is None:
-        x, y = target[rows, pos], draft_probs[rows, pos]
+        # float32 rows (bf16 / fp16 inputs: the cast fuses into the reads)
+        x = target[rows, pos].to(torch.float32)
+        y = draft_probs[rows, pos].to(torch.float32)
         sx, sy = sq[rows, pos], sp[rows, pos]
         point = rule.recovery_token_from_rows
         token = None if point is None else point(x, y, n_r, sx, sy)
@@ -573,7 +578,6 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
                 x, y, n_r, sx, sy, None if gamma is None else gamma[rows, pos])
         if row_target is not None:      # block sums in one read; no [B, V] weights
             return residual_block_weights(row_target, x, y, sy), None, None, None
-        x, y = x.to(torch.float32), y.to(torch.float32)
         if gamma is not None:
             w = rule.recovery_weights_from_spike(x, y, n_r, gamma[rows, pos], sx, sy)
             return w, None, _block_sums(w), None

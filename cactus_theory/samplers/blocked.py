@@ -102,7 +102,9 @@ def residual_block_weights(target: RowTarget, x: torch.Tensor, y: torch.Tensor,
         float32 rounding.
     """
     B, V = x.shape
-    inv_sy = (1.0 / draft_sums.to(torch.float32))[:, None]
+    # p = y * (1 / s_p), as the rules write p (and q) in their targets: where h = p bit for
+    # bit, the residual is empty (convention 3), not rounding noise
+    inv_sy = 1.0 / draft_sums.to(torch.float32)[:, None]
     h = target.h
 
     def xs(lo, hi):
