@@ -212,8 +212,9 @@ class Rule:
     #: ``recovery_target_from_rows(target_rows, draft_rows, token_ids, target_sums,
     #: draft_sums, gamma)`` -> :class:`~cactus_theory.rules.plans.RowTarget` (or None), for a
     #: rule whose recovery weights are :func:`~cactus_theory.rules.plans.residual_weights` of
-    #: a target h (convention 3). Rows [B, V] un-normalized with float32 sums [B]; ``gamma``
-    #: the spike at ``token_ids`` ([B]) for spike rules, else None. ``None``: the samplers
+    #: a target h (convention 3). Rows [..., V] un-normalized (the recovery's [B, V], or the
+    #: accept path's [B, k, V] under ``accept_from_row_target``) with float32 sums [...];
+    #: ``gamma`` the spike at ``token_ids`` for spike rules, else None. ``None``: the samplers
     #: call :meth:`recovery_weights_at` on normalized rows.
     recovery_target_from_rows = None
 
