@@ -117,8 +117,6 @@ class TopKAcceptance(Rule):
                                   draft_sums, gamma=None):
         r""":math:`h = 1[x \ge x_{(k)}]` on un-normalized rows (scaling keeps the order; the
         compiled samplers' recovery): the k-th largest entry by :func:`kth_largest`, one read."""
-        import torch
-
         kth = kth_largest(target_rows, min(self.topk, target_rows.shape[-1]))
         return RowTarget(_indicator, (kth,))
 

@@ -12,11 +12,11 @@ the compiled core (``fused=True``) needs neither w nor h over the vocabulary: on
 the recovery rows gives the block sums of :math:`\max(0, h - p)` and of h (and of q, the
 safety net), and the chosen block's weights are the formula at its 256 columns. The rule
 supplies h as an elementwise function of the un-normalized rows (x = q s_q, y = p s_p) and
-per-row constants (:class:`~cactus_theory.rules.plans.RowTarget`), and optionally a **spike**: one column per row
-(Cactus's drafted token n, :math:`h_n = \gamma_n`) where h takes another value. The spike
-is left out of the read over the vocabulary (an index compare there costs as much as the
-read) and put back in the sums of the one block that holds it, summed again exactly from its
-256 columns.
+per-row constants (:class:`~cactus_theory.rules.plans.RowTarget`), and optionally a
+**spike**: one column per row (Cactus's drafted token n, :math:`h_n = \gamma_n`) where h
+takes another value. The spike is left out of the read over the vocabulary (an index
+compare there costs as much as the read) and put back in the sums of the one block that
+holds it, summed again exactly from its 256 columns.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token, h the
 rule's target, w the recovery weights.
@@ -28,7 +28,7 @@ import torch
 
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..rules.plans import RowTarget
-from .fused import CDF_BLOCK
+from .fused import CDF_BLOCK, block_sums
 
 __all__ = ["BlockWeights", "residual_block_weights", "point_mass_weights"]
 
@@ -58,20 +58,6 @@ class BlockWeights:
         B, V = self.shape
         idx = torch.arange(V, device=self.block_sums.device).expand(B, V)
         return self._at(idx)
-
-
-def _block_reduce(f, V: int, blk: int):
-    """Sums over blocks of ``blk`` columns of ``f(lo, hi)`` ([B, hi - lo], elementwise in the
-    inputs' slices), [B, ceil(V / blk)]: the main blocks as one view, the short last block
-    apart."""
-    nb = V // blk
-    parts = []
-    if nb:
-        v = f(0, nb * blk)
-        parts.append(v.view(v.shape[0], nb, blk).sum(-1))
-    if nb * blk < V:
-        parts.append(f(nb * blk, V).sum(-1, keepdim=True))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
 def residual_block_weights(target: RowTarget, x: torch.Tensor, y: torch.Tensor,
@@ -106,18 +92,12 @@ def residual_block_weights(target: RowTarget, x: torch.Tensor, y: torch.Tensor,
     # bit, the residual is empty (convention 3), not rounding noise
     inv_sy = 1.0 / draft_sums.to(torch.float32)[:, None]
     h = target.h
-
-    def xs(lo, hi):
-        return x[:, lo:hi].to(torch.float32)
-
-    def ys(lo, hi):
-        return y[:, lo:hi].to(torch.float32)
-
-    # one read: the residual's, h's and q's block sums, the spike left out
-    res_b = _block_reduce(lambda lo, hi: (h(xs(lo, hi), ys(lo, hi))
-                                          - ys(lo, hi) * inv_sy).clamp_min(0.0), V, blk)
-    h_b = _block_reduce(lambda lo, hi: h(xs(lo, hi), ys(lo, hi)), V, blk)
-    x_b = _block_reduce(xs, V, blk)
+    x32, y32 = x.to(torch.float32), y.to(torch.float32)
+    h_all = h(x32, y32)
+    # one read once compiled: the residual's, h's and q's block sums, the spike left out
+    res_b = block_sums((h_all - y32 * inv_sy).clamp_min(0.0), blk)
+    h_b = block_sums(h_all, blk)
+    x_b = block_sums(x32, blk)
     cols = torch.arange(blk, device=x.device)
 
     def exact_at(idx):  # h and the residual at columns idx, the spike included

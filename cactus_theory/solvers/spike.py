@@ -663,8 +663,9 @@ def _root_on_host(q_n, delta, d):
     up to ``_KL_TORCH_WALK`` ulps while the two-point form as computed in the input dtype
     exceeds delta (the steps evaluated together), and bisected between q_n (always
     feasible) and that point in the input dtype where the form is noisier than that. NaN
-    entries (rows the samplers flag invalid) are solved as 0. A CPU tensor can be read without synchronizing
-    with a device, so the numpy solver's data-dependent loop is allowed here.
+    entries (rows the samplers flag invalid) are solved as 0. A CPU tensor can be read
+    without synchronizing with a device, so the numpy solver's data-dependent loop is
+    allowed here.
     """
     import torch
 
