@@ -325,20 +325,27 @@ def _bench_samplers(rules, shapes, repeats):
                              f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms", t_val / t_r,
                              "reported", True, ok_sums, "its row sums equal q[:, :k].sum(-1), "
                              f"p.sum(-1) bit for bit: {ok_sums}"))
-            # the fused kernel (one read per tensor, float64 accumulation): its sums are the
-            # float64 sums rounded to float32 (to 1 float32 ulp: the float64 sums' own order)
+            # the fused kernel (one read per tensor; float32 sums of 256-entry blocks, then
+            # their float64 sum): its sums against the float64 sums, relative, in float32 eps,
+            # beside torch's own float32 sum's error on the same rows. Within 2 eps: what a
+            # pairwise sum achieves; a skipped block errs by a share of the row's mass.
             val_f = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True,  # noqa: E731
                                                    fused=True)
             sums_f = val_f()[4]
-            ulp = max(float(((sums_f[0].double() - q[:, :k].double().sum(-1)).abs()
-                             / torch.finfo(torch.float32).eps).max()),
-                      float(((sums_f[1].double() - p.double().sum(-1)).abs()
-                             / torch.finfo(torch.float32).eps).max()))
+            eps32 = torch.finfo(torch.float32).eps
+
+            def rel_eps(s, x):
+                ref = x.double().sum(-1)
+                return float(((s.double() - ref).abs() / ref).max()) / eps32
+
+            err = max(rel_eps(sums_f[0], q[:, :k]), rel_eps(sums_f[1], p))
+            err_torch = max(rel_eps(q[:, :k].sum(-1), q[:, :k]), rel_eps(p.sum(-1), p))
             t_val, t_r = paired_median_times(val_f, read, repeats)
             out.append(_goal(f"sampler entry validation fused [{B},{k},{V}] / read pass",
                              f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms", t_val / t_r,
-                             "reported", True, ulp <= 1.0, "its row sums vs the float64 sums: "
-                             f"{ulp:.2f} float32 ulp (<= 1)"))
+                             "reported", True, err <= 2.0, "its row sums vs the float64 sums: "
+                             f"{err:.2f} float32 eps relative (<= 2; torch's sum: "
+                             f"{err_torch:.2f})"))
             pos = torch.randint(0, k, (B,), generator=gen)
             rows = torch.arange(B)
             sq, sp = q[:, :k].sum(-1), p.sum(-1)

@@ -47,7 +47,7 @@ on the host (no ``.item()``, ``nonzero``, boolean masking or ``torch.multinomial
 ``fused=True`` (:mod:`.fused`): the same steps, with the tensor part of a call
 (:func:`_verify_core`: row checks, accept path, accepted prefix, recovery weights and their
 block sums, inverse CDF, output) compiled by ``torch.compile`` per configured rule: the row
-checks read each tensor once (sum and minimum in one loop, the sum accumulated in float64),
+checks read each tensor once (sum and negative check in one loop, the sum in two levels),
 a rule's own row pass joins that read where its formula allows, and the recovery rows are
 indexed inside the formulas (no copies). The uniforms are drawn before the compiled part in
 the order above, so the stream is the eager one.
@@ -350,7 +350,7 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         reads each probability tensor once (sums and validation in the same pass).
     fused : bool
         Compute the row sums and flags of all probability tensors with the compiled kernel
-        of :func:`.fused.row_stats` (one read per tensor, sums accumulated in float64)
+        of :func:`.fused.row_stats` (one read per tensor, two-level sums)
         instead of eager ``sum`` and ``amin`` (two reads, float32 sums).
     row_checks : bool
         Check the probability rows (default). False skips them (the sums come back None):
@@ -699,7 +699,7 @@ class RuleSampler(torch.nn.Module):
         Compile the tensor part of each call (:func:`_verify_core`: row checks and sums,
         accept path, recovery weights and their block sums, draw, output) with
         ``torch.compile`` (:mod:`.fused`): fewer reads of the [B, k, V] inputs and fewer
-        kernels, row sums accumulated in float64. The same formulas, random stream and law;
+        kernels, two-level row sums. The same formulas, random stream and law;
         the first call compiles (seconds), and if compiling fails the kernels warn once and
         run eagerly. On a CPU whose cores other processes hold, the compiled kernels' OpenMP
         regions slow down sharply (:mod:`.fused`). Default False: eager torch, nothing

@@ -6,7 +6,8 @@ formulas allow and the many small operations around them into a few kernels:
 
 * **the core** (:func:`compiled_for` applied to
   :func:`~cactus_theory.samplers.base._verify_core`, one copy per configured rule): the row
-  sums (accumulated in float64, returned in float32) and the bad-row check (:func:`stats`),
+  sums (float32 sums of 256-entry blocks, then their float64 sum) and the bad-row check
+  (:func:`stats`),
   the accept path (Cactus's gamma at the drafted tokens, or ``Rule.accept_probs_from_values``,
   or ``Rule.accept_probs_from_rows``: top-k's compare, TAS's entropy, cascades' maxima, fuzzy
   SD's divergences, in the same read as the sums where they do not need the sums first), the
@@ -23,7 +24,7 @@ formulas allow and the many small operations around them into a few kernels:
 
 The formulas are the eager ones (the compiled functions call the same rule methods), so the
 law is unchanged; the numbers differ by float32 rounding (summation order; the row sums are
-more accurate here: float64 accumulation). The first call compiles (seconds; inductor caches on
+as accurate as torch's pairwise sums: two levels). The first call compiles (seconds; inductor caches on
 disk) and a new shape may compile once more (then dynamic shapes). Each configured rule gets
 its own copy of the core, so that dynamo's per-function recompile limit is shared by the shapes
 of one rule only. If compiling fails (no C++ compiler, an unsupported backend), the kernels warn
@@ -52,6 +53,27 @@ __all__ = ["row_stats", "stats", "compiled_for", "block_sums", "compile_failure"
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
 CDF_BLOCK = 256
 
+#: Block length of the entry check's two-level row sums (:func:`stats`).
+SUM_BLOCK = 256
+
+#: Inductor options of the compiled kernels for vocabularies larger than :data:`SMALL_VOCAB`:
+#: never store an intermediate to save recomputing it. Inductor's defaults store (realize) a
+#: pointwise buffer read by more than 4 consumers or built from many reads; the recovery rows (gathered at a data-dependent position) and
+#: a target row built from them are read by each block sum, the spike's block and the
+#: draw's block, so they were copied into [B, V] buffers and read back: three extra passes
+#: of the rows, measured 1.6-1.7 ms against 0.5 ms for the recovery kernel at [8, 4, 151936]
+#: (Cactus-Taylor), and 2.3 against 2.0 ms for the main kernel. Recomputing an elementwise
+#: formula costs less than a trip to memory here.
+INDUCTOR_OPTIONS = {"realize_reads_threshold": 1 << 20,
+                    "realize_cpu_opcount_threshold": 1 << 20,
+                    "realize_cpu_acc_reads_threshold": 1 << 20}
+
+#: Up to this vocabulary size the kernels compile with inductor's defaults: there a copy of
+#: a row costs little, and inductor unrolls reductions over at most 8 entries into
+#: expressions, which without realization nest into one another (a token cascade's core at
+#: V = 6 took 183 s to compile with :data:`INDUCTOR_OPTIONS`, 9 s without).
+SMALL_VOCAB = 1024
+
 _failure: str | None = None
 _lock = threading.Lock()
 
@@ -73,8 +95,19 @@ def block_sums(weights: torch.Tensor, blk: int = CDF_BLOCK) -> torch.Tensor:
 
 
 def stats(x):
-    """Float32 row sums (float64 accumulation) and the bad-row flag: the sum not finite or
-    not positive in float32, or a negative (or NaN) entry. One read of ``x`` once compiled.
+    r"""Float32 row sums and the bad-row flag: the sum not finite or not positive in
+    float32, or a negative (or NaN) entry. One read of ``x`` once compiled.
+
+    The sum is taken in two levels: float32 sums of blocks of :data:`SUM_BLOCK` entries
+    (accumulated in float32 whatever ``x``'s dtype), then the sum of those block sums
+    accumulated in float64 and rounded to float32. Each block sum has the relative error of a
+    float32 sum of 256 non-negative terms (at most 255 u in any order, u = 2^-24; about
+    sqrt(256 / lanes) u in practice) and the float64 level adds none, so the row sum is as
+    accurate as torch's own float32 sum (pairwise; measured 0.34 float32 eps from the
+    float64 sum at V = 151,936, torch's sum 0.51). A one-level sum would either accumulate in float32
+    along the whole row in each SIMD lane (inductor: tens of eps at V = 151,936) or convert
+    every entry to float64 (twice the read pass's time on these CPUs: the conversion, not
+    the memory, binds).
 
     A negative entry is found as a negative sum of the negative entries (a sum of
     non-positive floats is 0 only when every term is 0: rounding never brings it back up),
@@ -83,8 +116,17 @@ def stats(x):
     """
     if x is None:
         return None, None
-    s = x.sum(-1, dtype=torch.float64).to(torch.float32)
-    neg = torch.where(x < 0, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(-1)
+    v = x.shape[-1]
+    m = v // SUM_BLOCK
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    s = torch.zeros(x.shape[:-1], dtype=torch.float64, device=x.device)
+    neg = torch.zeros(x.shape[:-1], dtype=torch.float32, device=x.device)
+    # the whole blocks (a view: the rows are contiguous or strided, never copied), then the tail
+    for part in ([x[..., :m * SUM_BLOCK].unflatten(-1, (m, SUM_BLOCK))] if m else []) + \
+            ([x[..., m * SUM_BLOCK:, None]] if m * SUM_BLOCK < v else []):
+        s = s + part.sum(-1, dtype=torch.float32).sum(-1, dtype=torch.float64)
+        neg = neg + torch.where(part < 0, part, zero).sum(-1, dtype=torch.float32).sum(-1)
+    s = s.to(torch.float32)
     return s, ~(torch.isfinite(s) & (s > 0) & (neg >= 0))
 
 
@@ -96,21 +138,23 @@ class _Kernel:
     """One compiled function, with the eager function as its fallback.
 
     ``copy=True`` compiles a copy of the function's code object: dynamo keeps its cache (and
-    its recompile limit) per code object, so each configured rule gets its own.
+    its recompile limit) per code object, so each configured rule gets its own. ``options``:
+    inductor's options for this kernel (None: its defaults).
     """
 
-    def __init__(self, fn, copy: bool = False):
+    def __init__(self, fn, copy: bool = False, options=None):
         if copy:
             fn = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
                                     fn.__defaults__, fn.__closure__)
         self.eager = fn
+        self.options = options
         self.compiled = None
 
     def __call__(self, *args):
         global _failure
         if _failure is None:
             if self.compiled is None:
-                self.compiled = torch.compile(self.eager, dynamic=None)
+                self.compiled = torch.compile(self.eager, dynamic=None, options=self.options)
             try:
                 with warnings.catch_warnings():
                     # dynamo's tracing notes (array-API helpers it steps over), not the user's
@@ -135,20 +179,22 @@ def compiled_for(rule, fn, *shape_key):
     """``fn`` compiled for one configured rule and ``shape_key`` (the samplers pass the
     vocabulary size and k): a copy of its code per key, so that dynamo's recompile limit
     counts the batch sizes of one configuration only, and only the batch axis turns dynamic
-    (a kernel with a symbolic vocabulary size is slower)."""
+    (a kernel with a symbolic vocabulary size is slower). Vocabularies larger than
+    :data:`SMALL_VOCAB` compile with :data:`INDUCTOR_OPTIONS`."""
     key = (fn.__module__, fn.__qualname__, type(rule), repr(rule), *shape_key)
     with _lock:
         k = _PER_RULE.get(key)
         if k is None:
-            k = _PER_RULE[key] = _Kernel(fn, copy=True)
+            large = bool(shape_key) and shape_key[0] > SMALL_VOCAB
+            k = _PER_RULE[key] = _Kernel(fn, copy=True,
+                                         options=INDUCTOR_OPTIONS if large else None)
     return k
 
 
 def row_stats(*tensors):
     r"""Float32 row sums and bad-row flags of up to four probability tensors, fused.
 
-    For each tensor x (or None): :math:`s = \sum_i x_i` accumulated in float64 and rounded to
-    float32, and ``bad = not (s finite and s > 0 and min_i x_i >= 0)``, read in one loop.
+    For each tensor x (or None): :math:`s = \sum_i x_i` in two levels (:func:`stats`), and ``bad = not (s finite and s > 0 and min_i x_i >= 0)``, read in one loop.
 
     Returns
     -------
