@@ -61,8 +61,9 @@ def test_row_stats_sums_and_the_eager_flags(dtype, V):
 def test_row_stats_sums_at_a_real_vocabulary_size():
     """At V = 151,936 (593 whole blocks and a tail of 128) the two-level sums stay within 2
     float32 eps of the float64 sums relative to the row sum, as torch's own float32 sum
-    (pairwise) does (measured 0.34 eps here, torch 0.51); a one-level float32 accumulation along the row
-    errs by tens of eps at this length, so this bound is what the two levels buy."""
+    (pairwise) does (measured 0.34 eps here, torch 0.51); a one-level float32 accumulation
+    along the row errs by tens of eps at this length, so this bound is what the two levels
+    buy."""
     g = torch.Generator().manual_seed(5)
     x = torch.softmax(3.0 * torch.randn(4, 2, 151936, generator=g), -1) \
         * (0.5 + torch.rand(4, 2, 1, generator=g))

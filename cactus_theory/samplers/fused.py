@@ -24,11 +24,12 @@ formulas allow and the many small operations around them into a few kernels:
 
 The formulas are the eager ones (the compiled functions call the same rule methods), so the
 law is unchanged; the numbers differ by float32 rounding (summation order; the row sums are
-as accurate as torch's pairwise sums: two levels). The first call compiles (seconds; inductor caches on
-disk) and a new shape may compile once more (then dynamic shapes). Each configured rule gets
-its own copy of the core, so that dynamo's per-function recompile limit is shared by the shapes
-of one rule only. If compiling fails (no C++ compiler, an unsupported backend), the kernels warn
-once and run eagerly from then on: the same formulas without the fusion.
+as accurate as torch's pairwise sums: two levels). The first call compiles (seconds; 10-30 s
+per rule at V = 151,936 from a cold cache; inductor caches on disk) and a new shape may
+compile once more (then dynamic shapes). Each configured rule gets its own copy of the core,
+so that dynamo's per-function recompile limit is shared by the shapes of one rule only. If
+compiling fails (no C++ compiler, an unsupported backend), the kernels warn once and run
+eagerly from then on: the same formulas without the fusion.
 
 On the CPU the compiled kernels run on OpenMP threads (``torch.get_num_threads()`` when they
 were compiled) and open a parallel region per kernel, even a small one. When other processes
@@ -56,14 +57,15 @@ CDF_BLOCK = 256
 #: Block length of the entry check's two-level row sums (:func:`stats`).
 SUM_BLOCK = 256
 
-#: Inductor options of the compiled kernels for vocabularies larger than :data:`SMALL_VOCAB`:
-#: never store an intermediate to save recomputing it. Inductor's defaults store (realize) a
-#: pointwise buffer read by more than 4 consumers or built from many reads; the recovery rows (gathered at a data-dependent position) and
-#: a target row built from them are read by each block sum, the spike's block and the
-#: draw's block, so they were copied into [B, V] buffers and read back: three extra passes
-#: of the rows, measured 1.6-1.7 ms against 0.5 ms for the recovery kernel at [8, 4, 151936]
-#: (Cactus-Taylor), and 2.3 against 2.0 ms for the main kernel. Recomputing an elementwise
-#: formula costs less than a trip to memory here.
+#: Inductor options of the compiled kernels for vocabularies larger than
+#: :data:`SMALL_VOCAB`: never store an intermediate to save recomputing it. Inductor's
+#: defaults store (realize) a pointwise buffer read by more than 4 consumers or built from
+#: many reads; the recovery rows (gathered at a data-dependent position) and a target row
+#: built from them are read by each block sum, the spike's block and the draw's block, so
+#: they were copied into [B, V] buffers and read back: three extra passes of the rows,
+#: measured 1.6-1.7 ms against 0.5 ms for the recovery kernel at [8, 4, 151936] (Cactus-
+#: Taylor), and 2.3 against 2.0 ms for the main kernel. Recomputing an elementwise formula
+#: costs less than a trip to memory here.
 INDUCTOR_OPTIONS = {"realize_reads_threshold": 1 << 20,
                     "realize_cpu_opcount_threshold": 1 << 20,
                     "realize_cpu_acc_reads_threshold": 1 << 20}
@@ -104,10 +106,10 @@ def stats(x):
     float32 sum of 256 non-negative terms (at most 255 u in any order, u = 2^-24; about
     sqrt(256 / lanes) u in practice) and the float64 level adds none, so the row sum is as
     accurate as torch's own float32 sum (pairwise; measured 0.34 float32 eps from the
-    float64 sum at V = 151,936, torch's sum 0.51). A one-level sum would either accumulate in float32
-    along the whole row in each SIMD lane (inductor: tens of eps at V = 151,936) or convert
-    every entry to float64 (twice the read pass's time on these CPUs: the conversion, not
-    the memory, binds).
+    float64 sum at V = 151,936, torch's sum 0.51). A one-level sum would either accumulate
+    in float32 along the whole row in each SIMD lane (inductor: tens of eps at V = 151,936)
+    or convert every entry to float64 (twice the read pass's time on these CPUs: the
+    conversion, not the memory, binds).
 
     A negative entry is found as a negative sum of the negative entries (a sum of
     non-positive floats is 0 only when every term is 0: rounding never brings it back up),
@@ -194,7 +196,8 @@ def compiled_for(rule, fn, *shape_key):
 def row_stats(*tensors):
     r"""Float32 row sums and bad-row flags of up to four probability tensors, fused.
 
-    For each tensor x (or None): :math:`s = \sum_i x_i` in two levels (:func:`stats`), and ``bad = not (s finite and s > 0 and min_i x_i >= 0)``, read in one loop.
+    For each tensor x (or None): :math:`s = \sum_i x_i` in two levels (:func:`stats`), and
+    ``bad = not (s finite and s > 0 and min_i x_i >= 0)``, read in one loop.
 
     Returns
     -------
