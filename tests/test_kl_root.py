@@ -147,3 +147,36 @@ def test_torch_float32_root_is_feasible_and_close(monkeypatch, device_path):
     noisy = ref - s32.double().numpy() < 1e-3 * ref
     assert np.all(ulps[~noisy] <= 4)
     assert np.mean(ulps <= 4) >= 0.99
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("tensor_delta", [False, True])
+@pytest.mark.parametrize("walk", [spike._KL_TORCH_WALK, 0])
+def test_host_root_rounds_in_numpy_as_torch_does(monkeypatch, dtype, tensor_delta, walk):
+    """The CPU root of float32 / float64 tensors rounds the float64 root and steps it down in
+    numpy (torch only evaluates the form): the same floats, bit for bit, as the same steps
+    taken in torch, over the wide domain, at q_n = 0 and 1 and at NaN (rows the samplers
+    flag), with a Python delta (compared in the input dtype) and a tensor one. With no walk
+    (``walk=0``) every rounded root that is infeasible as computed takes the bisection
+    fallback, which the real walk never needs on this domain: checked to be reached."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(spike, "_KL_TORCH_WALK", walk)
+    bisected = []
+    bisect = spike._bisect
+    monkeypatch.setattr(spike, "_bisect",
+                        lambda *a, **k: bisected.append(a[2].numel()) or bisect(*a, **k))
+    s, d = _wide_domain(5, 3000)
+    s = np.concatenate([s, [0.0, 1.0, np.nan, 0.5]])
+    d = np.concatenate([d, [0.1, 0.1, 0.1, 0.0]])
+    q_n = torch.tensor(s, dtype=getattr(torch, dtype))
+    deltas = [torch.tensor(d, dtype=q_n.dtype)] if tensor_delta else [1e-6, 0.1, 3.0]
+    for delta in deltas:
+        fast = spike._root_on_host(q_n, delta, KL)
+        slow = spike._root_on_host(q_n, delta, KL, numpy_steps=False)
+        assert fast.dtype == slow.dtype == q_n.dtype
+        assert torch.equal(fast, slow)
+    assert (sum(bisected) > 0) == (walk == 0)
+    # one scalar (0-d) tensor takes the same path
+    one = torch.tensor(0.01, dtype=q_n.dtype)
+    assert torch.equal(spike._root_on_host(one, 0.1, KL),
+                       spike._root_on_host(one, 0.1, KL, numpy_steps=False))

@@ -33,7 +33,7 @@ import math
 import numpy as np
 from array_api_compat import array_namespace
 
-from .._validation import _is_torch, as_count, as_unit_interval, spike_arguments
+from .._validation import _is_torch, as_budget_array, as_count, as_unit_interval, spike_arguments
 from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ratios
 
 __all__ = ["taylor_spike", "exact_spike", "spike_scale", "spike_scale_unchecked", "lambert_w", "METHODS"]
@@ -264,26 +264,13 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     low_precision = "float64" not in str(q_n.dtype)
     if iterations is None:
         iterations = 32 if low_precision else 64
+    if is_np:
+        return _exact_numpy(q_n, delta, d, method, iterations)
     fprime = _F_PRIME.get(d.name) if DIVERGENCES.get(d.name) is d else None
     newton = method == "newton" and fprime is not None
     one = xp.ones_like(q_n)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        at_one = _kl_at_one(q_n) if is_np and d is DIVERGENCES["kl"] else d.two_point(one, q_n)
-        if is_np:
-            # numpy: solve only the entries whose root is not known in advance (capped at 1,
-            # delta = 0, or q_n = 0 under a divergence that charges +inf off supp(q)).
-            active = (at_one > delta) & (delta > 0) & ((q_n > 0) | d.finite_off_support)
-            if newton and bool(np.all(active)):
-                return _newton_numpy(d, fprime, q_n.ravel(), delta.ravel(),
-                                     at_one.ravel()).reshape(q_n.shape)
-            gamma = np.where(at_one <= delta, 1.0, q_n)
-            if np.any(active):
-                s, dl = q_n[active], delta[active]
-                if newton:
-                    gamma[active] = _newton_numpy(d, fprime, s, dl, at_one[active])
-                else:
-                    gamma[active] = _bisect(np, d, s, dl, iterations)[0]
-            return gamma
+        at_one = d.two_point(one, q_n)
         if newton and low_precision and d is DIVERGENCES["kl"]:
             lo = _kl_root_torch_low_precision(q_n, delta, at_one)
         elif newton:
@@ -298,6 +285,29 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
             lo = _bisect(xp, d, q_n, delta, iterations)[0]
     gamma = xp.where(at_one <= delta, one, lo)
     return xp.where(delta == 0, q_n, gamma)
+
+
+def _exact_numpy(q_n, delta, d, method="newton", iterations=64):
+    """:func:`exact_spike` on float64 numpy arrays of one shape, already validated (the
+    public function's numpy body; the samplers' host root calls it directly)."""
+    fprime = _F_PRIME.get(d.name) if DIVERGENCES.get(d.name) is d else None
+    newton = method == "newton" and fprime is not None
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        at_one = _kl_at_one(q_n) if d is DIVERGENCES["kl"] else d.two_point(np.ones_like(q_n), q_n)
+        # solve only the entries whose root is not known in advance (capped at 1, delta = 0,
+        # or q_n = 0 under a divergence that charges +inf off supp(q)).
+        active = (at_one > delta) & (delta > 0) & ((q_n > 0) | d.finite_off_support)
+        if newton and bool(np.all(active)):
+            return _newton_numpy(d, fprime, q_n.ravel(), delta.ravel(),
+                                 at_one.ravel()).reshape(q_n.shape)
+        gamma = np.where(at_one <= delta, 1.0, q_n)
+        if np.any(active):
+            s, dl = q_n[active], delta[active]
+            if newton:
+                gamma[active] = _newton_numpy(d, fprime, s, dl, at_one[active])
+            else:
+                gamma[active] = _bisect(np, d, s, dl, iterations)[0]
+        return gamma
 
 
 def _kl_at_one(s):
@@ -654,46 +664,79 @@ def _host_tensor(t) -> bool:
     return t.device.type == "cpu"
 
 
-def _root_on_host(q_n, delta, d):
+def _root_on_host(q_n, delta, d, numpy_steps: bool = True):
     r"""CPU torch tensors (the samplers' drafted tokens, the analysis): the float64 numpy root.
 
-    The root of the float64 solver (any divergence) on the same values (float64 tensors share
-    their memory with it), rounded toward q_n
+    The root of the float64 solver (any divergence) on the same values, rounded toward q_n
     (never above the float64 root: within budget in exact arithmetic), then stepped down by
     up to ``_KL_TORCH_WALK`` ulps while the two-point form as computed in the input dtype
-    exceeds delta (the steps evaluated together), and bisected between q_n (always
-    feasible) and that point in the input dtype where the form is noisier than that. NaN
-    entries (rows the samplers flag invalid) are solved as 0. A CPU tensor can be read
-    without synchronizing with a device, so the numpy solver's data-dependent loop is
+    (by torch) exceeds delta (the steps evaluated together), and bisected between q_n
+    (always feasible) and that point in the input dtype where the form is noisier than
+    that. NaN entries (rows the samplers flag invalid) are solved as 0. A CPU tensor can be
+    read without synchronizing with a device, so the numpy solver's data-dependent loop is
     allowed here.
+
+    float32 and float64 (the samplers' q_n is float32) round and step in numpy, whose
+    ``nextafter`` and rounding are torch's bit for bit, and call torch once, for the form
+    as computed: a [B, k] call is a few hundred microseconds of small-array overhead, and
+    torch's per-operation overhead is about 4x numpy's. bf16 and fp16, which numpy lacks,
+    take the same steps in torch (as all dtypes do with ``numpy_steps=False``: the tests
+    compare the two).
     """
     import torch
 
-    qd = torch.nan_to_num(q_n.detach(), nan=0.0).clamp(0.0, 1.0)
-    d64 = (np.float64(delta) if not hasattr(delta, "shape")
-           else np.broadcast_to(delta.detach().to(torch.float64).numpy(), tuple(qd.shape)))
-    root = torch.from_numpy(np.asarray(exact_spike(qd.to(torch.float64).numpy(), d64, d),
-                                       dtype=np.float64).reshape(tuple(qd.shape)))
-    g = root.to(q_n.dtype)
-    g = torch.maximum(torch.where(g.to(torch.float64) > root, torch.nextafter(g, qd), g), qd)
-    delta = delta if hasattr(delta, "shape") else torch.full_like(qd, delta)
+    if isinstance(delta, torch.Tensor) or np.ndim(delta):
+        d_in = delta.detach().to(torch.float64).numpy() if isinstance(delta, torch.Tensor) \
+            else delta
+        d64 = np.broadcast_to(as_budget_array(d_in), tuple(q_n.shape))
+    else:
+        d64 = np.full(tuple(q_n.shape), as_budget_array(delta)[()])
+    native = numpy_steps and q_n.dtype in (torch.float32, torch.float64)
+    if native:
+        # (np.asarray: a 0-d tensor gives numpy scalars, which torch.from_numpy refuses)
+        qd = np.asarray(np.clip(np.nan_to_num(q_n.detach().numpy(), nan=0.0), 0.0, 1.0))
+        root = _exact_numpy(qd.astype(np.float64), d64, d)
+        g = root.astype(qd.dtype)
+        g = np.asarray(np.maximum(np.where(g.astype(np.float64) > root, np.nextafter(g, qd),
+                                           g), qd))
+        steps = [g]
+        for _ in range(_KL_TORCH_WALK):
+            steps.append(np.nextafter(steps[-1], qd))
+        qd_t, cands_t = torch.from_numpy(qd), torch.from_numpy(np.stack(steps))
+    else:
+        qd_t = torch.nan_to_num(q_n.detach(), nan=0.0).clamp(0.0, 1.0)
+        root = torch.from_numpy(_exact_numpy(qd_t.to(torch.float64).numpy(), d64, d))
+        g = root.to(q_n.dtype)
+        g = torch.maximum(torch.where(g.to(torch.float64) > root, torch.nextafter(g, qd_t), g),
+                          qd_t)
+        steps = [g]
+        for _ in range(_KL_TORCH_WALK):
+            steps.append(torch.nextafter(steps[-1], qd_t))
+        cands_t = torch.stack(steps)
     # the walk down, evaluated at once: g and the next _KL_TORCH_WALK floats toward q_n,
     # the first whose form as computed is within budget (one evaluation of the form instead
-    # of one per step: the same result)
-    steps = [g]
-    for _ in range(_KL_TORCH_WALK):
-        steps.append(torch.nextafter(steps[-1], qd))
-    cands = torch.stack(steps)
-    ok = ~(d.two_point(cands, qd) > delta)              # (a NaN form passes, as a step did)
-    g = torch.gather(cands, 0, ok.to(torch.uint8).argmax(0, keepdim=True))[0]
-    bad = ~ok.any(0)
-    if bool(bad.any()):
-        g = torch.where(bad, cands[-1], g)
-        # a form noisier than a few ulps in this dtype: bisect [q_n, g] on those entries
-        steps = 64 if "float64" in str(qd.dtype) else 32 if "float32" in str(qd.dtype) else 16
-        lo, hi = _bisect(torch, d, qd[bad], delta.expand_as(qd)[bad], steps, qd[bad], g[bad])
-        g = g.clone()
-        g[bad] = lo
+    # of one per step: the same result). A Python delta compares in the input dtype, as a
+    # tensor of it would; a NaN form passes, as a step did.
+    ok = ~(d.two_point(cands_t, qd_t) > delta)
+    if native:
+        cands, ok = cands_t.numpy(), ok.numpy()
+        g = np.asarray(np.take_along_axis(cands, np.asarray(ok.argmax(0))[None], 0)[0])
+        bad = ~ok.any(0)
+        if not bad.any():
+            return torch.from_numpy(g)
+        g = torch.from_numpy(g)
+        bad = torch.from_numpy(np.asarray(bad))
+    else:
+        g = torch.gather(cands_t, 0, ok.to(torch.uint8).argmax(0, keepdim=True))[0]
+        bad = ~ok.any(0)
+        if not bool(bad.any()):
+            return g
+    # a form noisier than a few ulps in this dtype: bisect [q_n, g] on those entries
+    g = torch.where(bad, cands_t[-1], g)
+    delta = delta if hasattr(delta, "shape") else torch.full_like(qd_t, delta)
+    steps = 64 if qd_t.dtype == torch.float64 else 32 if qd_t.dtype == torch.float32 else 16
+    lo, hi = _bisect(torch, d, qd_t[bad], delta.expand_as(qd_t)[bad], steps, qd_t[bad], g[bad])
+    g[bad] = lo
     return g
 
 
