@@ -180,3 +180,21 @@ def test_host_root_rounds_in_numpy_as_torch_does(monkeypatch, dtype, tensor_delt
     one = torch.tensor(0.01, dtype=q_n.dtype)
     assert torch.equal(spike._root_on_host(one, 0.1, KL),
                        spike._root_on_host(one, 0.1, KL, numpy_steps=False))
+
+
+@pytest.mark.parametrize("divergence", ["kl", "hellinger", "chi2", "js", "tv"])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_root_in_chunks_on_threads_is_the_same_floats(monkeypatch, divergence, threads):
+    """A large array's root is solved in contiguous chunks on threads: every entry's root
+    depends on its own (q_n, delta) alone, so the floats equal one single-threaded call's,
+    bit for bit (Newton divergences, and TV's bisection), with an uneven split (3 chunks)."""
+    monkeypatch.setattr(spike, "_root_threads", lambda: threads)
+    monkeypatch.setattr(spike, "PARALLEL_MIN", 8192)
+    s, d = _wide_domain(7, 12_000)
+    d = np.where(np.arange(s.size) % 7 == 0, 0.0, d)           # delta = 0 entries too
+    assert s.size >= threads * spike.PARALLEL_MIN                # the split is taken
+    div = spike.get_divergence(divergence)
+    one = spike._exact_numpy(s, d, div, split=False)
+    assert np.array_equal(spike._exact_numpy(s, d, div), one)
+    assert np.array_equal(exact_spike(s.reshape(-1, 2), d.reshape(-1, 2), divergence),
+                          one.reshape(-1, 2))

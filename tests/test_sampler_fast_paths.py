@@ -367,3 +367,23 @@ def test_kth_largest_equals_topk(V, k):
         x[1, -1] = 2.0 * x.max()                  # the largest entry in the tail block
         ref = x.topk(k, dim=-1).values.amin(-1, keepdim=True)
         assert torch.equal(kth_largest(x, k), ref)
+
+
+@pytest.mark.parametrize("V", [151_936, 5_000, 1_281, 1_025, 1_024, 7])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_first_argmax_equals_torch_argmax(V, compiled):
+    """TAS's recovered token, the two-level argmax (block maxima, the first block reaching
+    the row maximum, the first entry of it equal to it), is torch.argmax's index exactly,
+    eager and compiled: many ties (integers 0..4, the lowest index wins), continuous rows,
+    the maximum in the tail block, a maximum tied across two blocks, leading batch axes."""
+    from cactus_theory.rules.plans import first_argmax
+    from cactus_theory.samplers.fused import INDUCTOR_OPTIONS
+
+    fn = torch.compile(first_argmax, dynamic=False, options=INDUCTOR_OPTIONS) if compiled \
+        else first_argmax
+    g = torch.Generator().manual_seed(V)
+    for x in ((torch.rand(2, 3, V, generator=g) * 5).floor(), torch.rand(2, 3, V, generator=g),
+              torch.softmax(3.0 * torch.randn(2, 3, V, generator=g), -1)):
+        x[0, 1, -1] = 2.0 * x.max()                   # the largest entry in the tail block
+        x[1, 2, V // 2] = x[1, 2, -1] = 3.0 * x.max()  # tied: the lower index wins
+        assert torch.equal(fn(x), torch.argmax(x, dim=-1))

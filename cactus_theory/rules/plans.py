@@ -53,6 +53,8 @@ __all__ = [
     "gather",
     "spike_target_at",
     "RowTarget",
+    "block_maxima",
+    "first_argmax",
 ]
 
 
@@ -271,3 +273,49 @@ class DecisionPlan:
 
 
 Plan = Union[TargetPlan, SpikePlan, DecisionPlan]
+
+
+#: Block length of :func:`first_argmax`'s two-level search (and the default of
+#: :func:`block_maxima`).
+ARGMAX_BLOCK = 256
+
+
+def block_maxima(x, blk: int = ARGMAX_BLOCK):
+    """Maxima of consecutive ``blk``-entry blocks of the last axis (the last block may be
+    shorter), [..., ceil(V / blk)]: one vectorized read of the rows."""
+    import torch
+
+    V = x.shape[-1]
+    nb = V // blk
+    parts = [x[..., :nb * blk].unflatten(-1, (nb, blk)).amax(-1)] if nb else []
+    if nb * blk < V:
+        parts.append(x[..., nb * blk:].amax(-1, keepdim=True))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+def first_argmax(x):
+    r"""``torch.argmax(x, dim=-1)`` (the lowest index of the row maximum) in two levels.
+
+    The maxima of 256-entry blocks (one vectorized read; a NaN entry makes its block's and
+    the row's maximum NaN), the first block whose maximum equals the row maximum, then the
+    first entry of that block equal to it: the lowest index attaining the maximum, since
+    every earlier block's maximum is below it. Rows holding a NaN (invalid input, which the
+    samplers flag) give an index in range, not necessarily torch's. Compiled CPU kernels
+    reduce an argmax at about a third of a maximum's speed (1.16 against 0.32 ms for [8,
+    151,936] float32 rows); this costs one maximum's read plus 256 entries per row.
+    """
+    import torch
+
+    V = x.shape[-1]
+    blk = ARGMAX_BLOCK
+    if V <= 4 * blk:
+        return torch.argmax(x, dim=-1)
+    maxima = block_maxima(x, blk)
+    top = maxima.amax(-1, keepdim=True)
+    # the first block reaching the maximum (argmax of a 0/1 row: its first 1)
+    block = (maxima == top).to(torch.uint8).argmax(-1, keepdim=True)
+    idx = block * blk + torch.arange(blk, device=x.device)
+    inside = idx < V
+    cand = torch.gather(x, -1, idx.clamp(max=V - 1))
+    return (block[..., 0] * blk
+            + ((cand == top) & inside).to(torch.uint8).argmax(-1))

@@ -34,7 +34,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import DecisionPlan, one_hot
+from .plans import DecisionPlan, first_argmax, one_hot
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["TypicalAcceptance", "tas_threshold", "VLLM_ENTROPY_EPS"]
@@ -143,12 +143,11 @@ class TypicalAcceptance(Rule):
                                  draft_sums):
         """``recovery="argmax"``: the verifier's argmax on the un-normalized rows (dividing by
         the positive row sum keeps the order; ties go to the lowest index, as
-        ``torch.argmax``), the compiled samplers' recovered token; ``"truncated"``: None."""
+        ``torch.argmax``; in two levels, :func:`~.plans.first_argmax`), the compiled samplers'
+        recovered token; ``"truncated"``: None."""
         if self.recovery != "argmax":
             return None
-        import torch
-
-        return torch.argmax(target_rows, dim=-1)
+        return first_argmax(target_rows)
 
     def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                             raw_draft_probs=None):

@@ -25,7 +25,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import RowTarget, TargetPlan, gather, residual_weights
+from .plans import RowTarget, TargetPlan, block_maxima, gather, residual_weights
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["TopKAcceptance", "topk_indicator"]
@@ -151,11 +151,8 @@ def kth_largest(x, k: int):
     blk = _KTH_BLOCK
     if 4 * k * blk > V:
         return x.topk(k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
-    nb = V // blk
     lead = x.shape[:-1]
-    maxima = x[..., :nb * blk].reshape(*lead, nb, blk).amax(-1)
-    if nb * blk < V:
-        maxima = torch.cat([maxima, x[..., nb * blk:].amax(-1, keepdim=True)], dim=-1)
+    maxima = block_maxima(x, blk)
     blocks = maxima.topk(k, dim=-1, sorted=False).indices                  # [..., k]
     idx = (blocks[..., None] * blk + torch.arange(blk, device=x.device)).reshape(*lead, k * blk)
     cand = torch.gather(x, -1, idx.clamp(max=V - 1))
