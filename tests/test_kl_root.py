@@ -198,3 +198,25 @@ def test_root_in_chunks_on_threads_is_the_same_floats(monkeypatch, divergence, t
     assert np.array_equal(spike._exact_numpy(s, d, div), one)
     assert np.array_equal(exact_spike(s.reshape(-1, 2), d.reshape(-1, 2), divergence),
                           one.reshape(-1, 2))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_interior_form_is_kl_two_point_bit_for_bit(dtype):
+    """The host root's feasibility test on torch candidates uses the KL's interior form: the
+    same floats as ``kl_two_point(torch, ...)`` for 1e-30 <= s <= x < 1, on both branches of
+    its second logarithm (x - s above and below (1 - s)/2), at x = s, and at the float
+    just below 1."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    s = np.concatenate([10.0 ** rng.uniform(-30, -1e-3, 4000), rng.uniform(0, 1, 4000)])
+    t = np.concatenate([rng.uniform(0, 1, 4000), 10.0 ** rng.uniform(-12, 0, 4000)])
+    tt = getattr(torch, dtype)
+    s_t = torch.tensor(s, dtype=tt).clamp_min(1e-30)
+    x_t = torch.maximum(s_t + (1.0 - s_t) * torch.tensor(t, dtype=tt), s_t)
+    x_t = torch.where(x_t < 1.0, x_t, torch.nextafter(torch.ones_like(x_t), x_t.new_zeros(())))
+    x_t[:10] = s_t[:10]
+    ok = (s_t <= x_t) & (x_t < 1.0)
+    assert bool(ok.all())
+    assert bool(((x_t - s_t) > 0.5 * (1.0 - s_t)).any() and ((x_t - s_t) <= 0.5 * (1.0 - s_t)).any())
+    got = spike._kl_interior_torch(x_t, s_t)
+    assert torch.equal(got, kl_two_point(torch, x_t, s_t))
