@@ -19,6 +19,7 @@ import scipy.special
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cactus_theory import _threads
 from cactus_theory.divergences import get_divergence, kl_two_point
 from cactus_theory.solvers import spike
 from cactus_theory.solvers.spike import exact_spike, lambert_w
@@ -188,7 +189,7 @@ def test_root_in_chunks_on_threads_is_the_same_floats(monkeypatch, divergence, t
     """A large array's root is solved in contiguous chunks on threads: every entry's root
     depends on its own (q_n, delta) alone, so the floats equal one single-threaded call's,
     bit for bit (Newton divergences, and TV's bisection), with an uneven split (3 chunks)."""
-    monkeypatch.setattr(spike, "_root_threads", lambda: threads)
+    monkeypatch.setattr(_threads, "thread_count", lambda: threads)
     monkeypatch.setattr(spike, "PARALLEL_MIN", 8192)
     s, d = _wide_domain(7, 12_000)
     d = np.where(np.arange(s.size) % 7 == 0, 0.0, d)           # delta = 0 entries too

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace
 
+from .._threads import in_chunks
 from .._validation import as_prob_pair, as_probs, choice
 from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
@@ -200,6 +201,10 @@ def _emitted_fixed_recovery(p, a, r):
     return p * a + rejected * r
 
 
+#: Rows of at least twice this many values are searched in chunks on threads.
+_SEARCH_CHUNK = 16384
+
+
 def _searchsorted_rows(xp, sorted_rows, values):
     """Per-row ``searchsorted(sorted_rows[r], values[r], side="left")`` (batch axes flattened)."""
     if isinstance(sorted_rows, np.ndarray):
@@ -212,7 +217,13 @@ def _searchsorted_rows(xp, sorted_rows, values):
             row, val = s2[r], v2[r]
             lo = int(np.searchsorted(row, val.min(), side="left"))
             hi = int(np.searchsorted(row, val.max(), side="right"))
-            out[r] = lo + np.searchsorted(row[lo:hi], val, side="left")
+            window, res = row[lo:hi], out[r]
+
+            def search(a, b):   # values a..b-1, written in place (numpy releases the GIL)
+                res[a:b] = lo + np.searchsorted(window, val[a:b], side="left")
+
+            # a long row's values in contiguous chunks on threads: the same indices
+            in_chunks(search, val.size, _SEARCH_CHUNK)
         return out.reshape(values.shape)
     import torch
     return torch.searchsorted(sorted_rows.contiguous(), values.contiguous(), side="left")

@@ -28,14 +28,12 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorem 2 and Corollary 5.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
-import os
-import threading
 
 import numpy as np
 from array_api_compat import array_namespace
 
+from .._threads import in_chunks
 from .._validation import _is_torch, as_budget_array, as_count, as_unit_interval, spike_arguments
 from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ratios
 
@@ -308,28 +306,9 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     return xp.where(delta == 0, q_n, gamma)
 
 
-#: Arrays of at least this many entries are solved in chunks on :func:`_root_threads`
-#: threads (each chunk at least this long).
+#: Arrays of at least twice this many entries are solved in chunks on threads
+#: (:func:`cactus_theory._threads.in_chunks`, each chunk at least this long).
 PARALLEL_MIN = 16384
-
-
-def _root_threads() -> int:
-    """Threads for the numpy root: the CPUs this process may run on, at most 8."""
-    try:
-        return max(1, min(8, len(os.sched_getaffinity(0))))
-    except AttributeError:      # not on Linux
-        return max(1, min(8, os.cpu_count() or 1))
-
-
-_POOL: list = []
-_POOL_LOCK = threading.Lock()
-
-
-def _pool(workers: int):
-    with _POOL_LOCK:
-        if not _POOL or _POOL[0]._max_workers < workers:
-            _POOL[:] = [concurrent.futures.ThreadPoolExecutor(workers, "cactus-root")]
-        return _POOL[0]
 
 
 def _exact_numpy(q_n, delta, d, method="newton", iterations=64, split: bool = True):
@@ -337,17 +316,14 @@ def _exact_numpy(q_n, delta, d, method="newton", iterations=64, split: bool = Tr
     public function's numpy body; the samplers' host root calls it directly).
 
     Every entry's root depends on its own (q_n, delta) only, so a large array is solved in
-    contiguous chunks on :func:`_root_threads` threads (numpy's ufuncs release the GIL): the
-    same floats as one call, in about half the time on 2 cores (the logarithms bind)."""
-    workers = min(_root_threads(), q_n.size // PARALLEL_MIN) if split else 1
-    if workers > 1:
+    contiguous chunks on threads (:func:`~cactus_theory._threads.in_chunks`; numpy's ufuncs
+    release the GIL): the same floats as one call, in about half the time on 2 cores (the
+    logarithms bind)."""
+    if split and q_n.size >= 2 * PARALLEL_MIN:
         flat_q, flat_d = q_n.reshape(-1), np.broadcast_to(delta, q_n.shape).reshape(-1)
-        bounds = np.linspace(0, flat_q.size, workers + 1).astype(int)
-        parts = list(_pool(workers).map(
-            lambda i: _exact_numpy(flat_q[bounds[i]:bounds[i + 1]],
-                                   flat_d[bounds[i]:bounds[i + 1]], d, method, iterations,
-                                   split=False),
-            range(workers)))
+        parts = in_chunks(lambda lo, hi: _exact_numpy(flat_q[lo:hi], flat_d[lo:hi], d, method,
+                                                      iterations, split=False),
+                          flat_q.size, PARALLEL_MIN)
         return np.concatenate(parts).reshape(q_n.shape)
     fprime = _F_PRIME.get(d.name) if DIVERGENCES.get(d.name) is d else None
     newton = method == "newton" and fprime is not None
