@@ -213,3 +213,26 @@ def test_accept_probs_at_drafted_tokens_equals_plan_path(name, pair, delta, seed
     ids = np.random.default_rng(seed).integers(0, q.shape[-1], size=())
     plan = make_plan(rule, q, p)  # validated, renormalized rows: the same inputs for both paths
     assert rule.accept_probs_at(plan.target_probs, plan.draft_probs, ids) == plan.accept_probs_at(ids)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_sorted_search_in_chunks_on_threads_is_the_same(monkeypatch, threads):
+    """The emitted distribution's per-row sorted search runs a long row's values in
+    contiguous chunks on threads: the same indices as one ``np.searchsorted`` per row (rows
+    with ties, values outside the sorted range, two rows), and the same emitted
+    distribution as one thread at V = 100,000."""
+    from cactus_theory import _threads
+    from cactus_theory.analysis.one_step import _searchsorted_rows, emitted_distribution
+
+    rng = np.random.default_rng(3)
+    rows = np.sort(np.floor(rng.uniform(0, 500, (2, 60_000))), axis=-1)
+    values = rng.uniform(-10, 510, (2, 50_000))
+    values[:, :100] = rows[:, :100]                       # exact ties: side="left"
+    want = np.stack([np.searchsorted(r, v, side="left") for r, v in zip(rows, values)])
+    monkeypatch.setattr(_threads, "thread_count", lambda: threads)
+    assert np.array_equal(_searchsorted_rows(np, rows, values), want)
+    q = rng.dirichlet(np.full(100_000, 0.1))
+    p = rng.dirichlet(np.full(100_000, 0.1))
+    many = emitted_distribution("cactus-exact", q, p)
+    monkeypatch.setattr(_threads, "thread_count", lambda: 1)
+    assert np.array_equal(emitted_distribution("cactus-exact", q, p), many)
