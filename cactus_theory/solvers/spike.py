@@ -130,7 +130,7 @@ def _kl_interior(x, s, c=None):
 
 
 def _kl_interior_torch(x, s):
-    """``kl_two_point(torch, x, s)`` bit for bit where :math:`10^{-30} \le s \le x < 1`
+    r"""``kl_two_point(torch, x, s)`` bit for bit where :math:`10^{-30} \le s \le x < 1`
     (float32 and float64 tensors; tested): the same operations on the same full-size
     tensors, without the masks for zeros, ones and tiny ratios, so a third of the
     operations (the host root's feasibility test on [B, k] candidates is overhead-bound)."""
