@@ -28,9 +28,12 @@ def thread_count() -> int:
 
 
 def _pool(workers: int):
+    """The shared pool, made again when it is too small or belongs to another process (a
+    forked child inherits the pool object but none of its threads)."""
     with _LOCK:
-        if not _POOL or _POOL[0]._max_workers < workers:
-            _POOL[:] = [concurrent.futures.ThreadPoolExecutor(workers, "cactus-chunks")]
+        if not _POOL or _POOL[1] != os.getpid() or _POOL[0]._max_workers < workers:
+            _POOL[:] = [concurrent.futures.ThreadPoolExecutor(workers, "cactus-chunks"),
+                        os.getpid()]
         return _POOL[0]
 
 

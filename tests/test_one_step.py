@@ -1,5 +1,8 @@
 """Exact one-step analysis: fast vs dense vs sampling; SpS and Cactus properties; conventions."""
 
+import os
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -236,3 +239,33 @@ def test_sorted_search_in_chunks_on_threads_is_the_same(monkeypatch, threads):
     many = emitted_distribution("cactus-exact", q, p)
     monkeypatch.setattr(_threads, "thread_count", lambda: 1)
     assert np.array_equal(emitted_distribution("cactus-exact", q, p), many)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_thread_chunks_work_in_a_forked_child(monkeypatch):
+    """A process forked after the shared pool ran (a user's multiprocessing workers) still
+    runs chunks and finishes: the child inherits the pool object but none of its threads, so
+    ``_threads`` makes a pool per process. (On CPython 3.11 the inherited pool also starts
+    new threads; the per-process pool does not rely on that.)"""
+    from cactus_theory import _threads
+
+    monkeypatch.setattr(_threads, "thread_count", lambda: 2)
+    assert _threads.in_chunks(lambda lo, hi: hi - lo, 40_000, 10_000) == [20_000, 20_000]
+    pid = os.fork()
+    if pid == 0:                                        # the child: exit 0 only on success
+        ok = False
+        try:
+            ok = _threads.in_chunks(lambda lo, hi: hi - lo, 40_000, 10_000) == [20_000, 20_000]
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's chunks never finished")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
