@@ -4,9 +4,9 @@ The machines are shared and noisy, so nothing here is a timed test: each timing 
 of ``repeats`` calls (the samplers' rows: of ``SAMPLER_PAIRS * repeats`` calls alternated with
 the read pass, as those calls take milliseconds and one burst of another process's load would
 otherwise cover most of them), and every goal is a ratio of two timings taken side by side in
-the same process (or an absolute budget where the goal states one). Before anything is timed, the fast
-result is checked against the slow reference path on the same inputs; a goal whose check fails
-is reported as failed whatever its speed.
+the same process (or an absolute budget where the goal states one). Before anything is timed,
+the fast result is checked against the slow reference path on the same inputs; a goal whose
+check fails is reported as failed whatever its speed.
 
 Goals (q verifier ``target_probs``, p drafter ``draft_probs``, V = 151,936 unless stated;
 q and p are softmaxes of correlated Gumbel logits, delta = 0.1):

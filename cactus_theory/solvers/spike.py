@@ -34,7 +34,8 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from .._threads import in_chunks
-from .._validation import _is_torch, as_budget_array, as_count, as_unit_interval, spike_arguments
+from .._validation import (_is_torch, as_budget_array, as_count, as_unit_interval,
+                           spike_arguments)
 from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ratios
 
 __all__ = ["taylor_spike", "exact_spike", "spike_scale", "spike_scale_unchecked", "lambert_w", "METHODS"]
@@ -328,7 +329,8 @@ def _exact_numpy(q_n, delta, d, method="newton", iterations=64, split: bool = Tr
     fprime = _F_PRIME.get(d.name) if DIVERGENCES.get(d.name) is d else None
     newton = method == "newton" and fprime is not None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        at_one = _kl_at_one(q_n) if d is DIVERGENCES["kl"] else d.two_point(np.ones_like(q_n), q_n)
+        at_one = (_kl_at_one(q_n) if d is DIVERGENCES["kl"]
+                  else d.two_point(np.ones_like(q_n), q_n))
         # solve only the entries whose root is not known in advance (capped at 1, delta = 0,
         # or q_n = 0 under a divergence that charges +inf off supp(q)).
         active = (at_one > delta) & (delta > 0) & ((q_n > 0) | d.finite_off_support)
