@@ -717,8 +717,8 @@ def _root_on_host(q_n, delta, d, numpy_steps: bool = True):
     ``nextafter`` and rounding are torch's bit for bit, and call torch once, for the form
     as computed: a [B, k] call is a few hundred microseconds of small-array overhead, and
     torch's per-operation overhead is about 4x numpy's. bf16 and fp16, which numpy lacks,
-    take the same steps in torch (as all dtypes do with ``numpy_steps=False``: the tests
-    compare the two).
+    take the same steps in torch, with the generic two-point form (as all dtypes do with
+    ``numpy_steps=False``, the reference the tests compare with).
     """
     import torch
 
@@ -728,52 +728,38 @@ def _root_on_host(q_n, delta, d, numpy_steps: bool = True):
         d64 = np.broadcast_to(as_budget_array(d_in), tuple(q_n.shape))
     else:
         d64 = np.full(tuple(q_n.shape), as_budget_array(delta)[()])
+    # the steps in numpy where it has the dtype (its rounding and nextafter are torch's bit
+    # for bit, at a quarter of torch's per-operation overhead), else in torch
     native = numpy_steps and q_n.dtype in (torch.float32, torch.float64)
-    if native:
-        # (np.asarray: a 0-d tensor gives numpy scalars, which torch.from_numpy refuses)
-        qd = np.asarray(np.clip(np.nan_to_num(q_n.detach().numpy(), nan=0.0), 0.0, 1.0))
-        root = _exact_numpy(qd.astype(np.float64), d64, d)
-        g = root.astype(qd.dtype)
-        g = np.asarray(np.maximum(np.where(g.astype(np.float64) > root, np.nextafter(g, qd),
-                                           g), qd))
-        steps = [g]
-        for _ in range(_KL_TORCH_WALK):
-            steps.append(np.nextafter(steps[-1], qd))
-        qd_t, cands_t = torch.from_numpy(qd), torch.from_numpy(np.stack(steps))
-    else:
-        qd_t = torch.nan_to_num(q_n.detach(), nan=0.0).clamp(0.0, 1.0)
-        root = torch.from_numpy(_exact_numpy(qd_t.to(torch.float64).numpy(), d64, d))
-        g = root.to(q_n.dtype)
-        g = torch.maximum(torch.where(g.to(torch.float64) > root, torch.nextafter(g, qd_t), g),
-                          qd_t)
-        steps = [g]
-        for _ in range(_KL_TORCH_WALK):
-            steps.append(torch.nextafter(steps[-1], qd_t))
-        cands_t = torch.stack(steps)
+    q = q_n.detach().numpy() if native else q_n.detach()
+    xp = array_namespace(q)
+    q = xp.asarray(xp.clip(xp.where(xp.isnan(q), 0.0, q), 0.0, 1.0))   # NaN rows: as 0
+    root = xp.asarray(_exact_numpy(np.asarray(xp.astype(q, xp.float64)), d64, d))
+    g = xp.astype(root, q.dtype)
+    g = xp.maximum(xp.where(xp.astype(g, xp.float64) > root, xp.nextafter(g, q), g), q)
+    steps = [g]
+    for _ in range(_KL_TORCH_WALK):
+        steps.append(xp.nextafter(steps[-1], q))
+    cands = xp.stack(steps)
+    qd_t, cands_t = torch.as_tensor(q), torch.as_tensor(cands)     # numpy's memory, shared
     # the walk down, evaluated at once: g and the next _KL_TORCH_WALK floats toward q_n,
     # the first whose form as computed is within budget (one evaluation of the form instead
     # of one per step: the same result). A Python delta compares in the input dtype, as a
-    # tensor of it would; a NaN form passes, as a step did. The KL's interior form where
-    # every entry lies in its domain (numpy_steps: the samplers' case), else the generic one.
-    if (native and d is DIVERGENCES["kl"] and bool(np.all(qd >= 1e-30))
-            and bool(np.all(steps[0] < 1.0))):
+    # tensor of it would; a NaN form passes, as a step did. The KL's interior form (float32
+    # and float64 only: float16 takes a difference of logarithms there) where every entry
+    # lies in its domain, else the generic one, which numpy_steps=False always takes.
+    if (native and d is DIVERGENCES["kl"] and bool(xp.all(q >= 1e-30))
+            and bool(xp.all(steps[0] < 1.0))):
         form = _kl_interior_torch(cands_t, qd_t)
     else:
         form = d.two_point(cands_t, qd_t)
     ok = ~(form > delta)
-    if native:
-        cands, ok = cands_t.numpy(), ok.numpy()
-        g = np.asarray(np.take_along_axis(cands, np.asarray(ok.argmax(0))[None], 0)[0])
-        bad = ~ok.any(0)
-        if not bad.any():
-            return torch.from_numpy(g)
-        g = torch.from_numpy(g)
-        bad = torch.from_numpy(np.asarray(bad))
-    else:
-        g = torch.gather(cands_t, 0, ok.to(torch.uint8).argmax(0, keepdim=True))[0]
-        bad = ~ok.any(0)
-        if not bool(bad.any()):
-            return g
+    ok = xp.asarray(ok.numpy()) if native else ok
+    first = xp.argmax(xp.astype(ok, xp.uint8), axis=0)
+    g = torch.as_tensor(xp.take_along_axis(cands, first[None, ...], axis=0)[0])
+    bad = torch.as_tensor(~xp.any(ok, axis=0))
+    if not bool(bad.any()):
+        return g
     # a form noisier than a few ulps in this dtype: bisect [q_n, g] on those entries
     g = torch.where(bad, cands_t[-1], g)
     delta = delta if hasattr(delta, "shape") else torch.full_like(qd_t, delta)
