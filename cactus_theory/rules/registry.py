@@ -208,6 +208,17 @@ class Rule:
     #: normalization. ``None``: the samplers build normalized copies.
     accept_probs_from_rows = None
 
+    #: Optional cheap decision before ``accept_probs_from_rows``, for a deterministic rule whose
+    #: exact test is costly over whole rows (fuzzy SD's Jensen-Shannon: three logarithms per
+    #: entry): ``accept_decided_from_rows(target_rows, draft_rows, token_ids, target_sums,
+    #: draft_sums)`` -> ``(accept, undecided)``, two bool tensors of shape [B, k], from
+    #: rigorous bounds on the rule's statistic. Where ``undecided`` is False, ``accept`` must
+    #: equal the exact test (bounds with a margin for their float32 rounding); the CPU
+    #: samplers evaluate ``accept_probs_from_rows`` on the undecided rows only (on CUDA,
+    #: where the logarithms cost little next to the reads and a row selection would
+    #: synchronize, they evaluate it on every row). ``None``: no such test.
+    accept_decided_from_rows = None
+
     #: Optional elementwise target for the compiled samplers' recovery:
     #: ``recovery_target_from_rows(target_rows, draft_rows, token_ids, target_sums,
     #: draft_sums, gamma)`` -> :class:`~cactus_theory.rules.plans.RowTarget` (or None), for a

@@ -33,7 +33,10 @@ Cactus evaluates gamma once at the [B, k] drafted tokens (reused by the recovery
 ``Rule.accept_probs_from_values(q_n, p_n)`` (SpS, interpolation) reads only the drafted
 tokens, divided by the row sums; ``Rule.accept_probs_from_rows`` (top-k: one compare pass;
 TAS: the entropy, one pass with a log; cascades: row maxima and a masked sum) reads the
-un-normalized rows with their sums; other rules, and any rule given raw distributions, get
+un-normalized rows with their sums; on CPU tensors a rule with
+``Rule.accept_decided_from_rows`` (fuzzy SD's Jensen-Shannon: bounds in one pass with a
+division and no logarithm) runs its exact test only on the rows its bounds leave undecided
+(:func:`_decided_by_bounds`, :func:`_accept_undecided_rows`); other rules, and any rule given raw distributions, get
 float32 row-normalized copies (``[B, k, V]`` each) and ``Rule.accept_probs_at`` (their plan,
 or a drafted-token override declared by ``RuleSpec.fast_accept``). The recovery works on
 ``[B, V]`` rows only (the first rejected position of each row): un-normalized weights from
@@ -42,7 +45,8 @@ the row sums folded into :math:`c_n`), drawn by inverse CDF (:func:`inverse_cdf_
 one uniform per row, a two-level search over float32 sums of 256-token blocks and float64
 running sums). Nothing in ``forward`` reads a device value
 on the host (no ``.item()``, ``nonzero``, boolean masking or ``torch.multinomial``) unless
-``strict_mode`` is on; seeded rows add host-to-device index copies only.
+``strict_mode`` is on (the bounds path above selects rows with ``nonzero``, on CPU tensors
+only); seeded rows add host-to-device index copies only.
 
 ``fused=True`` (:mod:`.fused`): the same steps, with the tensor part of a call
 (:func:`_verify_core`: row checks, accept path, accepted prefix, recovery weights and their
@@ -476,6 +480,32 @@ def _spike_on_host(rule, q_n):
     return rule.spike_at_tokens(q_n)
 
 
+def _decided_by_bounds(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp):
+    """``Rule.accept_decided_from_rows`` on the float32 rows: ``(accept, undecided, x, y)``,
+    or None where the bounds path does not apply (raw distributions given, a rule without
+    bounds for its configuration, or CUDA tensors: there the logarithms cost little next to
+    the reads, and selecting the undecided rows would synchronize with the host)."""
+    hook = rule.accept_decided_from_rows
+    if (hook is None or rule.accept_probs_from_rows is None or raw_target is not None
+            or raw_draft is not None or target.device.type != "cpu"):
+        return None
+    x, y = _as_float32(target), _as_float32(draft_probs)
+    decided = hook(x, y, draft_ids, sq, sp)
+    return None if decided is None else (*decided, x, y)
+
+
+@torch.compiler.disable
+def _accept_undecided_rows(from_rows, accept, undecided, x, y, ids, sx, sy):
+    """``accept`` (bool [B, k], decided by a rule's bounds) as float32, with the exact test
+    ``from_rows`` evaluated on the rows ``undecided`` selects (gathered: [n, V] copies of
+    those rows only). Outside any compiled graph: the selection's size is data-dependent."""
+    out = accept.to(torch.float32)
+    if bool(undecided.any()):
+        idx = undecided.nonzero(as_tuple=True)
+        out[idx] = from_rows(x[idx], y[idx], ids[idx], sx[idx], sy[idx])
+    return out
+
+
 def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp,
                  traced: bool = False, gamma=None):
     r""":math:`a_n` at the drafted tokens, [B, k], by the cheapest path the rule declares.
@@ -487,7 +517,10 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
     1. Cactus (``samples_from_spike``): gamma at the [B, k] drafted tokens, once
        (reused by the recovery), :math:`\min(1, \gamma_n/p_n)`;
     2. ``Rule.accept_probs_from_values(q_n, p_n)``: [B, k] gathers divided by the sums;
-    3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums (``traced``,
+    3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums (CPU tensors
+       and a rule with ``Rule.accept_decided_from_rows``: its bounds first, the exact test
+       on the undecided rows only, in :func:`_verify_core` and ``RuleSampler._accept_path``,
+       before this function; ``traced``,
        a rule declaring ``Rule.accept_from_row_target``: its row target built
        on the [B, k] rows, :math:`\min(1, h_n/p_n)` at the drafted entries, the target kept
        for the recovery);
@@ -644,8 +677,16 @@ def _verify_core(rule, traced: bool, target, bonus, draft_probs, draft_ids, raw_
         ids_ = draft_ids[..., None]
         gamma = _spike_on_host(
             rule, torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq)
-    a, state = _accept_path(rule, target[:, :k], draft_probs, draft_ids, raw_target, raw_draft,
-                            sq, sp, traced, gamma)
+    # bounds first where the rule has them, the exact test on the rows they leave undecided
+    # (here, at the core's top level: the compiled core breaks once, around that test)
+    decided = _decided_by_bounds(rule, target[:, :k], draft_probs, draft_ids, raw_target,
+                                 raw_draft, sq, sp)
+    if decided is not None:
+        a = _accept_undecided_rows(rule.accept_probs_from_rows, *decided, draft_ids, sq, sp)
+        state = (None,) * 5
+    else:
+        a, state = _accept_path(rule, target[:, :k], draft_probs, draft_ids, raw_target,
+                                raw_draft, sq, sp, traced, gamma)
     if callable(u_acc):       # the eager core draws its uniforms here (after the accept path)
         u_acc = u_acc()
     accepted = (a > 0.5) if rule.spec.deterministic else (u_acc < a)
@@ -909,7 +950,13 @@ class RuleSampler(torch.nn.Module):
 
     def _accept_path(self, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp):
         """:math:`a_n` at the drafted tokens and the recovery's state (:func:`_accept_path`),
-        by the path the call takes (the compiled core's when ``fused``)."""
+        by the path the call takes (the compiled core's when ``fused``; a rule's bounds and
+        the exact test on the rows they leave undecided first, as :func:`_verify_core`)."""
+        decided = _decided_by_bounds(self.rule, target, draft_probs, draft_ids, raw_target,
+                                     raw_draft, sq, sp)
+        if decided is not None:
+            return (_accept_undecided_rows(self.rule.accept_probs_from_rows, *decided, draft_ids,
+                                           sq, sp), (None,) * 5)
         return _accept_path(self.rule, target, draft_probs, draft_ids, raw_target, raw_draft,
                             sq, sp, traced=self._traced_core(raw_target, raw_draft))
 

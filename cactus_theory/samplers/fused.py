@@ -10,7 +10,9 @@ formulas allow and the many small operations around them into a few kernels:
   (:func:`stats`),
   the accept path (Cactus's gamma at the drafted tokens, or ``Rule.accept_probs_from_values``,
   or ``Rule.accept_probs_from_rows``: top-k's compare, TAS's entropy, cascades' maxima, fuzzy
-  SD's divergences, in the same read as the sums where they do not need the sums first), the
+  SD's divergences, in the same read as the sums where they do not need the sums first; fuzzy
+  SD's Jensen-Shannon bounds on CPU, with the exact divergence of the undecided rows between
+  two graphs), the
   accepted prefix, the recovery weights at the first rejected position with their sums over
   256-token blocks (the rows indexed inside the formulas: no copies; for the rules with a
   row target, :mod:`.blocked`: only the block sums over the vocabulary and the formula at

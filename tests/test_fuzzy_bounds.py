@@ -1,0 +1,153 @@
+"""Fuzzy SD's Jensen-Shannon bounds (rules/fuzzy.py) and the samplers' bounds-first accept path.
+
+The bounds are checked against scipy's Jensen-Shannon distance in float64 (an independent
+implementation, with logarithms); the samplers' decisions against the float64 divergence of the
+same rows, with the threshold placed on a row's own divergence so that the exact test runs.
+Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token, T threshold.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.spatial.distance import jensenshannon
+
+from cactus_theory.rules import get_rule
+from cactus_theory.rules.fuzzy import JS_BOUND_MARGIN, js_bounds_from_rows
+from cactus_theory.samplers import make_sampler
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+#: The bounds' gap relative to the lower bound: (log 2 - 1/2 - 1/12 - 1/30) M6 over at least
+#: M2 / 2, with M6 <= M2 (|u| <= 1).
+GAP = 2.0 * (math.log(2.0) - 0.5 - 1.0 / 12.0 - 1.0 / 30.0)
+
+#: float64 rounding of sums of V <= 300 non-negative terms and of scipy's logarithms
+#: (relative, with an absolute floor for divergences that are 0).
+RTOL64, ATOL64 = 1e-12, 1e-15
+
+
+def _js64(q, p):
+    """JS(p, q) in nats, float64, by scipy (its distance is the square root)."""
+    return jensenshannon(p, q, base=math.e) ** 2
+
+
+def _pair(draw, V):
+    """Two distributions on V tokens with zeros, point masses and disjoint supports reachable."""
+    w = st.floats(0.0, 1.0, allow_subnormal=False)
+    q = np.array(draw(st.lists(w, min_size=V, max_size=V)))
+    p = np.array(draw(st.lists(w, min_size=V, max_size=V)))
+    q[draw(st.integers(0, V - 1))] += 1e-3       # never all zero
+    p[draw(st.integers(0, V - 1))] += 1e-3
+    return q, p
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(1, 300), st.floats(0.1, 10.0), st.floats(0.1, 10.0))
+def test_js_bounds_enclose_the_divergence(data, V, sq, sp):
+    """lower <= JS <= upper <= lower (1 + GAP) for un-normalized rows (sums sq, sp), float64."""
+    q, p = _pair(data.draw, V)
+    js = _js64(q / q.sum(), p / p.sum())
+    x = torch.tensor(q * sq / q.sum())
+    y = torch.tensor(p * sp / p.sum())
+    lo, hi = js_bounds_from_rows(x, y, x.sum(-1), y.sum(-1))
+    lo, hi = float(lo), float(hi)
+    assert lo <= js * (1 + RTOL64) + ATOL64, (lo, js)
+    assert js <= hi * (1 + RTOL64) + ATOL64, (js, hi)
+    assert hi <= lo * (1 + GAP) * (1 + RTOL64) + ATOL64, (lo, hi)
+
+
+def test_js_bounds_at_the_extremes():
+    """p = q: both bounds 0 (JS = 0). Disjoint supports (|u| = 1 everywhere): the upper bound is
+    log 2 exactly (the series' sum) and the lower bound its first three terms, 1/2 + 1/12 +
+    1/30."""
+    x = torch.tensor([[0.2, 0.3, 0.5, 0.0]], dtype=torch.float64)
+    lo, hi = js_bounds_from_rows(x, x.clone(), x.sum(-1), x.sum(-1))
+    assert float(lo) == 0.0 and float(hi) == 0.0
+    y = torch.tensor([[0.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
+    lo, hi = js_bounds_from_rows(x, y, x.sum(-1), y.sum(-1))
+    assert float(hi) == pytest.approx(math.log(2.0), rel=1e-15)
+    assert float(lo) == pytest.approx(0.5 + 1 / 12 + 1 / 30, rel=1e-15)
+    assert float(lo) < _js64(x[0].numpy(), y[0].numpy()) == pytest.approx(math.log(2.0))
+
+
+def _rows(B=6, k=3, V=3000, seed=0):
+    """Un-normalized language-model-like rows: q and p softmaxes of correlated logits."""
+    g = torch.Generator().manual_seed(seed)
+    logits = 3.0 * torch.randn(B, k + 1, V, generator=g)
+    q = torch.softmax(logits, -1) * (0.5 + torch.rand(B, k + 1, 1, generator=g))
+    p = torch.softmax(0.8 * logits[:, :k] + 1.8 * torch.randn(B, k, V, generator=g), -1) \
+        * (0.5 + torch.rand(B, k, 1, generator=g))
+    ids = torch.randint(0, V, (B, k), generator=g)
+    return q, p, ids
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+def test_sampler_decisions_with_the_threshold_on_a_row(fused):
+    """T = JS of one row (float64): that row is left undecided by the bounds, so the exact
+    test runs on it; every row's decision, through forward (``last_accepted``: the
+    non-causal accept matrix) and through the accept path, equals 1[JS <= T] in float64, except
+    a row within 1e-5 of T (the exact test's float32 entropy terms of size log V cancel:
+    documented in ``FuzzySpeculative.accept_probs_from_rows``). The rows exercise both
+    decisions."""
+    q, p, ids = _rows()
+    k = ids.shape[1]
+    qq = (q[:, :k] / q[:, :k].sum(-1, keepdim=True)).double().numpy()
+    pp = (p / p.sum(-1, keepdim=True)).double().numpy()
+    js = np.array([[_js64(qq[b, i], pp[b, i]) for i in range(k)] for b in range(q.shape[0])])
+    T = float(np.sort(js, axis=None)[js.size // 2])     # one row's own divergence
+    s = make_sampler("fuzzy", fused=fused, fsd_div_threshold=T)
+    rule = s.rule
+    sq, sp = q[:, :k].sum(-1), p.sum(-1)
+    accept, undecided = rule.accept_decided_from_rows(q[:, :k], p, ids, sq, sp)
+    at_t = np.abs(js - T) <= 1e-5
+    assert at_t.any() and undecided.numpy()[at_t].all()          # the exact test runs there
+    assert not undecided.numpy()[np.abs(js - T) > 0.2 * T].any()  # the bounds decide the rest
+    ref = js <= T
+    decided = ~undecided.numpy()
+    assert np.array_equal(accept.numpy()[decided], ref[decided])
+    a, _ = s._accept_path(q[:, :k], p, ids, None, None, sq, sp)
+    s(q, torch.zeros(q.shape[0], 1, dtype=torch.int64), p, ids)
+    for got in (a.numpy() > 0.5, s.last_accepted.numpy()):
+        assert np.array_equal(got[~at_t], ref[~at_t])
+    assert set(ref[~at_t].ravel()) == {False, True}
+
+
+def test_exact_test_runs_on_the_undecided_rows_only():
+    """The eager sampler calls the exact test on [n, V] rows, n = the undecided rows: 0 when
+    T is far from every row's divergence, the rows at T otherwise."""
+    q, p, ids = _rows(seed=1)
+    k = ids.shape[1]
+    bonus = torch.zeros(q.shape[0], 1, dtype=torch.int64)
+    seen = []
+    for T in (0.0, math.log(2.0), None):
+        s = make_sampler("fuzzy", fsd_div_threshold=0.4 if T is None else T)
+        rule = s.rule
+        if T is None:   # on a row's own divergence (bounds computed as the sampler does)
+            lo, hi = js_bounds_from_rows(q[:, :k], p, q[:, :k].sum(-1), p.sum(-1))
+            rule.fsd_div_threshold = float(0.5 * (lo[0, 0] + hi[0, 0]))
+        exact = rule.accept_probs_from_rows
+        rows = []
+        rule.accept_probs_from_rows = lambda x, *a, _e=exact, _r=rows: (_r.append(x.shape[0]),
+                                                                       _e(x, *a))[1]
+        s(q, bonus, p, ids)
+        seen.append(sum(rows))
+    assert seen[0] == 0 and seen[1] == 0   # T = 0 rejects, T = log 2 accepts: all decided
+    assert seen[2] >= 1
+    # what the bounds leave open is what the sampler evaluated exactly
+    _, undecided = rule.accept_decided_from_rows(q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1))
+    assert seen[2] == int(undecided.sum())
+
+
+def test_other_divergences_and_cuda_keep_the_exact_test():
+    """kl_div, kl_div_reversed and tv_div have no bounds (the hook returns None): every row
+    takes the exact test. The margin is positive and small next to the bounds' gap."""
+    q, p, ids = _rows(seed=2)
+    k = ids.shape[1]
+    for kind in ("kl_div", "kl_div_reversed", "tv_div"):
+        rule = get_rule("fuzzy", fsd_div_type=kind)
+        assert rule.accept_decided_from_rows(q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1)) is None
+    assert 0.0 < JS_BOUND_MARGIN < 0.01 * GAP
