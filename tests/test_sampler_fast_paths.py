@@ -5,6 +5,8 @@ analysis (chi-square laws) or the rule's full plan on row-normalized copies.
 Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token.
 """
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from scipy import stats
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import inverse_cdf_sample, make_sampler
+from cactus_theory.rules.tas import tas_threshold
 from cactus_theory.solvers.spike import exact_spike
 
 #: False-alarm rate of each chi-square test (seeds fixed: deterministic outcome; a correct
@@ -387,3 +390,51 @@ def test_first_argmax_equals_torch_argmax(V, compiled):
         x[0, 1, -1] = 2.0 * x.max()                   # the largest entry in the tail block
         x[1, 2, V // 2] = x[1, 2, -1] = 3.0 * x.max()  # tied: the lower index wins
         assert torch.equal(fn(x), torch.argmax(x, dim=-1))
+
+
+@pytest.mark.parametrize("V", [151_936, 5_000, 256, 255, 7])
+def test_block_sums_equal_the_float64_sum(V):
+    """plans.block_sums: the two-level float32 sum of fn(x) (blocks of 256, a shorter tail)
+    is the float64 sum of fn(x) to within (256 + V/256) float32 eps of the sum of |fn(x)|
+    (recursive-summation bound of each level); fn applies to every entry once."""
+    from cactus_theory.rules.plans import block_sums
+
+    g = torch.Generator().manual_seed(V)
+    x = torch.softmax(3.0 * torch.randn(2, 3, V, generator=g), -1)
+    fn = lambda z: torch.log(z + 1e-5) * z  # noqa: E731 - TAS's vLLM entropy terms
+    ref = (torch.log(x.double() + 1e-5) * x.double()).sum(-1)
+    bound = (256 + V / 256) * torch.finfo(torch.float32).eps * (torch.log(x.double() + 1e-5)
+                                                               * x.double()).abs().sum(-1)
+    got = block_sums(x, fn)
+    assert got.shape == (2, 3) and bool(((got.double() - ref).abs() <= bound).all())
+    assert torch.equal(block_sums(x, None), block_sums(x, lambda z: z))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("s", [1.0 + 5e-4, 2.0])
+def test_tas_vllm_entropy_on_unnormalized_rows(s, compiled):
+    """TAS's fast path sums x log(x + 1e-5) and x / (x + 1e-5) in one pass (vLLM's constant
+    on the rows' scale) and corrects to first order in s - 1; rows with |s - 1| > 1e-3 take
+    the exact second pass. Drafts at 101 tokens whose q are spaced by a relative 1e-5 across
+    the plan's threshold are decided as the plan decides them (float64 rows: the decisions
+    are the formulas', not float32 rounding's). Without the correction H shifts by about
+    1e-5 (s - 1) sum q / (q + eps) (a relative 2e-4 at s = 1.0005 here), and the first-order
+    form alone errs by far more at s = 2: either flips drafts."""
+    rule = get_rule("tas")
+    V, n = 20_000, 101
+    g = torch.Generator().manual_seed(11)
+    q = torch.softmax(3.0 * torch.randn(V, generator=g, dtype=torch.float64), -1)
+    band = 1.0 + 1e-5 * torch.arange(-(n // 2), n // 2 + 1, dtype=torch.float64)
+    for _ in range(10):     # the drafts' q straddle the threshold they move (fixed point)
+        tau = float(tas_threshold(q, 0.09, 0.3)[0])
+        q[1:n + 1] = tau * band
+        q = q / q.sum()
+    ids = torch.arange(1, n + 1)[None]
+    rows = q.expand(1, n, V)
+    ref = rule.plan(rows, rows).accept_probs_at(ids)
+    assert set(ref.unique().tolist()) == {0.0, 1.0}
+    fn = torch.compile(rule.accept_probs_from_rows, dynamic=False) if compiled \
+        else rule.accept_probs_from_rows
+    x = s * rows
+    got = fn(x, x, ids, x.sum(-1), x.sum(-1))
+    assert torch.equal(got.to(ref.dtype), ref)

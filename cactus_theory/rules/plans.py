@@ -293,6 +293,24 @@ def block_maxima(x, blk: int = ARGMAX_BLOCK):
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
+def block_sums(x, fn=None, blk: int = ARGMAX_BLOCK):
+    """Row sums of ``fn(x)`` (elementwise; None: x) over the last axis, taken in two levels:
+    float32 sums of consecutive ``blk``-entry blocks (the last block may be shorter), then
+    their sum. The loop shape of the samplers' row sums
+    (:func:`~cactus_theory.samplers.fused.stats`), so that a compiled kernel reads such a
+    row pass in the same loop (``fn`` is applied to the blocked views of x: a blocked view
+    of a computed tensor would be stored first); a sum of terms of one sign errs by at most
+    about (blk + V / blk) float32 eps, relative."""
+    fn = (lambda z: z) if fn is None else fn
+    V = x.shape[-1]
+    nb = V // blk
+    total = fn(x[..., :nb * blk].unflatten(-1, (nb, blk))).sum(-1).sum(-1) if nb else None
+    if nb * blk < V:
+        tail = fn(x[..., nb * blk:]).sum(-1)
+        total = tail if total is None else total + tail
+    return total
+
+
 def first_argmax(x):
     r"""``torch.argmax(x, dim=-1)`` (the lowest index of the row maximum) in two levels.
 

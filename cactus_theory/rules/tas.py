@@ -34,13 +34,20 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import DecisionPlan, first_argmax, one_hot
+from .plans import DecisionPlan, block_sums, first_argmax, one_hot
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["TypicalAcceptance", "tas_threshold", "VLLM_ENTROPY_EPS"]
 
 #: The constant inside vLLM's and Medusa's entropy, ``log(q + 1e-5)``.
 VLLM_ENTROPY_EPS = 1e-5
+
+#: |s - 1| up to which the CPU samplers take vLLM's entropy of rows summing to s in the loop
+#: of the row sums (expanded to first order in s - 1: the remainder shifts H by at most
+#: 5e-7, within the float32 rounding of an entropy of a few nats summed over 1e4-1e5 terms,
+#: measured 0.9-1.7e-6 on the benchmark's rows); beyond it, the exact second pass. A
+#: softmax's float32 rows sum to 1 within 1e-5 (measured up to 6e-6 at V = 151,936).
+_LINEAR_SUM_TOL = 1e-3
 
 
 def tas_threshold(target_probs, posterior_threshold: float, posterior_alpha: float,
@@ -115,28 +122,56 @@ class TypicalAcceptance(Rule):
     def accept_probs_from_rows(self, target_rows, draft_rows, token_ids, target_sums, draft_sums):
         r"""Acceptance :math:`1[q_n > \tau(q)]` from un-normalized rows x with sums s (q = x/s).
 
-        The entropy in one pass with a log, without a normalized copy:
+        The entropy without a normalized copy (:math:`\sum x = s`):
 
-        .. math:: H = \log s - \frac{1}{s}\sum_x x \log(x + 10^{-5} s)\ \text{("vllm")},
+        .. math:: H = \log s - \frac{1}{s}\sum_x x \log(x + \epsilon s)\ \text{("vllm")},
                   \qquad H = \log s - \frac{1}{s}\sum_x x \log x\ \text{("exact")},
 
-        (:math:`q\log(q + \epsilon) = \frac{x}{s}(\log(x + \epsilon s) - \log s)` and
-        :math:`\sum x = s`), then :func:`tas_threshold`'s :math:`\tau`. Equal to the plan's
-        acceptance up to float32 rounding of the entropy (a draft exactly at the threshold).
+        then :func:`tas_threshold`'s :math:`\tau`; equal to the plan's acceptance up to
+        float32 rounding of the entropy (a draft at the threshold). "exact" needs no sum: one
+        pass, its terms summed in blocks of 256 entries (:func:`~.plans.block_sums`, the loop
+        shape of the row sums), so that the compiled samplers read it in the loop of the row
+        sums. "vllm" (:math:`\epsilon = 10^{-5}`) needs s inside the log; on CPU tensors it
+        is read in that loop too, by expanding in :math:`s - 1` (with :math:`t =
+        \epsilon(s-1)/(x+\epsilon)`, :math:`|t| \le |s - 1|`):
+
+        .. math:: \sum_x x \log(x + \epsilon s) = \sum_x x\log(x+\epsilon)
+                  + \epsilon(s-1)\sum_x \frac{x}{x+\epsilon} + R, \qquad
+                  |R| \le \frac{(s-1)^2\, s}{2(1 - |s-1|)},
+
+        :math:`|R|/s \le 5\cdot10^{-7}` in H for :math:`|s - 1| \le 10^{-3}`
+        (:data:`_LINEAR_SUM_TOL`; a softmax's float32 rows sum to 1 within 1e-5). If any row
+        is farther from 1, the batch takes the exact second pass (``torch.cond`` when
+        compiled). On CUDA tensors the second pass always runs (choosing would synchronize).
         """
         import torch
 
-        s = target_sums[..., None]
+        x = target_rows
+        sums = target_sums
         if self.entropy == "vllm":
-            dot = torch.add(target_rows, VLLM_ENTROPY_EPS * s).log_().mul_(target_rows).sum(-1)
+            eps = VLLM_ENTROPY_EPS
+
+            def exact():
+                return (torch.log(x + eps * sums[..., None]) * x).sum(-1)
+
+            if x.device.type != "cpu":
+                dot = exact()
+            else:
+                dot = block_sums(x, lambda z: torch.log(z + eps) * z) + \
+                    (eps * (sums - 1.0)) * block_sums(x, lambda z: z / (z + eps))
+                far = ((sums - 1.0).abs() > _LINEAR_SUM_TOL).any()
+                if torch.compiler.is_compiling():
+                    dot = torch.cond(far, lambda: exact(), lambda: dot.clone())
+                elif bool(far):
+                    dot = exact()
         else:
             # x log x with 0 log 0 = 0: log of x clamped at the smallest normal float (a
             # subnormal x changes its term by less than 1e-36)
-            tiny = torch.finfo(target_rows.dtype).tiny
-            dot = target_rows.clamp_min(tiny).log_().mul_(target_rows).sum(-1)
-        H = torch.log(target_sums) - dot / target_sums
+            tiny = torch.finfo(x.dtype).tiny
+            dot = block_sums(x, lambda z: torch.log(z.clamp_min(tiny)) * z)
+        H = torch.log(sums) - dot / sums
         tau = torch.clamp_max(self.posterior_alpha * torch.exp(-H), self.posterior_threshold)
-        q_n = torch.gather(target_rows, -1, token_ids[..., None])[..., 0] / target_sums
+        q_n = torch.gather(x, -1, token_ids[..., None])[..., 0] / target_sums
         return (q_n > tau).to(torch.float32)
 
     def recovery_token_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
