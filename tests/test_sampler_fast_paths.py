@@ -438,3 +438,42 @@ def test_tas_vllm_entropy_on_unnormalized_rows(s, compiled):
     x = s * rows
     got = fn(x, x, ids, x.sum(-1), x.sum(-1))
     assert torch.equal(got.to(ref.dtype), ref)
+
+
+@pytest.mark.parametrize("V", [151_936, 32_000, 16_384, 5_000])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_masked_sum_by_blocks_equals_the_full_masked_sum(V, compiled):
+    """The token cascades' p(A): the masked sum over the 16 blocks with the largest maxima
+    (when they hold every block reaching the threshold), else the full sum, equals the full
+    masked sum within float32 summation rounding (V eps32 of the row's mass: recursive
+    bound). Thresholds: (1 - alpha) max for alpha = 0.5 (few blocks: the gathered path), 0.999
+    (most blocks reach it: the full sum), a negative one (every entry), and a row whose set
+    spans more than 16 blocks beside rows that need few; the tail block holds a set entry."""
+    from cactus_theory.rules.cascades import masked_sum_by_blocks
+    from cactus_theory.rules.plans import block_maxima
+    from cactus_theory.samplers.fused import INDUCTOR_OPTIONS
+
+    g = torch.Generator().manual_seed(V)
+    z = torch.softmax(3.0 * torch.randn(4, 3, V, generator=g), -1)
+    w = torch.softmax(3.0 * torch.randn(4, 3, V, generator=g), -1)
+    z[0, 0, -1] = z[0, 0].max()                      # a maximum in the short last block
+    w[0, 0, -1] = 0.3                                # with weight there
+    spread = z.clone()
+    spread[1, 2, ::1000] = spread[1, 2].max()        # a set spread over many blocks
+    w[1, 2, ::1000] = 0.01                           # with weight on each of its entries
+    fn = torch.compile(masked_sum_by_blocks, dynamic=False, options=INDUCTOR_OPTIONS) \
+        if compiled else masked_sum_by_blocks
+    eps = torch.finfo(torch.float32).eps
+    paths = set()
+    for zz in (z, spread):
+        for alpha in (0.5, 0.999, 2.0):
+            thr = (1.0 - alpha) * zz.amax(-1, keepdim=True)
+            bm = block_maxima(zz)
+            nb = V // 256
+            paths.add(nb >= 64 and bool((bm[..., :nb].topk(17, dim=-1).values[..., 16:] < thr).all()))
+            ref = torch.where(zz.double() >= thr.double(), w.double(), 0.0).sum(-1, keepdim=True)
+            got = fn(zz, w, thr, bm)
+            assert got.shape == ref.shape
+            bound = V * eps * w.double().sum(-1, keepdim=True)
+            assert bool(((got.double() - ref).abs() <= bound).all()), (alpha, zz is spread)
+    assert paths == ({True, False} if V >= 16_384 else {False})   # both paths where they apply

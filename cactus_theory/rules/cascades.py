@@ -41,10 +41,10 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import RowTarget, TargetPlan, block_maxima, ratio_acceptance
+from .plans import ARGMAX_BLOCK, RowTarget, TargetPlan, block_maxima, ratio_acceptance
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["Cascade", "CASCADE_RULES", "cascade_target"]
+__all__ = ["Cascade", "CASCADE_RULES", "cascade_target", "masked_sum_by_blocks"]
 
 #: rule name -> (alpha range low, high, the alpha giving SpS, equation)
 CASCADE_RULES = {
@@ -109,6 +109,47 @@ def cascade_target(kind: str, alpha: float, target_probs, draft_probs, raw_targe
     pA = xp.where(A, p, xp.zeros_like(p))
     rest = 1.0 - xp.sum(pA, axis=-1, keepdims=True)
     return pA + xp.maximum(rest, xp.zeros_like(rest)) * q   # rest < 0 only by rounding
+
+
+#: Blocks a masked sum reads when they hold every block reaching its threshold
+#: (:func:`masked_sum_by_blocks`).
+SET_BLOCKS = 16
+
+
+def masked_sum_by_blocks(z, w, thr, z_blocks, k: int = SET_BLOCKS):
+    r""":math:`\sum_i w_i 1[z_i \ge thr]` over the last axis (keepdim), reading only the
+    ``k`` 256-entry blocks of z with the largest maxima when they hold every block that
+    reaches the threshold (a block whose maximum is below it adds nothing).
+
+    ``z_blocks`` are z's block maxima (:func:`~.plans.block_maxima`, which the compiled
+    samplers read in the loop of the row sums). If the (k+1)-th largest maximum of a whole
+    block reaches ``thr`` in any row, the batch takes the full masked sum (``torch.cond``
+    when compiled): the same sum over the same entries either way, in another order (float32
+    rounding). The short last block is always summed. On CUDA tensors, or with fewer than
+    4k blocks, the full sum (choosing would synchronize, or save nothing).
+    """
+    import torch
+
+    blk = ARGMAX_BLOCK
+    nb = z.shape[-1] // blk
+
+    def full():
+        return torch.where(z >= thr, w, 0.0).sum(-1, keepdim=True)
+
+    if z.device.type != "cpu" or nb < 4 * k:
+        return full()
+    top = z_blocks[..., :nb].topk(k + 1, dim=-1)
+    covered = (top.values[..., k:] < thr).all()
+    idx = top.indices[..., :k, None].expand(*z.shape[:-1], k, blk)
+    zs = torch.gather(z[..., :nb * blk].unflatten(-1, (nb, blk)), -2, idx)
+    ws = torch.gather(w[..., :nb * blk].unflatten(-1, (nb, blk)), -2, idx)
+    fast = torch.where(zs >= thr[..., None], ws, 0.0).sum((-2, -1))[..., None]
+    if nb * blk < z.shape[-1]:
+        fast = fast + torch.where(z[..., nb * blk:] >= thr, w[..., nb * blk:], 0.0).sum(
+            -1, keepdim=True)
+    if torch.compiler.is_compiling():
+        return torch.cond(covered, lambda: fast.clone(), full)
+    return fast if bool(covered) else full()
 
 
 def _picked(x, y, pick, inv_sq, inv_sp):
@@ -205,15 +246,16 @@ class Cascade(Rule):
                     else:
                         pick = max_rp >= max_rq - alpha * tv
             return RowTarget(_picked, (pick, 1.0 / sq, 1.0 / sp))
-        max_rq = block_maxima(x).amax(-1, keepdim=True) / sq
+        x_blocks = block_maxima(x)
+        max_rq = x_blocks.amax(-1, keepdim=True) / sq
         if kind == "token-v1":
             fn, thr = _token_set_on_p, (max_rq - alpha) * sp
         elif kind == "token-v2":
             fn, thr = _token_set_on_q, (max_rq - alpha) * sq
         else:
             fn, thr = _token_set_on_q, (1.0 - alpha) * max_rq * sq
-        in_set = y if fn is _token_set_on_p else x
-        p_a = torch.where(in_set >= thr, y, 0.0).sum(-1, keepdim=True) / sp
+        in_set, set_blocks = (y, block_maxima(y)) if fn is _token_set_on_p else (x, x_blocks)
+        p_a = masked_sum_by_blocks(in_set, y, thr, set_blocks) / sp
         rest = (1.0 - p_a).clamp_min_(0.0)
         return RowTarget(fn, (thr, rest, 1.0 / sq, 1.0 / sp))
 
