@@ -300,6 +300,12 @@ def _bench_analysis(batch, repeats, devices):
 #: The samplers' rows time this many times ``repeats`` alternated pairs (module docstring).
 SAMPLER_PAIRS = 4
 
+#: The other branch of each data-dependent shortcut of the fused CPU samplers, timed as a
+#: reported row: (rule, knobs, scale of q's rows, label).
+_FALLBACKS = (("fuzzy", {}, 1.0, "exact JS on every row"),
+              ("tas", {}, 1.01, "rows summing to 1.01"),
+              ("cascade-token-v3", {"alpha": 0.999}, 1.0, "alpha 0.999"))
+
 
 def _bench_samplers(rules, shapes, repeats):
     import torch
@@ -402,6 +408,30 @@ def _bench_samplers(rules, shapes, repeats):
                                  max(diff, diff_r) <= 1e-5,
                                  f"accept path vs plan: max diff {diff:.1e}; recovery weights "
                                  f"(and block sums) vs plan: max diff {diff_r:.1e}"))
+            # the data-dependent shortcuts' other branch, reported beside the goal rows (fused):
+            # fuzzy SD's exact divergence on every row (its bounds disabled: the worst case,
+            # every row undecided), TAS on rows summing to 1.01 (vLLM's entropy then takes its
+            # exact second pass), the token cascade with alpha = 0.999 (its set spans most
+            # blocks: the full masked sum)
+            for name, knobs, scale, what in _FALLBACKS:
+                if (name, True) not in times:
+                    continue
+                s = make_sampler(name, fused=True, **knobs)
+                if name == "fuzzy":
+                    s.rule.accept_decided_from_rows = None
+                qs = q * scale
+                sqs = qs[:, :k].sum(-1)
+                a_fast, _ = s._accept_path(qs[:, :k], p, ids, None, None, sqs, sp)
+                a_ref = s.rule.plan(qs[:, :k] / sqs[..., None], pp).accept_probs_at(ids)
+                cond = 1.0 + torch.gather(qq, -1, ids[..., None])[..., 0] / \
+                    torch.gather(pp, -1, ids[..., None])[..., 0]
+                diff = float(((a_fast - a_ref).abs() / cond).max())
+                s(qs, bonus, p, ids)
+                t, t_read = paired_median_times(lambda: s(qs, bonus, p, ids), read, repeats)
+                out.append(_goal(f"sampler {name} fused, {what} [{B},{k},{V}] / read pass",
+                                 f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms", t / t_read,
+                                 "reported", True, diff <= 1e-5,
+                                 f"accept path vs plan: max diff {diff:.1e}"))
             # the exact rule under either name (cactus-exact's default divergence is the KL)
             exact = next((n for n in ("cactus-exact-kl", "cactus-exact") if (n, True) in times),
                          None)

@@ -117,14 +117,21 @@ def test_sampler_decisions_with_the_threshold_on_a_row(fused):
 
 
 def test_exact_test_runs_on_the_undecided_rows_only():
-    """The eager sampler calls the exact test on [n, V] rows, n = the undecided rows: 0 when
-    T is far from every row's divergence, the rows at T otherwise."""
+    """The compiled CPU sampler calls the exact test on [n, V] rows, n = the undecided rows: 0
+    when T is far from every row's divergence, the rows at T otherwise. The eager sampler
+    takes the exact test on every row (its unfused bounds would cost more passes)."""
     q, p, ids = _rows(seed=1)
     k = ids.shape[1]
     bonus = torch.zeros(q.shape[0], 1, dtype=torch.int64)
+    eager = make_sampler("fuzzy")
+    exact, rows = eager.rule.accept_probs_from_rows, []
+    eager.rule.accept_probs_from_rows = lambda x, *a: (rows.append(x.shape[:-1].numel()),
+                                                       exact(x, *a))[1]
+    eager(q, bonus, p, ids)
+    assert rows == [ids.numel()]
     seen = []
     for T in (0.0, math.log(2.0), None):
-        s = make_sampler("fuzzy", fsd_div_threshold=0.4 if T is None else T)
+        s = make_sampler("fuzzy", fused=True, fsd_div_threshold=0.4 if T is None else T)
         rule = s.rule
         if T is None:   # on a row's own divergence (bounds computed as the sampler does)
             lo, hi = js_bounds_from_rows(q[:, :k], p, q[:, :k].sum(-1), p.sum(-1))

@@ -424,7 +424,8 @@ def test_tas_vllm_entropy_on_unnormalized_rows(s, compiled):
     V, n = 20_000, 101
     g = torch.Generator().manual_seed(11)
     q = torch.softmax(3.0 * torch.randn(V, generator=g, dtype=torch.float64), -1)
-    band = 1.0 + 1e-5 * torch.arange(-(n // 2), n // 2 + 1, dtype=torch.float64)
+    # half-integer steps: no draft exactly at the threshold (a tie that rounding decides)
+    band = 1.0 + 1e-5 * (torch.arange(-(n // 2), n // 2 + 1, dtype=torch.float64) + 0.5)
     for _ in range(10):     # the drafts' q straddle the threshold they move (fixed point)
         tau = float(tas_threshold(q, 0.09, 0.3)[0])
         q[1:n + 1] = tau * band

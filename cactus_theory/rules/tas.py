@@ -131,8 +131,8 @@ class TypicalAcceptance(Rule):
         float32 rounding of the entropy (a draft at the threshold). "exact" needs no sum: one
         pass, its terms summed in blocks of 256 entries (:func:`~.plans.block_sums`, the loop
         shape of the row sums), so that the compiled samplers read it in the loop of the row
-        sums. "vllm" (:math:`\epsilon = 10^{-5}`) needs s inside the log; on CPU tensors it
-        is read in that loop too, by expanding in :math:`s - 1` (with :math:`t =
+        sums. "vllm" (:math:`\epsilon = 10^{-5}`) needs s inside the log; compiled, on CPU
+        tensors, it is read in that loop too, by expanding in :math:`s - 1` (with :math:`t =
         \epsilon(s-1)/(x+\epsilon)`, :math:`|t| \le |s - 1|`):
 
         .. math:: \sum_x x \log(x + \epsilon s) = \sum_x x\log(x+\epsilon)
@@ -141,8 +141,9 @@ class TypicalAcceptance(Rule):
 
         :math:`|R|/s \le 5\cdot10^{-7}` in H for :math:`|s - 1| \le 10^{-3}`
         (:data:`_LINEAR_SUM_TOL`; a softmax's float32 rows sum to 1 within 1e-5). If any row
-        is farther from 1, the batch takes the exact second pass (``torch.cond`` when
-        compiled). On CUDA tensors the second pass always runs (choosing would synchronize).
+        is farther from 1, the batch takes the exact second pass (``torch.cond``). On CUDA
+        tensors the second pass always runs (choosing would synchronize), and so it does
+        eagerly (in place: fewer passes than the expansion's unfused steps).
         """
         import torch
 
@@ -154,16 +155,13 @@ class TypicalAcceptance(Rule):
             def exact():
                 return (torch.log(x + eps * sums[..., None]) * x).sum(-1)
 
-            if x.device.type != "cpu":
-                dot = exact()
+            if x.device.type != "cpu" or not torch.compiler.is_compiling():
+                dot = torch.add(x, eps * sums[..., None]).log_().mul_(x).sum(-1)
             else:
                 dot = block_sums(x, lambda z: torch.log(z + eps) * z) + \
                     (eps * (sums - 1.0)) * block_sums(x, lambda z: z / (z + eps))
                 far = ((sums - 1.0).abs() > _LINEAR_SUM_TOL).any()
-                if torch.compiler.is_compiling():
-                    dot = torch.cond(far, lambda: exact(), lambda: dot.clone())
-                elif bool(far):
-                    dot = exact()
+                dot = torch.cond(far, lambda: exact(), lambda: dot.clone())
         else:
             # x log x with 0 log 0 = 0: log of x clamped at the smallest normal float (a
             # subnormal x changes its term by less than 1e-36)
