@@ -324,8 +324,13 @@ def test_benchmark_sampler_checks_cover_the_fast_paths():
     from cactus_theory.benchmark import _bench_samplers
 
     goals = _bench_samplers(("sps", "cactus-exact-kl", "topk", "cascade-token-v3"), ((3, 2, 80),), 1)
-    checks = [g for g in goals if "read pass" in g.goal and "validation" not in g.goal]
+    checks = [g for g in goals if "read pass" in g.goal and "validation" not in g.goal
+              and "fused, " not in g.goal]
     assert len(checks) == 8                       # each rule fused (the goal) and eager
+    # the token cascade's other branch (its full masked sum), reported and checked
+    other = [g for g in goals if "fused, " in g.goal]
+    assert [g.goal.split(" [")[0] for g in other] == ["sampler cascade-token-v3 fused, alpha 0.999"]
+    assert other[0].check.startswith("ok") and other[0].target == "reported"
     for g in checks:
         assert g.check.startswith("ok") and "recovery" in g.check, g
     assert sorted(g.target for g in checks) == ["<= 3"] * 4 + ["reported"] * 4

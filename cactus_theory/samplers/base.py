@@ -36,9 +36,10 @@ TAS: the entropy, one pass with a log; cascades: row maxima and a masked sum) re
 un-normalized rows with their sums; in the compiled core on CPU tensors a rule with
 ``Rule.accept_decided_from_rows`` (fuzzy SD's Jensen-Shannon: bounds in one pass with a
 division and no logarithm) runs its exact test only on the rows its bounds leave undecided
-(:func:`_decided_by_bounds`, :func:`_accept_undecided_rows`); other rules, and any rule given raw distributions, get
-float32 row-normalized copies (``[B, k, V]`` each) and ``Rule.accept_probs_at`` (their plan,
-or a drafted-token override declared by ``RuleSpec.fast_accept``). The recovery works on
+(:func:`_decided_by_bounds`, :func:`_accept_undecided_rows`); other rules, and any rule
+given raw distributions, get float32 row-normalized copies (``[B, k, V]`` each) and
+``Rule.accept_probs_at`` (their plan, or a drafted-token override declared by
+``RuleSpec.fast_accept``). The recovery works on
 ``[B, V]`` rows only (the first rejected position of each row): un-normalized weights from
 ``Rule.recovery_weights_at`` (Cactus: one scaled copy of q with the spike written in place,
 the row sums folded into :math:`c_n`), drawn by inverse CDF (:func:`inverse_cdf_sample`:
@@ -524,9 +525,8 @@ def _accept_path(rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq
     2. ``Rule.accept_probs_from_values(q_n, p_n)``: [B, k] gathers divided by the sums;
     3. ``Rule.accept_probs_from_rows``: the un-normalized rows and their sums (CPU tensors
        in the compiled core, and a rule with ``Rule.accept_decided_from_rows``: its bounds
-       first, the exact test
-       on the undecided rows only, in :func:`_verify_core` and ``RuleSampler._accept_path``,
-       before this function; ``traced``,
+       first, the exact test on the undecided rows only, in :func:`_verify_core` and
+       ``RuleSampler._accept_path``, before this function; ``traced``,
        a rule declaring ``Rule.accept_from_row_target``: its row target built
        on the [B, k] rows, :math:`\min(1, h_n/p_n)` at the drafted entries, the target kept
        for the recovery);
