@@ -398,11 +398,11 @@ def test_first_argmax_equals_torch_argmax(V, compiled):
 
 
 @pytest.mark.parametrize("V", [151_936, 5_000, 256, 255, 7])
-def test_block_sums_equal_the_float64_sum(V):
-    """plans.block_sums: the two-level float32 sum of fn(x) (blocks of 256, a shorter tail)
+def test_two_level_sum_equals_the_float64_sum(V):
+    """plans.two_level_sum: the two-level float32 sum of fn(x) (blocks of 256, a shorter tail)
     is the float64 sum of fn(x) to within (256 + V/256) float32 eps of the sum of |fn(x)|
     (recursive-summation bound of each level); fn applies to every entry once."""
-    from cactus_theory.rules.plans import block_sums
+    from cactus_theory.rules.plans import two_level_sum
 
     g = torch.Generator().manual_seed(V)
     x = torch.softmax(3.0 * torch.randn(2, 3, V, generator=g), -1)
@@ -410,9 +410,9 @@ def test_block_sums_equal_the_float64_sum(V):
     ref = (torch.log(x.double() + 1e-5) * x.double()).sum(-1)
     bound = (256 + V / 256) * torch.finfo(torch.float32).eps * (torch.log(x.double() + 1e-5)
                                                                * x.double()).abs().sum(-1)
-    got = block_sums(x, fn)
+    got = two_level_sum(x, fn)
     assert got.shape == (2, 3) and bool(((got.double() - ref).abs() <= bound).all())
-    assert torch.equal(block_sums(x, None), block_sums(x, lambda z: z))
+    assert torch.equal(two_level_sum(x, None), two_level_sum(x, lambda z: z))
 
 
 @pytest.mark.parametrize("compiled", [False, True])

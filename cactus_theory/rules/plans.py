@@ -293,7 +293,7 @@ def block_maxima(x, blk: int = ARGMAX_BLOCK):
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
-def block_sums(x, fn=None, blk: int = ARGMAX_BLOCK):
+def two_level_sum(x, fn=None, blk: int = ARGMAX_BLOCK):
     """Row sums of ``fn(x)`` (elementwise; None: x) over the last axis, taken in two levels:
     float32 sums of consecutive ``blk``-entry blocks (the last block may be shorter), then
     their sum. The loop shape of the samplers' row sums

@@ -34,7 +34,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import DecisionPlan, block_sums, first_argmax, one_hot
+from .plans import DecisionPlan, first_argmax, one_hot, two_level_sum
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["TypicalAcceptance", "tas_threshold", "VLLM_ENTROPY_EPS"]
@@ -129,7 +129,7 @@ class TypicalAcceptance(Rule):
 
         then :func:`tas_threshold`'s :math:`\tau`; equal to the plan's acceptance up to
         float32 rounding of the entropy (a draft at the threshold). "exact" needs no sum: one
-        pass, its terms summed in blocks of 256 entries (:func:`~.plans.block_sums`, the loop
+        pass, its terms summed in blocks of 256 entries (:func:`~.plans.two_level_sum`, the loop
         shape of the row sums), so that the compiled samplers read it in the loop of the row
         sums. "vllm" (:math:`\epsilon = 10^{-5}`) needs s inside the log; compiled, on CPU
         tensors, it is read in that loop too, by expanding in :math:`s - 1` (with :math:`t =
@@ -158,15 +158,15 @@ class TypicalAcceptance(Rule):
             if x.device.type != "cpu" or not torch.compiler.is_compiling():
                 dot = torch.add(x, eps * sums[..., None]).log_().mul_(x).sum(-1)
             else:
-                dot = block_sums(x, lambda z: torch.log(z + eps) * z) + \
-                    (eps * (sums - 1.0)) * block_sums(x, lambda z: z / (z + eps))
+                dot = two_level_sum(x, lambda z: torch.log(z + eps) * z) + \
+                    (eps * (sums - 1.0)) * two_level_sum(x, lambda z: z / (z + eps))
                 far = ((sums - 1.0).abs() > _LINEAR_SUM_TOL).any()
                 dot = torch.cond(far, lambda: exact(), lambda: dot.clone())
         else:
             # x log x with 0 log 0 = 0: log of x clamped at the smallest normal float (a
             # subnormal x changes its term by less than 1e-36)
             tiny = torch.finfo(x.dtype).tiny
-            dot = block_sums(x, lambda z: torch.log(z.clamp_min(tiny)) * z)
+            dot = two_level_sum(x, lambda z: torch.log(z.clamp_min(tiny)) * z)
         H = torch.log(sums) - dot / sums
         tau = torch.clamp_max(self.posterior_alpha * torch.exp(-H), self.posterior_threshold)
         q_n = torch.gather(x, -1, token_ids[..., None])[..., 0] / target_sums
