@@ -48,6 +48,11 @@ FSD_DIVERGENCES = {
 _CHOICES = tuple(FSD_DIVERGENCES) + tuple(f"{k}_processed" for k in FSD_DIVERGENCES)
 
 
+def _divergence_name(fsd_div_type: str) -> str:
+    """Our divergence's name for an ``fsd_div_type`` (``*_processed`` included)."""
+    return FSD_DIVERGENCES[fsd_div_type.removesuffix("_processed")]
+
+
 def fsd_divergence(fsd_div_type: str, target_probs, draft_probs):
     r"""FSD's :math:`\mathrm{Div}(p, q)` per position (array-agnostic), shape (...).
 
@@ -58,7 +63,7 @@ def fsd_divergence(fsd_div_type: str, target_probs, draft_probs):
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Holsman et al., Findings of ACL 2025 (arXiv 2502.20704), fsd_utils.py.
     """
-    name = FSD_DIVERGENCES[fsd_div_type.removesuffix("_processed")]
+    name = _divergence_name(fsd_div_type)
     # our divergences are D(h || q) with h first: D(p || q) for kl_div, KL(q||p) = reverse_kl(p, q)
     return get_divergence(name).unchecked(draft_probs, target_probs)
 
@@ -183,7 +188,7 @@ class FuzzySpeculative(Rule):
         bound above :math:`T/(1 - \text{margin})` holds. The samplers call
         :meth:`accept_probs_from_rows` on the undecided rows.
         """
-        if FSD_DIVERGENCES[self.fsd_div_type.removesuffix("_processed")] != "js":
+        if _divergence_name(self.fsd_div_type) != "js":
             return None
         lo, hi = js_bounds_from_rows(target_rows, draft_rows, target_sums, draft_sums)
         t = self.fsd_div_threshold
@@ -223,7 +228,7 @@ class FuzzySpeculative(Rule):
         def xlogx_sum(a):   # sum a log a, 0 log 0 = 0 (log clamped at the smallest normal)
             return a.clamp_min(tiny).log_().mul_(a).sum(-1)
 
-        kind = FSD_DIVERGENCES[self.fsd_div_type.removesuffix("_processed")]
+        kind = _divergence_name(self.fsd_div_type)
         if kind == "tv":
             div = 0.5 * torch.addcmul(y / sy[..., None], x, (-1.0 / sx)[..., None]).abs_().sum(-1)
         elif kind in ("kl", "reverse_kl"):

@@ -161,7 +161,7 @@ class TypicalAcceptance(Rule):
                 dot = two_level_sum(x, lambda z: torch.log(z + eps) * z) + \
                     (eps * (sums - 1.0)) * two_level_sum(x, lambda z: z / (z + eps))
                 far = ((sums - 1.0).abs() > _LINEAR_SUM_TOL).any()
-                dot = torch.cond(far, lambda: exact(), lambda: dot.clone())
+                dot = torch.cond(far, exact, lambda: dot.clone())
         else:
             # x log x with 0 log 0 = 0: log of x clamped at the smallest normal float (a
             # subnormal x changes its term by less than 1e-36)
