@@ -37,13 +37,23 @@ def _pool(workers: int):
         return _POOL[0]
 
 
-def in_chunks(fn, size: int, min_chunk: int) -> list:
-    """``[fn(lo, hi) for each contiguous chunk of range(size)]``, in order: one chunk per
-    thread (:func:`thread_count`, each at least ``min_chunk`` long), run on a shared pool;
-    a single call ``[fn(0, size)]`` when one chunk is all there is. ``fn`` must not itself
-    call :func:`in_chunks` (the pool's threads would wait on one another)."""
+def in_chunks(fn, size: int, min_chunk: int, max_chunk: int | None = None) -> list:
+    """``[fn(lo, hi) for each contiguous chunk of range(size)]``, in order.
+
+    One chunk per thread (:func:`thread_count`, each at least ``min_chunk`` long), run on a
+    shared pool; a single call ``[fn(0, size)]`` when one chunk is all there is. With
+    ``max_chunk``, no chunk is longer than that: more chunks than threads (the pool's threads
+    take them in turn; one thread runs them in order), so that a chunk's temporaries stay in
+    a core's cache. ``fn`` must not itself call :func:`in_chunks` (the pool's threads would
+    wait on one another), and it runs under numpy's default error state (``np.errstate`` is
+    per thread: set it inside ``fn``)."""
     workers = min(thread_count(), size // max(1, min_chunk))
-    if workers <= 1:
+    chunks = max(1, workers)
+    if max_chunk is not None and size > max_chunk:
+        chunks = max(chunks, -(-size // max_chunk))
+    if chunks <= 1:
         return [fn(0, size)]
-    bounds = [size * i // workers for i in range(workers + 1)]
-    return list(_pool(workers).map(lambda i: fn(bounds[i], bounds[i + 1]), range(workers)))
+    bounds = [size * i // chunks for i in range(chunks + 1)]
+    if workers <= 1:
+        return [fn(bounds[i], bounds[i + 1]) for i in range(chunks)]
+    return list(_pool(workers).map(lambda i: fn(bounds[i], bounds[i + 1]), range(chunks)))

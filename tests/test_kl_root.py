@@ -184,13 +184,15 @@ def test_host_root_rounds_in_numpy_as_torch_does(monkeypatch, dtype, tensor_delt
 
 
 @pytest.mark.parametrize("divergence", ["kl", "hellinger", "chi2", "js", "tv"])
-@pytest.mark.parametrize("threads", [2, 3])
-def test_root_in_chunks_on_threads_is_the_same_floats(monkeypatch, divergence, threads):
+@pytest.mark.parametrize("threads,block", [(2, 32768), (3, 32768), (1, 10_000), (2, 10_000)])
+def test_root_in_chunks_on_threads_is_the_same_floats(monkeypatch, divergence, threads, block):
     """A large array's root is solved in contiguous chunks on threads: every entry's root
     depends on its own (q_n, delta) alone, so the floats equal one single-threaded call's,
-    bit for bit (Newton divergences, and TV's bisection), with an uneven split (3 chunks)."""
+    bit for bit (Newton divergences, and TV's bisection), with uneven splits (3 chunks; 9
+    blocks of at most ``ROOT_BLOCK`` entries on one or two threads)."""
     monkeypatch.setattr(_threads, "thread_count", lambda: threads)
     monkeypatch.setattr(spike, "PARALLEL_MIN", 8192)
+    monkeypatch.setattr(spike, "ROOT_BLOCK", block)
     s, d = _wide_domain(7, 12_000)
     d = np.where(np.arange(s.size) % 7 == 0, 0.0, d)           # delta = 0 entries too
     assert s.size >= threads * spike.PARALLEL_MIN                # the split is taken

@@ -269,3 +269,109 @@ def test_thread_chunks_work_in_a_forked_child(monkeypatch):
             pytest.fail("the forked child's chunks never finished")
         time.sleep(0.05)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+# --- the blocked numpy mixture: the array-agnostic one's floats, block by block ------------
+
+def _mixtures():
+    """The module, its numpy path and the array-agnostic path, both called under the public
+    functions' error state (p_j/q_j overflowing to inf for subnormal q_j is intended)."""
+    from cactus_theory.analysis import one_step
+
+    def quiet(fn):
+        def call(*args):
+            with np.errstate(over="ignore"):
+                return fn(*args)
+        return call
+
+    return one_step, quiet(one_step._emitted_spike_numpy), quiet(one_step._emitted_spike_fast)
+
+
+@pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-hellinger"])
+@pytest.mark.parametrize("threads", [1, 2])
+@settings(max_examples=60, deadline=None)
+@given(pair=pairs(1, 64), delta=deltas, block=st.integers(1, 17))
+def test_blocked_numpy_mixture_is_the_array_agnostic_one_bit_for_bit(name, threads, pair, delta,
+                                                                     block):
+    """``emitted_distribution``'s numpy path runs the mixture block by block in reused scratch
+    rows: the same floats as the array-agnostic function (the torch path) on the same plan,
+    for blocks of 1 to 17 entries (many blocks per row, uneven last block), one and two
+    threads, rows with zeros (t = inf) and one-hot rows."""
+    from cactus_theory import _threads
+
+    one_step, blocked, plain = _mixtures()
+    q, p = pair
+    plan = make_plan(_rule(name, delta), q, p)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(one_step, "MIX_BLOCK", block)
+        mp.setattr(_threads, "thread_count", lambda: threads)
+        got = blocked(plan.target_probs, plan.draft_probs, plan.spike)
+    assert np.array_equal(got, plain(plan.target_probs, plan.draft_probs, plan.spike))
+
+
+def test_blocked_numpy_mixture_batches_reuses_its_scratch_and_takes_the_empty_residual_path():
+    """Batch rows, scratch rows reused across calls and across vocabulary sizes (a call's
+    result does not depend on what the previous call left there), and the empty-residual
+    fallback (Convention 3; reached here by an unnormalized q, which only the internal
+    function accepts): the array-agnostic function's floats every time."""
+    one_step, blocked, plain = _mixtures()
+    rng = np.random.default_rng(5)
+    rule = _rule("cactus-exact-kl", 0.2)
+    cases = []
+    for V in (300, 300, 41, 300):
+        q, p = rng.dirichlet(np.full(V, 0.3), size=(2, 3)), rng.dirichlet(np.full(V, 0.3), size=(2, 3))
+        cases.append(make_plan(rule, q, p))
+    first = blocked(cases[0].target_probs, cases[0].draft_probs, cases[0].spike)
+    for plan in cases:
+        args = (plan.target_probs, plan.draft_probs, plan.spike)
+        assert np.array_equal(blocked(*args), plain(*args))
+    assert np.array_equal(blocked(cases[0].target_probs, cases[0].draft_probs, cases[0].spike),
+                          first)
+    q, p = np.array([0.1, 0.1, 0.0]), np.array([0.5, 0.3, 0.2])   # h^(n) <= p: Z_n = 0
+    gamma = q.copy()
+    want = plain(q, p, gamma)
+    assert np.array_equal(blocked(q, p, gamma), want)
+    # p a = (0.1, 0.1, 0) plus (0.4 + 0.2 + 0.2) normalize(h^(n)) = 0.8 (1/2, 1/2, 0) for every n
+    np.testing.assert_allclose(want, [0.5, 0.5, 0.0], rtol=0, atol=1e-15)
+
+
+def test_blocked_numpy_mixture_is_thread_safe():
+    """Two user threads computing different emitted distributions at once (each with its own
+    scratch rows) get what each gets alone, at a vocabulary long enough for several blocks."""
+    import threading
+
+    rng = np.random.default_rng(11)
+    V = 3 * 32768 + 5
+    inputs = [(rng.dirichlet(np.full(V, 0.2)), rng.dirichlet(np.full(V, 0.2))) for _ in range(2)]
+    rule = _rule("cactus-exact-kl", 0.1)
+    alone = [ct.emitted_distribution(rule, q, p) for q, p in inputs]
+    got, start = [None, None], threading.Barrier(2)
+
+    def work(i):
+        start.wait()
+        for _ in range(3):
+            got[i] = ct.emitted_distribution(rule, *inputs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert all(np.array_equal(g, a) for g, a in zip(got, alone))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_thread_chunks_with_a_largest_chunk_cover_the_range_in_order(monkeypatch, threads):
+    """``in_chunks(..., max_chunk)``: contiguous chunks, in order, none longer than max_chunk,
+    covering the range exactly (more chunks than threads; one thread runs them in turn)."""
+    from cactus_theory import _threads
+
+    monkeypatch.setattr(_threads, "thread_count", lambda: threads)
+    for size, lo_min, hi_max in ((100, 10, 30), (40_000, 10_000, 7_000), (5, 10, 3), (30, 1, 30)):
+        got = _threads.in_chunks(lambda lo, hi: (lo, hi), size, lo_min, hi_max)
+        assert got[0][0] == 0 and got[-1][1] == size
+        assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+        assert all(0 < hi - lo <= hi_max for lo, hi in got)
+    assert _threads.in_chunks(lambda lo, hi: (lo, hi), 30, 1, 30) == (
+        [(0, 30)] if threads == 1 else [(30 * i // threads, 30 * (i + 1) // threads)
+                                        for i in range(threads)])
