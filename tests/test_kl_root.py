@@ -127,6 +127,36 @@ def test_lambert_w_matches_scipy(steps, tol):
     assert np.all(np.abs(got - want) <= tol * np.maximum(want, 1e-300))
 
 
+def test_lambert_w_log_step_matches_scipy():
+    """The root's start takes W by one Halley step on w + log(w/z) from Winitzki's point
+    (2% off): cubic, so about (2e-2)^3 = 1e-5 at worst and 8.5e-7 measured over z in
+    [1, 1e300]; 1e-6 is what the start's accuracy (next test) is built on."""
+    z = 10.0 ** np.linspace(0.0, 300.0, 30001)
+    want = scipy.special.lambertw(z).real
+    got = spike._lambert_w_log_step(z, lambert_w(np, z, steps=0))
+    assert np.max(np.abs(got - want) / want) <= 1e-6
+
+
+def test_kl_start_is_inside_and_sharp_for_small_roots():
+    """The numpy start lies strictly inside (q_n, 1) over the wide domain, and where it
+    comes from Lambert W (delta > (1 + e) q_n) with a root below 1e-2, it is within
+    1e-6 + x^2 of the root, relative: W's error (previous test) plus the third-order terms
+    that the second-order step leaves, x^3 absolute against a slope log(x/q_n) >= 1. The
+    uncorrected Lambert point is 8e-3 off at the benchmark's rows."""
+    s, d = _wide_domain(3, 20_000)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        solve = (s >= 1e-280) & (s < 1) & (d > 0) & (spike._kl_at_one(s) > d)
+    s, d = s[solve], d[solve]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):    # as the solver calls it
+        x0 = spike._kl_start(np, s, d)
+    assert np.all((x0 > s) & (x0 < 1.0))
+    root = exact_spike(s, d)
+    small = ((d - s) / (math.e * s) > 1.0) & (root < 1e-2)
+    assert small.sum() > 10_000
+    rel = np.abs(x0[small] - root[small]) / root[small]
+    assert np.all(rel <= 1e-6 + root[small] ** 2)
+
+
 @pytest.mark.parametrize("device_path", [False, True])
 def test_torch_float32_root_is_feasible_and_close(monkeypatch, device_path):
     torch = pytest.importorskip("torch")

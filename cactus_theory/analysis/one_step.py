@@ -303,6 +303,12 @@ def _emitted_spike_fast(q, p, gamma):
 #: temporaries (256 KiB each) stay in a core's L2 cache, where the whole row's (1.2 MiB each
 #: at V = 151,936) do not.
 MIX_BLOCK = 32768
+#: Rows at least this long take the blocked numpy path, one row at a time; shorter rows
+#: (many positions of a small vocabulary) take the array-agnostic path, vectorized over
+#: the batch, whose per-call overhead the rows share. Measured: 400 rows at V = 64, 21
+#: against 86 ms one row at a time; the two even out between V = 1,024 and 2,048; 25 rows
+#: at V = 4,096, 46 against 33 ms. The same floats either way (tested).
+BLOCKED_MIN_VOCAB = 2048
 #: Scratch rows of :func:`_spike_row_numpy`, one set per thread (see :func:`_row_workspace`).
 _WORKSPACE = threading.local()
 _FLOAT_ROWS = 16
@@ -500,8 +506,9 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
     q, p = plan.target_probs, plan.draft_probs
     xp = array_namespace(p)
     if isinstance(plan, SpikePlan):
-        if _is_torch(p):
-            return _emitted_spike_fast(q, p, plan.spike)
+        if _is_torch(p) or q.shape[-1] < BLOCKED_MIN_VOCAB:
+            return _emitted_spike_fast(q, p, plan.spike if _is_torch(p)
+                                       else np.asarray(plan.spike, dtype=np.float64))
         return _emitted_spike_numpy(q, p, np.asarray(plan.spike, dtype=np.float64))
     a = xp.clip(plan.accept_probs(), 0.0, 1.0)
     if isinstance(plan, TargetPlan):

@@ -217,9 +217,10 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     registered derivative (TV, user generators) use plain bisection (``method="bisect"``).
 
     The KL (the paper's divergence) has its own numpy path, 8x faster: a start from Lambert
-    W (the root of a lower bound of the two-point KL, sharp for small roots; the Taylor
-    point near q_n), two Halley steps (:math:`g'' = 1/(\gamma(1-\gamma))`; in
-    :math:`\log(1-\gamma)` above 1/2), more for the few entries still moving, then a
+    W (the root of a lower bound of the two-point KL, sharp for small roots, sharpened by
+    a second-order step; the Taylor point near q_n), one Halley step
+    (:math:`g'' = 1/(\gamma(1-\gamma))`; in :math:`\log(1-\gamma)` above 1/2), more for
+    the entries whose last step exceeded 5e-6 of :math:`\gamma - q_n`, then a
     certificate: :math:`g(\gamma) \le \delta < g(\gamma^+)` for the next float
     :math:`\gamma^+`, as :func:`cactus_theory.divergences.kl_two_point` computes g (its
     log1p form is accurate to a few ulps where gamma is small). Entries a float or two off
@@ -525,7 +526,8 @@ def lambert_w(xp, z, steps: int = 2):
 
     Winitzki's start :math:`L(1 - \log(1 + L)/(2 + L))`, :math:`L = \log(1+z)` (within 1%
     of W for every z >= 0), then ``steps`` Halley steps (cubic: 1e-2, 1e-6, below rounding).
-    The KL root's start takes one step (it needs 1e-6, not the last ulp); scipy's
+    The KL root's numpy start takes one Halley step without an exponential
+    (:func:`_lambert_w_log_step`); scipy's
     ``lambertw`` is complex-valued and 10x slower.
     """
     L = xp.log1p(z)
@@ -538,23 +540,38 @@ def lambert_w(xp, z, steps: int = 2):
 
 
 def _kl_start(xp, s, delta):
-    r"""A starting point for the KL root: within 1e-3 of it where the root is small.
+    r"""A starting point for the KL root: within a few 1e-6 of it (numpy) where it is small.
 
     Since :math:`(1-x)\log\frac{1-x}{1-s} \ge s - x`, the two-point KL is at least
-    :math:`x\log(x/s) - x + s`, whose root is :math:`x_L = (\delta - s)/W((\delta - s)/(e s))`
-    (Lambert W): an upper bound of the root, sharp when it is small (relative error about
-    :math:`x/(2\log(x/s))`). It is used where :math:`\delta > (1 + e) s`; elsewhere the root
-    is near s and the Taylor point (Corollary 5) is the better start. Kept inside (s, 1).
+    :math:`G_L(x) = x\log(x/s) - x + s`, whose root is
+    :math:`x_L = (\delta - s)/W((\delta - s)/(e s))` (Lambert W): an upper bound of the root,
+    sharp when it is small (relative error about :math:`x/(2\log(x/s))`: 8e-3 at the
+    benchmark's rows). It is used where :math:`\delta > (1 + e) s`; elsewhere the root is
+    near s and the Taylor point (Corollary 5) is the better start. Kept inside (s, 1).
+
+    numpy sharpens it without an exponential (float64 ``exp`` has no SIMD loop here, ``log``
+    has): W by one Halley step on :math:`w + \log(w/z) = 0` from Winitzki's point
+    (:func:`_lambert_w_log_step`, 1e-2 to about 1e-6), then one Newton step on
+    :math:`G_L + (x - s)^2/2`, the two-point KL to second order in x and s:
+    :math:`x_L - (x_L - s)^2/(2(W + 1))`, since :math:`G_L'(x_L) = \log(x_L/s) = W + 1`. The
+    result is within a few 1e-6 of the root at the benchmark's rows, so that one Halley step
+    on the exact form lands within an ulp or two (:func:`_kl_root_numpy`). The step keeps
+    the point above s: :math:`W \ge W(1)` gives :math:`x_L/s = e^{W+1} \ge 4.8`, and the
+    factor is at least 0.68 where :math:`x_L < 1`. The torch path (a fixed Halley count)
+    keeps :math:`x_L`.
     """
     z = (delta - s) / (math.e * s)
     far = z > 1.0
     if isinstance(s, np.ndarray):
-        x = (delta - s) / lambert_w(np, np.maximum(z, 1.0), steps=0)
+        zf = np.maximum(z, 1.0)
+        w = _lambert_w_log_step(zf, lambert_w(np, zf, steps=0))
+        x = (delta - s) / w
+        x = np.where(x < 1.0, x - (x - s) ** 2 / (2.0 * (w + 1.0)), 0.5 * (1.0 + s))
         near = np.flatnonzero(~far)
         if near.size:
             sn = s[near]
-            x[near] = sn + np.sqrt(2.0 * delta[near] * sn * (1.0 - sn))
-        x = np.where(x < 1.0, x, 0.5 * (1.0 + s))
+            xn = sn + np.sqrt(2.0 * delta[near] * sn * (1.0 - sn))
+            x[near] = np.where(xn < 1.0, xn, 0.5 * (1.0 + sn))
         high = np.flatnonzero(x > 0.5)
         if high.size:
             x[high] = _kl_better_start(np, s[high], delta[high], x[high])
@@ -563,6 +580,15 @@ def _kl_start(xp, s, delta):
     x = xp.where(far, x_l, s + xp.sqrt(2.0 * delta * s * (1.0 - s)))
     x = xp.where(x < 1.0, x, 0.5 * (1.0 + s))
     return xp.where(x > 0.5, _kl_better_start(xp, s, delta, x), x)
+
+
+def _lambert_w_log_step(z, w):
+    r"""One Halley step for :math:`W(z)`, z >= 1, on :math:`f(w) = w + \log(w/z)` (numpy):
+    :math:`f' = (w+1)/w`, :math:`f'' = -1/w^2`, so
+    :math:`w - f w / ((w + 1) + f/(2(w + 1)))`. One logarithm, no exponential."""
+    f = w + np.log(w / z)
+    w1 = w + 1.0
+    return w - f * w / (w1 + f / (2.0 * w1))
 
 
 def _kl_better_start(xp, s, delta, x):
@@ -623,6 +649,9 @@ def _halley_in_log_complement(xp, f, slope, x, one_x):
     return 1.0 - one_x * xp.exp(-du)
 
 
+#: A Halley step of at most this (relative) is the last: Halley is cubic, so the error it
+#: leaves is of order the cube, 1e-16 (an ulp or two: the walk below finishes).
+_KL_STEP_TOL = 5e-6
 #: Floats walked from Halley's last iterate before the bracketed fallback.
 _KL_WALK = 4
 #: Extra Halley steps for the entries still moving after the first ``halley_steps``.
@@ -640,11 +669,13 @@ def _next_down(x):
     return (x.view(np.int64) - 1).view(np.float64)
 
 
-def _kl_root_numpy(s, delta, halley_steps: int = 2):
+def _kl_root_numpy(s, delta, halley_steps: int = 1):
     r"""The exact KL root (Theorem 2) for 1e-280 <= s < 1, delta > 0, root < 1 (numpy).
 
     ``halley_steps`` Halley steps from :func:`_kl_start` on all entries (more, up to
-    ``_KL_MORE_STEPS``, for those whose last step exceeded 1e-6 relative), then a certificate:
+    ``_KL_MORE_STEPS``, for those whose last step exceeded ``_KL_STEP_TOL`` of x - s: the
+    scale of the bonus, so that roots near s, started from the Taylor point, take a second
+    step), then a certificate:
     gamma is returned when :math:`g(\gamma) \le \delta < g(\gamma^+)` with :math:`\gamma^+`
     the next float, g as :func:`cactus_theory.divergences.kl_two_point` computes it (so the
     returned gamma is feasible, and the next float is not). Entries one float off move by
@@ -656,16 +687,16 @@ def _kl_root_numpy(s, delta, halley_steps: int = 2):
         x = _kl_start(np, s, delta)
         for _ in range(halley_steps):
             x, moved = _kl_halley(np, s, delta, x, *_kl_interior(x, s, c)), x
-        # Halley is cubic: a last step below 1e-6 (relative) leaves an error of order 1e-18;
-        # the entries still moving more (a poor start) take more steps, on their own
-        idx = np.flatnonzero(np.abs(x - moved) > 1e-6 * x)
+        # Halley is cubic: a last step below 5e-6 of x - s leaves an error of order 1e-16 of
+        # it; the entries still moving more (a poorer start) take more steps, on their own
+        idx = np.flatnonzero(np.abs(x - moved) > _KL_STEP_TOL * (x - s))
         for _ in range(_KL_MORE_STEPS):
             if idx.size == 0:
                 break
             x_i, s_i, d_i = x[idx], s[idx], delta[idx]
             new = _kl_halley(np, s_i, d_i, x_i, *_kl_interior(x_i, s_i))
             x[idx] = new
-            idx = idx[np.abs(new - x_i) > 1e-6 * new]
+            idx = idx[np.abs(new - x_i) > _KL_STEP_TOL * (new - s_i)]
         up = _next_up(x)
         feas_x = _kl_interior(x, s, c)[0] <= delta
         feas_up = _kl_interior(up, s, c)[0] <= delta
