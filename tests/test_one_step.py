@@ -1,5 +1,6 @@
 """Exact one-step analysis: fast vs dense vs sampling; SpS and Cactus properties; conventions."""
 
+import math
 import os
 import time
 
@@ -375,3 +376,18 @@ def test_thread_chunks_with_a_largest_chunk_cover_the_range_in_order(monkeypatch
     assert _threads.in_chunks(lambda lo, hi: (lo, hi), 30, 1, 30) == (
         [(0, 30)] if threads == 1 else [(30 * i // threads, 30 * (i + 1) // threads)
                                         for i in range(threads)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.5, 1.0, 2.0, math.inf]) | st.floats(0, 4),
+                  min_size=0, max_size=40),
+       c=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0]) | st.floats(0, 4), min_size=1,
+                  max_size=40))
+def test_count_below_is_searchsorted_left(t, c):
+    """The emitted distribution's count of t below each c (two sorted rows counted against
+    each other) gives ``searchsorted(t, c, side="left")``'s integers: ties (not below),
+    repeated keys and t, infinite t, keys below and above every t, an empty t."""
+    from cactus_theory.analysis.one_step import count_below
+
+    ts, cs = np.sort(np.array(t, dtype=float)), np.sort(np.array(c, dtype=float))
+    assert np.array_equal(count_below(ts, cs), np.searchsorted(ts, cs, side="left"))
