@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from scipy.spatial.distance import jensenshannon
 
 from cactus_theory.rules import get_rule
-from cactus_theory.rules.fuzzy import JS_BOUND_MARGIN, js_bounds_from_rows
+from cactus_theory.rules.fuzzy import (JS_BOUND_MARGIN, JS_SUM_RATIO_TOL, js_bounds_from_rows,
+                                       js_bounds_in_sum_pass)
 from cactus_theory.samplers import make_sampler
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -60,6 +61,40 @@ def test_js_bounds_enclose_the_divergence(data, V, sq, sp):
     assert hi <= lo * (1 + GAP) * (1 + RTOL64) + ATOL64, (lo, hi)
 
 
+def _d64(y, x):
+    """D(y, x): the Jensen-Shannon form on non-negative vectors, float64 (0 log 0 = 0)."""
+    a = y + x
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ty = np.where(y > 0, y * np.log(2.0 * y / a), 0.0)
+        tx = np.where(x > 0, x * np.log(2.0 * x / a), 0.0)
+    return 0.5 * float(np.sum(ty + tx))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(1, 300), st.floats(0.1, 10.0), st.floats(1.0 / 3.0, 3.0))
+def test_js_bounds_in_the_sum_pass_enclose_the_divergence(data, V, sq, r):
+    """The one-pass bounds (moments of the un-normalized rows, over s_q, widened by
+    (log 2 / 2) |s_p/s_q - 1|) enclose JS(p, q) for sum ratios r in [1/3, 3], float64; the
+    slack itself is the Gibbs bound |JS - D(y, x)/s_q| <= (log 2 / 2) |r - 1| (checked on
+    D computed directly), and at r = 1 the bounds are the normalized rows' bounds."""
+    q, p = _pair(data.draw, V)
+    js = _js64(q / q.sum(), p / p.sum())
+    x = q * sq / q.sum()
+    y = p * (r * sq) / p.sum()
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    lo, hi, off = (float(v) for v in js_bounds_in_sum_pass(xt, yt, xt.sum(-1), yt.sum(-1)))
+    assert off == pytest.approx(abs(r - 1.0), rel=1e-12, abs=1e-15)
+    slack = 0.5 * math.log(2.0) * abs(r - 1.0)
+    assert abs(js - _d64(y, x) / sq) <= slack * (1 + RTOL64) + ATOL64   # the Gibbs bound
+    assert lo <= js * (1 + RTOL64) + ATOL64, (lo, js)
+    assert js <= hi * (1 + RTOL64) + ATOL64, (js, hi)
+    if r == 1.0:   # the normalized bounds, up to the 16-eps allowance for the sums' rounding
+        lo_n, hi_n = (float(v) for v in js_bounds_from_rows(xt, yt, xt.sum(-1), yt.sum(-1)))
+        allowance = 0.5 * math.log(2.0) * 16 * 2.0 ** -52
+        assert lo == pytest.approx(lo_n - allowance, rel=1e-12, abs=1e-15)
+        assert hi == pytest.approx(hi_n + allowance, rel=1e-12, abs=1e-15)
+
+
 def test_js_bounds_at_the_extremes():
     """p = q: both bounds 0 (JS = 0). Disjoint supports (|u| = 1 everywhere): the upper bound is
     log 2 exactly (the series' sum) and the lower bound its first three terms, 1/2 + 1/12 +
@@ -86,14 +121,21 @@ def _rows(B=6, k=3, V=3000, seed=0):
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
-def test_sampler_decisions_with_the_threshold_on_a_row(fused):
+@pytest.mark.parametrize("normalized", [False, True], ids=["scaled-rows", "softmax-rows"])
+def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
     """T = JS of one row (float64): that row is left undecided by the bounds, so the exact
     test runs on it; every row's decision, through forward (``last_accepted``: the
     non-causal accept matrix) and through the accept path, equals 1[JS <= T] in float64, except
     a row within 1e-5 of T (the exact test's float32 entropy terms of size log V cancel:
     documented in ``FuzzySpeculative.accept_probs_from_rows``). The rows exercise both
-    decisions."""
+    decisions. Softmax rows (sums within 1e-3 of each other) take the one-pass bounds;
+    rows scaled by 0.5-1.5 take the bounds on the normalized rows."""
     q, p, ids = _rows()
+    if normalized:
+        q, p = q / q.sum(-1, keepdim=True), p / p.sum(-1, keepdim=True)
+    k_ = ids.shape[1]
+    off = (p.sum(-1) / q[:, :k_].sum(-1) - 1.0).abs()
+    assert bool((off <= JS_SUM_RATIO_TOL).all()) == normalized
     k = ids.shape[1]
     qq = (q[:, :k] / q[:, :k].sum(-1, keepdim=True)).double().numpy()
     pp = (p / p.sum(-1, keepdim=True)).double().numpy()

@@ -36,7 +36,7 @@ from .plans import DecisionPlan
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["FuzzySpeculative", "FSD_DIVERGENCES", "fsd_divergence", "js_bounds_from_rows",
-           "JS_BOUND_MARGIN"]
+           "js_bounds_in_sum_pass", "JS_BOUND_MARGIN", "JS_SUM_RATIO_TOL"]
 
 #: fsd_div_type -> (our divergence name, whether D(p || q) is evaluated as D(first=p, second=q))
 FSD_DIVERGENCES = {
@@ -137,6 +137,87 @@ def js_bounds_from_rows(target_rows, draft_rows, target_sums, draft_sums):
     return head + m6 / 60.0, head + 0.5 * _JS_TAIL * m6
 
 
+#: Largest :math:`|s_p/s_q - 1|` over a batch for which :func:`js_bounds_in_sum_pass` is
+#: used: its slack, :math:`\tfrac12 \log 2\,|s_p/s_q - 1|`, is then at most 3.5e-4 nats
+#: (a softmax's float32 rows give 1e-7); a batch farther from normalized takes the bounds on
+#: the normalized rows (:func:`js_bounds_from_rows`, a second pass).
+JS_SUM_RATIO_TOL = 1e-3
+
+
+def _moments(y, x):
+    """The sums of :math:`2 m u^2, 2 m u^4, 2 m u^6` of :func:`js_bounds_from_rows` on the
+    rows as given (un-normalized), blocked as the samplers' row sums
+    (:func:`~cactus_theory.samplers.fused.stats`: sums of 256-entry blocks in the rows'
+    dtype, then a float64 sum of those, rounded to that dtype), so that a compiled kernel
+    reads them in the loop of the row sums."""
+    import torch
+
+    from .plans import ARGMAX_BLOCK
+
+    V = x.shape[-1]
+    nb = V // ARGMAX_BLOCK
+
+    def terms(yb, xb):
+        a = yb + xb
+        d = yb - xb
+        u = d / a.clamp_min(torch.finfo(a.dtype).tiny)
+        t = d * u
+        u2 = u * u
+        return t, t * u2, t * u2 * u2
+
+    out = [torch.zeros(x.shape[:-1], dtype=torch.float64, device=x.device) for _ in range(3)]
+    parts = []
+    if nb:
+        parts.append((y[..., :nb * ARGMAX_BLOCK].unflatten(-1, (nb, ARGMAX_BLOCK)),
+                      x[..., :nb * ARGMAX_BLOCK].unflatten(-1, (nb, ARGMAX_BLOCK))))
+    if nb * ARGMAX_BLOCK < V:
+        parts.append((y[..., nb * ARGMAX_BLOCK:, None], x[..., nb * ARGMAX_BLOCK:, None]))
+    for yb, xb in parts:
+        for i, t in enumerate(terms(yb, xb)):
+            out[i] = out[i] + t.sum(-1).sum(-1, dtype=torch.float64)
+    return [o.to(x.dtype) for o in out]
+
+
+def js_bounds_in_sum_pass(target_rows, draft_rows, target_sums, draft_sums):
+    r"""Bounds on :math:`JS(p, q)` from moments of the **un-normalized** rows, which a
+    compiled kernel reads in the same loop as the row sums (no second pass).
+
+    Write x, y for the rows (q = x/s_q, p = y/s_p) and D for the Jensen-Shannon form on
+    non-negative vectors, :math:`D(a, b) = \tfrac12\sum_i a_i\log\frac{2a_i}{a_i+b_i}
+    + b_i\log\frac{2b_i}{a_i+b_i}`: the moments of :func:`js_bounds_from_rows`, taken on
+    (y, x), bound D(y, x) (the series is term by term). D is 1-homogeneous, so
+    :math:`D(y, x) = s_q\,g(r)` with :math:`g(r) = D(r p, q)` and :math:`r = s_p/s_q`, and
+    :math:`g(1) = JS(p, q)`. Its slope is
+    :math:`g'(r) = \tfrac12\sum_i p_i\log\frac{p_i}{n_i}`, :math:`n_i = (p_i + q_i/r)/2`:
+    at most :math:`\tfrac12\log 2` (since :math:`p_i/n_i \le 2`) and at least
+    :math:`-\tfrac12\log\sum_i n_i = -\tfrac12\log\frac{1 + 1/r}{2} \ge -\tfrac12\log 2` for
+    :math:`r \ge 1/3` (Gibbs). So
+
+    .. math:: \Big|JS(p, q) - \frac{D(y, x)}{s_q}\Big| \le \tfrac12\log 2\,|r - 1|,
+
+    and the bounds are those of D(y, x) over :math:`s_q`, widened by that slack (with
+    :math:`|r - 1|` raised by 16 eps of the rows' dtype for the rounding of the computed
+    sums and their ratio).
+
+    Returns
+    -------
+    (Tensor, Tensor, Tensor)
+        Lower and upper bounds (nats), and :math:`|r - 1|` per row (the caller checks it:
+        :data:`JS_SUM_RATIO_TOL`).
+    """
+    import torch
+
+    m2, m4, m6 = _moments(draft_rows, target_rows)
+    head = 0.5 * (m2 / 2.0 + m4 / 12.0)
+    lo, hi = head + m6 / 60.0, head + 0.5 * _JS_TAIL * m6
+    off = (draft_sums / target_sums - 1.0).abs()
+    # |r - 1| as computed from sums with a few eps of relative error each: 2^-21 covers
+    # them for float32 rows (in float64, 2^-50)
+    eps = torch.finfo(off.dtype).eps
+    slack = 0.5 * math.log(2.0) * (off + 16.0 * eps)
+    return lo / target_sums - slack, hi / target_sums + slack, off
+
+
 class FuzzySpeculative(Rule):
     r"""FSD: accept every draft iff :math:`\mathrm{Div}(p, q) \le T`; else sample from q.
 
@@ -190,7 +271,18 @@ class FuzzySpeculative(Rule):
         """
         if _divergence_name(self.fsd_div_type) != "js":
             return None
-        lo, hi = js_bounds_from_rows(target_rows, draft_rows, target_sums, draft_sums)
+        import torch
+
+        lo, hi, off = js_bounds_in_sum_pass(target_rows, draft_rows, target_sums, draft_sums)
+        near = (off <= JS_SUM_RATIO_TOL).all()
+
+        def normalized():
+            return js_bounds_from_rows(target_rows, draft_rows, target_sums, draft_sums)
+
+        if torch.compiler.is_compiling():
+            lo, hi = torch.cond(near, lambda: (lo.clone(), hi.clone()), normalized)
+        elif not bool(near):
+            lo, hi = normalized()
         t = self.fsd_div_threshold
         accept = hi * (1.0 + JS_BOUND_MARGIN) <= t
         reject = lo * (1.0 - JS_BOUND_MARGIN) > t
