@@ -405,7 +405,8 @@ def _spike_row_numpy(q, p, gamma, out):
 
     _blocks(gather, V)
     Q[0] = P[0] = 0.0                                      # Q[k] = sum of the k first (t-order)
-    concurrently(lambda: np.cumsum(q_s, out=Q[1:]), lambda: np.cumsum(p_s, out=P[1:]))
+    np.cumsum(q_s, out=Q[1:])
+    np.cumsum(p_s, out=P[1:])
     c_sorted = uc                                           # scratch until weights()
     np.take(c, by_c, out=c_sorted, mode="clip")
     count_below(t_s, c_sorted, out=k_by_c)                  # #{j: t_j < c_n}, in c-order
@@ -424,8 +425,8 @@ def _spike_row_numpy(q, p, gamma, out):
 
     _blocks(weights, V)
     # draft n reaches the t-ranks 0 .. k_n - 1: counts at k_n, then suffix sums from rank i+1
-    concurrently(lambda: np.cumsum(np.bincount(k, uc, V + 1)[::-1], out=suc_rev),
-                 lambda: np.cumsum(np.bincount(k, u, V + 1)[::-1], out=su_rev))
+    np.cumsum(np.bincount(k, uc, V + 1)[::-1], out=suc_rev)
+    np.cumsum(np.bincount(k, u, V + 1)[::-1], out=su_rev)
     suc, su = suc_rev[::-1][1:], su_rev[::-1][1:]
 
     def residual_mass(lo, hi):        # q_j sum_{n: c_n > t_j} u_n (c_n - t_j), scattered back
