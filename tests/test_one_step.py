@@ -387,7 +387,7 @@ def test_count_below_is_searchsorted_left(t, c):
     """The emitted distribution's count of t below each c (two sorted rows counted against
     each other) gives ``searchsorted(t, c, side="left")``'s integers: ties (not below),
     repeated keys and t, infinite t, keys below and above every t, an empty t."""
-    from cactus_theory.analysis.one_step import count_below
+    from cactus_theory.analysis.one_step import _count_below
 
     ts, cs = np.sort(np.array(t, dtype=float)), np.sort(np.array(c, dtype=float))
-    assert np.array_equal(count_below(ts, cs), np.searchsorted(ts, cs, side="left"))
+    assert np.array_equal(_count_below(ts, cs), np.searchsorted(ts, cs, side="left"))

@@ -206,13 +206,12 @@ def _emitted_fixed_recovery(p, a, r):
 _SEARCH_CHUNK = 16384
 
 
-def _searchsorted_rows(xp, sorted_rows, values, out=None):
-    """Per-row ``searchsorted(sorted_rows[r], values[r], side="left")`` (batch axes flattened);
-    numpy writes into ``out`` (int64, the shape of ``values``) when given."""
+def _searchsorted_rows(xp, sorted_rows, values):
+    """Per-row ``searchsorted(sorted_rows[r], values[r], side="left")`` (batch axes flattened)."""
     if isinstance(sorted_rows, np.ndarray):
         V = sorted_rows.shape[-1]
         s2, v2 = sorted_rows.reshape(-1, V), values.reshape(-1, values.shape[-1])
-        out = np.empty(v2.shape, dtype=np.int64) if out is None else out.reshape(v2.shape)
+        out = np.empty(v2.shape, dtype=np.int64)
         for r in range(s2.shape[0]):
             # only the entries between the smallest and the largest value can separate them:
             # search that window (the c_n of a row span a narrow range; 1.2x faster at V = 152k)
@@ -231,7 +230,7 @@ def _searchsorted_rows(xp, sorted_rows, values, out=None):
     return torch.searchsorted(sorted_rows.contiguous(), values.contiguous(), side="left")
 
 
-def count_below(sorted_t, sorted_c, out=None):
+def _count_below(sorted_t, sorted_c, out=None):
     r"""``out[i]`` = :math:`\#\{j: t_j < c_i\}` for two non-decreasing float rows.
 
     The same integers as ``np.searchsorted(sorted_t, sorted_c, side="left")``, counted the
@@ -354,8 +353,9 @@ def _emitted_spike_numpy(q, p, gamma):
     r""":func:`_emitted_spike_fast` on float64 numpy rows: the same operations on the same
     floats (bit for bit; tested), with every elementwise stage run block by block
     (:data:`MIX_BLOCK` entries, on threads via :func:`~cactus_theory._threads.in_chunks`)
-    in scratch rows reused across calls (:func:`_row_workspace`). The sort, the prefix and
-    suffix sums and the bincounts stay whole-row. Rows are taken one at a time (batch axes
+    in scratch rows reused across calls (:func:`_row_workspace`). The sorts (of t, and of
+    the c_n for :func:`_count_below` in place of the search), the prefix and suffix sums
+    and the bincounts stay whole-row. Rows are taken one at a time (batch axes
     flattened)."""
     V = q.shape[-1]
     q2, p2, g2 = (np.ascontiguousarray(x, dtype=np.float64).reshape(-1, V)
@@ -409,7 +409,7 @@ def _spike_row_numpy(q, p, gamma, out):
     np.cumsum(p_s, out=P[1:])
     c_sorted = uc                                           # scratch until weights()
     np.take(c, by_c, out=c_sorted, mode="clip")
-    count_below(t_s, c_sorted, out=k_by_c)                  # #{j: t_j < c_n}, in c-order
+    _count_below(t_s, c_sorted, out=k_by_c)                 # #{j: t_j < c_n}, in c-order
     k[by_c] = k_by_c
     empty = np.zeros(V, dtype=bool)
 
