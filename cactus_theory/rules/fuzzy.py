@@ -202,8 +202,8 @@ def js_bounds_in_sum_pass(target_rows, draft_rows, target_sums, draft_sums):
     Returns
     -------
     (Tensor, Tensor, Tensor)
-        Lower and upper bounds (nats), and :math:`|r - 1|` per row (the caller checks it:
-        :data:`JS_SUM_RATIO_TOL`).
+        Lower and upper bounds (nats; valid for :math:`r \ge 1/3`), and :math:`|r - 1|`
+        per row (the caller checks it: :data:`JS_SUM_RATIO_TOL`).
     """
     import torch
 
@@ -211,8 +211,8 @@ def js_bounds_in_sum_pass(target_rows, draft_rows, target_sums, draft_sums):
     head = 0.5 * (m2 / 2.0 + m4 / 12.0)
     lo, hi = head + m6 / 60.0, head + 0.5 * _JS_TAIL * m6
     off = (draft_sums / target_sums - 1.0).abs()
-    # |r - 1| as computed from sums with a few eps of relative error each: 2^-21 covers
-    # them for float32 rows (in float64, 2^-50)
+    # |r - 1| as computed from sums with a few eps of relative error each: 16 eps covers
+    # them (2^-19 for float32 rows, 2^-48 for float64)
     eps = torch.finfo(off.dtype).eps
     slack = 0.5 * math.log(2.0) * (off + 16.0 * eps)
     return lo / target_sums - slack, hi / target_sums + slack, off
@@ -260,9 +260,12 @@ class FuzzySpeculative(Rule):
 
     def accept_decided_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
                                  draft_sums):
-        r"""``js_div``: the decision :math:`1[JS \le T]` from :func:`js_bounds_from_rows`
-        where they clear T by :data:`JS_BOUND_MARGIN` (relative), and the rows where they do
-        not; other divergences: None (no bound, the exact test on every row).
+        r"""``js_div``: the decision :math:`1[JS \le T]` from bounds on JS where they clear
+        T by :data:`JS_BOUND_MARGIN` (relative), and the rows where they do not; other
+        divergences: None (no bound, the exact test on every row). The bounds are
+        :func:`js_bounds_in_sum_pass` (read with the row sums) when every row's sums are
+        within :data:`JS_SUM_RATIO_TOL` of each other, else :func:`js_bounds_from_rows` (the
+        normalized rows; ``torch.cond`` when compiled).
 
         Returns ``(accept, undecided)``, bool [B, k]: ``accept`` where the upper bound is at
         most :math:`T/(1 + \text{margin})`; ``undecided`` where neither that nor the lower

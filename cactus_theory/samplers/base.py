@@ -34,8 +34,9 @@ Cactus evaluates gamma once at the [B, k] drafted tokens (reused by the recovery
 tokens, divided by the row sums; ``Rule.accept_probs_from_rows`` (top-k: one compare pass;
 TAS: the entropy, one pass with a log; cascades: row maxima and a masked sum) reads the
 un-normalized rows with their sums; in the compiled core on CPU tensors a rule with
-``Rule.accept_decided_from_rows`` (fuzzy SD's Jensen-Shannon: bounds in one pass with a
-division and no logarithm) runs its exact test only on the rows its bounds leave undecided
+``Rule.accept_decided_from_rows`` (fuzzy SD's Jensen-Shannon: bounds with a division and
+no logarithm, read with the row sums) runs its exact test only on the rows its bounds leave
+undecided
 (:func:`_decided_by_bounds`, :func:`_accept_undecided_rows`); other rules, and any rule
 given raw distributions, get float32 row-normalized copies (``[B, k, V]`` each) and
 ``Rule.accept_probs_at`` (their plan, or a drafted-token override declared by
