@@ -36,8 +36,7 @@ TAS: the entropy, one pass with a log; cascades: row maxima and a masked sum) re
 un-normalized rows with their sums; in the compiled core on CPU tensors a rule with
 ``Rule.accept_decided_from_rows`` (fuzzy SD's Jensen-Shannon: bounds with a division and
 no logarithm, read with the row sums) runs its exact test only on the rows its bounds leave
-undecided
-(:func:`_decided_by_bounds`, :func:`_accept_undecided_rows`); other rules, and any rule
+undecided (:func:`_decided_by_bounds`, :func:`_accept_undecided_rows`); other rules, and any rule
 given raw distributions, get float32 row-normalized copies (``[B, k, V]`` each) and
 ``Rule.accept_probs_at`` (their plan, or a drafted-token override declared by
 ``RuleSpec.fast_accept``). The recovery works on
