@@ -415,6 +415,33 @@ def test_two_level_sum_equals_the_float64_sum(V):
     assert torch.equal(two_level_sum(x, None), two_level_sum(x, lambda z: z))
 
 
+@pytest.mark.parametrize("V", [151_936, 5_000, 512, 256, 255, 1])
+def test_split_blocks_and_block_reduce(V):
+    """plans.split_blocks: views (no copies) of the whole 256-entry blocks and the tail that
+    together are the row, in order, None where a part is empty; block_reduce: the sum and the
+    maximum of each block (the tail its own, shorter block), equal to a reduction of each
+    slice of the row taken one at a time (max exactly; sums of the same entries in
+    torch's order within a block, so equal up to float32 rounding of 256 terms)."""
+    from cactus_theory.rules.plans import block_reduce, split_blocks
+    from cactus_theory.samplers.fused import block_sums
+
+    g = torch.Generator().manual_seed(V)
+    x = torch.rand(2, 3, V, generator=g)
+    whole, tail = split_blocks(x)
+    nb, rest = divmod(V, 256)
+    assert (whole is None) == (nb == 0) and (tail is None) == (rest == 0)
+    parts = ([] if whole is None else [whole.flatten(-2)]) + ([] if tail is None else [tail])
+    assert torch.equal(torch.cat(parts, -1), x)
+    for part in parts:                       # views of x's storage
+        assert part.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    slices = [x[..., i:i + 256] for i in range(0, V, 256)]
+    assert torch.equal(block_reduce(x, "amax"), torch.stack([s.amax(-1) for s in slices], -1))
+    sums = torch.stack([s.sum(-1) for s in slices], -1)
+    # 256 terms in [0, 1) summed in another order: at most 255 float32 eps of their sum
+    torch.testing.assert_close(block_reduce(x, "sum"), sums, rtol=255 * 2.0 ** -23, atol=0)
+    assert torch.equal(block_sums(x), block_reduce(x, "sum"))
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("s", [1.0 + 5e-4, 2.0])
 def test_tas_vllm_entropy_on_unnormalized_rows(s, compiled):

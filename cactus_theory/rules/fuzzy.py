@@ -32,7 +32,7 @@ import math
 from array_api_compat import array_namespace
 
 from ..divergences import get_divergence
-from .plans import DecisionPlan
+from .plans import DecisionPlan, split_blocks
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["FuzzySpeculative", "FSD_DIVERGENCES", "fsd_divergence", "js_bounds_from_rows",
@@ -152,11 +152,6 @@ def _moments(y, x):
     reads them in the loop of the row sums."""
     import torch
 
-    from .plans import ARGMAX_BLOCK
-
-    V = x.shape[-1]
-    nb = V // ARGMAX_BLOCK
-
     def terms(yb, xb):
         a = yb + xb
         d = yb - xb
@@ -166,12 +161,9 @@ def _moments(y, x):
         return t, t * u2, t * u2 * u2
 
     out = [torch.zeros(x.shape[:-1], dtype=torch.float64, device=x.device) for _ in range(3)]
-    parts = []
-    if nb:
-        parts.append((y[..., :nb * ARGMAX_BLOCK].unflatten(-1, (nb, ARGMAX_BLOCK)),
-                      x[..., :nb * ARGMAX_BLOCK].unflatten(-1, (nb, ARGMAX_BLOCK))))
-    if nb * ARGMAX_BLOCK < V:
-        parts.append((y[..., nb * ARGMAX_BLOCK:, None], x[..., nb * ARGMAX_BLOCK:, None]))
+    (y_whole, y_tail), (x_whole, x_tail) = split_blocks(y), split_blocks(x)
+    parts = ([] if x_whole is None else [(y_whole, x_whole)]) + \
+        ([] if x_tail is None else [(y_tail[..., None], x_tail[..., None])])
     for yb, xb in parts:
         for i, t in enumerate(terms(yb, xb)):
             out[i] = out[i] + t.sum(-1).sum(-1, dtype=torch.float64)

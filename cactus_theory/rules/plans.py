@@ -53,7 +53,10 @@ __all__ = [
     "gather",
     "spike_target_at",
     "RowTarget",
+    "split_blocks",
+    "block_reduce",
     "block_maxima",
+    "two_level_sum",
     "first_argmax",
 ]
 
@@ -280,17 +283,39 @@ Plan = Union[TargetPlan, SpikePlan, DecisionPlan]
 ARGMAX_BLOCK = 256
 
 
-def block_maxima(x, blk: int = ARGMAX_BLOCK):
-    """Maxima of consecutive ``blk``-entry blocks of the last axis (the last block may be
-    shorter), [..., ceil(V / blk)]: one vectorized read of the rows."""
-    import torch
+def split_blocks(x, blk: int = ARGMAX_BLOCK):
+    """The last axis of ``x`` as its whole ``blk``-entry blocks and the rest, both views.
 
+    Returns ``(whole, tail)``: ``whole`` is ``x[..., :nb * blk]`` viewed as [..., nb, blk]
+    with nb = V // blk (None when nb = 0), ``tail`` is ``x[..., nb * blk:]``, [..., V % blk]
+    (None when blk divides V). The loop shape of every blocked row pass here and in the
+    samplers (row sums, block sums and maxima, the divergence bounds' moments): a compiled
+    kernel reads passes of the same shape in one loop.
+    """
     V = x.shape[-1]
     nb = V // blk
-    parts = [x[..., :nb * blk].unflatten(-1, (nb, blk)).amax(-1)] if nb else []
-    if nb * blk < V:
-        parts.append(x[..., nb * blk:].amax(-1, keepdim=True))
+    whole = x[..., :nb * blk].unflatten(-1, (nb, blk)) if nb else None
+    tail = x[..., nb * blk:] if nb * blk < V else None
+    return whole, tail
+
+
+def block_reduce(x, op: str, blk: int = ARGMAX_BLOCK):
+    """Sums (``op="sum"``) or maxima (``op="amax"``) of consecutive ``blk``-entry blocks of
+    the last axis (the last block may be shorter), [..., ceil(V / blk)], in x's dtype: one
+    vectorized read of the rows."""
+    import torch
+
+    whole, tail = split_blocks(x, blk)
+    parts = [] if whole is None else [getattr(whole, op)(-1)]
+    if tail is not None:
+        parts.append(getattr(tail, op)(-1, keepdim=True))
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+def block_maxima(x, blk: int = ARGMAX_BLOCK):
+    """Maxima of consecutive ``blk``-entry blocks of the last axis (the last block may be
+    shorter), [..., ceil(V / blk)]: :func:`block_reduce` with ``"amax"``."""
+    return block_reduce(x, "amax", blk)
 
 
 def two_level_sum(x, fn=None, blk: int = ARGMAX_BLOCK):
@@ -302,12 +327,11 @@ def two_level_sum(x, fn=None, blk: int = ARGMAX_BLOCK):
     of a computed tensor would be stored first); a sum of terms of one sign errs by at most
     about (blk + V / blk) float32 eps, relative."""
     fn = (lambda z: z) if fn is None else fn
-    V = x.shape[-1]
-    nb = V // blk
-    total = fn(x[..., :nb * blk].unflatten(-1, (nb, blk))).sum(-1).sum(-1) if nb else None
-    if nb * blk < V:
-        tail = fn(x[..., nb * blk:]).sum(-1)
-        total = tail if total is None else total + tail
+    whole, tail = split_blocks(x, blk)
+    total = None if whole is None else fn(whole).sum(-1).sum(-1)
+    if tail is not None:
+        tail_sum = fn(tail).sum(-1)
+        total = tail_sum if total is None else total + tail_sum
     return total
 
 

@@ -51,6 +51,8 @@ import warnings
 
 import torch
 
+from ..rules.plans import block_reduce, split_blocks
+
 __all__ = ["row_stats", "stats", "compiled_for", "block_sums", "compile_failure", "CDF_BLOCK"]
 
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
@@ -89,13 +91,9 @@ def compile_failure() -> str | None:
 
 def block_sums(weights: torch.Tensor, blk: int = CDF_BLOCK) -> torch.Tensor:
     """Sums of consecutive blocks of ``blk`` entries along the last axis (the last block may
-    be shorter), [B, ceil(V / blk)], in the weights' dtype."""
-    B, V = weights.shape
-    nb = V // blk
-    parts = [] if nb == 0 else [weights[:, :nb * blk].reshape(B, nb, blk).sum(-1)]
-    if nb * blk < V:
-        parts.append(weights[:, nb * blk:].sum(-1, keepdim=True))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+    be shorter), [..., ceil(V / blk)], in the weights' dtype
+    (:func:`~cactus_theory.rules.plans.block_reduce`)."""
+    return block_reduce(weights, "sum", blk)
 
 
 def stats(x):
@@ -120,14 +118,12 @@ def stats(x):
     """
     if x is None:
         return None, None
-    v = x.shape[-1]
-    m = v // SUM_BLOCK
+    whole, tail = split_blocks(x, SUM_BLOCK)
     zero = torch.zeros((), dtype=x.dtype, device=x.device)
     s = torch.zeros(x.shape[:-1], dtype=torch.float64, device=x.device)
     neg = torch.zeros(x.shape[:-1], dtype=torch.float32, device=x.device)
     # the whole blocks (a view: the rows are contiguous or strided, never copied), then the tail
-    for part in ([x[..., :m * SUM_BLOCK].unflatten(-1, (m, SUM_BLOCK))] if m else []) + \
-            ([x[..., m * SUM_BLOCK:, None]] if m * SUM_BLOCK < v else []):
+    for part in ([] if whole is None else [whole]) + ([] if tail is None else [tail[..., None]]):
         s = s + part.sum(-1, dtype=torch.float32).sum(-1, dtype=torch.float64)
         neg = neg + torch.where(part < 0, part, zero).sum(-1, dtype=torch.float32).sum(-1)
     s = s.to(torch.float32)
