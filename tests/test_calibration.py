@@ -69,6 +69,20 @@ def test_zero_eps_is_sps(pair):
     np.testing.assert_allclose(r.emitted, q, rtol=0, atol=1e-12)  # float64 prefix sums
 
 
+def test_grids_of_all_rows_are_the_per_row_grids():
+    """The calibration's delta grids, built for all rows in one ``geomspace``: the same floats
+    as one ``geomspace`` per row (0, then DELTA_MIN up to the row's saturation delta, capped
+    at DELTA_CAP where infinite, at least 10 DELTA_MIN), ties and extremes included."""
+    from cactus_theory.analysis.calibration import DELTA_MIN, GRID_POINTS, _grids
+
+    tops = np.concatenate([10.0 ** np.random.default_rng(1).uniform(-9, 5, 200),
+                           [np.inf, 0.0, 1e-9, 10 * DELTA_MIN, DELTA_CAP, 2 * DELTA_CAP]])
+    want = [np.concatenate([[0.0], np.geomspace(DELTA_MIN, max(t if np.isfinite(t) else DELTA_CAP,
+                                                                10 * DELTA_MIN), GRID_POINTS - 1)])
+            for t in tops]
+    assert np.array_equal(_grids(tops), np.stack(want))
+
+
 @given(pair=pairs(2, 24), eps=st.sampled_from([0.01, 0.1, 0.3]))
 @settings(max_examples=25)
 def test_mentored_dominates_calibrated_cactus(pair, eps):

@@ -242,6 +242,30 @@ def test_sorted_search_in_chunks_on_threads_is_the_same(monkeypatch, threads):
     assert np.array_equal(emitted_distribution("cactus-exact", q, p), many)
 
 
+@pytest.mark.parametrize("V", [1, 2, 6, 64, 65, 200])
+def test_sorted_search_of_short_rows_by_comparison_is_the_same(monkeypatch, V):
+    """Short rows (at most ``_COMPARE_MAX_V`` entries) are searched by counting the entries
+    below each value, all rows at once: the same indices as one ``np.searchsorted(side=
+    "left")`` per row, on both sides of the threshold, with exact ties, values outside the
+    row's range, values per row fewer or more than V, leading batch axes, and chunks of rows
+    smaller than the batch (the boolean temporary's bound)."""
+    from cactus_theory.analysis import one_step
+
+    rng = np.random.default_rng(V)
+    rows = np.sort(np.floor(rng.uniform(0, 20, (3, 5, V))), axis=-1)
+    for m in (1, V, 2 * V + 3):
+        values = rng.uniform(-1, 21, (3, 5, m))
+        values[..., : min(m, V)] = rows[..., : min(m, V)]     # exact ties: side="left"
+        want = np.stack([np.searchsorted(r, v, side="left")
+                         for r, v in zip(rows.reshape(-1, V), values.reshape(-1, m))])
+        got = one_step._searchsorted_rows(np, rows, values)
+        assert got.shape == values.shape and np.array_equal(got.reshape(-1, m), want)
+        monkeypatch.setattr(one_step, "_COMPARE_ELEMENTS", 2 * V * m)   # two rows a chunk
+        assert np.array_equal(one_step._searchsorted_rows(np, rows, values), got)
+        monkeypatch.undo()
+
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_thread_chunks_work_in_a_forked_child(monkeypatch):
     """A process forked after the shared pool ran (a user's multiprocessing workers) still

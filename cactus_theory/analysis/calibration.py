@@ -33,7 +33,6 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorem 3 (the paper's
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,10 +241,13 @@ def _illinois(excess, lo, hi, steps=REFINE_STEPS):
     return lo, hi
 
 
-def _grid(top):
-    top = float(top) if math.isfinite(top) else DELTA_CAP
-    top = max(top, DELTA_MIN * 10)
-    return np.concatenate([[0.0], np.geomspace(DELTA_MIN, top, GRID_POINTS - 1)])
+def _grids(tops):
+    """Per row, 0 and a geometric grid of ``GRID_POINTS - 1`` deltas from ``DELTA_MIN`` up to
+    the row's top (``DELTA_CAP`` where infinite, at least ``10 DELTA_MIN``), shape (n, G);
+    one vectorized ``geomspace`` (the same floats as a call per row)."""
+    top = np.maximum(np.where(np.isfinite(tops), tops, DELTA_CAP), DELTA_MIN * 10)
+    return np.concatenate([np.zeros((top.shape[0], 1)),
+                           np.geomspace(DELTA_MIN, top, GRID_POINTS - 1, axis=-1)], axis=-1)
 
 
 def calibrate_delta(target_probs, draft_probs, eps, *, base="taylor", divergence="kl",
@@ -292,7 +294,7 @@ def calibrate_delta(target_probs, draft_probs, eps, *, base="taylor", divergence
     chunk = max(1, int(CHUNK_ELEMENTS // (GRID_POINTS * V)))
     for start in range(0, N if eps > 0 else 0, chunk):
         sl = slice(start, min(N, start + chunk))
-        grids = np.stack([_grid(s) for s in sat[sl]])                      # (n, G)
+        grids = _grids(sat[sl])                                            # (n, G)
         D = _curve_grid(qf[sl], pf[sl], grids, base, d.name, m)            # (n, G)
         over = D > eps
         anyover = over.any(axis=-1)
@@ -425,7 +427,7 @@ def global_delta(target_probs, draft_probs, eps, *, statistic="mean", base="tayl
     if eps == 0:
         lo = 0.0
     else:
-        grid = _grid(sat)
+        grid = _grids(np.array([sat]))[0]
         D, _ = _curve(q2, p2, grid, base, d.name, m)          # (N, G)
         vals = np.array([_stat(D[:, j], statistic) for j in range(grid.size)])
         over = np.flatnonzero(vals > eps)
