@@ -207,10 +207,8 @@ _SEARCH_CHUNK = 16384
 
 #: Rows of at most this many entries are searched by comparing every value with every
 #: entry, all rows at once (V^2 comparisons a row), instead of one ``searchsorted`` call a
-#: row: measured 0.1-0.35 against 20-23 us a row at V = 2-6, 11 against 31 at V = 64, even
-#: at V = 128 (the per-row call's overhead is about 20 us; the calibration's grids are
-#: many short rows).
-_COMPARE_MAX_V = 64
+#: row: measured 0.5 against 2.0 us a row at V = 8, even at V = 32 (3.4 against 3.2 us).
+_COMPARE_MAX_V = 32
 
 #: Entries of the comparisons' boolean temporary per chunk of rows.
 _COMPARE_ELEMENTS = 1 << 22
@@ -219,9 +217,11 @@ _COMPARE_ELEMENTS = 1 << 22
 def _searchsorted_rows(xp, sorted_rows, values):
     """Per-row ``searchsorted(sorted_rows[r], values[r], side="left")`` (batch axes flattened).
 
-    numpy rows of at most :data:`_COMPARE_MAX_V` entries count, for each value v, the entries
-    s_j < v (the same integers for a sorted row without NaN), vectorized over rows; longer
-    rows call ``searchsorted`` once a row (on threads for long rows)."""
+    numpy: rows of at most :data:`_COMPARE_MAX_V` entries count, for each value v, the
+    entries s_j < v (the same integers for a sorted row without NaN), vectorized over rows;
+    longer rows call ``searchsorted`` once a row, and rows of ``2 * _SEARCH_CHUNK`` values or
+    more search only the window between their smallest and largest value, in chunks on
+    threads. torch: ``torch.searchsorted``."""
     if isinstance(sorted_rows, np.ndarray):
         V = sorted_rows.shape[-1]
         s2, v2 = sorted_rows.reshape(-1, V), values.reshape(-1, values.shape[-1])
@@ -231,6 +231,12 @@ def _searchsorted_rows(xp, sorted_rows, values):
             for a in range(0, s2.shape[0], step):
                 np.sum(s2[a:a + step, None, :] < v2[a:a + step, :, None], axis=-1,
                        out=out[a:a + step])
+            return out.reshape(values.shape)
+        if v2.shape[-1] < 2 * _SEARCH_CHUNK:
+            # one call a row, nothing around it (the window and the chunking cost about
+            # 20 us a row: 40 against 15 us a row at V = 129, the real data's compact rows)
+            for r in range(s2.shape[0]):
+                out[r] = s2[r].searchsorted(v2[r], side="left")
             return out.reshape(values.shape)
         for r in range(s2.shape[0]):
             # only the entries between the smallest and the largest value can separate them:
