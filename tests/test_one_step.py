@@ -265,7 +265,6 @@ def test_sorted_search_of_short_rows_is_the_same(monkeypatch, V):
         monkeypatch.undo()
 
 
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_thread_chunks_work_in_a_forked_child(monkeypatch):
     """A process forked after the shared pool ran (a user's multiprocessing workers) still

@@ -41,7 +41,8 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import ARGMAX_BLOCK, RowTarget, TargetPlan, block_maxima, ratio_acceptance
+from .plans import (ARGMAX_BLOCK, RowTarget, TargetPlan, block_maxima, ratio_acceptance,
+                    split_blocks)
 from .registry import Knob, Rule, RuleSpec, register
 
 __all__ = ["Cascade", "CASCADE_RULES", "cascade_target", "masked_sum_by_blocks"]
@@ -141,12 +142,12 @@ def masked_sum_by_blocks(z, w, thr, z_blocks, k: int = SET_BLOCKS):
     top = z_blocks[..., :nb].topk(k + 1, dim=-1)
     covered = (top.values[..., k:] < thr).all()
     idx = top.indices[..., :k, None].expand(*z.shape[:-1], k, blk)
-    zs = torch.gather(z[..., :nb * blk].unflatten(-1, (nb, blk)), -2, idx)
-    ws = torch.gather(w[..., :nb * blk].unflatten(-1, (nb, blk)), -2, idx)
+    (z_whole, z_tail), (w_whole, w_tail) = split_blocks(z, blk), split_blocks(w, blk)
+    zs = torch.gather(z_whole, -2, idx)
+    ws = torch.gather(w_whole, -2, idx)
     fast = torch.where(zs >= thr[..., None], ws, 0.0).sum((-2, -1))[..., None]
-    if nb * blk < z.shape[-1]:
-        fast = fast + torch.where(z[..., nb * blk:] >= thr, w[..., nb * blk:], 0.0).sum(
-            -1, keepdim=True)
+    if z_tail is not None:
+        fast = fast + torch.where(z_tail >= thr, w_tail, 0.0).sum(-1, keepdim=True)
     if torch.compiler.is_compiling():
         return torch.cond(covered, lambda: fast.clone(), full)
     return fast if bool(covered) else full()
