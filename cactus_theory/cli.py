@@ -283,7 +283,7 @@ def _cmd_figures(args) -> int:
 def _args_benchmark(p):
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats per case (medians)")
     p.add_argument("--quick", action="store_true",
-                   help="smoke run (small batch, three rules, one sampler shape): not the goals' numbers")
+                   help="smoke run (small batch, five rules at a small sampler shape): not the goals' numbers")
     p.add_argument("--all-rules", action="store_true",
                    help="time every registered rule's sampler (default: one rule per family)")
     add_seed(p, "seed of the random (q, p) rows")

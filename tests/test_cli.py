@@ -179,9 +179,40 @@ def test_figures_default_writes_pdf_and_png(tmp_path, capsys):
 
 
 def test_benchmark_json(capsys):
+    """The quick run through the command line: every goal with its check, and the samplers'
+    rows checked against the full plan on the same inputs (each accept path the quick rules
+    take, fused and eager, and the recovery weights; the token cascade's other branch; the
+    entry validation, eager and fused). Its timings are not asserted."""
+    from cactus_theory.benchmark import QUICK_RULES, QUICK_SAMPLER_SHAPE
+
     data = run_json(capsys, "benchmark", "--repeats", "1", "--quick")
     assert data["quick"] is True and data["repeats"] == 1
-    assert data["goals"] and all(isinstance(g["passed"], bool) and g["check"] for g in data["goals"])
+    goals = data["goals"]
+    assert goals and all(isinstance(g["passed"], bool) and g["check"] for g in goals)
+    shape = "[{},{},{}]".format(*QUICK_SAMPLER_SHAPE)
+    samplers = [g for g in goals if g["goal"].startswith("sampler ")]
+    assert samplers and all(shape in g["goal"] for g in samplers)
+    checks = [g for g in samplers if "read pass" in g["goal"] and "validation" not in g["goal"]
+              and "fused, " not in g["goal"]]
+    assert len(checks) == 2 * len(QUICK_RULES)          # each rule fused (the goal) and eager
+    assert {g["goal"].split()[1] for g in checks} == set(QUICK_RULES)
+    for g in checks:
+        assert g["check"].startswith("ok") and "recovery" in g["check"], g
+    # at the smoke shape the speed targets are the full run's: the rows pass on their checks
+    assert sorted(g["target"] for g in checks) == ["<= 3 (full run)"] * 5 + ["reported"] * 5
+    assert all(g["passed"] for g in checks)
+    # the token cascade's other branch (its full masked sum), reported and checked
+    other = [g for g in samplers if "fused, " in g["goal"]]
+    assert [g["goal"].split(" [")[0] for g in other] == ["sampler cascade-token-v3 fused, alpha 0.999"]
+    assert other[0]["check"].startswith("ok") and other[0]["target"] == "reported"
+    vals = [g for g in samplers if "validation" in g["goal"]]
+    assert len(vals) == 2                               # eager and fused
+    assert all(v["check"].startswith("ok") and v["target"] == "reported" for v in vals)
+    ratio = [g for g in samplers if g["goal"].startswith("sampler exact-kl / taylor")]
+    assert len(ratio) == 2 and all(g["target"] == "<= 1.5 (full run)" for g in ratio)
+    # every check outside the samplers passed too (the spike, the emitted distributions,
+    # torch against numpy, the frontier against cvxpy)
+    assert all(g["check"].startswith("ok") for g in goals), [g for g in goals if "FAILED" in g["check"]]
 
 
 # --------------------------------------------------------------------------- errors

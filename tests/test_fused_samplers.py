@@ -103,8 +103,8 @@ def test_fused_recovery_weights_and_block_sums_equal_eager(name, knobs):
     """The fused recovery kernel returns the eager hooks' weights up to a factor per row
     (float32, same formulas, different operation order: 1e-6 of a row's mass) and their block sums (the float32 block
     sums of those weights to 1e-6), at one position per row. For the rules with a row target
-    (``BlockWeights``), the weights are its formula at every column. V = 1500 > SMALL_VOCAB:
-    the kernels compile with INDUCTOR_OPTIONS, as at real vocabulary sizes."""
+    (``BlockWeights``), the weights are its formula at every column. The compiled core's
+    formulas (``traced``), called eagerly here; whole blocks and a short last one."""
     q, p, ids, _ = _batch(B=8, k=3, V=1500, seed=4)
     k = ids.shape[1]
     sq, sp = q[:, :k].sum(-1), p.sum(-1)
@@ -136,8 +136,8 @@ def test_fused_call_equals_eager_call_with_the_same_stream(name):
     """Whole calls, fused and eager, from the same seeds: the same uniforms are drawn in the
     same order, so the outputs agree token for token (a decision could only flip where a
     uniform lies within float32 rounding of its threshold, which these seeds do not hit).
-    V = 2000 > SMALL_VOCAB: the kernels compiled with INDUCTOR_OPTIONS."""
-    q, p, ids, bonus = _batch(B=16, k=4, V=2000, seed=5)
+    V = 2500 > SMALL_VOCAB: the kernels compiled with INDUCTOR_OPTIONS."""
+    q, p, ids, bonus = _batch(B=16, k=4, V=2500, seed=5)
     out = {}
     for fused in (False, True):
         s = make_sampler(name, fused=fused)
@@ -150,16 +150,48 @@ def test_fused_call_equals_eager_call_with_the_same_stream(name):
     assert (out[True][:, 0] != -1).all()
 
 
+def _cond_sin_cos(x):
+    return torch.cond(x.sum() > 0, lambda: x.sin() + 1.0, lambda: x.cos() + 1.0)
+
+
+def _cond_sin_exp(x):
+    return torch.cond(x.sum() > 0, lambda: x.sin() + 1.0, lambda: x.exp() + 1.0)
+
+
+def test_cond_graphs_are_stored_in_the_fx_graph_cache():
+    """With CACHE_OPTIONS, a graph holding torch.cond is stored in inductor's FX graph cache
+    (inductor bypasses it for unmarked higher-order operators): a second kernel of the
+    same function (a new code object, traced again) loads it instead of compiling. A graph
+    that differs only in a branch gets its own entry: its result is its own branch's (the
+    false branch here), not the cached graph's."""
+    from torch._dynamo.utils import counters
+
+    x = -torch.linspace(0.1, 1.0, 16)          # sum < 0: the false branch
+    c = counters["inductor"]
+    bypass = c["fxgraph_cache_bypass"]
+    first = fused_kernels._Kernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
+    torch.testing.assert_close(first(x), x.cos() + 1.0)
+    hits = c["fxgraph_cache_hit"]
+    again = fused_kernels._Kernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
+    torch.testing.assert_close(again(x), x.cos() + 1.0)
+    assert c["fxgraph_cache_hit"] == hits + 1
+    other = fused_kernels._Kernel(_cond_sin_exp, copy=True, options=fused_kernels.CACHE_OPTIONS)
+    torch.testing.assert_close(other(x), x.exp() + 1.0)
+    assert c["fxgraph_cache_bypass"] == bypass
+    assert fused_kernels.compile_failure() is None
+
+
 def test_kernel_options_by_vocabulary_size():
-    """Inductor's defaults up to SMALL_VOCAB, INDUCTOR_OPTIONS above (per configured rule and
-    shape key)."""
+    """Inductor's defaults up to SMALL_VOCAB (8 blocks of 256: the block reductions are
+    unrolled there), INDUCTOR_OPTIONS above (per configured rule and shape key); the cache
+    options for every kernel."""
     from cactus_theory.samplers.base import _verify_core
 
     rule = make_sampler("interpolation", alpha=0.25).rule
     small = fused_kernels.compiled_for(rule, _verify_core, fused_kernels.SMALL_VOCAB, 2)
     large = fused_kernels.compiled_for(rule, _verify_core, fused_kernels.SMALL_VOCAB + 1, 2)
-    assert small.options is None
-    assert large.options == fused_kernels.INDUCTOR_OPTIONS
+    assert small.options == fused_kernels.CACHE_OPTIONS
+    assert large.options == {**fused_kernels.CACHE_OPTIONS, **fused_kernels.INDUCTOR_OPTIONS}
     assert fused_kernels.INDUCTOR_OPTIONS["realize_reads_threshold"] > 1000
 
 
@@ -235,15 +267,27 @@ def test_fused_ragged_layout_equals_eager():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_fused_half_precision_inputs_equal_eager(dtype):
-    """bf16 / fp16 inputs (cast to float32 inside, as the eager sampler does): the fused call
-    gives the eager call's tokens from the same seed."""
-    q, p, ids, bonus = _batch(B=12, k=3, V=1500, seed=8, dtype=dtype)
+    """bf16 / fp16 inputs (cast to float32 before the compiled core, as the eager sampler
+    casts them): the fused call gives the eager call's tokens from the same seed, and runs
+    the float32 inputs' kernel (the shape and rule of the whole-call test above: no kernel
+    of its own, no compile when that test ran first in this process)."""
+    from torch._dynamo.utils import counters
+
+    from cactus_theory.samplers.base import _verify_core
+
+    q, p, ids, bonus = _batch(B=16, k=4, V=2500, seed=8, dtype=dtype)
     out = {}
     for fused in (False, True):
         torch.manual_seed(4)
-        out[fused] = make_sampler("cactus-taylor", delta=0.4, fused=fused)(q, bonus, p, ids)
+        out[fused] = make_sampler("cactus-taylor", fused=fused)(q, bonus, p, ids)
     assert torch.equal(out[False], out[True])
     assert (out[True][:, 0] != -1).all()
+    # a float32 call after it adds no graph: the kernel took float32 tensors
+    before = counters["stats"]["unique_graphs"]
+    make_sampler("cactus-taylor", fused=True)(q.float(), bonus, p.float(), ids)
+    assert counters["stats"]["unique_graphs"] == before
+    rule = make_sampler("cactus-taylor").rule
+    assert fused_kernels.compiled_for(rule, _verify_core, 2500, 4).compiled is not None
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -601,7 +601,8 @@ def _recovery_path(rule, target, draft_probs, draft_ids, pos, state, sq, sp,
     rows = torch.arange(pos.shape[0], device=pos.device)
     n_r = draft_ids[rows, pos]
     if traced and q is None:
-        # float32 rows (bf16 / fp16 inputs: the cast fuses into the reads)
+        # float32 rows (the compiled core casts other dtypes first; a direct call with bf16 /
+        # fp16 rows: the cast fuses into the reads)
         x = target[rows, pos].to(torch.float32)
         y = draft_probs[rows, pos].to(torch.float32)
         sx, sy = sq[rows, pos], sp[rows, pos]
@@ -1025,6 +1026,12 @@ class RuleSampler(torch.nn.Module):
         sp = None if sums is None else sums[1]
         if self._traced_core(raw_target, raw_draft):
             u_acc, u_rec = u_acc(), u_rec()          # (the compiled core takes tensors)
+            # Other float dtypes are cast to float32 before the compiled core (the eager
+            # core's values): one kernel per rule and shape for every input dtype. Cast
+            # inside, bf16 rows made a kernel of their own, and with INDUCTOR_OPTIONS the
+            # casts nested into every expression: the Cactus-Taylor core at V = 1,500 took
+            # 92 s to compile for bf16 inputs against 25 s for float32.
+            target, draft_probs = _as_float32(target), _as_float32(draft_probs)
             out, accepted, counts_, invalid = fused_kernels.compiled_for(
                 self.rule, _verify_core, v, k)(
                 self.rule, True, target, bonus, draft_probs, draft_ids, None, None, u_acc,

@@ -76,9 +76,23 @@ INDUCTOR_OPTIONS = {"realize_reads_threshold": 1 << 20,
 
 #: Up to this vocabulary size the kernels compile with inductor's defaults: there a copy of
 #: a row costs little, and inductor unrolls reductions over at most 8 entries into
-#: expressions, which without realization nest into one another (a token cascade's core at
-#: V = 6 took 183 s to compile with :data:`INDUCTOR_OPTIONS`, 9 s without).
-SMALL_VOCAB = 1024
+#: expressions, which without realization nest into one another. The row sums and block
+#: maxima reduce over the blocks of 256 entries, so a row of at most 8 blocks (2,048
+#: entries) has such reductions. Measured compile times of the Cactus-Taylor core (B = 12,
+#: k = 3) with :data:`INDUCTOR_OPTIONS`: 90 s at V = 1,504 (6 blocks), 59 s at V = 2,000
+#: (8), 37 s at V = 2,049, 3,000 and 151,936; with the defaults at V = 1,505: 23 s. A token
+#: cascade's core at V = 6 took 183 s with :data:`INDUCTOR_OPTIONS`, 9 s without.
+SMALL_VOCAB = 8 * SUM_BLOCK
+
+#: Inductor options of every compiled kernel: the graphs that branch with ``torch.cond``
+#: (TAS's entropy, fuzzy SD's bounds, the token cascades' masked sums) may be stored in
+#: inductor's on-disk FX graph cache. Inductor bypasses that cache for every higher-order
+#: operator unless it is marked (keyed here by torch's version), so these cores compiled
+#: afresh in every process (15-35 s per rule and shape). The branches are part of the key:
+#: a graph module is hashed with its submodules' code, so two graphs that differ only in a
+#: branch get different keys (tested).
+CACHE_OPTIONS = {"unsafe_marked_cacheable_functions":
+                 {"torch.ops.higher_order.cond": torch.__version__}}
 
 _failure: str | None = None
 _lock = threading.Lock()
@@ -179,15 +193,16 @@ def compiled_for(rule, fn, *shape_key):
     """``fn`` compiled for one configured rule and ``shape_key`` (the samplers pass the
     vocabulary size and k): a copy of its code per key, so that dynamo's recompile limit
     counts the batch sizes of one configuration only, and only the batch axis turns dynamic
-    (a kernel with a symbolic vocabulary size is slower). Vocabularies larger than
-    :data:`SMALL_VOCAB` compile with :data:`INDUCTOR_OPTIONS`."""
+    (a kernel with a symbolic vocabulary size is slower). Every kernel compiles with
+    :data:`CACHE_OPTIONS`; vocabularies larger than :data:`SMALL_VOCAB` also with
+    :data:`INDUCTOR_OPTIONS`."""
     key = (fn.__module__, fn.__qualname__, type(rule), repr(rule), *shape_key)
     with _lock:
         k = _PER_RULE.get(key)
         if k is None:
             large = bool(shape_key) and shape_key[0] > SMALL_VOCAB
-            k = _PER_RULE[key] = _Kernel(fn, copy=True,
-                                         options=INDUCTOR_OPTIONS if large else None)
+            k = _PER_RULE[key] = _Kernel(fn, copy=True, options={
+                **CACHE_OPTIONS, **(INDUCTOR_OPTIONS if large else {})})
     return k
 
 
