@@ -158,10 +158,16 @@ def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
     assert set(ref[~at_t].ravel()) == {False, True}
 
 
-def test_exact_test_runs_on_the_undecided_rows_only():
-    """The compiled CPU sampler calls the exact test on [n, V] rows, n = the undecided rows: 0
-    when T is far from every row's divergence, the rows at T otherwise. The eager sampler
-    takes the exact test on every row (its unfused bounds would cost more passes)."""
+def test_exact_test_runs_on_the_undecided_rows_only(monkeypatch):
+    """The fused CPU sampler's core calls the exact test on [n, V] rows, n = the undecided
+    rows: 0 when T is far from every row's divergence, the rows at T otherwise. The eager
+    sampler takes the exact test on every row (its unfused bounds would cost more passes).
+    The fused core runs uncompiled here (the selection runs between its two graphs, in
+    Python, either way; the compiled core's decisions are tested above): three thresholds
+    would be three compiles."""
+    from cactus_theory.samplers import fused as fused_kernels
+
+    monkeypatch.setattr(fused_kernels, "compiled_for", lambda rule, fn, *key: fn)
     q, p, ids = _rows(seed=1)
     k = ids.shape[1]
     bonus = torch.zeros(q.shape[0], 1, dtype=torch.int64)
