@@ -22,7 +22,7 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
 * ``analysis_rows_per_s``: :func:`cactus_theory.analysis.one_step.analyze` on a batch of rows,
   numpy vs torch (CPU, and CUDA where available), rows per second (checked: same numbers).
 * ``sampler/<rule>/<shape>``: each rule's batched torch sampler over one read pass of p and q
-  (``q.sum(-1), p.sum(-1)``), float32, 2 threads: the fused sampler (``fused=True``, the
+  (``q.sum(-1), p.sum(-1)``), float32, :data:`SAMPLER_THREADS` threads (``threads``): the fused sampler (``fused=True``, the
   compiled kernels of :mod:`cactus_theory.samplers.fused`) at most 3, the eager one (the
   default) reported (checked, for each: the accept probabilities of the path forward takes,
   on the un-normalized rows, and the recovery weights the inverse CDF draws from,
@@ -62,10 +62,13 @@ DELTA = 0.1
 SAMPLER_SHAPES = ((32, 8, 32_000), (8, 4, 151_936))
 #: The quick run's samplers: one rule for each of the checked accept paths (from values,
 #: from the spike with the host root and with the closed form, top-k's counting, a token
-#: cascade's row target and its other branch), at a small shape, so that a smoke run compiles
-#: its kernels in seconds.
+#: cascade's row target and its other branch), at a small shape: 7 whole 256-token blocks and a
+#: short one (the test suite's fused tests use the same shape, so that its kernels are
+#: compiled once for both).
 QUICK_RULES = ("sps", "cactus-taylor", "cactus-exact-kl", "topk", "cascade-token-v3")
-QUICK_SAMPLER_SHAPE = (4, 2, 512)
+QUICK_SAMPLER_SHAPE = (16, 4, 2000)
+#: Intra-op torch threads of the sampler timings (the issue's measuring condition: CPU, 2).
+SAMPLER_THREADS = 2
 
 
 def median_time(fn, repeats: int = 5) -> float:
@@ -316,7 +319,7 @@ _FALLBACKS = (("fuzzy", {}, 1.0, "exact JS on every row"),
               ("cascade-token-v3", {"alpha": 0.999}, 1.0, "alpha 0.999"))
 
 
-def _bench_samplers(rules, shapes, repeats):
+def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
     import torch
 
     repeats = SAMPLER_PAIRS * repeats
@@ -326,8 +329,8 @@ def _bench_samplers(rules, shapes, repeats):
     from .samplers.fused import block_sums
 
     out = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
         gen = torch.Generator().manual_seed(0)
         for B, k, V in shapes:
@@ -456,7 +459,7 @@ def _bench_samplers(rules, shapes, repeats):
                                  f"[{B},{k},{V}]", f"{te * 1e3:.1f} ms vs {tt * 1e3:.1f} ms",
                                  te / tt, "<= 1.5", te / tt <= 1.5, True, "same run"))
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
     return out
 
 
@@ -530,7 +533,7 @@ FAMILY_RULES = ("sps", "cactus-taylor", "cactus-exact", "interpolation", "topk",
 
 
 def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
-                   all_rules: bool = False) -> BenchmarkReport:
+                   all_rules: bool = False, threads: int = SAMPLER_THREADS) -> BenchmarkReport:
     """Measure every goal (module docstring) in one run.
 
     Parameters
@@ -547,6 +550,10 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
     all_rules : bool
         Time every registered rule's sampler (default: :data:`FAMILY_RULES`, one per family;
         the slowest rules, e.g. Mentored decoding's per-row root, take minutes each on a CPU).
+    threads : int
+        Intra-op torch threads of the sampler timings (>= 1; default 2, the goals'
+        condition), restored afterwards. The fused kernels are compiled for the thread count
+        they run with.
 
     Returns
     -------
@@ -555,6 +562,9 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
     if int(repeats) != repeats or repeats < 1:
         raise ValueError(f"repeats: must be an integer >= 1, got {repeats}")
     repeats = int(repeats)
+    if isinstance(threads, bool) or int(threads) != threads or threads < 1:
+        raise ValueError(f"threads: must be an integer >= 1, got {threads}")
+    threads = int(threads)
     allocator = "glibc, freed memory kept (mallopt)" if keep_freed_memory() else "default"
     q, p = correlated_pair(VOCAB, seed=seed)
     goals = [_bench_spike(q, repeats)]
@@ -572,7 +582,7 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
     else:
         rules = tuple(sorted(RULES)) if all_rules else FAMILY_RULES
         shapes = SAMPLER_SHAPES
-    sampler_goals = _bench_samplers(rules, shapes, repeats)
+    sampler_goals = _bench_samplers(rules, shapes, repeats, threads)
     if quick:
         # at the smoke shape the per-call overhead, not the reads, sets the ratios: the
         # sampler rows there judge their checks only (the goals are the full run's)
@@ -582,4 +592,4 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
     goals += sampler_goals
     goals += _bench_frontier(repeats, quick)
     return BenchmarkReport(tuple(goals), repeats, bool(quick),
-                           {**_environment(), "allocator": allocator})
+                           {**_environment(), "allocator": allocator, "sampler_threads": threads})

@@ -22,3 +22,57 @@ def _mid_knobs(spec):
 CONFIGS = [(n, n, {}) for n in RULES.all_names()] + [
     (f"{n}[{','.join(f'{k}={v:g}' for k, v in _mid_knobs(s).items())}]", n, _mid_knobs(s))
     for n, s in RULES.items() if _mid_knobs(s)]
+
+
+#: The sampler configurations whose ``fused=True`` call compiles the whole core (a fast accept
+#: path): every accept path and recovery of samplers/fused.py. The five rules of the quick
+#: benchmark (cactus_theory.benchmark.QUICK_RULES) at their defaults, the others with knobs
+#: that keep their law away from a degenerate one (or one knob per variant of the path).
+FUSED_CONFIGS = [("sps", {}), ("cactus-taylor", {}), ("cactus-exact-kl", {}),
+                 ("cactus-exact-hellinger", {"delta": 0.05}), ("interpolation", {}), ("topk", {}),
+                 ("tas", {}), ("tas", {"entropy": "exact", "recovery": "truncated"}),
+                 ("cascade-chow", {}), ("cascade-diff", {}), ("cascade-opt", {"alpha": 0.3}),
+                 ("cascade-token-v1", {}), ("cascade-token-v2", {}), ("cascade-token-v3", {}),
+                 ("fuzzy", {}), ("fuzzy", {"fsd_div_type": "kl_div", "fsd_div_threshold": 2.9}),
+                 ("fuzzy", {"fsd_div_type": "kl_div_reversed", "fsd_div_threshold": 2.9}),
+                 ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8})]
+
+#: The one call shape (B, k, V) of every test of a compiled core: each configuration's
+#: kernel is specialized to its shape (a new batch size compiles once more, with a dynamic
+#: batch axis), so the tests of one configuration share one kernel: one compile (~15-40 s
+#: each on 2 shared cores) instead of one per test. V = 2,000: 7 whole 256-entry blocks and
+#: a short one of 208, within SMALL_VOCAB: inductor's default options, whose kernels compile
+#: in about two thirds of the time of the lifted ones above it (measured 24 and 27 s against
+#: 32 and 40 s for cascade-opt and Cactus-Taylor at V = 2,048 / 2,500). The formulas are the
+#: same (the options only decide which intermediates are stored); a lifted whole call is
+#: tested by the ragged-layout test (V = 2,500), the thresholds by
+#: test_kernel_options_by_vocabulary_size. The quick benchmark samples at the same shape (its
+#: QUICK_SAMPLER_SHAPE, checked in test_cli.py).
+FUSED_SHAPE = (16, 4, 2000)
+
+#: Tests of the quick benchmark's rules go with the benchmark's own test (test_cli.py).
+QUICK_GROUP = "fused-quick"
+
+
+def fused_config_id(name, knobs):
+    return name + "".join(f"[{k}={v}]" for k, v in knobs.items())
+
+
+def fused_group(name, knobs):
+    """The xdist group of a fused configuration's tests (see :func:`fused_params`)."""
+    from cactus_theory.benchmark import QUICK_RULES
+
+    return QUICK_GROUP if name in QUICK_RULES and not knobs else \
+        f"fused-{fused_config_id(name, knobs)}"
+
+
+def fused_params(configs=None):
+    """``pytest.param(name, knobs)`` for each fused configuration, in the xdist group of its
+    kernel: run with ``--dist loadgroup`` (./dev test), every test of one configuration runs in
+    the same worker process, which compiles its kernel once (in another process it would be
+    compiled again, or read back from inductor's disk cache at best)."""
+    import pytest
+
+    return [pytest.param(name, knobs, id=fused_config_id(name, knobs),
+                         marks=pytest.mark.xdist_group(fused_group(name, knobs)))
+            for name, knobs in (FUSED_CONFIGS if configs is None else configs)]

@@ -14,6 +14,7 @@ import pytest
 from cactus_theory import cli
 from cactus_theory.cli import SUBCOMMANDS, main, parse_knobs
 from cactus_theory.inputs import load_pairs
+from rule_configs import FUSED_SHAPE, QUICK_GROUP
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,15 +179,20 @@ def test_figures_default_writes_pdf_and_png(tmp_path, capsys):
     assert (tmp_path / "gamma.pdf").read_bytes()[:5] == b"%PDF-"
 
 
+@pytest.mark.xdist_group(QUICK_GROUP)
 def test_benchmark_json(capsys):
     """The quick run through the command line: every goal with its check, and the samplers'
     rows checked against the full plan on the same inputs (each accept path the quick rules
     take, fused and eager, and the recovery weights; the token cascade's other branch; the
-    entry validation, eager and fused). Its timings are not asserted."""
+    entry validation, eager and fused). Its timings are not asserted. One sampler thread, the
+    fused tests' own, at their shape: in the test run the quick rules' kernels are those of
+    test_fused_samplers.py (the same xdist group, one compile for both)."""
     from cactus_theory.benchmark import QUICK_RULES, QUICK_SAMPLER_SHAPE
 
-    data = run_json(capsys, "benchmark", "--repeats", "1", "--quick")
+    assert QUICK_SAMPLER_SHAPE == FUSED_SHAPE
+    data = run_json(capsys, "benchmark", "--repeats", "1", "--quick", "--threads", "1")
     assert data["quick"] is True and data["repeats"] == 1
+    assert data["environment"]["sampler_threads"] == 1
     goals = data["goals"]
     assert goals and all(isinstance(g["passed"], bool) and g["check"] for g in goals)
     shape = "[{},{},{}]".format(*QUICK_SAMPLER_SHAPE)
@@ -265,6 +271,7 @@ BAD = [
     (["analyze", *QP, "--rules", "sps", "--knob", "zzz=1"], "knob"),
     (["calibrate", *QP, "--eps", "0.1", "--rule", "nope"], "rule"),
     (["benchmark", "--repeats", "0"], "repeats"),
+    (["benchmark", "--threads", "0"], "threads"),
 ]
 
 

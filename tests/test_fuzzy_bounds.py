@@ -19,6 +19,7 @@ from cactus_theory.rules import get_rule
 from cactus_theory.rules.fuzzy import (JS_BOUND_MARGIN, JS_SUM_RATIO_TOL, js_bounds_from_rows,
                                        js_bounds_in_sum_pass)
 from cactus_theory.samplers import make_sampler
+from rule_configs import FUSED_SHAPE, fused_group
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -120,19 +121,46 @@ def _rows(B=6, k=3, V=3000, seed=0):
     return q, p, ids
 
 
+def _rows_with_one_at(T, normalized):
+    """:func:`_rows` at FUSED_SHAPE (the fused tests' kernel), normalized or not, with the
+    draft row of the largest divergence (above T) moved towards its target row until its
+    float64 divergence is T (Brent's root of JS(q, (1 - t) p + t q) - T, a decreasing
+    function of t; the row keeps its sum)."""
+    from scipy.optimize import brentq
+
+    B, k, V = FUSED_SHAPE
+    q, p, ids = _rows(B=B, k=k, V=V)
+    if normalized:
+        q, p = q / q.sum(-1, keepdim=True), p / p.sum(-1, keepdim=True)
+    qq = (q[:, :k] / q[:, :k].sum(-1, keepdim=True)).double().numpy()
+    pp = (p / p.sum(-1, keepdim=True)).double().numpy()
+    js = np.array([[_js64(qq[b, i], pp[b, i]) for i in range(k)] for b in range(B)])
+    b, i = np.unravel_index(np.argmax(js), js.shape)
+    assert js[b, i] > T
+    t = brentq(lambda t: _js64(qq[b, i], (1 - t) * pp[b, i] + t * qq[b, i]) - T, 0.0, 1.0,
+               xtol=1e-15)
+    p = p.clone()
+    p[b, i] = torch.tensor(((1 - t) * pp[b, i] + t * qq[b, i]) * float(p[b, i].double().sum()))
+    return q, p, ids
+
+
+@pytest.mark.xdist_group(fused_group("fuzzy", {}))
 @pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
 @pytest.mark.parametrize("normalized", [False, True], ids=["scaled-rows", "softmax-rows"])
 def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
-    """T = JS of one row (float64): that row is left undecided by the bounds, so the exact
-    test runs on it; every row's decision, through forward (``last_accepted``: the
-    non-causal accept matrix) and through the accept path, equals 1[JS <= T] in float64, except
-    a row within 1e-5 of T (the exact test's float32 entropy terms of size log V cancel:
-    documented in ``FuzzySpeculative.accept_probs_from_rows``). The rows exercise both
-    decisions. Softmax rows (sums within 1e-3 of each other) take the one-pass bounds;
-    rows scaled by 0.5-1.5 take the bounds on the normalized rows."""
-    q, p, ids = _rows()
-    if normalized:
-        q, p = q / q.sum(-1, keepdim=True), p / p.sum(-1, keepdim=True)
+    """T = 0.4 (the default) = JS of one row (float64; the row built so): that row is left
+    undecided by the bounds, so the exact test runs on it; every row's decision, through
+    forward (``last_accepted``: the non-causal accept matrix) and through the accept path,
+    equals 1[JS <= T] in float64, except a row within 1e-5 of T (the exact test's float32
+    entropy terms of size log V cancel: documented in
+    ``FuzzySpeculative.accept_probs_from_rows``). The rows exercise both decisions. Softmax
+    rows (sums within 1e-3 of each other) take the one-pass bounds; rows scaled by 0.5-1.5
+    take the bounds on the normalized rows. The default rule at FUSED_SHAPE: the kernel of the
+    fused fuzzy tests (test_fused_samplers.py)."""
+    s = make_sampler("fuzzy", fused=fused)
+    rule = s.rule
+    T = rule.fsd_div_threshold
+    q, p, ids = _rows_with_one_at(T, normalized)
     k_ = ids.shape[1]
     off = (p.sum(-1) / q[:, :k_].sum(-1) - 1.0).abs()
     assert bool((off <= JS_SUM_RATIO_TOL).all()) == normalized
@@ -140,9 +168,6 @@ def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
     qq = (q[:, :k] / q[:, :k].sum(-1, keepdim=True)).double().numpy()
     pp = (p / p.sum(-1, keepdim=True)).double().numpy()
     js = np.array([[_js64(qq[b, i], pp[b, i]) for i in range(k)] for b in range(q.shape[0])])
-    T = float(np.sort(js, axis=None)[js.size // 2])     # one row's own divergence
-    s = make_sampler("fuzzy", fused=fused, fsd_div_threshold=T)
-    rule = s.rule
     sq, sp = q[:, :k].sum(-1), p.sum(-1)
     accept, undecided = rule.accept_decided_from_rows(q[:, :k], p, ids, sq, sp)
     at_t = np.abs(js - T) <= 1e-5

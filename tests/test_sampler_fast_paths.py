@@ -17,6 +17,7 @@ from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.rules.tas import tas_threshold
 from cactus_theory.solvers.spike import exact_spike
+from rule_configs import FUSED_SHAPE, fused_params
 
 #: False-alarm rate of each chi-square test (seeds fixed: deterministic outcome; a correct
 #: sampler with an arbitrary seed fails at this rate).
@@ -170,12 +171,11 @@ def test_recovery_draw_law_matches_exact_analysis(name, knobs, fused):
         assert _chisquare_ok(counts, r / r.sum(), N), f"{name}, n = {n_tok}: {counts} vs {r}"
 
 
-@FUSED
 @pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
-def test_emitted_law_fast_paths(name, knobs, fused):
+def test_emitted_law_fast_paths(name, knobs):
     """One position, no raw distributions given (the fast accept paths run), un-normalized
     float32 rows: the emitted token follows h_alg of the float64 analysis (chi-square,
-    n = 20,000, ALPHA)."""
+    n = 20,000, ALPHA). The eager sampler; the compiled one in test_fused_emitted_law."""
     q, p = _pair(9)
     V, N = len(q), 20_000
     rule = get_rule(name, **knobs)
@@ -185,9 +185,59 @@ def test_emitted_law_fast_paths(name, knobs, fused):
     pt = torch.tensor(p * 0.4, dtype=torch.float32).expand(N, 1, V)
     ids = torch.multinomial(torch.tensor(p).expand(N, V), 1, replacement=True, generator=g)
     torch.manual_seed(12)
-    out = make_sampler(rule, fused=fused)(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
+    out = make_sampler(rule)(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
     counts = np.bincount(out[:, 0].numpy(), minlength=V).astype(float)
     assert _chisquare_ok(counts, h, N), f"{name}: {counts} vs {N * h}"
+
+
+def _law_pairs(V, seed=9):
+    """Two (q, p) pairs over V tokens, every entry positive: 97% of each row's mass on six
+    tokens spread over the blocks (the first, middle ones, the short last block), 3% over the
+    rest (the recovery draws there too). Pair 0: q and p on the same six tokens in opposite
+    order (Cactus and SpS reject often); pair 1: q's mass on three of them, p's on the other
+    three (the divergence-gated rules, fuzzy SD and the token cascades, take their other
+    branch)."""
+    rng = np.random.default_rng(seed)
+    heavy = np.array([3, 300, 777, 1024, 1800, V - 1])
+    pairs = []
+    for spots in ((heavy, heavy[::-1]), (heavy[:3], heavy[3:])):
+        pair = []
+        for where in spots:
+            x = 0.03 * rng.dirichlet(np.full(V, 0.5))
+            x[where] += 0.97 * np.sort(rng.dirichlet(np.full(len(where), 1.5)))[::-1]
+            pair.append(x / x.sum())
+        pairs.append(pair)
+    return pairs
+
+
+@pytest.mark.parametrize("name, knobs", fused_params())
+def test_fused_emitted_law(name, knobs):
+    """The compiled core (``fused=True``) at FUSED_SHAPE, un-normalized float32 rows (q x 2.5,
+    p x 0.4): the token emitted at the first position follows h_alg of the float64 analysis,
+    for two (q, p) pairs in the same calls (rows 0-7 and 8-15; chi-square per pair, n =
+    10,000 draws each, cells of expected count < 5 pooled (the 3% tail), ALPHA each). The
+    batch size stays FUSED_SHAPE's (the configuration's one kernel): 1,250 calls."""
+    B, k, V = FUSED_SHAPE
+    rule = get_rule(name, **knobs)
+    pairs = _law_pairs(V)
+    half = B // 2
+    qt = torch.cat([torch.tensor(q * 2.5, dtype=torch.float32).expand(half, k + 1, V)
+                    for q, _ in pairs]).contiguous()
+    pt = torch.cat([torch.tensor(p * 0.4, dtype=torch.float32).expand(half, k, V)
+                    for _, p in pairs]).contiguous()
+    calls = 10_000 // half
+    g = torch.Generator().manual_seed(11)
+    ids = torch.cat([torch.multinomial(torch.tensor(p), calls * half * k, replacement=True,
+                                       generator=g).reshape(calls, half, k) for _, p in pairs], 1)
+    bonus = torch.zeros(B, 1, dtype=torch.int64)
+    s = make_sampler(rule, fused=True)
+    torch.manual_seed(12)
+    first = torch.stack([s(qt, bonus, pt, ids[c])[:, 0] for c in range(calls)])
+    for i, (q, p) in enumerate(pairs):
+        h = emitted_distribution(rule, q, p)
+        tokens = first[:, i * half:(i + 1) * half].reshape(-1)
+        counts = np.bincount(tokens.numpy(), minlength=V).astype(float)
+        assert _chisquare_ok(counts, h, calls * half), f"{name}, pair {i}"
 
 
 # --- accept paths and hooks against the full plan ---------------------------------------------
