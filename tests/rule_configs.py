@@ -24,18 +24,30 @@ CONFIGS = [(n, n, {}) for n in RULES.all_names()] + [
     for n, s in RULES.items() if _mid_knobs(s)]
 
 
-#: The sampler configurations whose ``fused=True`` call compiles the whole core (a fast accept
-#: path): every accept path and recovery of samplers/fused.py. The five rules of the quick
-#: benchmark (cactus_theory.benchmark.QUICK_RULES) at their defaults, the others with knobs
-#: that keep their law away from a degenerate one (or one knob per variant of the path).
-FUSED_CONFIGS = [("sps", {}), ("cactus-taylor", {}), ("cactus-exact-kl", {}),
-                 ("cactus-exact-hellinger", {"delta": 0.05}), ("interpolation", {}), ("topk", {}),
-                 ("tas", {}), ("tas", {"entropy": "exact", "recovery": "truncated"}),
-                 ("cascade-chow", {}), ("cascade-diff", {}), ("cascade-opt", {"alpha": 0.3}),
-                 ("cascade-token-v1", {}), ("cascade-token-v2", {}), ("cascade-token-v3", {}),
-                 ("fuzzy", {}), ("fuzzy", {"fsd_div_type": "kl_div", "fsd_div_threshold": 2.9}),
-                 ("fuzzy", {"fsd_div_type": "kl_div_reversed", "fsd_div_threshold": 2.9}),
-                 ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8})]
+#: Rules whose sampler takes a fast path when no raw distributions are given, with knobs that
+#: keep their law on a 6-token pair away from a degenerate one (or one knob per variant of a
+#: path): the eager fast paths' law and plan tests (test_sampler_fast_paths.py).
+FAST_RULES = [("sps", {}), ("cactus-taylor", {"delta": 0.3}), ("cactus-exact-kl", {"delta": 0.3}),
+              ("cactus-exact-hellinger", {"delta": 0.05}), ("interpolation", {}), ("topk", {"topk": 2}),
+              ("tas", {}), ("tas", {"entropy": "exact", "recovery": "truncated"}),
+              ("cascade-chow", {}), ("cascade-diff", {}), ("cascade-opt", {"alpha": 0.3}),
+              ("cascade-token-v1", {}), ("cascade-token-v2", {}), ("cascade-token-v3", {}),
+              ("fuzzy", {}), ("fuzzy", {"fsd_div_type": "kl_div", "fsd_div_threshold": 2.9}),
+              ("fuzzy", {"fsd_div_type": "kl_div_reversed", "fsd_div_threshold": 2.9}),
+              ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8})]
+FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
+
+
+def _fused_configs():
+    from cactus_theory.benchmark import QUICK_RULES
+
+    return [(n, {} if n in QUICK_RULES else k) for n, k in FAST_RULES]
+
+
+#: The same paths through the compiled core (``fused=True``): every accept path and recovery
+#: of samplers/fused.py, with the five rules of the quick benchmark
+#: (cactus_theory.benchmark.QUICK_RULES) at their defaults, the benchmark's own kernels.
+FUSED_CONFIGS = _fused_configs()
 
 #: The one call shape (B, k, V) of every test of a compiled core: each configuration's
 #: kernel is specialized to its shape (a new batch size compiles once more, with a dynamic

@@ -17,22 +17,11 @@ from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.rules.tas import tas_threshold
 from cactus_theory.solvers.spike import exact_spike
-from rule_configs import FUSED_SHAPE, fused_params
+from rule_configs import FAST_IDS, FAST_RULES, FUSED_SHAPE, fused_params
 
 #: False-alarm rate of each chi-square test (seeds fixed: deterministic outcome; a correct
 #: sampler with an arbitrary seed fails at this rate).
 ALPHA = 1e-3
-
-#: Rules whose sampler takes a fast path when no raw distributions are given.
-FAST_RULES = [("sps", {}), ("cactus-taylor", {"delta": 0.3}), ("cactus-exact-kl", {"delta": 0.3}),
-              ("cactus-exact-hellinger", {"delta": 0.05}), ("interpolation", {}), ("topk", {"topk": 2}),
-              ("tas", {}), ("tas", {"entropy": "exact", "recovery": "truncated"}),
-              ("cascade-chow", {}), ("cascade-diff", {}), ("cascade-opt", {"alpha": 0.3}),
-              ("cascade-token-v1", {}), ("cascade-token-v2", {}), ("cascade-token-v3", {}),
-              ("fuzzy", {}), ("fuzzy", {"fsd_div_type": "kl_div", "fsd_div_threshold": 2.9}),
-              ("fuzzy", {"fsd_div_type": "kl_div_reversed", "fsd_div_threshold": 2.9}),
-              ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8})]
-FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 #: Every fast path both eager and through the compiled kernels of samplers/fused.py.
 FUSED = pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
