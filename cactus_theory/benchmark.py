@@ -22,12 +22,13 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
 * ``analysis_rows_per_s``: :func:`cactus_theory.analysis.one_step.analyze` on a batch of rows,
   numpy vs torch (CPU, and CUDA where available), rows per second (checked: same numbers).
 * ``sampler/<rule>/<shape>``: each rule's batched torch sampler over one read pass of p and q
-  (``q.sum(-1), p.sum(-1)``), float32, :data:`SAMPLER_THREADS` threads (``threads``): the fused sampler (``fused=True``, the
-  compiled kernels of :mod:`cactus_theory.samplers.fused`) at most 3, the eager one (the
-  default) reported (checked, for each: the accept probabilities of the path forward takes,
-  on the un-normalized rows, and the recovery weights the inverse CDF draws from,
-  normalized, equal the full plan's to 1e-5, the acceptance's difference scaled by its
-  condition number 1 + q_n/p_n). The fused kernels are compiled before the timing.
+  (``q.sum(-1), p.sum(-1)``), float32, on ``threads`` threads (:data:`SAMPLER_THREADS`): the
+  fused sampler (``fused=True``, the compiled kernels of :mod:`cactus_theory.samplers.fused`)
+  at most 3, the eager one (the default) reported (checked, for each: the accept
+  probabilities of the path forward takes, on the un-normalized rows, and the recovery
+  weights the inverse CDF draws from, normalized, equal the full plan's to 1e-5, the
+  acceptance's difference scaled by its condition number 1 + q_n/p_n). The fused kernels
+  are compiled before the timing.
 * ``sampler_exact_vs_taylor``: exact-root Cactus sampler over the Taylor one, at most 1.5,
   fused and eager.
 * the samplers' entry validation alone over the read pass (reported): the row sums and the

@@ -284,7 +284,7 @@ def _args_benchmark(p):
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats per case (medians)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run (small batch, five rules at a small sampler shape): not the goals' numbers")
-    p.add_argument("--threads", type=_positive_int, default=2,
+    p.add_argument("--threads", type=_positive_int, default=None,
                    help="intra-op torch threads of the sampler timings (default 2: the goals' condition)")
     p.add_argument("--all-rules", action="store_true",
                    help="time every registered rule's sampler (default: one rule per family)")
@@ -295,8 +295,9 @@ def _args_benchmark(p):
 def _cmd_benchmark(args) -> int:
     from .benchmark import run_benchmarks
 
+    threads = {} if args.threads is None else {"threads": args.threads}
     res = run_benchmarks(repeats=args.repeats, quick=args.quick, seed=args.seed,
-                         all_rules=args.all_rules, threads=args.threads)
+                         all_rules=args.all_rules, **threads)
     _emit(args, text=res.to_text(), data=res.to_dict())
     return 0
 

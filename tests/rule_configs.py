@@ -2,6 +2,7 @@
 
 import math
 
+from cactus_theory.benchmark import QUICK_RULES
 from cactus_theory.rules import RULES
 
 
@@ -38,16 +39,10 @@ FAST_RULES = [("sps", {}), ("cactus-taylor", {"delta": 0.3}), ("cactus-exact-kl"
 FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 
-def _fused_configs():
-    from cactus_theory.benchmark import QUICK_RULES
-
-    return [(n, {} if n in QUICK_RULES else k) for n, k in FAST_RULES]
-
-
 #: The same paths through the compiled core (``fused=True``): every accept path and recovery
 #: of samplers/fused.py, with the five rules of the quick benchmark
 #: (cactus_theory.benchmark.QUICK_RULES) at their defaults, the benchmark's own kernels.
-FUSED_CONFIGS = _fused_configs()
+FUSED_CONFIGS = [(n, {} if n in QUICK_RULES else k) for n, k in FAST_RULES]
 
 #: The one call shape (B, k, V) of every test of a compiled core: each configuration's
 #: kernel is specialized to its shape (a new batch size compiles once more, with a dynamic
@@ -72,13 +67,11 @@ def fused_config_id(name, knobs):
 
 def fused_group(name, knobs):
     """The xdist group of a fused configuration's tests (see :func:`fused_params`)."""
-    from cactus_theory.benchmark import QUICK_RULES
-
     return QUICK_GROUP if name in QUICK_RULES and not knobs else \
         f"fused-{fused_config_id(name, knobs)}"
 
 
-def fused_params(configs=None):
+def fused_params():
     """``pytest.param(name, knobs)`` for each fused configuration, in the xdist group of its
     kernel: run with ``--dist loadgroup`` (./dev test), every test of one configuration runs in
     the same worker process, which compiles its kernel once (in another process it would be
@@ -87,4 +80,4 @@ def fused_params(configs=None):
 
     return [pytest.param(name, knobs, id=fused_config_id(name, knobs),
                          marks=pytest.mark.xdist_group(fused_group(name, knobs)))
-            for name, knobs in (FUSED_CONFIGS if configs is None else configs)]
+            for name, knobs in FUSED_CONFIGS]
