@@ -123,8 +123,9 @@ def test_fused_call_equals_eager_call_with_the_same_stream(name, knobs):
     """Whole calls, fused and eager, from the same seeds: the same uniforms are drawn in the
     same order, so the outputs agree token for token (a decision could only flip where a
     uniform lies within float32 rounding of its threshold, which these seeds do not hit).
-    FUSED_SHAPE (several blocks and a short last one). The fused call really runs a compiled kernel: dynamo holds a compiled entry for the core's
-    code, and nothing fell back to eager."""
+    FUSED_SHAPE (several blocks and a short last one). The fused call really runs a compiled
+    kernel: dynamo holds a compiled entry for the core's code, and nothing fell back to
+    eager."""
     from cactus_theory.samplers.base import _verify_core
 
     B, k, V = FUSED_SHAPE

@@ -121,6 +121,13 @@ def _rows(B=6, k=3, V=3000, seed=0):
     return q, p, ids
 
 
+def _js_of_rows(q, p, k):
+    """float64 JS of each of the k draft positions' normalized rows, [B, k]."""
+    qq = (q[:, :k] / q[:, :k].sum(-1, keepdim=True)).double().numpy()
+    pp = (p / p.sum(-1, keepdim=True)).double().numpy()
+    return np.array([[_js64(qq[b, i], pp[b, i]) for i in range(k)] for b in range(q.shape[0])])
+
+
 def _rows_with_one_at(T, normalized):
     """:func:`_rows` at FUSED_SHAPE (the fused tests' kernel), normalized or not, with the
     draft row of the largest divergence (above T) moved towards its target row until its
@@ -132,15 +139,14 @@ def _rows_with_one_at(T, normalized):
     q, p, ids = _rows(B=B, k=k, V=V)
     if normalized:
         q, p = q / q.sum(-1, keepdim=True), p / p.sum(-1, keepdim=True)
-    qq = (q[:, :k] / q[:, :k].sum(-1, keepdim=True)).double().numpy()
-    pp = (p / p.sum(-1, keepdim=True)).double().numpy()
-    js = np.array([[_js64(qq[b, i], pp[b, i]) for i in range(k)] for b in range(B)])
+    js = _js_of_rows(q, p, k)
     b, i = np.unravel_index(np.argmax(js), js.shape)
     assert js[b, i] > T
-    t = brentq(lambda t: _js64(qq[b, i], (1 - t) * pp[b, i] + t * qq[b, i]) - T, 0.0, 1.0,
-               xtol=1e-15)
+    qn = (q[b, i] / q[b, i].sum()).double().numpy()
+    pn = (p[b, i] / p[b, i].sum()).double().numpy()
+    t = brentq(lambda t: _js64(qn, (1 - t) * pn + t * qn) - T, 0.0, 1.0, xtol=1e-15)
     p = p.clone()
-    p[b, i] = torch.tensor(((1 - t) * pp[b, i] + t * qq[b, i]) * float(p[b, i].double().sum()))
+    p[b, i] = torch.tensor(((1 - t) * pn + t * qn) * float(p[b, i].double().sum()))
     return q, p, ids
 
 
@@ -165,9 +171,7 @@ def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
     off = (p.sum(-1) / q[:, :k_].sum(-1) - 1.0).abs()
     assert bool((off <= JS_SUM_RATIO_TOL).all()) == normalized
     k = ids.shape[1]
-    qq = (q[:, :k] / q[:, :k].sum(-1, keepdim=True)).double().numpy()
-    pp = (p / p.sum(-1, keepdim=True)).double().numpy()
-    js = np.array([[_js64(qq[b, i], pp[b, i]) for i in range(k)] for b in range(q.shape[0])])
+    js = _js_of_rows(q, p, k)
     sq, sp = q[:, :k].sum(-1), p.sum(-1)
     accept, undecided = rule.accept_decided_from_rows(q[:, :k], p, ids, sq, sp)
     at_t = np.abs(js - T) <= 1e-5
