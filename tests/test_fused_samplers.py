@@ -177,6 +177,34 @@ def test_cond_graphs_are_stored_in_the_fx_graph_cache():
     assert fused_kernels.compile_failure() is None
 
 
+def test_each_kernel_copy_keeps_its_own_shape_memory():
+    """Dynamo's automatic dynamic shapes remember the sizes seen per (file, first line, name)
+    of a frame, in the process and in the cache directory (local profile-guided state). The
+    copies of one function (one per configured rule and shape key) have their own names, so
+    a copy's first call compiles static in its sizes even after another copy ran at other
+    sizes: row stats at V = 3 and then V = 5 (two copies) both record only concrete sizes.
+    Under one shared name the second copy marked V (and the batch) dynamic from its first
+    call: a slower kernel, and at FUSED_SHAPE a core whose C++ took g++ 30 s instead of 3."""
+    from torch._dynamo import pgo
+
+    seen = {}
+    for V in (3, 5):
+        x = torch.full((2, V), 1.0 / V)
+        (s, bad), = fused_kernels.row_stats(x)
+        torch.testing.assert_close(s, torch.ones(2))
+        code = fused_kernels.compiled_for(None, fused_kernels._row_stats, V).eager.__code__
+        seen[V] = pgo.get_code_state()[pgo.CodeId.make(code)].automatic_dynamic
+    assert fused_kernels.compile_failure() is None
+    for V, state in seen.items():
+        sizes = [e.size for e in state.values() if isinstance(e.size, tuple)]
+        assert (2, V) in sizes, (V, {n: e.render() for n, e in state.items()})
+        assert all(isinstance(d, int) for size in sizes for d in size), \
+            (V, {n: e.render() for n, e in state.items()})
+    names = {fused_kernels.compiled_for(None, fused_kernels._row_stats, V).eager.__name__
+             for V in seen}
+    assert len(names) == 2
+
+
 def test_kernel_options_by_vocabulary_size():
     """Inductor's defaults up to SMALL_VOCAB (8 blocks of 256: the block reductions are
     unrolled there), INDUCTOR_OPTIONS above (per configured rule and shape key); the cache

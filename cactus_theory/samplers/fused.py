@@ -45,6 +45,7 @@ its values, as the eager sampler does).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import types
 import warnings
@@ -152,14 +153,21 @@ class _Kernel:
     """One compiled function, with the eager function as its fallback.
 
     ``copy=True`` compiles a copy of the function's code object: dynamo keeps its cache (and
-    its recompile limit) per code object, so each configured rule gets its own. ``options``:
+    its recompile limit) per code object, so each configured rule gets its own. The copy is
+    named ``<name>__<tag>`` (``tag``: a digest of the caller's key): dynamo's automatic
+    dynamic shapes remember which sizes changed per (file, first line, name), in the process
+    and on disk (local profile-guided state in inductor's cache directory), so copies under
+    one name shared that memory: a second vocabulary size anywhere made every later copy
+    compile with a symbolic vocabulary and k from its first call, in every later process too
+    (slower kernels, and a main kernel of 1,450 lines that took g++ 30 s). ``options``:
     inductor's options for this kernel (None: its defaults).
     """
 
-    def __init__(self, fn, copy: bool = False, options=None):
+    def __init__(self, fn, copy: bool = False, options=None, tag: str = ""):
         if copy:
-            fn = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
-                                    fn.__defaults__, fn.__closure__)
+            name = f"{fn.__name__}__{tag}" if tag else fn.__name__
+            fn = types.FunctionType(fn.__code__.replace(co_name=name, co_qualname=name),
+                                    fn.__globals__, name, fn.__defaults__, fn.__closure__)
         self.eager = fn
         self.options = options
         self.compiled = None
@@ -201,7 +209,8 @@ def compiled_for(rule, fn, *shape_key):
         k = _PER_RULE.get(key)
         if k is None:
             large = bool(shape_key) and shape_key[0] > SMALL_VOCAB
-            k = _PER_RULE[key] = _Kernel(fn, copy=True, options={
+            tag = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
+            k = _PER_RULE[key] = _Kernel(fn, copy=True, tag=tag, options={
                 **CACHE_OPTIONS, **(INDUCTOR_OPTIONS if large else {})})
     return k
 
