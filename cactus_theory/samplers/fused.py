@@ -27,11 +27,12 @@ formulas allow and the many small operations around them into a few kernels:
 The formulas are the eager ones (the compiled functions call the same rule methods), so the
 law is unchanged; the numbers differ by float32 rounding (summation order; the row sums are
 as accurate as torch's pairwise sums: two levels). The first call compiles (seconds; 10-30 s
-per rule at V = 151,936 from a cold cache; inductor caches on disk) and a new shape may
-compile once more (then dynamic shapes). Each configured rule gets its own copy of the core,
-so that dynamo's per-function recompile limit is shared by the shapes of one rule only. If
-compiling fails (no C++ compiler, an unsupported backend), the kernels warn once and run
-eagerly from then on: the same formulas without the fusion.
+per rule at V = 151,936 from a cold cache; inductor caches on disk) and a new batch size
+compiles once more (then with a dynamic batch axis). Each configured rule, vocabulary size
+and k gets its own copy of the core (its own name), so that dynamo's per-function recompile
+limit and its memory of which sizes changed belong to that copy only: the vocabulary and k
+stay static in every kernel. If compiling fails (no C++ compiler, an unsupported backend),
+the kernels warn once and run eagerly from then on: the same formulas without the fusion.
 
 On the CPU the compiled kernels run on OpenMP threads (``torch.get_num_threads()`` when they
 were compiled) and open a parallel region per kernel, even a small one. When other processes
