@@ -167,8 +167,11 @@ class _Kernel:
     def __init__(self, fn, copy: bool = False, options=None, tag: str = ""):
         if copy:
             name = f"{fn.__name__}__{tag}" if tag else fn.__name__
-            fn = types.FunctionType(fn.__code__.replace(co_name=name, co_qualname=name),
-                                    fn.__globals__, name, fn.__defaults__, fn.__closure__)
+            names = {"co_name": name}
+            if hasattr(fn.__code__, "co_qualname"):  # Python >= 3.11
+                names["co_qualname"] = name
+            fn = types.FunctionType(fn.__code__.replace(**names), fn.__globals__, name,
+                                    fn.__defaults__, fn.__closure__)
         self.eager = fn
         self.options = options
         self.compiled = None
