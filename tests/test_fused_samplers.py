@@ -184,7 +184,7 @@ def test_each_kernel_copy_keeps_its_own_shape_memory():
     a copy's first call compiles static in its sizes even after another copy ran at other
     sizes: row stats at V = 3 and then V = 5 (two copies) both record only concrete sizes.
     Under one shared name the second copy marked V (and the batch) dynamic from its first
-    call: a slower kernel, and at FUSED_SHAPE a core whose C++ took g++ 30 s instead of 3."""
+    call: at FUSED_SHAPE a core whose C++ took g++ 30 s instead of 3."""
     from torch._dynamo import pgo
 
     seen = {}

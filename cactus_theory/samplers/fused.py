@@ -160,7 +160,8 @@ class _Kernel:
     and on disk (local profile-guided state in inductor's cache directory), so copies under
     one name shared that memory: a second vocabulary size anywhere made every later copy
     compile with a symbolic vocabulary and k from its first call, in every later process too
-    (slower kernels, and a main kernel of 1,450 lines that took g++ 30 s). ``options``:
+    (a main kernel of 1,450 lines that took g++ 30 s; the run time measured about the same,
+    within the machine's noise). ``options``:
     inductor's options for this kernel (None: its defaults).
     """
 
@@ -205,9 +206,9 @@ def compiled_for(rule, fn, *shape_key):
     """``fn`` compiled for one configured rule and ``shape_key`` (the samplers pass the
     vocabulary size and k): a copy of its code per key, so that dynamo's recompile limit
     counts the batch sizes of one configuration only, and only the batch axis turns dynamic
-    (a kernel with a symbolic vocabulary size is slower). Every kernel compiles with
-    :data:`CACHE_OPTIONS`; vocabularies larger than :data:`SMALL_VOCAB` also with
-    :data:`INDUCTOR_OPTIONS`."""
+    (a kernel with a symbolic vocabulary size and k takes longer to compile). Every kernel
+    compiles with :data:`CACHE_OPTIONS`; vocabularies larger than :data:`SMALL_VOCAB` also
+    with :data:`INDUCTOR_OPTIONS`."""
     key = (fn.__module__, fn.__qualname__, type(rule), repr(rule), *shape_key)
     with _lock:
         k = _PER_RULE.get(key)
