@@ -293,11 +293,11 @@ def _args_benchmark(p):
 
 
 def _cmd_benchmark(args) -> int:
-    from .benchmark import run_benchmarks
+    from .benchmark import SAMPLER_THREADS, run_benchmarks
 
-    threads = {} if args.threads is None else {"threads": args.threads}
     res = run_benchmarks(repeats=args.repeats, quick=args.quick, seed=args.seed,
-                         all_rules=args.all_rules, **threads)
+                         all_rules=args.all_rules,
+                         threads=SAMPLER_THREADS if args.threads is None else args.threads)
     _emit(args, text=res.to_text(), data=res.to_dict())
     return 0
 

@@ -197,9 +197,9 @@ def test_each_kernel_copy_keeps_its_own_shape_memory():
     assert fused_kernels.compile_failure() is None
     for V, state in seen.items():
         sizes = [e.size for e in state.values() if isinstance(e.size, tuple)]
-        assert (2, V) in sizes, (V, {n: e.render() for n, e in state.items()})
-        assert all(isinstance(d, int) for size in sizes for d in size), \
-            (V, {n: e.render() for n, e in state.items()})
+        shown = (V, {n: e.render() for n, e in state.items()})
+        assert (2, V) in sizes, shown
+        assert all(isinstance(d, int) for size in sizes for d in size), shown
     names = {fused_kernels.compiled_for(None, fused_kernels._row_stats, V).eager.__name__
              for V in seen}
     assert len(names) == 2
