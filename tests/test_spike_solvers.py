@@ -59,6 +59,21 @@ def test_delta_zero_gives_q_exactly_and_bonus_shape():
     assert np.argmax(bonus) == 50
 
 
+def test_taylor_point_at_infinite_budget_has_no_nan():
+    """Found by the spike-plan battery: at delta = inf, q_n in {0, 1} gave inf * 0 = NaN
+    (and a RuntimeWarning). The bonus is 0 there for every finite delta, so the limit is
+    q_n; every other q_n goes to 1. numpy and torch alike."""
+    s = np.array([0.0, 1e-300, 0.5, 1.0])
+    want = np.array([0.0, 1.0, 1.0, 1.0])
+    with np.errstate(all="raise"):
+        assert np.array_equal(taylor_spike(s, math.inf), want)
+        assert np.array_equal(taylor_spike(s, np.full(4, math.inf)), want)
+    import torch
+
+    t = taylor_spike(torch.tensor(s), torch.full((4,), math.inf, dtype=torch.float64))
+    assert torch.equal(t, torch.tensor(want))
+
+
 def test_closed_forms_of_special_divergences():
     """chi2 and TV have closed-form roots: q + sqrt(delta q (1-q)) and q + delta (capped)."""
     s = np.linspace(0, 1, 51)[:, None]

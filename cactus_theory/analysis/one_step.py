@@ -561,10 +561,12 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
     q, p = plan.target_probs, plan.draft_probs
     xp = array_namespace(p)
     if isinstance(plan, SpikePlan):
+        # gamma, or min(gamma, p) where the plan has not solved gamma: the same law bit for bit
+        spike = plan.spike_for_emission()
         if _is_torch(p) or q.shape[-1] < BLOCKED_MIN_VOCAB:
-            return _emitted_spike_fast(q, p, plan.spike if _is_torch(p)
-                                       else np.asarray(plan.spike, dtype=np.float64))
-        return _emitted_spike_numpy(q, p, np.asarray(plan.spike, dtype=np.float64))
+            return _emitted_spike_fast(q, p, spike if _is_torch(p)
+                                       else np.asarray(spike, dtype=np.float64))
+        return _emitted_spike_numpy(q, p, np.asarray(spike, dtype=np.float64))
     a = xp.clip(plan.accept_probs(), 0.0, 1.0)
     if isinstance(plan, TargetPlan):
         return _emitted_fixed_recovery(p, a, residual_distribution(plan.target, p))

@@ -220,25 +220,92 @@ class TargetPlan:
         return residual_weights(self.target, self.draft_probs)
 
 
-@dataclass(frozen=True)
 class SpikePlan:
-    """Cactus structure: ``spike`` holds gamma_n for every candidate token n, shape [..., V]."""
+    r"""Cactus structure: ``spike`` holds gamma_n for every candidate token n, shape [..., V].
 
-    target_probs: Any
-    draft_probs: Any
-    spike: Any
+    Parameters
+    ----------
+    target_probs, draft_probs : array, shape (..., V)
+        q and p.
+    spike : array, shape (..., V), optional
+        :math:`\gamma_n` for every candidate token.
+    spike_fn : callable, optional
+        Instead of ``spike``: an elementwise function of q that gives it, called on first use
+        of :attr:`spike` (the exact rule's root over the whole vocabulary, which the
+        acceptance and the emitted law never need whole), or on the drafted tokens' q_n alone
+        (:meth:`target_at`).
+    effective_fn : callable, optional
+        ``effective_fn(q, p)``: :meth:`effective_spike` without ``spike``
+        (:func:`cactus_theory.solvers.spike.capped_exact_spike` for the exact KL root).
+
+    Plans compare by identity; ``spike``, once computed, is kept.
+    """
+
+    __slots__ = ("target_probs", "draft_probs", "_spike", "_spike_fn", "_effective",
+                 "_effective_fn")
+
+    def __init__(self, target_probs, draft_probs, spike=None, *, spike_fn=None,
+                 effective_fn=None):
+        if (spike is None) == (spike_fn is None):
+            raise ValueError("spike: give the values or spike_fn (one of them)")
+        self.target_probs, self.draft_probs = target_probs, draft_probs
+        self._spike, self._spike_fn = spike, spike_fn
+        self._effective, self._effective_fn = None, effective_fn
+
+    def __repr__(self):
+        state = "given" if self._spike_fn is None else (
+            "computed" if self._spike is not None else "not computed yet")
+        return f"SpikePlan(shape={tuple(self.draft_probs.shape)}, spike {state})"
+
+    @property
+    def spike(self):
+        r""":math:`\gamma_n` for every candidate token n, shape [..., V]."""
+        if self._spike is None:
+            self._spike = self._spike_fn(self.target_probs)
+        return self._spike
+
+    def spike_at(self, token_ids):
+        r""":math:`\gamma_n` at the drafted tokens ``token_ids`` (shape [...]), without the
+        whole vocabulary's when it has not been computed (``spike_fn`` is elementwise)."""
+        if self._spike is None:
+            return self._spike_fn(gather(self.target_probs, token_ids))
+        return gather(self._spike, token_ids)
+
+    def effective_spike(self):
+        r"""What the acceptance and the emitted law read of :math:`\gamma`, shape [..., V].
+
+        :math:`\min(\gamma_n, p_n)` where :math:`p_n > 0`, and 1 or 0 as :math:`\gamma_n > 0`
+        where :math:`p_n = 0`. In place of :math:`\gamma`, :func:`ratio_acceptance` gives the
+        same acceptance bit for bit, and so does the emitted law
+        (:func:`cactus_theory.analysis.one_step.emitted_distribution`): it reads
+        :math:`\gamma_n` only through :math:`a_n`, :math:`\max(0, p_n - \gamma_n)` and, for
+        the drafts with :math:`\gamma_n < p_n`, :math:`c_n`. Tested for every spike rule.
+        """
+        if self._effective is None:
+            if self._effective_fn is not None and self._spike is None:
+                self._effective = self._effective_fn(self.target_probs, self.draft_probs)
+            else:
+                xp = array_namespace(self.draft_probs)
+                g, p = self.spike, self.draft_probs
+                self._effective = xp.where(p > 0, xp.minimum(g, p), xp.astype(g > 0, g.dtype))
+        return self._effective
+
+    def spike_for_emission(self):
+        r""":math:`\gamma` when known, else :meth:`effective_spike` (the same acceptance and
+        emitted law, bit for bit)."""
+        return self._spike if self._spike is not None else self.effective_spike()
 
     def accept_probs(self):
         """Acceptance ``a_n = min(1, gamma_n/p_n)`` of every candidate token, shape [..., V]."""
-        return ratio_acceptance(self.spike, self.draft_probs)
+        return ratio_acceptance(self.spike_for_emission(), self.draft_probs)
 
     def accept_probs_at(self, token_ids):
         """Acceptance of the drafted tokens ``token_ids`` (shape [...])."""
-        return ratio_acceptance(gather(self.spike, token_ids), gather(self.draft_probs, token_ids))
+        return ratio_acceptance(self.spike_at(token_ids), gather(self.draft_probs, token_ids))
 
     def target_at(self, token_ids):
         """The per-draft target :math:`h^{(n)}` for the drafted tokens, shape [..., V]."""
-        return spike_target_at(self.target_probs, token_ids, gather(self.spike, token_ids))
+        return spike_target_at(self.target_probs, token_ids, self.spike_at(token_ids))
 
     def recovery_at(self, token_ids):
         """Recovery :math:`r^{(n)} = normalize(max(0, h^{(n)} - p))`, shape [..., V]."""
