@@ -12,7 +12,7 @@ import concurrent.futures
 import os
 import threading
 
-__all__ = ["thread_count", "in_chunks", "concurrently"]
+__all__ = ["thread_count", "in_chunks"]
 
 _POOL: list = []
 _LOCK = threading.Lock()
@@ -57,15 +57,3 @@ def in_chunks(fn, size: int, min_chunk: int, max_chunk: int | None = None) -> li
     if workers <= 1:
         return [fn(bounds[i], bounds[i + 1]) for i in range(chunks)]
     return list(_pool(workers).map(lambda i: fn(bounds[i], bounds[i + 1]), range(chunks)))
-
-
-def concurrently(*fns) -> list:
-    """``[fn() for fn in fns]``: the first in the calling thread, the others on the shared
-    pool at the same time (one after another when :func:`thread_count` is 1). For a few
-    independent whole-array steps that release the GIL (two sorts); the same rule as
-    :func:`in_chunks` holds: no ``fn`` may itself use the pool."""
-    if len(fns) <= 1 or thread_count() <= 1:
-        return [fn() for fn in fns]
-    futures = [_pool(thread_count()).submit(fn) for fn in fns[1:]]
-    first = fns[0]()
-    return [first] + [f.result() for f in futures]

@@ -295,10 +295,10 @@ def test_thread_chunks_work_in_a_forked_child(monkeypatch):
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
-# --- the blocked numpy mixture: the array-agnostic one's floats, block by block ------------
+# --- long numpy rows: the rejected drafts' c sorted instead of the V ratios t ---------------
 
-def _mixtures():
-    """The module, its numpy path and the array-agnostic path, both called under the public
+def _row_paths():
+    """The long-row path and the array-agnostic path, both called under the public
     functions' error state (p_j/q_j overflowing to inf for subnormal q_j is intended)."""
     from cactus_theory.analysis import one_step
 
@@ -308,60 +308,88 @@ def _mixtures():
                 return fn(*args)
         return call
 
-    return one_step, quiet(one_step._emitted_spike_numpy), quiet(one_step._emitted_spike_fast)
+    return quiet(one_step._emitted_spike_rows), quiet(one_step._emitted_spike_fast)
+
+
+# The two paths sum the same terms in other orders (prefix sums over t-ranks against bin sums
+# over c-ranks, V <= 64 terms of size <= 1 here): they agree to a few ulps of 1 per entry.
+PATH_ATOL = 64 * 2.3e-16
 
 
 @pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-hellinger"])
 @pytest.mark.parametrize("threads", [1, 2])
 @settings(max_examples=60, deadline=None)
-@given(pair=pairs(1, 64), delta=deltas, block=st.integers(1, 17))
-def test_blocked_numpy_mixture_is_the_array_agnostic_one_bit_for_bit(name, threads, pair, delta,
-                                                                     block):
-    """``emitted_distribution``'s numpy path runs the mixture block by block in reused scratch
-    rows: the same floats as the array-agnostic function (the torch path) on the same plan,
-    for blocks of 1 to 17 entries (many blocks per row, uneven last block), one and two
-    threads, rows with zeros (t = inf) and one-hot rows."""
+@given(pair=pairs(1, 64), delta=deltas, chunk=st.integers(1, 17))
+def test_long_row_path_is_the_sorted_path(name, threads, pair, delta, chunk):
+    """``emitted_distribution``'s path for long numpy rows (called here on short ones)
+    gives the array-agnostic sorted path's law to the rounding of its sums, for search
+    chunks of 1 to 17 keys (many chunks, uneven last one) on one and two threads, rows
+    with zeros (t = inf), one-hot rows and rows with no rejected draft; the chunking does
+    not change a float."""
     from cactus_theory import _threads
+    from cactus_theory.analysis import rejected_mixture
 
-    one_step, blocked, plain = _mixtures()
+    rows, plain = _row_paths()
     q, p = pair
     plan = make_plan(_rule(name, delta), q, p)
+    args = (plan.target_probs, plan.draft_probs, plan.spike)
+    whole = rows(*args)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(one_step, "MIX_BLOCK", block)
+        mp.setattr(rejected_mixture, "SEARCH_CHUNK", chunk)
         mp.setattr(_threads, "thread_count", lambda: threads)
-        got = blocked(plan.target_probs, plan.draft_probs, plan.spike)
-    assert np.array_equal(got, plain(plan.target_probs, plan.draft_probs, plan.spike))
+        got = rows(*args)
+    assert np.array_equal(got, whole)
+    np.testing.assert_allclose(got, plain(*args), rtol=0, atol=PATH_ATOL)
 
 
-def test_blocked_numpy_mixture_batches_reuses_its_scratch_and_takes_the_empty_residual_path():
-    """Batch rows, scratch rows reused across calls and across vocabulary sizes (a call's
-    result does not depend on what the previous call left there), and the empty-residual
-    fallback (Convention 3; reached here by an unnormalized q, which only the internal
-    function accepts): the array-agnostic function's floats every time."""
-    one_step, blocked, plain = _mixtures()
+@pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl"])
+def test_long_row_path_matches_the_dense_oracle(name):
+    """At V = 1,100 (over :data:`LONG_ROW_VOCAB`, so ``emitted_distribution`` takes the
+    long-row path), rows with truncated supports and many rejected drafts against the
+    O(V^2) enumeration of every recovery (Theorem 3 by definition): 1e-15 per entry, the
+    rounding of 1,100-term sums of terms below 1."""
+    from cactus_theory.analysis.one_step import LONG_ROW_VOCAB
+
+    rng = np.random.default_rng(8)
+    V = 1100
+    assert V >= LONG_ROW_VOCAB
+    q, p = np.exp(2.5 * rng.standard_normal((2, V))), np.exp(2.5 * rng.standard_normal((2, V)))
+    q[0, rng.random(V) < 0.3] = 0.0
+    p[1, rng.random(V) < 0.3] = 0.0
+    q, p = q / q.sum(-1, keepdims=True), p / p.sum(-1, keepdims=True)
+    plan = make_plan(_rule(name, 0.05), q, p)
+    rejected = int(np.sum(plan.draft_probs > np.asarray(plan.spike)))
+    assert rejected > 200                     # the mixture is exercised, not a corner of it
+    fast = ct.emitted_distribution(plan)
+    np.testing.assert_allclose(fast, ct.emitted_distribution(plan, method="dense"), rtol=0,
+                               atol=1e-15)
+
+
+def test_long_row_path_batches_and_takes_the_empty_residual_path():
+    """Batch rows (each its own), and the empty-residual fallback (Convention 3; reached here
+    by an unnormalized q, which only the internal function accepts): the sorted path's law."""
+    rows, plain = _row_paths()
     rng = np.random.default_rng(5)
     rule = _rule("cactus-exact-kl", 0.2)
-    cases = []
-    for V in (300, 300, 41, 300):
-        q, p = rng.dirichlet(np.full(V, 0.3), size=(2, 3)), rng.dirichlet(np.full(V, 0.3), size=(2, 3))
-        cases.append(make_plan(rule, q, p))
-    first = blocked(cases[0].target_probs, cases[0].draft_probs, cases[0].spike)
-    for plan in cases:
-        args = (plan.target_probs, plan.draft_probs, plan.spike)
-        assert np.array_equal(blocked(*args), plain(*args))
-    assert np.array_equal(blocked(cases[0].target_probs, cases[0].draft_probs, cases[0].spike),
-                          first)
+    q, p = rng.dirichlet(np.full(300, 0.3), size=(2, 3)), rng.dirichlet(np.full(300, 0.3), size=(2, 3))
+    plan = make_plan(rule, q, p)
+    args = (plan.target_probs, plan.draft_probs, plan.spike)
+    got = rows(*args)
+    # 300-term sums of terms below 1: 300 ulps of 1
+    np.testing.assert_allclose(got, plain(*args), rtol=0, atol=300 * 2.3e-16)
+    for i in np.ndindex(2, 3):
+        assert np.array_equal(rows(*(x[i] for x in args)), got[i])
     q, p = np.array([0.1, 0.1, 0.0]), np.array([0.5, 0.3, 0.2])   # h^(n) <= p: Z_n = 0
     gamma = q.copy()
     want = plain(q, p, gamma)
-    assert np.array_equal(blocked(q, p, gamma), want)
+    np.testing.assert_allclose(rows(q, p, gamma), want, rtol=0, atol=1e-16)
     # p a = (0.1, 0.1, 0) plus (0.4 + 0.2 + 0.2) normalize(h^(n)) = 0.8 (1/2, 1/2, 0) for every n
     np.testing.assert_allclose(want, [0.5, 0.5, 0.0], rtol=0, atol=1e-15)
 
 
-def test_blocked_numpy_mixture_is_thread_safe():
-    """Two user threads computing different emitted distributions at once (each with its own
-    scratch rows) get what each gets alone, at a vocabulary long enough for several blocks."""
+def test_long_row_path_is_thread_safe():
+    """Two user threads computing different emitted distributions at once get what each
+    gets alone, at a vocabulary long enough for several search chunks."""
     import threading
 
     rng = np.random.default_rng(11)
@@ -399,18 +427,3 @@ def test_thread_chunks_with_a_largest_chunk_cover_the_range_in_order(monkeypatch
     assert _threads.in_chunks(lambda lo, hi: (lo, hi), 30, 1, 30) == (
         [(0, 30)] if threads == 1 else [(30 * i // threads, 30 * (i + 1) // threads)
                                         for i in range(threads)])
-
-
-@settings(max_examples=300, deadline=None)
-@given(t=st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.5, 1.0, 2.0, math.inf]) | st.floats(0, 4),
-                  min_size=0, max_size=40),
-       c=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0]) | st.floats(0, 4), min_size=1,
-                  max_size=40))
-def test_count_below_is_searchsorted_left(t, c):
-    """The emitted distribution's count of t below each c (two sorted rows counted against
-    each other) gives ``searchsorted(t, c, side="left")``'s integers: ties (not below),
-    repeated keys and t, infinite t, keys below and above every t, an empty t."""
-    from cactus_theory.analysis.one_step import _count_below
-
-    ts, cs = np.sort(np.array(t, dtype=float)), np.sort(np.array(c, dtype=float))
-    assert np.array_equal(_count_below(ts, cs), np.searchsorted(ts, cs, side="left"))

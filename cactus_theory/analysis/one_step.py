@@ -21,9 +21,13 @@ computed exactly in O(V log V) per row with no V x V intermediate: for a rejecte
           = q_j \sum_{n:\,c_n > t_j} u_n (c_n - t_j), \qquad
           Z_n = \sum_{j:\,t_j < c_n} (c_n q_j - p_j),
 
-with :math:`w_n = p_n(1-a_n)`, :math:`u_n = w_n / Z_n`: one sort of the :math:`t_j` per row,
-prefix sums, a ``searchsorted`` of the :math:`c_n` and a weighted ``bincount`` (numpy or torch). :func:`emitted_distribution` with
-``method="dense"`` builds every :math:`h^{(n)}` instead (O(V^2) memory): the test oracle.
+with :math:`w_n = p_n(1-a_n)`, :math:`u_n = w_n / Z_n`. Two exact paths compute it: on
+torch and on short numpy rows (batched), one sort of the :math:`t_j` per row, prefix sums,
+a ``searchsorted`` of the :math:`c_n` and a weighted ``bincount``; on numpy rows of at least
+:data:`LONG_ROW_VOCAB` tokens, one row at a time, a sort of the rejected drafts' :math:`c_n`
+only, among which every :math:`t_j` is placed (:mod:`cactus_theory.analysis.rejected_mixture`;
+most drafts are accepted outright). :func:`emitted_distribution` with ``method="dense"``
+builds every :math:`h^{(n)}` instead (O(V^2) memory): the test oracle.
 
 References
 ----------
@@ -34,19 +38,19 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 from array_api_compat import array_namespace
 
-from .._threads import concurrently, in_chunks
+from .._threads import in_chunks
 from .._validation import as_prob_pair, as_probs, choice
 from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
 from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
 from ..rules.plans import ratio_acceptance, residual_distribution
 from ..solvers.spike import spike_scale_unchecked
+from .rejected_mixture import mixture_row
 
 __all__ = [
     "OneStepResult",
@@ -256,29 +260,6 @@ def _searchsorted_rows(xp, sorted_rows, values):
     return torch.searchsorted(sorted_rows.contiguous(), values.contiguous(), side="left")
 
 
-def _count_below(sorted_t, sorted_c, out=None):
-    r"""``out[i]`` = :math:`\#\{j: t_j < c_i\}` for two non-decreasing float rows.
-
-    The same integers as ``np.searchsorted(sorted_t, sorted_c, side="left")``, counted the
-    other way: only the t in :math:`[c_0, c_{last}]` can separate keys, each of those is
-    placed among the keys, :math:`r_j = \#\{i: c_i \le t_j\}`, and :math:`t_j < c_i`
-    exactly when :math:`r_j \le i`, so the counts are the running sum of a histogram of the
-    :math:`r_j` (plus the t below :math:`c_0`). Ties count as not below, as ``side="left"``.
-    Three short searches and one pass over the keys, where a search per key mispredicts
-    its branches (numpy float rows; no NaN).
-    """
-    n = sorted_c.shape[0]
-    out = np.empty(n, dtype=np.int64) if out is None else out
-    if n == 0:
-        return out
-    lo = int(np.searchsorted(sorted_t, sorted_c[0], side="left"))
-    hi = int(np.searchsorted(sorted_t, sorted_c[-1], side="right"))
-    r = np.searchsorted(sorted_c, sorted_t[lo:hi], side="right")
-    np.cumsum(np.bincount(r, minlength=n + 1)[:n], out=out)
-    out += lo
-    return out
-
-
 def _bincount_rows(xp, idx, weights, length):
     """Per-row ``bincount(idx[r], weights[r], minlength=length)`` (batch axes flattened)."""
     if isinstance(idx, np.ndarray):
@@ -347,132 +328,29 @@ def _emitted_spike_fast(q, p, gamma):
     return out
 
 
-#: Entries per block of the numpy mixture's elementwise stages: a block's dozen float64
-#: temporaries (256 KiB each) stay in a core's L2 cache, where the whole row's (1.2 MiB each
-#: at V = 151,936) do not.
-MIX_BLOCK = 32768
-#: Rows at least this long take the blocked numpy path, one row at a time; shorter rows
-#: (many positions of a small vocabulary) take the array-agnostic path, vectorized over
-#: the batch, whose per-call overhead the rows share. Measured: 400 rows at V = 64, 21
-#: against 86 ms one row at a time; the two even out between V = 1,024 and 2,048; 25 rows
-#: at V = 4,096, 46 against 33 ms. The same floats either way (tested).
-BLOCKED_MIN_VOCAB = 2048
-#: Scratch rows of :func:`_spike_row_numpy`, one set per thread (see :func:`_row_workspace`).
-_WORKSPACE = threading.local()
-_FLOAT_ROWS = 16
+#: Rows at least this long take :func:`~cactus_theory.analysis.rejected_mixture.mixture_row`,
+#: one row at a time; shorter rows (many positions of a small vocabulary) take the
+#: array-agnostic path, vectorized over the batch, whose per-call overhead the rows share.
+#: Measured (Cactus-Taylor, medians of 7): 400 rows at V = 64, 7.5 ms batched against 89 ms
+#: one row at a time; 100 rows at V = 512, 15 against 27 ms; 50 rows at V = 1,024, 15
+#: against 15 ms; 50 rows at V = 2,048, 31 against 17 ms; 25 rows at V = 4,096, 31 against
+#: 13 ms.
+LONG_ROW_VOCAB = 1024
 
 
-def _row_workspace(V):
-    """The calling thread's scratch rows for :func:`_spike_row_numpy`: ``_FLOAT_ROWS``
-    float64 rows of length V + 1 and two int64 rows, made on the first call with this V and
-    reused after (about 20 MiB at V = 151,936, held until another V comes). Fresh arrays of
-    that size are mapped anew by the allocator: their first write costs a page fault per
-    4 KiB (about 0.35 ms per row here, a fifth of the mixture's time with a dozen rows)."""
-    ws = getattr(_WORKSPACE, "rows", None)
-    if ws is None or ws[0].shape[1] != V + 1:
-        ws = (np.empty((_FLOAT_ROWS, V + 1)), np.empty((2, V), dtype=np.int64))
-        _WORKSPACE.rows = ws
-    return ws
-
-
-def _emitted_spike_numpy(q, p, gamma):
-    r""":func:`_emitted_spike_fast` on float64 numpy rows: the same operations on the same
-    floats (bit for bit; tested), with every elementwise stage run block by block
-    (:data:`MIX_BLOCK` entries, on threads via :func:`~cactus_theory._threads.in_chunks`)
-    in scratch rows reused across calls (:func:`_row_workspace`). The sorts (of t, and of
-    the c_n for :func:`_count_below` in place of the search), the prefix and suffix sums
-    and the bincounts stay whole-row. Rows are taken one at a time (batch axes
-    flattened)."""
+def _emitted_spike_rows(q, p, gamma):
+    """The numpy mixture of long rows, one row at a time
+    (:func:`~cactus_theory.analysis.rejected_mixture.mixture_row`; batch axes flattened)."""
     V = q.shape[-1]
     q2, p2, g2 = (np.ascontiguousarray(x, dtype=np.float64).reshape(-1, V)
                   for x in (q, p, gamma))
     out = np.empty_like(q2)
     for r in range(q2.shape[0]):
-        _spike_row_numpy(q2[r], p2[r], g2[r], out[r])
-    return out.reshape(q.shape)
-
-
-def _blocks(fn, size):
-    """``fn(lo, hi)`` on the blocks of range(size), under the analysis' error state."""
-    def run(lo, hi):
         with np.errstate(over="ignore"):
-            fn(lo, hi)
-    in_chunks(run, size, MIX_BLOCK, MIX_BLOCK)
-
-
-def _spike_row_numpy(q, p, gamma, out):
-    """One row of :func:`_emitted_spike_numpy` (1-D float64 arrays), written into ``out``."""
-    V = q.shape[0]
-    rows, (k, k_by_c) = _row_workspace(V)
-    Q, P, suc_rev, su_rev = rows[:4]                       # length V + 1
-    a, w, c, t, own_c, own_g, t_s, q_s, p_s, u, uc, mix = (r[:V] for r in rows[4:16])
-
-    def per_draft(lo, hi):            # a_n, w_n, c_n, t_n and the j = n corrections
-        s = slice(lo, hi)
-        qs, ps, gs = q[s], p[s], gamma[s]
-        a[s] = np.clip(ratio_acceptance(gs, ps), 0.0, 1.0)
-        w[s] = np.where(ps > 0, np.clip(ps - gs, 0.0, None), 0.0)
-        c[s] = cs = spike_scale_unchecked(qs, gs)
-        pos_q = qs > 0
-        t[s] = np.where(pos_q, ps / np.where(pos_q, qs, 1.0), math.inf)
-        own_c[s] = np.clip(cs * qs - ps, 0.0, None)
-        own_g[s] = np.clip(gs - ps, 0.0, None)
-
-    _blocks(per_draft, V)
-    # the sort of t, and of c beside it on another thread: two sorted rows are counted
-    # against each other in O(V) after a short search (searching the c_n in random order
-    # cost 11-13 ms of one thread at V = 151,936, mispredicted branches)
-    order, by_c = concurrently(lambda: np.argsort(t), lambda: np.argsort(c))
-
-    def gather(lo, hi):               # mode="clip": valid indices, and no buffered copy
-        o = order[lo:hi]
-        for src, dst in ((t, t_s), (q, q_s), (p, p_s)):
-            np.take(src, o, out=dst[lo:hi], mode="clip")
-
-    _blocks(gather, V)
-    Q[0] = P[0] = 0.0                                      # Q[k] = sum of the k first (t-order)
-    np.cumsum(q_s, out=Q[1:])
-    np.cumsum(p_s, out=P[1:])
-    c_sorted = uc                                           # scratch until weights()
-    np.take(c, by_c, out=c_sorted, mode="clip")
-    _count_below(t_s, c_sorted, out=k_by_c)                 # #{j: t_j < c_n}, in c-order
-    k[by_c] = k_by_c
-    empty = np.zeros(V, dtype=bool)
-
-    def weights(lo, hi):               # u_n = w_n / Z_n
-        s = slice(lo, hi)
-        cs, ws, ks = c[s], w[s], k[s]
-        S = np.clip(cs * Q[ks] - P[ks], 0.0, None)
-        Z = S - own_c[s] + own_g[s]
-        rejected = ws > 0
-        u[s] = us = np.where(rejected, ws / np.where(rejected & (Z > 0), Z, 1.0), 0.0)
-        empty[s] = rejected & (Z <= 0)
-        uc[s] = us * cs
-
-    _blocks(weights, V)
-    # draft n reaches the t-ranks 0 .. k_n - 1: counts at k_n, then suffix sums from rank i+1
-    np.cumsum(np.bincount(k, uc, V + 1)[::-1], out=suc_rev)
-    np.cumsum(np.bincount(k, u, V + 1)[::-1], out=su_rev)
-    suc, su = suc_rev[::-1][1:], su_rev[::-1][1:]
-
-    def residual_mass(lo, hi):        # q_j sum_{n: c_n > t_j} u_n (c_n - t_j), scattered back
-        s = slice(lo, hi)
-        ts = t_s[s]
-        finite_t = ts < math.inf
-        mix[order[s]] = np.where(finite_t, q_s[s] * np.clip(suc[s] - np.where(finite_t, ts, 0.0)
-                                                             * su[s], 0.0, None), 0.0)
-
-    _blocks(residual_mass, V)
-
-    def emitted(lo, hi):              # p a + the mixture, with the j = n corrections
-        s = slice(lo, hi)
-        us = u[s]
-        out[s] = p[s] * a[s] + np.clip(mix[s] - us * own_c[s] + us * own_g[s], 0.0, None)
-
-    _blocks(emitted, V)
-    if bool(np.any(empty)):
-        # Convention 3 (empty residual -> normalize(h^(n))); unreachable in exact arithmetic.
-        out[:] = _add_empty_residual_rows(np, out, empty, q, gamma, c, w)
+            empty = mixture_row(q2[r], p2[r], g2[r], out[r])
+        if empty is not None:
+            out[r] = _add_empty_residual_rows(np, out[r], empty[0], q2[r], g2[r], *empty[1:])
+    return out.reshape(q.shape)
 
 
 def _unsort(xp, x_sorted, order):
@@ -563,10 +441,10 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
     if isinstance(plan, SpikePlan):
         # gamma, or min(gamma, p) where the plan has not solved gamma: the same law bit for bit
         spike = plan.spike_for_emission()
-        if _is_torch(p) or q.shape[-1] < BLOCKED_MIN_VOCAB:
+        if _is_torch(p) or q.shape[-1] < LONG_ROW_VOCAB:
             return _emitted_spike_fast(q, p, spike if _is_torch(p)
                                        else np.asarray(spike, dtype=np.float64))
-        return _emitted_spike_numpy(q, p, np.asarray(spike, dtype=np.float64))
+        return _emitted_spike_rows(q, p, np.asarray(spike, dtype=np.float64))
     a = xp.clip(plan.accept_probs(), 0.0, 1.0)
     if isinstance(plan, TargetPlan):
         return _emitted_fixed_recovery(p, a, residual_distribution(plan.target, p))
