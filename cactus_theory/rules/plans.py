@@ -291,9 +291,11 @@ class SpikePlan:
         return self._effective
 
     def spike_for_emission(self):
-        r""":math:`\gamma` when known, else :meth:`effective_spike` (the same acceptance and
-        emitted law, bit for bit)."""
-        return self._spike if self._spike is not None else self.effective_spike()
+        r""":math:`\gamma` when known or when nothing cheaper is (no ``effective_fn``), else
+        :meth:`effective_spike`: the same acceptance and emitted law, bit for bit."""
+        if self._spike is not None or self._effective_fn is None:
+            return self.spike
+        return self.effective_spike()
 
     def accept_probs(self):
         """Acceptance ``a_n = min(1, gamma_n/p_n)`` of every candidate token, shape [..., V]."""
