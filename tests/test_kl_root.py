@@ -317,3 +317,5 @@ def test_capped_root_bad_input():
         spike.capped_exact_spike(np.array([np.nan]), np.array([0.5]), 0.1)
     with pytest.raises(ValueError, match="delta"):
         spike.capped_exact_spike(np.array([0.1]), np.array([0.5]), -1.0)
+    with pytest.raises(ValueError, match="delta: shape"):
+        spike.capped_exact_spike(np.array([0.1, 0.2]), np.array([0.5, 0.5]), np.ones(3))

@@ -371,7 +371,11 @@ def capped_exact_spike(q_n, cap, delta, divergence="kl"):
     q_n = np.asarray(q_n, dtype=np.float64)
     if cap.shape != q_n.shape:
         raise ValueError(f"cap: shape {cap.shape} does not match q_n's shape {q_n.shape}")
-    delta = np.broadcast_to(np.asarray(delta, dtype=np.float64), q_n.shape)
+    try:
+        delta = np.broadcast_to(np.asarray(delta, dtype=np.float64), q_n.shape)
+    except ValueError:
+        raise ValueError(f"delta: shape {np.shape(delta)} does not broadcast to q_n's shape "
+                         f"{q_n.shape}") from None
     if d is not DIVERGENCES["kl"]:
         return np.minimum(_exact_numpy(q_n, np.ascontiguousarray(delta), d), cap)
     with np.errstate(invalid="ignore", over="ignore"):
