@@ -36,7 +36,7 @@ from array_api_compat import array_namespace
 
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..divergences import DIVERGENCES, get_divergence
-from ..solvers.spike import capped_exact_spike, exact_spike, spike_scale, taylor_spike
+from ..solvers.spike import capped_exact_unchecked, exact_spike, spike_scale, taylor_spike
 from .plans import (RowTarget, SpikePlan, gather, ratio_acceptance, residual_distribution,
                     spike_target_at)
 from .registry import Knob, Rule, RuleSpec, register, register_alias
@@ -244,9 +244,11 @@ class CactusExact(_CactusBase):
     def _effective_spike(self, q, p):
         """:meth:`SpikePlan.effective_spike` from the capped root (numpy): where p_n = 0,
         gamma_n > 0 when q_n > 0 (gamma >= q_n), else as the root at those tokens says."""
-        eff = capped_exact_spike(q, p, self.delta, self.divergence)
-        unsure = np.flatnonzero(((p == 0) & (q == 0)).reshape(-1))
-        eff = np.where((p == 0) & (q > 0), 1.0, eff)
+        delta = np.full(q.shape, self.delta)      # q, p and the knob are validated already
+        eff = capped_exact_unchecked(q, p, delta, get_divergence(self.divergence))
+        zero_p = p == 0
+        unsure = np.flatnonzero((zero_p & (q == 0)).reshape(-1))
+        eff = np.where(zero_p & (q > 0), 1.0, eff)
         if unsure.size:
             flat = eff.reshape(-1)
             flat[unsure] = exact_spike(q.reshape(-1)[unsure], self.delta, self.divergence) > 0

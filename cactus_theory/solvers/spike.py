@@ -38,8 +38,8 @@ from .._validation import (_is_torch, as_budget_array, as_count, as_unit_interva
                            spike_arguments)
 from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ratios
 
-__all__ = ["taylor_spike", "exact_spike", "capped_exact_spike", "spike_scale",
-           "spike_scale_unchecked", "lambert_w", "METHODS"]
+__all__ = ["taylor_spike", "exact_spike", "capped_exact_spike", "capped_exact_unchecked",
+           "spike_scale", "spike_scale_unchecked", "lambert_w", "METHODS"]
 
 METHODS = ("exact", "taylor")
 
@@ -376,13 +376,20 @@ def capped_exact_spike(q_n, cap, delta, divergence="kl"):
     except ValueError:
         raise ValueError(f"delta: shape {np.shape(delta)} does not broadcast to q_n's shape "
                          f"{q_n.shape}") from None
+    return capped_exact_unchecked(q_n, cap, delta, d)
+
+
+def capped_exact_unchecked(q_n, cap, delta, d):
+    """:func:`capped_exact_spike` on float64 arrays of one shape already validated (``delta``
+    broadcast to it, ``d`` a resolved divergence): the exact rule's plans call it on their
+    validated rows."""
     if d is not DIVERGENCES["kl"]:
         return np.minimum(_exact_numpy(q_n, np.ascontiguousarray(delta), d), cap)
     with np.errstate(invalid="ignore", over="ignore"):
         bonus = np.sqrt(delta * q_n * (1.0 - q_n))
         resolved = bonus >= CAP_SCREEN_MIN_BONUS * q_n
         below = (cap <= q_n) | (resolved & (cap <= q_n + CAP_SCREEN_SHARE * bonus))
-    out = cap.copy()
+    out = np.array(cap, dtype=np.float64)
     solve = np.flatnonzero(~below)
     if solve.size:
         flat = out.reshape(-1)
