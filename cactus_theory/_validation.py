@@ -137,6 +137,20 @@ def as_int_array(x, shape, name: str) -> np.ndarray:
     return arr
 
 
+def random_generator(rng, name: str = "rng") -> np.random.Generator:
+    """``numpy.random.default_rng(rng)`` for None, a non-negative integer seed or a
+    Generator; ValueError naming ``name`` for anything else (a string, a negative or
+    non-integer seed), instead of numpy's TypeError from SeedSequence."""
+    if rng is None or isinstance(rng, np.random.Generator):
+        return np.random.default_rng(rng)
+    if isinstance(rng, (bool, np.bool_)) or not isinstance(rng, (int, np.integer)):
+        raise ValueError(f"{name}: expected None, a non-negative integer seed or a "
+                         f"numpy.random.Generator, got {rng!r}")
+    if rng < 0:
+        raise ValueError(f"{name}: a seed must be >= 0, got {rng}")
+    return np.random.default_rng(int(rng))
+
+
 def positive_int(x, name: str) -> int:
     """``x`` as an int >= 1; ValueError naming ``name`` otherwise (:func:`as_count` with minimum 1)."""
     return as_count(x, name, minimum=1)

@@ -123,9 +123,20 @@ def add_output(p, *, json_flag=True, csv_flag=False, output_help="write to this 
             g.add_argument("--csv", action="store_true", help="print the tables as CSV")
 
 
+def _seed(text: str) -> int:
+    """A non-negative integer seed (argparse then names ``--seed`` in its message)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"a seed must be >= 0, got {v}")
+    return v
+
+
 def add_seed(p, help="seed of every random draw"):
-    """Add the shared ``--seed``."""
-    p.add_argument("--seed", type=int, default=0, help=help)
+    """Add the shared ``--seed`` (an integer >= 0)."""
+    p.add_argument("--seed", type=_seed, default=0, help=help)
 
 
 def add_knobs(p):

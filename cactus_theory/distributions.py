@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_probs, as_temperature, as_top_k, as_top_p, choice
+from ._validation import as_probs, as_temperature, as_top_k, as_top_p, choice, random_generator
 
 __all__ = [
     "FAMILIES",
@@ -319,7 +319,7 @@ def synthetic_pairs(family: str, n_pairs: int, vocab_size: int, rng=None, *,
         if not (np.isfinite(val) and val > 0):
             raise ValueError(f"{name}: must be a positive finite number, got {val}")
     n, V = int(n_pairs), int(vocab_size)
-    rng = np.random.default_rng(rng)
+    rng = random_generator(rng, "rng")
     if family == "dirichlet":
         alpha = np.full(V, concentration)
         return _fix(rng.dirichlet(alpha, size=n)), _fix(rng.dirichlet(alpha, size=n))

@@ -38,7 +38,7 @@ from typing import Optional
 
 import numpy as np
 
-from .._validation import as_int_array, as_matching_probs, as_prob_pair, positive_int
+from .._validation import as_int_array, as_matching_probs, as_prob_pair, positive_int, random_generator
 from ..analysis.one_step import emitted_distribution, make_plan
 from ..rules import get_rule
 from .metrics import ChainTotals
@@ -250,7 +250,7 @@ class ChainRun:
 
     def totals(self) -> ChainTotals:
         """Per-run totals for :func:`~cactus_theory.simulate.metrics.compute_metrics`."""
-        n, m = self.n_runs, self.m
+        n, m = self.n_runs, longest_round(self.m, self.length)
         run = self.round_run
         add = lambda w: np.bincount(run, weights=w, minlength=n).astype(np.float64)  # noqa: E731
         i = np.arange(m)
@@ -310,9 +310,11 @@ def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng
     m = _positive_int(m, "m")
     n_runs = _positive_int(n_runs, "n_runs")
     rule = get_rule(rule)
-    rng = np.random.default_rng(rng)
+    rng = random_generator(rng, "rng")
     laws = position_laws(rule, trajectory) if laws is None else laws
     T = trajectory.length
+    m_draft = m
+    m = longest_round(m, T)   # no round drafts more; arrays of this size only
     # Per (run, position): accept flag and token from the exact joint law (module docstring).
     joint = np.concatenate([laws.accept_joint, laws.reject_joint], axis=1)
     idx = _sample_rows(np.cumsum(joint, axis=1), rng.random((n_runs, T)))
@@ -354,10 +356,20 @@ def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng
     cat = {k: np.concatenate(v).astype(np.int64) for k, v in rec.items()}
     order = np.lexsort((cat["start"], cat["run"]))
     tokens = np.where(is_bonus, bonus, tok) if record_tokens else None
-    return ChainRun(repr(rule), m, T, n_runs, cat["run"][order], cat["start"][order],
+    return ChainRun(repr(rule), m_draft, T, n_runs, cat["run"][order], cat["start"][order],
                     cat["drafts"][order], cat["accepted"][order], cat["noncausal"][order],
                     is_bonus, tokens)
 
 
 #: Kept under its old name for the modules that import it.
 _positive_int = positive_int
+
+
+def longest_round(m: int, length: int) -> int:
+    r"""The most drafts any round of a trajectory of ``length`` positions can hold.
+
+    A round starting at position s drafts :math:`m_s = \min(m, T - 1 - s) \le T - 1`
+    tokens, so per-position totals have :math:`\min(m, \max(T - 1, 1))` entries: a draft
+    length far beyond the trajectory (``m = 10**9``) allocates nothing of its size.
+    """
+    return min(m, max(length - 1, 1))

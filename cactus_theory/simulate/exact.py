@@ -61,7 +61,7 @@ import numpy as np
 
 from ..divergences import get_divergence
 from ..rules import get_rule
-from .chain import PositionLaws, Trajectory, _positive_int, position_laws
+from .chain import PositionLaws, Trajectory, _positive_int, longest_round, position_laws
 from .metrics import ChainTotals, Estimate
 
 __all__ = [
@@ -139,7 +139,7 @@ def exact_chain(rule, trajectory: Trajectory, m: int, *,
     pi = np.zeros(T + 1)
     pi[0] = 1.0
     bonus = np.zeros(T)
-    acc = _empty_totals(m)
+    acc = _empty_totals(longest_round(m, T))
     for s in range(T):
         w = pi[s]
         if w == 0.0:
@@ -191,7 +191,7 @@ def brute_force_chain(rule, trajectory: Trajectory, m: int, *,
     T = len(alpha)
     if T > 16:
         raise ValueError(f"trajectory: brute force enumerates 2^T patterns; T = {T} > 16")
-    acc = _empty_totals(m)
+    acc = _empty_totals(longest_round(m, T))
     pi = np.zeros(T + 1)
     bonus = np.zeros(T)
     for flags in itertools.product((False, True), repeat=T):
@@ -312,6 +312,7 @@ def sequence_log_prob(laws: PositionLaws, m: int, tokens) -> np.ndarray:
     R, T = x.shape
     if T != len(laws.alpha):
         raise ValueError(f"tokens: length {T} != trajectory length {len(laws.alpha)}")
+    m = longest_round(m, T)   # a round holds at most T - 1 drafts: the same states
     f = np.zeros((R, m + 1))
     f[:, 0] = 1.0
     logz = np.zeros(R)

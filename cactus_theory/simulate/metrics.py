@@ -121,7 +121,8 @@ def pool_totals(parts) -> ChainTotals:
     Parameters
     ----------
     parts : iterable of ChainTotals
-        One per trajectory (same draft length m).
+        One per trajectory; per-position totals of different lengths (trajectories shorter
+        than the draft length) are padded with zeros, exactly what they hold beyond.
 
     Returns
     -------
@@ -132,7 +133,17 @@ def pool_totals(parts) -> ChainTotals:
     parts = list(parts)
     if not parts:
         raise ValueError("parts: nothing to pool")
-    cat = lambda name: np.concatenate([getattr(t, name) for t in parts], axis=0)  # noqa: E731
+    # A short trajectory's totals stop at its longest round (no draft reaches further): zeros
+    # beyond it, exactly.
+    width = max(t.draft_length for t in parts)
+
+    def cat(name):
+        arrays = [getattr(t, name) for t in parts]
+        if name in ("exposure", "accepted_pos", "reached", "hist"):
+            extra = width + (name == "hist")
+            arrays = [np.pad(a, ((0, 0), (0, extra - a.shape[1]))) for a in arrays]
+        return np.concatenate(arrays, axis=0)
+
     groups = np.concatenate([np.full(len(t.rounds), i) for i, t in enumerate(parts)])
     return ChainTotals(cat("rounds"), cat("tokens"), cat("accepted"), cat("drafts"),
                        cat("noncausal"), cat("exposure"), cat("accepted_pos"), cat("reached"),

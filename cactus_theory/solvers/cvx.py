@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_budget, as_probs, choice
+from .._validation import token_id as as_token_id
 from ..divergences import get_divergence
 from .cvx_certificate import draft_bound, recover_draft
 
@@ -179,9 +180,7 @@ def max_draft_probability_cvxpy(target_probs, token_id: int, delta, divergence="
     if q.ndim != 1:
         raise ValueError(f"target_probs: expected one row of shape (V,), got {q.shape}")
     V = q.shape[0]
-    if int(token_id) != token_id or not 0 <= token_id < V:
-        raise ValueError(f"token_id: out of range [0, {V})")
-    n = int(token_id)
+    n = as_token_id(token_id, V, "token_id")
     delta = as_budget(delta)
     name = choice(get_divergence(divergence).name, CVX_DIVERGENCES, "divergence")
     d = get_divergence(name)
