@@ -1,6 +1,6 @@
-"""Regenerate README.md's result tables from a fresh report (no hand-pasted numbers).
+"""Regenerate the result tables of README.md and docs/*.md from a fresh report (no hand-pasted numbers).
 
-Every generated block sits between two markers in README.md::
+Every generated block sits between two markers in exactly one page (README.md or a docs/*.md page)::
 
     <!-- BEGIN generated:NAME (scripts/update_readme.py) -->
     ...
@@ -9,11 +9,12 @@ Every generated block sits between two markers in README.md::
 and :data:`BLOCKS` says what each NAME holds: a table of the report (``cactus_theory.report``),
 optionally filtered to some rows and columns, or a sentence computed from a table. Usage::
 
-    python scripts/update_readme.py            # rewrite README.md in place (atomically)
+    python scripts/update_readme.py            # rewrite the pages in place (each atomically)
     python scripts/update_readme.py --check    # exit 1 and name the blocks that differ
     python scripts/update_readme.py --sections taylor rules   # only blocks of these sections
 
-``tests/test_readme.py`` fails when README.md and a fresh report disagree.
+A block of :data:`BLOCKS` whose markers are in no page, or in more than one, is an error.
+``tests/test_readme.py`` fails when a page and a fresh report disagree.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Block:
     drop: tuple = ()
     text: object = None
     fenced: bool = True
-    example: bool = False  # the output of the README's python block just above the marker
+    example: bool = False  # the output of the page's python block just above the marker
     needs_report: bool = True  # False: a text block computed from shipped data, not from the report
 
     @property
@@ -57,23 +58,23 @@ class Block:
 _PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
-def example_code(readme_text: str, name: str) -> str:
-    """The README's last fenced python block before the BEGIN marker of block ``name``."""
-    head = readme_text.split(BEGIN.format(name=name))[0]
+def example_code(page_text: str, name: str) -> str:
+    """The page's last fenced python block before the BEGIN marker of block ``name``."""
+    head = page_text.split(BEGIN.format(name=name))[0]
     blocks = _PYTHON_BLOCK.findall(head)
     if not blocks:
-        raise ValueError(f"README.md: no python block before the markers of {name!r}")
+        raise ValueError(f"no python block before the markers of {name!r}")
     return blocks[-1]
 
 
 def run_example(code: str) -> str:
-    """Execute README example code in a fresh namespace; return what it printed."""
+    """Execute a page's example code in a fresh namespace; return what it printed."""
     import contextlib
     import io
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md example", "exec"), {"__name__": "__readme__"})
+        exec(compile(code, "documentation example", "exec"), {"__name__": "__readme__"})
     return out.getvalue().rstrip("\n")
 
 
@@ -229,12 +230,16 @@ def _filtered(table: Table, block: Block) -> Table:
     return Table(table.name, table.title, cols, tuple(r for r in table.rows if keep(r)), table.layout)
 
 
-def render_block(report, name: str, readme_text: str | None = None) -> str:
-    """The text of block ``name`` from ``report`` (a :class:`cactus_theory.report.Report`)."""
+def render_block(report, name: str, page_text: str | None = None) -> str:
+    """The text of block ``name`` from ``report`` (a :class:`cactus_theory.report.Report`).
+
+    An example block runs the last python block above its markers in ``page_text`` (default: the
+    page that holds the markers)."""
     block = BLOCKS[name]
     if block.example:
-        text = README.read_text() if readme_text is None else readme_text
-        return f"```text\n{run_example(example_code(text, name))}\n```"
+        if page_text is None:
+            page_text = read_pages()[locate_blocks(read_pages())[name]]
+        return f"```text\n{run_example(example_code(page_text, name))}\n```"
     if block.text is not None:
         body = block.text(report)
     else:
@@ -247,17 +252,78 @@ def blocks_for(sections=None) -> list:
     return [n for n, b in BLOCKS.items() if sections is None or b.sections <= set(sections)]
 
 
-def generate(names=None, seed: int = 0, progress: bool = False) -> dict:
-    """Compute a fresh report (only the sections needed) and render the blocks ``names``."""
+def generate(names=None, seed: int = 0, progress: bool = False, pages: dict | None = None) -> dict:
+    """Compute a fresh report (only the sections needed) and render the blocks ``names``.
+
+    ``pages`` (path -> text, default :func:`read_pages`) supplies the example blocks' code."""
     names = list(BLOCKS) if names is None else list(names)
     sections = sorted(set().union(*(BLOCKS[n].sections for n in names))) if names else []
     report = compute_report(sections, seed=seed, progress=progress) if sections else None
-    return {n: render_block(report, n) for n in names}
+    examples = [n for n in names if BLOCKS[n].example]
+    where = {}
+    if examples:
+        pages = read_pages() if pages is None else pages
+        where = locate_blocks(pages)
+    return {n: render_block(report, n, pages[where[n]] if n in where else None) for n in names}
+
+
+def page_paths(root: Path = ROOT) -> list:
+    """The pages that may hold generated blocks: ``README.md`` and every ``docs/*.md``."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def read_pages(root: Path = ROOT) -> dict:
+    """Path -> text of every page of :func:`page_paths`."""
+    return {path: path.read_text() for path in page_paths(root)}
+
+
+_BEGIN_ANY = re.compile(r"<!-- BEGIN generated:(?P<name>[\w.-]+) \(scripts/update_readme\.py\) -->")
+_END_ANY = re.compile(r"<!-- END generated:(?P<name>[\w.-]+) -->")
 
 
 def readme_blocks(text: str) -> dict:
-    """The generated blocks currently in a README text: name -> body."""
+    """The generated blocks currently in one page's text: name -> body."""
     return {m.group("name"): m.group("body") for m in _PATTERN.finditer(text)}
+
+
+def locate_blocks(pages: dict, names=None) -> dict:
+    """Block name -> the page (a key of ``pages``) that holds its markers.
+
+    ValueError naming the block when a block of ``names`` (default: all of :data:`BLOCKS`) has
+    markers in no page, in more than one page or more than once in a page, when a BEGIN marker
+    has no matching END (or the reverse), or when a page has markers of an unknown block."""
+    names = list(BLOCKS) if names is None else list(names)
+    found: dict = {}
+    for path, text in pages.items():
+        begins = [m.group("name") for m in _BEGIN_ANY.finditer(text)]
+        ends = [m.group("name") for m in _END_ANY.finditer(text)]
+        paired = [m.group("name") for m in _PATTERN.finditer(text)]
+        for name in sorted(set(begins) | set(ends)):
+            if not begins.count(name) == ends.count(name) == paired.count(name):
+                raise ValueError(f"{path}: the markers of block {name!r} do not pair up "
+                                 f"({begins.count(name)} BEGIN, {ends.count(name)} END)")
+            if name not in BLOCKS:
+                raise ValueError(f"{path}: markers of unknown block {name!r}")
+            found.setdefault(name, []).extend([path] * paired.count(name))
+    where = {}
+    for name in names:
+        holders = found.get(name, [])
+        if not holders:
+            raise ValueError(f"block {name!r}: no markers in any page ({BEGIN.format(name=name)})")
+        if len(holders) > 1:
+            raise ValueError(f"block {name!r}: markers found {len(holders)} times "
+                             f"({', '.join(str(h) for h in holders)}); each block lives in exactly one page")
+        where[name] = holders[0]
+    return where
+
+
+def current_blocks(pages: dict) -> dict:
+    """Name -> body of every generated block in ``pages`` (checked by :func:`locate_blocks`)."""
+    locate_blocks(pages)
+    out = {}
+    for text in pages.values():
+        out.update(readme_blocks(text))
+    return out
 
 
 def replace_blocks(text: str, blocks: dict) -> str:
@@ -265,7 +331,7 @@ def replace_blocks(text: str, blocks: dict) -> str:
     present = readme_blocks(text)
     for name in blocks:
         if name not in present:
-            raise ValueError(f"README.md: no markers for block {name!r} ({BEGIN.format(name=name)})")
+            raise ValueError(f"no markers for block {name!r} ({BEGIN.format(name=name)})")
 
     def sub(m):
         name = m.group("name")
@@ -277,29 +343,37 @@ def replace_blocks(text: str, blocks: dict) -> str:
 
 
 def main(argv=None) -> int:
-    """Command line: rewrite README.md, or ``--check`` it (exit 1 naming the stale blocks)."""
+    """Command line: rewrite the pages' blocks, or ``--check`` them (exit 1 naming the stale blocks)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare only; exit 1 if README.md is stale")
+    ap.add_argument("--check", action="store_true", help="compare only; exit 1 if a page is stale")
     ap.add_argument("--sections", nargs="*", default=None, help="only the blocks of these report sections")
-    ap.add_argument("--readme", default=str(README))
+    ap.add_argument("--root", default=str(ROOT), help="the checkout whose README.md and docs/*.md to use")
     args = ap.parse_args(argv)
-    path = Path(args.readme)
-    text = path.read_text()
-    fresh = generate(blocks_for(args.sections), progress=True)
+    pages = read_pages(Path(args.root))
+    try:
+        where = locate_blocks(pages)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    fresh = generate(blocks_for(args.sections), progress=True, pages=pages)
     if args.check:
-        current = readme_blocks(text)
+        current = current_blocks(pages)
         stale = [n for n, body in fresh.items() if current.get(n) != body]
         if stale:
-            print(f"README.md is stale: {', '.join(stale)} (run python scripts/update_readme.py)", file=sys.stderr)
+            listing = ", ".join(f"{n} ({where[n].relative_to(Path(args.root))})" for n in stale)
+            print(f"stale blocks: {listing} (run python scripts/update_readme.py)", file=sys.stderr)
             return 1
-        print(f"README.md matches a fresh report ({len(fresh)} blocks)")
+        print(f"README.md and docs/*.md match a fresh report ({len(fresh)} blocks in {len(pages)} pages)")
         return 0
     from cactus_theory._io import atomic_write_text
 
-    new = replace_blocks(text, fresh)
-    if new != text:
-        atomic_write_text(path, new)
-    print(f"updated {len(fresh)} blocks in {path}")
+    for path, text in pages.items():
+        mine = {n: body for n, body in fresh.items() if where[n] == path}
+        new = replace_blocks(text, mine) if mine else text
+        if new != text:
+            atomic_write_text(path, new)
+        if mine:
+            print(f"updated {len(mine)} blocks in {path}")
     return 0
 
 

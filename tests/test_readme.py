@@ -1,4 +1,5 @@
-"""README.md's result tables agree with a fresh report (scripts/update_readme.py generates them).
+"""README.md's and docs/*.md's result tables agree with a fresh report (scripts/update_readme.py
+generates them), their examples run, and their relative links resolve.
 
 One test checks the blocks of the cheap sections (taylor, families, rules, frontier,
 calibration, chain, claims, sequence, and the blocks computed from shipped data: about 40 s),
@@ -7,6 +8,7 @@ another the real-data blocks (the ``real`` section, about 45 s); ``scripts/updat
 """
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -25,17 +27,80 @@ def _script():
 
 
 upd = _script()
+PAGES = upd.read_pages()
 
 
 def _check(names):
-    current = upd.readme_blocks((ROOT / "README.md").read_text())
-    fresh = upd.generate(names)
+    current = upd.current_blocks(PAGES)
+    fresh = upd.generate(names, pages=PAGES)
     stale = [n for n in names if current.get(n) != fresh[n]]
-    assert not stale, f"README.md disagrees with a fresh report in {stale}; run python scripts/update_readme.py"
+    assert not stale, f"the pages disagree with a fresh report in {stale}; run python scripts/update_readme.py"
 
 
-def test_every_block_has_markers_in_readme():
-    assert set(upd.readme_blocks((ROOT / "README.md").read_text())) == set(upd.BLOCKS)
+def test_the_pages_are_the_readme_and_docs():
+    names = sorted(p.relative_to(ROOT).as_posix() for p in PAGES)
+    assert "README.md" in names and len(names) >= 8, names
+    assert all(n == "README.md" or re.fullmatch(r"docs/[\w-]+\.md", n) for n in names), names
+
+
+def test_every_block_has_markers_in_exactly_one_page():
+    where = upd.locate_blocks(PAGES)
+    assert set(where) == set(upd.BLOCKS)
+    assert set(upd.current_blocks(PAGES)) == set(upd.BLOCKS)
+    # the speed narrative sits beside its generated tables, off the README
+    assert where["benchmark"] == where["gpu-check"] == ROOT / "docs" / "speed.md"
+    assert where["quickstart-output"] == ROOT / "README.md"
+
+
+def test_locate_blocks_rejects_missing_duplicated_and_unpaired_markers():
+    def block(name, body="x"):
+        return f"{upd.BEGIN.format(name=name)}\n{body}\n{upd.END.format(name=name)}\n"
+
+    every = "".join(block(n) for n in upd.BLOCKS)
+    assert set(upd.locate_blocks({"a.md": every})) == set(upd.BLOCKS)
+    name = next(iter(upd.BLOCKS))
+    with pytest.raises(ValueError, match=f"{name!r}: no markers"):
+        upd.locate_blocks({"a.md": every.replace(block(name), "")})
+    with pytest.raises(ValueError, match=f"{name!r}: markers found 2 times"):
+        upd.locate_blocks({"a.md": every, "b.md": block(name)})
+    with pytest.raises(ValueError, match=f"{name!r}: markers found 2 times"):
+        upd.locate_blocks({"a.md": every + block(name)})
+    with pytest.raises(ValueError, match="do not pair up"):
+        upd.locate_blocks({"a.md": every + upd.BEGIN.format(name=name) + "\n"})
+    with pytest.raises(ValueError, match="unknown block 'nope'"):
+        upd.locate_blocks({"a.md": every + block("nope")})
+
+
+def test_check_and_rewrite_cover_every_page(tmp_path, capsys):
+    # A checkout whose blocks are all current except one in a docs page: --check names it and
+    # exits 1; a rewrite fixes only that page and --check then passes. Blocks of shipped data only.
+    names = [n for n, b in upd.BLOCKS.items() if not b.needs_report]
+    assert names
+    for path, text in PAGES.items():
+        dest = tmp_path / path.relative_to(ROOT)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+    where = upd.locate_blocks(PAGES)
+    victim = next(n for n in names if where[n] != ROOT / "README.md")
+    page = tmp_path / where[victim].relative_to(ROOT)
+    page.write_text(upd.replace_blocks(page.read_text(), {victim: "stale"}))
+    assert upd.main(["--check", "--root", str(tmp_path), "--sections"]) == 1
+    assert victim in capsys.readouterr().err
+    untouched = {p: p.read_text() for p in tmp_path.rglob("*.md") if p != page}
+    assert upd.main(["--root", str(tmp_path), "--sections"]) == 0
+    assert upd.main(["--check", "--root", str(tmp_path), "--sections"]) == 0
+    assert {p: p.read_text() for p in untouched} == untouched
+    assert page.read_text() == where[victim].read_text()
+
+
+def test_a_page_with_a_duplicated_block_is_a_command_line_error(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    for path, text in PAGES.items():
+        (tmp_path / path.relative_to(ROOT)).write_text(text)
+    one = upd.BEGIN.format(name="decode") + "\nx\n" + upd.END.format(name="decode") + "\n"
+    (tmp_path / "docs" / "zz-copy.md").write_text(one)
+    assert upd.main(["--check", "--root", str(tmp_path), "--sections"]) == 2
+    assert "'decode'" in capsys.readouterr().err
 
 
 def test_readme_tables_match_a_fresh_report():
@@ -50,9 +115,34 @@ def test_readme_real_data_tables_match_a_fresh_report():
 
 
 def test_no_stale_hand_written_claims():
-    text = (ROOT / "README.md").read_text()
-    assert "10-30x" not in text  # the calibration table gives 4-16x (now generated)
-    assert "bounds both" not in text  # the global-delta column beats Mentored on truncated rows
+    for path, text in PAGES.items():
+        assert "10-30x" not in text, path  # the calibration table gives 4-16x (now generated)
+        assert "bounds both" not in text, path  # the global-delta column beats Mentored on truncated rows
+
+
+_GENERATED = re.compile(r"<!-- BEGIN generated:([\w.-]+) \(scripts/update_readme\.py\) -->.*?"
+                        r"<!-- END generated:\1 -->", re.S)
+#: A duration or a speed ratio: "15.8 ms", "2-3 s", "10 CPU minutes" is caught by "minutes", "1.7x".
+_TIMING = re.compile(r"(?<![:{\w.])\d[\d.,]*(?:-\d[\d.,]*)?\s*(?:ms|µs|us|ns|s|seconds?|min|minutes?|hours?|x)\b",
+                     re.I)
+
+
+def test_timings_appear_only_inside_generated_blocks():
+    found = {}
+    for path, text in PAGES.items():
+        hits = _TIMING.findall(_GENERATED.sub("", text))
+        if hits:
+            found[path.name] = hits
+    assert not found, found
+    # the pattern does catch the prose timings it is meant for
+    assert _TIMING.findall("took 15.8 ms, 2-3 s, 8.1 minutes, a 1.7x speedup") == [
+        "15.8 ms", "2-3 s", "8.1 minutes", "1.7x"]
+
+
+def test_pages_speak_of_the_project_only():
+    for path, text in PAGES.items():
+        for phrase in ("this machine", "session", "shared 2-core", "was available"):
+            assert phrase not in text.lower(), (path, phrase)
 
 
 def test_replace_blocks_names_a_missing_marker():
@@ -68,14 +158,16 @@ def _section(text: str, heading: str) -> str:
     return text[start:nxt if nxt >= 0 else None]
 
 
-def test_every_python_example_of_the_readme_runs():
-    # Each fenced python block runs top to bottom in a fresh namespace (the quickstart's printed
-    # output is also checked against the README by test_readme_tables_match_a_fresh_report).
-    text = (ROOT / "README.md").read_text()
-    blocks = upd._PYTHON_BLOCK.findall(text)
-    assert len(blocks) >= 3
-    for code in blocks:
-        upd.run_example(code)
+def test_every_python_example_of_the_pages_runs():
+    # Each fenced python block of every page runs top to bottom in a fresh namespace (the
+    # quickstart's printed output is also checked against the README by
+    # test_readme_tables_match_a_fresh_report).
+    blocks = {path: upd._PYTHON_BLOCK.findall(text) for path, text in PAGES.items()}
+    assert len(blocks[ROOT / "README.md"]) >= 1
+    assert sum(map(len, blocks.values())) >= 3
+    for path, codes in blocks.items():
+        for code in codes:
+            upd.run_example(code)
 
 
 def test_command_line_examples_of_the_readme_run(capsys):
@@ -91,3 +183,41 @@ def test_command_line_examples_of_the_readme_run(capsys):
     for argv in commands:
         assert main(argv[1:]) == 0, argv
         assert capsys.readouterr().out.strip(), argv
+
+
+def test_the_readme_command_table_lists_every_subcommand():
+    from cactus_theory.cli import SUBCOMMANDS
+
+    section = _section((ROOT / "README.md").read_text(), "## The command line")
+    listed = set()
+    for row in section.splitlines():
+        if row.startswith("| `"):
+            listed |= set(re.findall(r"`([\w-]+)`", row.split("|")[1]))
+    assert listed == set(SUBCOMMANDS)
+
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _relative_links(text: str) -> list:
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # links inside code blocks are code
+    return [t for t in _LINK.findall(text) if not re.match(r"[a-z][a-z0-9+.-]*:|#", t)]
+
+
+def test_every_relative_link_of_the_pages_exists():
+    missing = []
+    for path, text in PAGES.items():
+        links = _relative_links(text)
+        for target in links:
+            if not (path.parent / target.split("#")[0]).exists():
+                missing.append(f"{path.relative_to(ROOT)} -> {target}")
+    assert not missing, missing
+    # the parser finds relative links and images, not web addresses or anchors
+    assert _relative_links("[a](x.md) ![b](../f.png#p) [c](https://e.org) [d](#top) [e](mailto:a@b)") == [
+        "x.md", "../f.png#p"]
+
+
+def test_the_readme_links_every_docs_page():
+    links = {Path(t.split("#")[0]) for t in _relative_links((ROOT / "README.md").read_text())}
+    pages = {p.relative_to(ROOT) for p in PAGES if p.parent.name == "docs"}
+    assert pages and pages <= links, pages - links
