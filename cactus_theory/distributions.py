@@ -60,9 +60,14 @@ __all__ = [
     "process_sorted_logits",
     "truncate",
     "softmax",
+    "PAPER_TRUNCATION",
 ]
 
 FAMILIES = ("dirichlet", "zipf", "logits", "noisy_copy")
+
+#: The paper's sampling setting (code defaults): temperature 0.6, top-k 20, top-p 0.95
+#: (keyword arguments of :func:`truncate`).
+PAPER_TRUNCATION = dict(temperature=0.6, top_k=20, top_p=0.95)
 
 
 def softmax(logits, axis: int = -1) -> np.ndarray:

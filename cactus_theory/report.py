@@ -14,9 +14,6 @@ Hao & Mou, ICLR 2026).
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,53 +24,18 @@ from .analysis.comparison import (
     taylor_vs_exact_grid,
     taylor_vs_exact_pairs,
 )
-from .distributions import synthetic_pairs, truncate
+from ._tables import Column, Table, format_table, json_ready
+from .distributions import PAPER_TRUNCATION, synthetic_pairs, truncate
 
 __all__ = ["Column", "Table", "Section", "Report", "format_table", "format_section",
            "format_report", "compute_report", "build_report", "json_ready", "SECTIONS",
-           "sequence_budget_table",
+           "sequence_budget_table", "format_sequence_budget", "default_corpora",
            "SECTION_SUMMARIES", "PAPER_TRUNCATION"]
 
-#: The paper's sampling setting (code defaults): temperature 0.6, top-k 20, top-p 0.95.
-PAPER_TRUNCATION = dict(temperature=0.6, top_k=20, top_p=0.95)
 DEFAULT_DELTAS = (0.1, 0.5, 1.0)
 
 
 # --------------------------------------------------------------------------- data objects
-
-@dataclass(frozen=True)
-class Column:
-    """One column of a :class:`Table`: the row key, its printed header and its number format.
-
-    ``fmt`` is a format spec for numbers (``".4f"``, ``"g"``, ``".1f"``), ``"s"`` for text or
-    ``"knobs"`` for a dict of rule knobs printed as ``name=value``.
-    """
-
-    key: str
-    header: str
-    fmt: str = ".4f"
-
-
-@dataclass(frozen=True)
-class Table:
-    """A table of plain values: ``rows`` are dicts keyed by the columns' ``key``.
-
-    ``name`` is a stable identifier (``"<section>/<what>"``) used by the README generator;
-    ``layout`` is ``"grid"`` (aligned columns) or ``"records"`` (one block per row, for long text).
-    """
-
-    name: str
-    title: str
-    columns: tuple
-    rows: tuple
-    layout: str = "grid"
-
-    def to_dict(self) -> dict:
-        """The table as JSON-ready data (non-finite floats become ``"inf"``, ``"-inf"``, ``"nan"``)."""
-        return {"name": self.name, "title": self.title,
-                "columns": [{"key": c.key, "header": c.header} for c in self.columns],
-                "rows": [json_ready(dict(r)) for r in self.rows]}
-
 
 @dataclass(frozen=True)
 class Section:
@@ -117,90 +79,7 @@ class Report:
         return {"seed": self.seed, "sections": [s.to_dict() for s in self.sections]}
 
 
-def json_ready(x):
-    """Plain Python values for JSON: numpy scalars/arrays unwrapped, non-finite floats as strings."""
-    if isinstance(x, dict):
-        return {str(k): json_ready(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_ready(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return json_ready(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
-
-
 # --------------------------------------------------------------------------- the formatter
-
-def _cell(value, fmt: str) -> str:
-    if value is None:
-        return "-"
-    if fmt == "s":
-        return str(value)
-    if fmt == "knobs":
-        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in dict(value).items()) or "-"
-    if isinstance(value, str):
-        return value
-    if fmt == "d":
-        return str(int(value))
-    v = float(value)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if fmt.endswith("f") and v < 0 and float(format(v, fmt)) == 0.0:
-        v = 0.0  # print the rounding residue of a zero as 0.0000, not -0.0000
-    return format(v, fmt)
-
-
-def format_table(table: Table, style: str = "text") -> str:
-    """Print a :class:`Table` as ``"text"`` (aligned), ``"markdown"`` or ``"csv"``.
-
-    CSV carries the raw values (full float precision, knobs as ``name=value``); text and Markdown
-    use each column's format. Text columns are left-aligned, numbers right-aligned.
-    """
-    if style not in ("text", "markdown", "csv"):
-        raise ValueError(f"style: expected text, markdown or csv, got {style!r}")
-    cols = table.columns
-    if style == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow([c.key for c in cols])
-        for r in table.rows:
-            w.writerow([_cell(r.get(c.key), "knobs") if c.fmt == "knobs" else
-                        (repr(float(r[c.key])) if isinstance(r.get(c.key), (float, np.floating)) else r.get(c.key))
-                        for c in cols])
-        return buf.getvalue().rstrip("\n")
-    body = [[_cell(r.get(c.key), c.fmt) for c in cols] for r in table.rows]
-    if table.layout == "records":
-        out = [table.title] if table.title and style == "text" else []
-        for cells in body:
-            first, rest = cells[0], cells[1:]
-            out.append(f"{first}. {rest[0]}" if rest else first)
-            out += [f"    {c.header}: {v}" for c, v in zip(cols[2:], rest[1:])]
-        return "\n".join(out)
-    heads = [c.header for c in cols]
-    if style == "markdown":
-        esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-        out = ([f"*{table.title}*", ""] if table.title else [])
-        out.append("| " + " | ".join(esc(h) for h in heads) + " |")
-        out.append("|" + "|".join("---" if c.fmt in ("s", "knobs") else "---:" for c in cols) + "|")
-        out += ["| " + " | ".join(esc(x) for x in cells) + " |" for cells in body]
-        return "\n".join(out)
-    widths = [max(len(x) for x in col) for col in zip(heads, *body)]
-    left = [c.fmt in ("s", "knobs") for c in cols]
-
-    def line(cells):
-        return "  ".join(x.ljust(w) if lf else x.rjust(w)
-                         for x, w, lf in zip(cells, widths, left)).rstrip()
-
-    out = [table.title] if table.title else []
-    out += [line(heads), line(["-" * w for w in widths])] + [line(b) for b in body]
-    return "\n".join(out)
-
 
 def format_section(section: Section, style: str = "text", figures_dir: str | None = None) -> str:
     """Print a :class:`Section`: heading, notes and tables in order (tables fenced in Markdown).
@@ -540,7 +419,7 @@ def section_real(seed: int = 0, m: int = 8) -> Section:
 
 
 def sequence_budget_table(res, name: str = "sequence") -> Table:
-    """A :class:`~cactus_theory.analysis.sequence_budget.SequenceBudgetComparison` as a Table:
+    """A :class:`~cactus_theory.simulate.sequence_budget.SequenceBudgetComparison` as a Table:
     one row per method (acceptance, KL per token, worst trajectory, AL_m per m, the chain's KL
     upper bound at the largest m, the calibrated knob)."""
     ms = res.draft_lengths
@@ -553,9 +432,38 @@ def sequence_budget_table(res, name: str = "sequence") -> Table:
     return Table(name, title, cols, tuple(res.rows()))
 
 
+def format_sequence_budget(result) -> str:
+    """Plain-text table of a
+    :class:`~cactus_theory.simulate.sequence_budget.SequenceBudgetComparison` (one row per
+    method), printed by :func:`format_table`."""
+    return format_table(sequence_budget_table(result), "text")
+
+
+def default_corpora(seed: int = 0, real: bool = True) -> list:
+    """The report's corpora: ``[(key, trajectories, label), ...]``.
+
+    ``synthetic``: 8 noisy-copy trajectories (V = 64, T = 64) truncated as in the paper's code
+    (temperature 0.6, top-k 20, top-p 0.95), drawn with ``seed``; ``real`` (when ``real`` and the
+    shipped recordings are present): the first 16 prompts of the SmolLM2-135M-Instruct / distilled
+    drafter recording with at least two positions.
+    """
+    from .logits import load_dump, shipped_dumps
+    from .simulate.synthetic import synthetic_trajectory
+
+    truncation = dict(temperature=0.6, top_k=20, top_p=0.95)
+    rng = np.random.default_rng(seed)
+    synth = [synthetic_trajectory("noisy_copy", 64, 64, rng, **truncation) for _ in range(8)]
+    corpora = [("synthetic", synth, "noisy copy, V = 64, T = 64, truncated T 0.6 / top-k 20 / top-p 0.95")]
+    files = [f for f in shipped_dumps() if "distilled" in f.name] if real else []
+    if files:
+        trajs = [t for t in load_dump(files[0]).trajectories() if t.target_probs.shape[0] >= 2][:16]
+        corpora.append(("real", trajs, "real: SmolLM2-135M-Instruct, drafter distilled, first 16 prompts"))
+    return corpora
+
+
 def section_sequence_budget(seed: int = 0, eps: float = 0.1) -> Section:
     """Methods at equal sequence-level KL: AL at m = 2, 4, 8, 20 (synthetic and real trajectories)."""
-    from .analysis.sequence_budget import compare_sequence_budget, default_corpora
+    from .simulate.sequence_budget import compare_sequence_budget
 
     corpora = default_corpora(seed)
     blocks = ["Each method's knob is calibrated so that the mean of KL(h_t||q_t) over the corpus is eps (with "

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cactus_theory.analysis.one_step import emitted_distribution
-from cactus_theory.analysis.sequence_budget import (
-    METHODS, compare_sequence_budget, format_sequence_budget,
+from cactus_theory.report import format_sequence_budget
+from cactus_theory.simulate.sequence_budget import (
+    METHODS, compare_sequence_budget,
 )
 from cactus_theory.divergences import get_divergence
 from cactus_theory.rules import RULES, get_rule

@@ -1,6 +1,6 @@
 """What a rule emits: one-step analysis, Taylor vs exact, the frontier, calibration, tables.
 
-(The ``cactus-calibrated`` rule lives in :mod:`cactus_theory.rules.calibrated`.)
+Importing it registers the ``cactus-calibrated`` rule (:mod:`cactus_theory.analysis.calibration`).
 """
 
 from .one_step import (
@@ -12,6 +12,7 @@ from .one_step import (
     make_plan,
     per_draft_divergence,
 )
+from . import calibration  # noqa: F401  (registers cactus-calibrated)
 
 __all__ = [
     "OneStepResult", "acceptance_probabilities", "acceptance_rate", "analyze",

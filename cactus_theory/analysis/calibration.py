@@ -7,8 +7,8 @@ has no closed form. This module computes it exactly (the exact O(V log V) emitte
 distribution at each delta), its distribution over a corpus of positions, and the inverse:
 
 * per position, the delta that meets a target emitted divergence :math:`\epsilon`
-  (:func:`calibrate_delta`; the ``cactus-calibrated`` rule of
-  :mod:`cactus_theory.rules.calibrated` applies it);
+  (:func:`calibrate_delta`; the ``cactus-calibrated`` rule, :class:`CalibratedCactus`,
+  registered by this module, applies it);
 * one global delta for a corpus (:func:`global_delta`: the mean, or a quantile, of the
   emitted divergence over positions meets :math:`\epsilon`);
 * both compared with Mentored decoding at the same :math:`\epsilon`
@@ -33,16 +33,18 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorem 3 (the paper's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from .._validation import (as_budget, as_budget_array, as_nonempty_values, as_prob_pair,
                            as_probs, as_probs_or_tensor, choice)
-from ..divergences import get_divergence
+from ..divergences import DIVERGENCES, get_divergence
 from ..rules.cactus import SMOOTH_DIVERGENCES
-from ..rules.calibrated import BASES, CalibratedCactus  # noqa: F401  (CalibratedCactus re-exported)
 from ..rules.plans import SpikePlan
+from ..rules.registry import Knob, Rule, RuleSpec, register
 from ..solvers.mentored import solve_mentored
 from ..solvers.spike import exact_spike, taylor_spike
 from .one_step import emitted_distribution
@@ -52,6 +54,9 @@ __all__ = [
     "CalibrationResult", "corpus_divergence_distribution", "global_delta", "GlobalDelta",
     "compare_with_mentored", "MentoredComparison", "CalibratedCactus",
 ]
+
+#: How gamma is computed from delta: Corollary 5 (the paper's rule) or Theorem 2's root.
+BASES = ("taylor", "exact")
 
 #: Grid points of the first-crossing scan and bisection steps of its refinement.
 GRID_POINTS = 24
@@ -504,3 +509,55 @@ def compare_with_mentored(target_probs, draft_probs, eps, *, base="taylor", dive
         "fraction_over_eps_global": float(np.mean(glob.divergences > eps)),
     }
     return MentoredComparison(float(eps), per, glob, ment, summary)
+
+
+# --------------------------------------------------------------------------- the rule
+
+class CalibratedCactus(Rule):
+    r"""Cactus with delta calibrated per position so that :math:`D(h_{alg}\|q) \le \epsilon`.
+
+    .. warning::
+       Not part of the paper: the paper fixes one delta. The calibration runs the exact
+       float64 analysis (numpy) on each row; with torch input the rows are copied to the
+       host, calibrated, and gamma is rebuilt on the input's device and dtype from the
+       calibrated deltas (the only non-array-API step of any rule's ``plan``).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
+    """
+
+    def __init__(self, eps: float, base: str, divergence: str):
+        self.eps = eps
+        self.base = base
+        self.divergence = divergence
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """``SpikePlan`` whose per-row delta meets the emitted budget eps."""
+        xp = array_namespace(target_probs, draft_probs)
+        to_np = lambda x: np.asarray(x.detach().cpu().double() if hasattr(x, "detach") else x,  # noqa: E731
+                                     dtype=np.float64)
+        qn, pn = to_np(target_probs), to_np(draft_probs)
+        qn = qn / qn.sum(-1, keepdims=True)
+        pn = pn / pn.sum(-1, keepdims=True)
+        delta = calibrate_delta(qn, pn, self.eps, base=self.base, divergence=self.divergence).delta
+        delta = np.where(np.isfinite(delta), delta, DELTA_CAP)
+        dt = xp.asarray(delta[..., None], dtype=target_probs.dtype,
+                        device=getattr(target_probs, "device", None))
+        return SpikePlan(target_probs, draft_probs,
+                         spike_for(target_probs, dt, self.base, self.divergence))
+
+
+register(RuleSpec(
+    name="cactus-calibrated",
+    factory=CalibratedCactus,
+    knobs=(
+        Knob("eps", 0.1, 0.0, math.inf, doc="budget on D(h_alg || q) of the emitted distribution"),
+        Knob("base", "taylor", choices=BASES, doc="gamma from delta: Corollary 5 or Theorem 2"),
+        Knob("divergence", "kl", choices=tuple(DIVERGENCES),
+             doc="divergence of the budget (and of the exact base's two-point form)"),
+    ),
+    sps_knobs={"eps": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
+    family="spike",
+    summary="Cactus with a per-position delta meeting D(h_alg||q) <= eps (first crossing)",
+    reference="this toolkit (issue 3); Cactus Theorem 3 for h_alg",
+))

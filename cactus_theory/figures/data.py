@@ -19,8 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..distributions import synthetic_pairs, truncate
-from ..report import PAPER_TRUNCATION
+from ..distributions import PAPER_TRUNCATION, synthetic_pairs, truncate
 
 __all__ = ["FigureData", "synthetic_data", "synthetic_trajectories", "real_dump", "real_data",
            "real_trajectories", "dump_trajectories", "as_figure_data", "coerce_data", "DEFAULT_DRAFTER"]

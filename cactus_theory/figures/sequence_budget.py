@@ -3,7 +3,7 @@ r"""Figure: AL against draft length for the methods compared at one sequence-lev
 y is each method's :math:`AL_m` relative to Cactus-Taylor with one delta (in %), so the
 small differences between methods at equal divergence are visible.
 
-One line per method of :mod:`cactus_theory.analysis.sequence_budget` (Cactus with one delta,
+One line per method of :mod:`cactus_theory.simulate.sequence_budget` (Cactus with one delta,
 Cactus and Mentored decoding per position, the offline optimum, the sequence-budget rule with
 one multiplier and online with a budget account), each calibrated to the same mean per-token
 emitted KL :math:`\epsilon`; y is the exact teacher-forced :math:`AL_m` (bonus not counted).
@@ -35,7 +35,7 @@ def plot_sequence_budget(result, ax=None):
     Parameters
     ----------
     result : SequenceBudgetComparison
-        From :func:`cactus_theory.analysis.sequence_budget.compare_sequence_budget`.
+        From :func:`cactus_theory.simulate.sequence_budget.compare_sequence_budget`.
     ax : matplotlib Axes, optional
         Where to draw (default: a new Figure with one Axes; pyplot is not used).
 
@@ -69,12 +69,15 @@ def figure_sequence_budget(trajectories=None, eps: float = 0.1, *, seed: int = 0
     """Compare the methods at one per-token budget ``eps`` and plot them (:func:`plot_sequence_budget`).
 
     ``trajectories`` default: the report's synthetic corpus
-    (:func:`cactus_theory.analysis.sequence_budget.default_corpora`).
+    (:func:`cactus_theory.report.default_corpora`): 8 noisy-copy trajectories, V = 64, T = 64,
+    truncated, drawn with ``seed`` (:func:`~cactus_theory.figures.data.synthetic_trajectories`).
     """
-    from ..analysis.sequence_budget import compare_sequence_budget, default_corpora
+    from ..simulate.sequence_budget import compare_sequence_budget
+    from .data import synthetic_trajectories
 
     if trajectories is None:
-        _, trajectories, label = default_corpora(seed, real=False)[0]
+        trajectories = synthetic_trajectories(n=8, length=64, vocab_size=64, seed=seed)
+        label = "noisy copy, V = 64, T = 64, truncated T 0.6 / top-k 20 / top-p 0.95"
     else:
         label = "user trajectories"
     return plot_sequence_budget(compare_sequence_budget(trajectories, eps, label=label), ax=ax)

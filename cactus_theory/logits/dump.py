@@ -404,7 +404,7 @@ def check_args(args) -> None:
     >= 1; the verifier, drafters and prompts must exist locally. (``--shipped`` writes into
     ``--out-dir`` unless ``--overwrite-shipped`` is given.)
     """
-    from .cli import _check_prompts, check_drafter, check_model_source
+    from ._checks import check_drafter, check_model_source, check_prompts
 
     from .._validation import as_temperature, as_top_k, as_top_p
 
@@ -426,7 +426,7 @@ def check_args(args) -> None:
     for d in args.drafter or ["distilled"]:
         check_drafter(d)
     if args.prompts != "mix":
-        _check_prompts(args.prompts)
+        check_prompts(args.prompts)
 
 
 def run_args(args) -> list[Path]:
@@ -453,13 +453,31 @@ def run_args(args) -> list[Path]:
                       progress=not args.no_progress, resume=not args.no_resume)
 
 
+def add_dump_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Arguments of ``cactus-theory dump`` (those of :func:`cactus_theory.logits.dump.build_parser`)."""
+    build_parser(p)
+    p.add_argument("--json", action="store_true", help="print the written paths as JSON")
+    return p
+
+
+def run_dump(args) -> int:
+    """Validate every argument (before loading a model), record, print the written paths."""
+    check_args(args)
+    paths = [str(p) for p in run_args(args)]
+    if getattr(args, "json", False):
+        print(json.dumps({"paths": paths}, indent=2))
+    else:
+        for path in paths:
+            print(path)
+    return 0
+
+
 def main(argv=None) -> int:
     """``python -m cactus_theory.logits.dump``: the ``dump`` subcommand as a module entry."""
-    import sys
+    from .._cli import module_entry
 
-    from ..cli import main as cli_main
-
-    return cli_main(["dump", *(sys.argv[1:] if argv is None else argv)])
+    return module_entry("dump", add_dump_arguments, run_dump, argv,
+                        description="record verifier/drafter next-token distributions (real models)")
 
 
 if __name__ == "__main__":

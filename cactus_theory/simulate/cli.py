@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     -------
     argparse.ArgumentParser
     """
-    from ..cli import add_knobs, add_output, add_seed
+    from .._cli import add_knobs, add_output, add_seed
 
     p.add_argument("--rule", default="cactus-taylor", help="registry name")
     add_knobs(p)
@@ -127,7 +127,7 @@ def simulate_data(args) -> dict:
     ValueError
         Naming the argument for a bad value (the main CLI exits 2 with one line).
     """
-    from ..cli import parse_knobs
+    from .._cli import parse_knobs
 
     _check(args)
     rule = get_rule(args.rule, **parse_knobs(args.knob))
@@ -274,7 +274,7 @@ def run(args) -> int:
     int
         0 (bad arguments raise ValueError instead).
     """
-    from ..cli import _emit
+    from .._cli import _emit
 
     data = simulate_data(args)
     _emit(args, text=format_simulation(data), data=data)

@@ -97,7 +97,7 @@ def check_law(rule_name: str, runner: str = "mrv1", n: int = 200_000, alpha: flo
     import torch
     from scipy import stats
 
-    from ... import acceptance_rate, emitted_distribution
+    from ...analysis import acceptance_rate, emitted_distribution
     from .config import parse_config
     from .patch import install
     if device == "cpu":  # the CPU build's C++ stand-ins for the MRV1 Triton kernels

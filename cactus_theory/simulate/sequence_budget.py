@@ -48,18 +48,16 @@ import numpy as np
 
 from .._validation import as_budget
 from ..rules import SpikePlan
-from ..simulate.chain import PositionLaws, Trajectory
-from ..simulate.exact import exact_chain, sequence_divergence
-from ..simulate.metrics import compute_metrics, pool_totals
 from ..solvers.frontier import LARGEST_FINITE, saturation_budget
 from ..solvers.mentored import solve_mentored
 from ..solvers.sequence import budget_account, solve_sequence_budget
-from .calibration import DELTA_CAP, calibrate_delta, global_delta, saturation_delta, spike_for
-from .one_step import emitted_distribution
+from ..analysis.calibration import DELTA_CAP, calibrate_delta, global_delta, saturation_delta, spike_for
+from ..analysis.one_step import emitted_distribution
+from .chain import PositionLaws, Trajectory
+from .exact import exact_chain, sequence_divergence
+from .metrics import compute_metrics, pool_totals
 
-__all__ = ["SequenceBudgetComparison", "compare_sequence_budget", "format_sequence_budget",
-           "default_corpora",
-           "target_laws", "METHODS", "DRAFT_LENGTHS"]
+__all__ = ["SequenceBudgetComparison", "compare_sequence_budget", "target_laws", "METHODS", "DRAFT_LENGTHS"]
 
 #: Draft lengths of the comparison (the paper's main tables use m = 20).
 DRAFT_LENGTHS = (2, 4, 8, 20)
@@ -296,33 +294,3 @@ def compare_sequence_budget(trajectories, eps, draft_lengths=DRAFT_LENGTHS,
             klu[i, j] = sum(sequence_divergence(c).kl_upper for c in chains) / N
     return SequenceBudgetComparison(label, float(eps), ms, N, len(trajs), METHODS,
                                     tuple(knobs[n] for n in METHODS), acc, klt, worst, al, klu)
-
-
-def format_sequence_budget(result: SequenceBudgetComparison) -> str:
-    """Plain-text table of a :class:`SequenceBudgetComparison` (one row per method), printed by
-    the report's formatter (:func:`cactus_theory.report.format_table`)."""
-    from ..report import format_table, sequence_budget_table
-
-    return format_table(sequence_budget_table(result), "text")
-
-
-def default_corpora(seed: int = 0, real: bool = True) -> list:
-    """The report's corpora: ``[(key, trajectories, label), ...]``.
-
-    ``synthetic``: 8 noisy-copy trajectories (V = 64, T = 64) truncated as in the paper's code
-    (temperature 0.6, top-k 20, top-p 0.95), drawn with ``seed``; ``real`` (when ``real`` and the
-    shipped recordings are present): the first 16 prompts of the SmolLM2-135M-Instruct / distilled
-    drafter recording with at least two positions.
-    """
-    from ..logits import load_dump, shipped_dumps
-    from ..simulate.synthetic import synthetic_trajectory
-
-    truncation = dict(temperature=0.6, top_k=20, top_p=0.95)
-    rng = np.random.default_rng(seed)
-    synth = [synthetic_trajectory("noisy_copy", 64, 64, rng, **truncation) for _ in range(8)]
-    corpora = [("synthetic", synth, "noisy copy, V = 64, T = 64, truncated T 0.6 / top-k 20 / top-p 0.95")]
-    files = [f for f in shipped_dumps() if "distilled" in f.name] if real else []
-    if files:
-        trajs = [t for t in load_dump(files[0]).trajectories() if t.target_probs.shape[0] >= 2][:16]
-        corpora.append(("real", trajs, "real: SmolLM2-135M-Instruct, drafter distilled, first 16 prompts"))
-    return corpora
