@@ -171,7 +171,8 @@ def compare_taylor_exact(target_probs, draft_probs, delta, *, divergence="kl") -
         table=tuple(dict(r) for r in res.rows))
 
 
-def optimal_frontier(target_probs, draft_probs, *, eps=None, divergence="kl") -> FrontierResult:
+def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl", chunk_rows=None,
+                     max_memory=None, progress=False) -> FrontierResult:
     r"""The optimal acceptance :math:`F(\epsilon)` at targets eps on the emitted divergence.
 
     .. math:: F(\epsilon) = \max_{o\in\Delta_V} \sum_x \min(p_x, o_x)
@@ -190,6 +191,12 @@ def optimal_frontier(target_probs, draft_probs, *, eps=None, divergence="kl") ->
         :func:`cactus_theory.solvers.frontier.frontier_curve`.
     divergence : str
         D.
+    chunk_rows, max_memory, progress
+        Rows per chunk, or the bound on the working memory (``"256MB"``), and a progress bar:
+        rows beyond one chunk, a row source (:mod:`cactus_theory.rows`: a file or a folder of
+        shards, also by path) or Dask arrays are analysed chunk by chunk
+        (:mod:`cactus_theory.analysis.chunked`, :mod:`cactus_theory.analysis.dask`), the same
+        numbers bit for bit.
 
     Returns
     -------
@@ -201,6 +208,10 @@ def optimal_frontier(target_probs, draft_probs, *, eps=None, divergence="kl") ->
     """
     from .solvers.frontier import frontier, saturation_budget
 
+    scaled = _scaled("frontier", "optimal_frontier", target_probs, draft_probs, chunk_rows, max_memory,
+                     progress, eps=eps, divergence=divergence)
+    if scaled is not None:
+        return scaled
     q, p = as_prob_pair(target_probs, draft_probs)
     d = get_divergence(divergence)
     sat = float(np.max(saturation_budget(q, p, d.name)))
@@ -222,7 +233,7 @@ def optimal_frontier(target_probs, draft_probs, *, eps=None, divergence="kl") ->
 
 
 def calibrate_delta(target_probs, draft_probs, eps, *, rule="cactus-taylor",
-                    divergence="kl") -> CalibrationResult:
+                    divergence="kl", chunk_rows=None, max_memory=None, progress=False) -> CalibrationResult:
     r"""Per position, the per-draft budget delta whose emitted divergence meets eps.
 
     .. math:: \delta^*(q, p) = \sup\{\delta : D(h_{alg}(\delta')\|q) \le \epsilon
@@ -241,6 +252,8 @@ def calibrate_delta(target_probs, draft_probs, eps, *, rule="cactus-taylor",
         How gamma follows from delta: Corollary 5 or Theorem 2.
     divergence : str
         D of both the per-draft budget and the emitted target.
+    chunk_rows, max_memory, progress
+        As in :func:`optimal_frontier` (``draft_probs`` None with a row source).
 
     Returns
     -------
@@ -252,6 +265,10 @@ def calibrate_delta(target_probs, draft_probs, eps, *, rule="cactus-taylor",
     """
     from .analysis.calibration import calibrate_delta as _calibrate
 
+    scaled = _scaled("calibrate", "calibrate_delta", target_probs, draft_probs, chunk_rows, max_memory,
+                     progress, eps=eps, rule=rule, divergence=divergence)
+    if scaled is not None:
+        return scaled
     rule = choice(rule, CALIBRATION_RULES, "rule")
     eps = as_budget(eps, "eps")
     q, p = as_prob_pair(target_probs, draft_probs)
@@ -268,7 +285,8 @@ def calibrate_delta(target_probs, draft_probs, eps, *, rule="cactus-taylor",
                              n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
 
 
-def analyze_rules(target_probs, draft_probs, rules=None, *, delta=None, knobs=None) -> RuleTable:
+def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, knobs=None,
+                  chunk_rows=None, max_memory=None, progress=False) -> RuleTable:
     r"""Rules side by side: acceptance, per-draft and emitted divergences, frontier gap.
 
     Wraps :func:`cactus_theory.analysis.rule_table.rule_table` and adds the per-draft KL
@@ -285,6 +303,8 @@ def analyze_rules(target_probs, draft_probs, rules=None, *, delta=None, knobs=No
         default); ``knobs`` override it.
     knobs : dict of str to dict, optional
         Knobs per rule name.
+    chunk_rows, max_memory, progress
+        As in :func:`optimal_frontier`.
 
     Returns
     -------
@@ -298,6 +318,10 @@ def analyze_rules(target_probs, draft_probs, rules=None, *, delta=None, knobs=No
     from .analysis.rule_table import rule_table
     from .rules import RULES, get_rule
 
+    scaled = _scaled("rules", "analyze_rules", target_probs, draft_probs, chunk_rows, max_memory,
+                     progress, rules=rules, delta=delta, knobs=knobs)
+    if scaled is not None:
+        return scaled
     q, p = as_prob_pair(target_probs, draft_probs)
     names = list(RULES) if rules is None else [choice(r, RULES.all_names(), "rules")
                                                for r in ([rules] if isinstance(rules, str) else rules)]
@@ -331,6 +355,26 @@ def analyze_rules(target_probs, draft_probs, rules=None, *, delta=None, knobs=No
                       "emitted_tv": row["tv"], "gap_kl": row["gap_kl"], "gap_tv": row["gap_tv"]})
     return RuleTable(table=tuple(table), delta=delta,
                      n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
+
+
+def _scaled(kind, name, target_probs, draft_probs, chunk_rows, max_memory, progress, **kw):
+    """The chunked (or Dask) call where the input needs it (a row source, a path, Dask arrays,
+    rows beyond one chunk), else None; validates ``chunk_rows`` and ``max_memory``."""
+    from .analysis import chunked
+
+    if not chunked.wants_chunks(target_probs, kind, chunk_rows=chunk_rows, max_memory=max_memory):
+        return None
+    if chunked.is_dask(target_probs):
+        from .analysis import dask as on_dask
+
+        return getattr(on_dask, name)(target_probs, draft_probs, chunk_rows=chunk_rows,
+                                      max_memory=max_memory, **kw)
+    if isinstance(target_probs, str) or hasattr(target_probs, "__fspath__"):
+        from .rows import as_row_source
+
+        target_probs, draft_probs = as_row_source(target_probs, draft_probs), None
+    return getattr(chunked, name)(target_probs, draft_probs, chunk_rows=chunk_rows,
+                                  max_memory=max_memory, progress=progress, **kw)
 
 
 def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:

@@ -226,6 +226,10 @@ def _args_analyze(p):
                    "(default: each rule's own default)")
     p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                    help="knob for every chosen rule that has it, repeatable (e.g. --knob alpha=0.3)")
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="bound on the working memory (e.g. 256MB, 1GiB; default 256 MiB): rows are "
+                        "analysed in chunks; --input may be a folder of .npy/.npz shards, read lazily")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar over chunks")
     add_output(p, csv_flag=True)
 
 
@@ -243,7 +247,18 @@ def _cmd_analyze(args) -> int:
 
     from .rules import RULES
 
-    q, p = _pairs(args)
+    from pathlib import Path
+
+    if args.input is not None and Path(args.input).is_dir():   # a folder of shards, read lazily
+        if args.q is not None or args.p is not None:
+            raise ValueError("input: give either --input or --q and --p, not both")
+        from .rows import as_row_source
+
+        q = as_row_source(args.input)
+        p, shape = None, (q.n_rows, max(V for _, V in q.widths()))
+    else:
+        q, p = _pairs(args)
+        shape = q.shape
     rules = _rule_list(args.rules)
     flat = parse_knobs(args.knob)
     kw = {}
@@ -259,8 +274,8 @@ def _cmd_analyze(args) -> int:
         kw["knobs"] = {n: d for n, d in per.items() if d}
     if args.delta is not None:
         kw["delta"] = args.delta
-    res = ct.analyze_rules(q, p, rules, **kw)
-    table = _rows_table(res.rows(), "analyze", f"{q.shape[0]} positions, V = {q.shape[1]}")
+    res = ct.analyze_rules(q, p, rules, max_memory=args.max_memory, progress=not args.no_progress, **kw)
+    table = _rows_table(res.rows(), "analyze", f"{shape[0]} positions, V = {shape[1]}")
     from .report import format_table
 
     _emit(args, text=format_table(table), data=res.to_dict(), tables=[table])

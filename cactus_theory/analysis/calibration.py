@@ -221,13 +221,15 @@ class CalibrationResult:
 def _illinois(excess, lo, hi, steps=REFINE_STEPS):
     """Refine brackets excess(lo) <= 0 < excess(hi) (vectorised) by the Illinois variant of
     regula falsi, with a bisection step wherever the secant is unusable (an infinite end);
-    returns (lo, hi) with the feasible end lo. Stops when every bracket is within ~1e-13."""
+    returns (lo, hi) with the feasible end lo. Each bracket stops once it is within ~1e-13
+    (lane by lane: a row's result does not depend on the other rows refined with it)."""
     f_lo = excess(lo)
     f_hi = excess(hi)
     side = np.zeros(lo.shape, dtype=np.int8)
     for _ in range(steps):
         width = hi - lo
-        if np.all((width <= 1e-13 * np.abs(hi)) | (f_lo >= -1e-15)):
+        run = ~((width <= 1e-13 * np.abs(hi)) | (f_lo >= -1e-15))
+        if not np.any(run):
             break
         ok = np.isfinite(f_hi) & np.isfinite(f_lo) & (f_hi > f_lo)
         den = np.where(ok, f_hi - f_lo, 1.0)
@@ -236,13 +238,13 @@ def _illinois(excess, lo, hi, steps=REFINE_STEPS):
         x = np.clip(x, lo + 1e-3 * width, hi - 1e-3 * width)
         x = np.where(width > 0, x, lo)
         fx = excess(x)
-        feasible = fx <= 0
-        lo, f_lo = np.where(feasible, x, lo), np.where(feasible, fx, f_lo)
-        hi, f_hi = np.where(feasible, hi, x), np.where(feasible, f_hi, fx)
+        up, down = run & (fx <= 0), run & ~(fx <= 0)      # converged lanes stay as they are
+        lo, f_lo = np.where(up, x, lo), np.where(up, fx, f_lo)
+        hi, f_hi = np.where(down, x, hi), np.where(down, fx, f_hi)
         # Illinois: halve the stale end's value when the same end moved twice in a row
-        f_hi = np.where(feasible & (side == 1), 0.5 * f_hi, f_hi)
-        f_lo = np.where(~feasible & (side == -1), 0.5 * f_lo, f_lo)
-        side = np.where(feasible, 1, -1).astype(np.int8)
+        f_hi = np.where(up & (side == 1), 0.5 * f_hi, f_hi)
+        f_lo = np.where(down & (side == -1), 0.5 * f_lo, f_lo)
+        side = np.where(up, 1, np.where(down, -1, side)).astype(np.int8)
     return lo, hi
 
 
