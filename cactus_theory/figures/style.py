@@ -112,6 +112,9 @@ def styled(fn):
 def new_axes(ax=None, width: float = SINGLE_COLUMN, height: float | None = None):
     """``(fig, ax)``: the given axes and its figure, or a new figure of the given print size.
 
+    A new figure is a ``matplotlib.figure.Figure`` made without pyplot: no pyplot state is
+    touched (safe beside widget callbacks in other threads); display or save it explicitly.
+
     Parameters
     ----------
     ax : matplotlib.axes.Axes, optional
@@ -121,10 +124,10 @@ def new_axes(ax=None, width: float = SINGLE_COLUMN, height: float | None = None)
     """
     if ax is not None:
         return ax.figure, ax
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    fig, ax = plt.subplots(figsize=(width, 0.72 * width if height is None else height))
-    return fig, ax
+    fig = Figure(figsize=(width, 0.72 * width if height is None else height))
+    return fig, fig.subplots()
 
 
 def new_axes_row(axes=None, n: int = 2, width: float = DOUBLE_COLUMN, height: float = 2.5,
@@ -135,10 +138,10 @@ def new_axes_row(axes=None, n: int = 2, width: float = DOUBLE_COLUMN, height: fl
         if len(axes) != n:
             raise ValueError(f"ax: expected {n} axes, got {len(axes)}")
         return axes[0].figure, axes
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    fig, axes = plt.subplots(1, n, figsize=(width, height), **kwargs)
-    return fig, list(axes)
+    fig = Figure(figsize=(width, height))
+    return fig, list(fig.subplots(1, n, **kwargs))
 
 
 def figure_bytes(fig, fmt: str) -> bytes:
