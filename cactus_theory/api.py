@@ -195,7 +195,7 @@ def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl
         Rows per chunk, or the bound on the working memory (``"256MB"``), and a progress bar:
         rows beyond one chunk, a row source (:mod:`cactus_theory.rows`: a file or a folder of
         shards, also by path) or Dask arrays are analysed chunk by chunk
-        (:mod:`cactus_theory.analysis.chunked`, :mod:`cactus_theory.analysis.dask`), the same
+        (:mod:`cactus_theory.analysis.scaled`, :mod:`cactus_theory.analysis.dask`), the same
         numbers bit for bit.
 
     Returns
@@ -360,7 +360,7 @@ def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, kno
 def _scaled(kind, name, target_probs, draft_probs, chunk_rows, max_memory, progress, **kw):
     """The chunked (or Dask) call where the input needs it (a row source, a path, Dask arrays,
     rows beyond one chunk), else None; validates ``chunk_rows`` and ``max_memory``."""
-    from .analysis import chunked
+    from .analysis import chunked, scaled
 
     if not chunked.wants_chunks(target_probs, kind, chunk_rows=chunk_rows, max_memory=max_memory):
         return None
@@ -373,8 +373,8 @@ def _scaled(kind, name, target_probs, draft_probs, chunk_rows, max_memory, progr
         from .rows import as_row_source
 
         target_probs, draft_probs = as_row_source(target_probs, draft_probs), None
-    return getattr(chunked, name)(target_probs, draft_probs, chunk_rows=chunk_rows,
-                                  max_memory=max_memory, progress=progress, **kw)
+    return getattr(scaled, name)(target_probs, draft_probs, chunk_rows=chunk_rows,
+                                 max_memory=max_memory, progress=progress, **kw)
 
 
 def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:

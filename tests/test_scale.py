@@ -11,9 +11,9 @@ import pytest
 
 import cactus_theory as ct
 from cactus_theory import rows
-from cactus_theory.analysis import chunked
+from cactus_theory.analysis import chunked, scaled
 from cactus_theory.analysis.calibration import global_delta
-from cactus_theory.analysis.one_step import analyze_block
+from cactus_theory.analysis.one_step import analyze as analyze_block
 from cactus_theory.cli import main
 from cactus_theory.logits.loader import FULL_VOCAB_PATH, load_dump, load_full_vocab, shipped_dumps
 
@@ -127,7 +127,7 @@ def test_analyze_torch_in_chunks_equals_one_block():
 
 def test_emitted_distribution_in_chunks():
     q, p = pairs(50, 20, seed=6)
-    h = chunked.emitted_distribution("cactus-exact", q, p, chunk_rows=8)
+    h = scaled.emitted_distribution("cactus-exact", q, p, chunk_rows=8)
     assert np.array_equal(h, ct.emitted_distribution("cactus-exact", q, p))
 
 
@@ -189,7 +189,7 @@ def test_global_delta_in_chunks_equals_in_memory(statistic):
     # the mean and the quantiles are taken over all rows' values (exact, not sampled)
     q, p = pairs(30, 12, seed=11)
     ref = global_delta(q, p, 0.03, statistic=statistic)
-    got = chunked.global_delta(q, p, 0.03, statistic=statistic, chunk_rows=7)
+    got = scaled.global_delta(q, p, 0.03, statistic=statistic, chunk_rows=7)
     assert got.delta == ref.delta and got.value == ref.value
     assert np.array_equal(got.divergences, ref.divergences)
     assert np.array_equal(got.acceptance, ref.acceptance)
@@ -347,3 +347,9 @@ def test_dask_local_cluster_matches_in_memory(tmp_path):
         # shards as a bag: each worker reads its own shards
         shards = on_dask.analyze_rules(rows.as_row_source(tmp_path), None, names, chunk_rows=16)
         assert shards.table == ct.analyze_rules(sq, sp, names).table
+
+
+def test_frontier_grid_matches_the_api():
+    from cactus_theory import api
+
+    assert scaled.FRONTIER_POINTS == api.FRONTIER_POINTS

@@ -12,6 +12,7 @@ from .one_step import (
     make_plan,
     per_draft_divergence,
 )
+from .scaled import analyze, emitted_distribution  # chunk by chunk beyond one chunk of rows
 from . import calibration  # noqa: F401  (registers cactus-calibrated)
 
 __all__ = [

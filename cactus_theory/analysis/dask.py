@@ -1,7 +1,7 @@
 r"""The row-wise analyses over Dask collections, on a ``dask.distributed`` cluster or any
 Dask scheduler.
 
-The same per-chunk computation as :mod:`cactus_theory.analysis.chunked`, run as Dask tasks:
+The same per-chunk computation as :mod:`cactus_theory.analysis.scaled`, run as Dask tasks:
 
 * rows as ``dask.array`` (q and p of shape (N, V), or (..., V)): one task per block of rows
   (the vocabulary axis is made one chunk; p takes q's row chunks);
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import chunked
+from . import chunked, scaled
 from .chunked import ArrayRows, RowChunk, RowSource, rows_per_chunk
 
 __all__ = ["DaskRunner", "analyze", "emitted_distribution", "analyze_rules", "optimal_frontier",
@@ -42,7 +42,7 @@ __all__ = ["DaskRunner", "analyze", "emitted_distribution", "analyze_rules", "op
 
 def _block_result(kernel, start, q, p, rq, rp, args):
     """One block of a Dask array: the kernel's result as a one-item list."""
-    return [kernel(RowChunk(start, q, p, rq, rp), *args)]
+    return [chunked.with_file(kernel, RowChunk(start, q, p, rq, rp), *args)]
 
 
 def _part_result(part, kernel, rows_for, args):
@@ -125,7 +125,7 @@ def _runner(source, kind, chunk_rows, max_memory):
 def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None,
             divergences=None, per_token=False, chunk_rows=None, max_memory=None):
     r"""Acceptance and the emitted distribution's divergences from q (Theorem 3) of every row
-    of a Dask collection (see :func:`cactus_theory.analysis.chunked.analyze`).
+    of a Dask collection (see :func:`cactus_theory.analysis.scaled.analyze`).
 
     ``per_token=True`` gathers the (N, V) arrays ``accept_probs`` and ``emitted`` on the
     client (for the emitted rows as a Dask array, see :func:`emitted_distribution`).
@@ -133,7 +133,7 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
     Symbols: q verifier, p drafter. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3.
     """
     source = _source(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    return chunked.analyze(rule, source, divergences=divergences, per_token=per_token,
+    return scaled.analyze(rule, source, divergences=divergences, per_token=per_token,
                            runner=_runner(source, "analyze", chunk_rows, max_memory))
 
 
@@ -175,7 +175,7 @@ def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, kno
     (arXiv 2604.04987), Theorems 1 and 3.
     """
     source = _source(target_probs, draft_probs)
-    return chunked.analyze_rules(source, None, rules, delta=delta, knobs=knobs,
+    return scaled.analyze_rules(source, None, rules, delta=delta, knobs=knobs,
                                  runner=_runner(source, "rules", chunk_rows, max_memory))
 
 
@@ -188,7 +188,7 @@ def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl
     ICLR 2026 (arXiv 2604.04987), Theorem 1.
     """
     source = _source(target_probs, draft_probs)
-    return chunked.optimal_frontier(source, None, eps=eps, divergence=divergence,
+    return scaled.optimal_frontier(source, None, eps=eps, divergence=divergence,
                                     runner=_runner(source, "frontier", chunk_rows, max_memory))
 
 
@@ -201,19 +201,19 @@ def calibrate_delta(target_probs, draft_probs=None, eps=0.0, *, rule="cactus-tay
     divergence. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
     source = _source(target_probs, draft_probs)
-    return chunked.calibrate_delta(source, None, eps, rule=rule, divergence=divergence,
+    return scaled.calibrate_delta(source, None, eps, rule=rule, divergence=divergence,
                                    runner=_runner(source, "calibrate", chunk_rows, max_memory))
 
 
 def global_delta(target_probs, draft_probs=None, eps=0.0, *, statistic="mean", base="taylor",
                  divergence="kl", measure=None, chunk_rows=None, max_memory=None):
     r"""One delta for a corpus held as a Dask collection (see
-    :func:`cactus_theory.analysis.chunked.global_delta`: one Dask computation per pass).
+    :func:`cactus_theory.analysis.scaled.global_delta`: one Dask computation per pass).
 
     Symbols: q verifier, p drafter, delta per-draft budget, eps target on the emitted
     divergence. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
     source = _source(target_probs, draft_probs)
-    return chunked.global_delta(source, None, eps, statistic=statistic, base=base,
+    return scaled.global_delta(source, None, eps, statistic=statistic, base=base,
                                 divergence=divergence, measure=measure,
                                 runner=_runner(source, "calibrate", chunk_rows, max_memory))

@@ -501,57 +501,24 @@ class OneStepResult:
     divergences: dict
 
 
-def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None,
-            divergences=DEFAULT_DIVERGENCES, per_token=None, chunk_rows=None,
-            max_memory=None, progress=False) -> OneStepResult:
+@_overflow_is_inf
+def analyze(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None,
+            divergences=DEFAULT_DIVERGENCES) -> OneStepResult:
     """Acceptance, emitted distribution and its divergences from q in one call.
-
-    Rows beyond one chunk (and any row source) are analysed chunk by chunk
-    (:mod:`cactus_theory.analysis.chunked`): the same numbers bit for bit, with working
-    memory bounded by ``max_memory``.
 
     Parameters
     ----------
     rule : str or Rule
         What to analyse.
     target_probs, draft_probs : array_like, shape (..., V)
-        Verifier q and drafter p; or a row source as ``target_probs`` alone
-        (:func:`cactus_theory.rows.as_row_source` reads a file or a folder of shards).
+        Verifier q and drafter p.
     divergences : sequence of str
         Divergences ``D(h_alg || q)`` to report (default KL, reverse KL, TV).
-    per_token : bool, optional
-        Keep the (..., V) arrays ``accept_probs`` and ``emitted`` (default: True for arrays,
-        False for a row source; False gives None for both).
-    chunk_rows : int, optional
-        Rows per chunk (>= 1).
-    max_memory : str or int, optional
-        Bound on the working memory beyond the input and the returned arrays (``"256MB"``,
-        bytes; default :data:`~cactus_theory.analysis.chunked.DEFAULT_MAX_MEMORY`).
-    progress : bool
-        A progress bar over chunks.
 
     Returns
     -------
     OneStepResult
     """
-    from .chunked import analyze as _analyze_chunked, wants_chunks
-
-    if per_token is False or wants_chunks(target_probs, "analyze", chunk_rows=chunk_rows,
-                                          max_memory=max_memory):
-        return _analyze_chunked(rule, target_probs, draft_probs, raw_target_probs=raw_target_probs,
-                                raw_draft_probs=raw_draft_probs, divergences=divergences,
-                                per_token=per_token, chunk_rows=chunk_rows, max_memory=max_memory,
-                                progress=progress)
-    if draft_probs is None:
-        raise ValueError("draft_probs: required with a target_probs array")
-    return analyze_block(rule, target_probs, draft_probs, raw_target_probs=raw_target_probs,
-                         raw_draft_probs=raw_draft_probs, divergences=divergences)
-
-
-@_overflow_is_inf
-def analyze_block(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None,
-                  divergences=DEFAULT_DIVERGENCES) -> OneStepResult:
-    """:func:`analyze` of arrays in one block (every row at once; no chunking)."""
     rule = get_rule(rule)
     plan = make_plan(rule, target_probs, draft_probs, raw_target_probs=raw_target_probs,
                      raw_draft_probs=raw_draft_probs)
