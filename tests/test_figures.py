@@ -93,7 +93,7 @@ def test_figure_renders_in_the_style(name):
         assert width <= DOUBLE_COLUMN + 1e-9
         fig.canvas.draw()
         for ax in fig.axes:
-            assert ax.get_xlabel().strip(), f"{name}: unlabelled x axis"
+            assert ax.get_xlabel().strip() or ax in _shared_x_followers(fig), f"{name}: unlabelled x axis"
             assert ax.get_ylabel().strip() or ax in _shared_y_followers(fig), f"{name}: unlabelled y axis"
             assert ax.get_title() == "", f"{name}: title baked in"
         assert fig._suptitle is None
@@ -101,6 +101,108 @@ def test_figure_renders_in_the_style(name):
         assert small == [], f"{name}: text below 8 pt"
     finally:
         plt.close(fig)
+
+
+def _expected_frontier_rules():
+    # every registered rule but SpS; a rule whose choices are registered under names of their own
+    # (cactus-exact-kl, mentored-tv, ...) by those names
+    from cactus_theory.rules import RULES
+
+    aliases = dict(getattr(RULES, "aliases", {}))
+    based = {spec.alias_of.name for spec in aliases.values()}
+    return {n for n in RULES if n != "sps" and n not in based} | set(aliases)
+
+
+#: The rules each case's figure is given, known from the case's own arguments (not from the figure).
+CASE_RULES = {
+    "frontier": _expected_frontier_rules(),
+    "real_frontier": _expected_frontier_rules(),
+    "worked_example": {"cactus-exact-kl"},
+    "real_acceptance_by_category": {"sps"},
+    "real_al_by_m": {"sps", "cactus-taylor, $\\delta$ = 0.75"},
+}
+#: Legend entries one legend may hold and still be read at a glance.
+MAX_LEGEND_ENTRIES = 8
+
+
+def _legends(fig):
+    return [leg for leg in list(fig.legends) + [ax.get_legend() for ax in fig.axes] if leg is not None]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_figure_legends_are_short_and_no_rule_is_dropped_silently(name):
+    import matplotlib.pyplot as plt
+    from cactus_theory.figures.notes import NOTE_GID, rule_record
+
+    fig = CASES[name]()
+    try:
+        fig.canvas.draw()
+        for leg in _legends(fig):
+            n = len([t for t in leg.get_texts() if t.get_text().strip()])
+            assert n <= MAX_LEGEND_ENTRIES, f"{name}: a legend with {n} entries"
+        rec = rule_record(fig)
+        if name in CASE_RULES:
+            assert rec is not None, f"{name}: its rules are not recorded"
+            assert set(rec.given) == CASE_RULES[name]
+        if rec is None:
+            return
+        assert set(rec.given) == set(rec.drawn) | set(rec.dropped)
+        assert not set(rec.drawn) & set(rec.dropped)
+        texts = [t.get_text() for t in _texts(fig)]
+        notes = " ".join(t.get_text() for t in _texts(fig) if t.get_gid() == NOTE_GID)
+        for rule in rec.dropped:
+            named = re.search(rf"(?<![\w-]){re.escape(rule)}(?![\w-])", notes)
+            assert named, f"{name}: {rule} dropped unnamed"
+        for rule, label in rec.drawn.items():
+            assert any(label in t for t in texts), f"{name}: {rule} drawn without its label {label!r}"
+    finally:
+        plt.close(fig)
+
+
+def test_record_rules_refuses_a_silent_drop():
+    import matplotlib.pyplot as plt
+    from cactus_theory.figures.notes import NOTE_GID, record_rules, rule_record
+
+    fig, ax = plt.subplots()
+    try:
+        with pytest.raises(ValueError, match="dropped"):
+            record_rules(ax, ["a", "b"], {"a": "a"})
+        with pytest.raises(ValueError, match="dropped"):
+            record_rules(ax, ["a"], {"a": "a"}, {"a": "why"})
+        with pytest.raises(ValueError, match="drawn"):
+            record_rules(ax, ["a"], {"a": "a", "c": "c"})
+        assert rule_record(fig) is None  # nothing recorded by a refused call
+        note = record_rules(ax, ["a", "b"], {"a": "a"}, {"b": "KL = inf"})
+        assert note.get_gid() == NOTE_GID and "b" in note.get_text() and "KL = inf" in note.get_text()
+        assert rule_record(fig).dropped == {"b": "KL = inf"}
+    finally:
+        plt.close(fig)
+
+
+def test_frontier_shows_gaps_on_a_scale_where_0001_is_visible():
+    import matplotlib.pyplot as plt
+
+    fig = CASES["frontier"]()
+    try:
+        # the rules' lines carry their names; the frontier's zero line is unlabelled ("_child...")
+        gaps = np.concatenate([np.asarray(ln.get_ydata(), float) for ax in fig.axes for ln in ax.lines
+                               if not ln.get_label().startswith("_")])
+        # the gap to the per-position frontier is exact: >= 0 up to float64 rounding of sums
+        assert gaps.min() >= -1e-12
+        for ax in fig.axes:
+            assert ax.get_yscale() == "symlog"
+            lo, hi = ax.get_ylim()
+            assert lo <= 0 and hi <= 1.0 + 1e-12
+            # linear below 1e-4: 0.001 and 0.002 are a third of a decade apart
+            assert ax.yaxis.get_transform().linthresh <= 1e-4
+    finally:
+        plt.close(fig)
+
+
+def _shared_x_followers(fig):
+    """Axes of a column whose x axis is shared with (and labelled on) the last panel."""
+    last = fig.axes[-1]
+    return [ax for ax in fig.axes[:-1] if ax.get_shared_x_axes().joined(last, ax)]
 
 
 def _shared_y_followers(fig):

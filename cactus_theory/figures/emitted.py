@@ -24,13 +24,14 @@ from ..analysis.calibration import emitted_divergence_curve
 from ..analysis.one_step import emitted_distribution, make_plan, per_draft_divergence
 from ..rules import get_rule
 from .data import coerce_data, synthetic_data
+from .notes import record_rules
 from .style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, new_axes, new_axes_row, styled
 
-__all__ = ["RULE_LABELS", "per_draft_and_emitted", "figure_per_draft_vs_emitted",
+__all__ = ["per_draft_and_emitted", "figure_per_draft_vs_emitted",
            "figure_worked_example", "WORKED_EXAMPLE"]
 
 #: Display names of the two Cactus rules.
-RULE_LABELS = {"taylor": "Cactus-Taylor (Cor. 5)", "exact": r"Cactus-exact KL (Thm. 2)"}
+_RULE_LABELS = {"taylor": "Cactus-Taylor (Cor. 5)", "exact": r"Cactus-exact KL (Thm. 2)"}
 #: The worked example of the bars: each draft's target is within delta = 0.1 of q (exact rule),
 #: yet the drafter puts its mass on tokens 0 and 2, both boosted, and KL(h_alg||q) = 0.43.
 WORKED_EXAMPLE = dict(target_probs=(0.30, 0.45, 0.25), draft_probs=(0.50, 0.02, 0.48), delta=0.1)
@@ -109,7 +110,7 @@ def figure_per_draft_vs_emitted(target_probs=None, draft_probs=None, *, deltas=N
         axk.loglog(ds, med, color=c, label=r"emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q)$, median")
         axk.fill_between(ds, med, p90, color=c, alpha=0.2, lw=0, label="median to 90th percentile")
         axk.loglog(ds, em.max(axis=0), color=c, ls=":", label="maximum over positions")
-        axk.set(xlabel=r"per-draft budget $\delta$, " + RULE_LABELS[base])
+        axk.set(xlabel=r"per-draft budget $\delta$, " + _RULE_LABELS[base])
         # symlog: positions where Cactus changes nothing (every p_n > q_n has q_n = 0) emit q
         axk.set_yscale("symlog", linthresh=1e-3, linscale=0.4)
     axes[0].set(ylabel=f"KL (nats{where})")
@@ -177,8 +178,9 @@ def figure_worked_example(target_probs=None, draft_probs=None, *, delta=None, dr
         ax.bar(x + (k - (len(series) - 1) / 2) * width, vals, width, color=color, label=label,
                hatch=hatch, edgecolor="white" if hatch else None, linewidth=0)
     ax.set_xticks(x, [f"{i}" for i in x])
-    ax.set(xlabel=r"token $j$", ylabel="probability", ylim=(0, 1))
+    ax.set(xlabel=rf"token $j$ ({rule}, $\delta$ = {delta:g})", ylabel="probability", ylim=(0, 1))
     ax.grid(axis="x", visible=False)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, columnspacing=0.8,
               handlelength=1.2)
+    record_rules(ax, [rule], {rule: rule})
     return fig

@@ -29,17 +29,20 @@ import numpy as np
 from ..analysis.frontier import default_sweep, operating_points
 from ..rules import RULES
 from .data import coerce_data, synthetic_data
-from .style import DOUBLE_COLUMN, PALETTE, new_axes_row, styled
+from .notes import record_rules
+from .style import DOUBLE_COLUMN, PALETTE, styled
 
-__all__ = ["pooled_frontier", "SPIKE_PANEL", "PEER_PANEL", "figure_frontier"]
+__all__ = ["pooled_frontier", "frontier_rules", "FRONTIER_FAMILIES", "MAX_LEGEND", "figure_frontier"]
 
-#: Rules of the left panel: Cactus variants and Mentored decoding (the frontier's attainer).
-SPIKE_PANEL = ("cactus-taylor", "cactus-exact-kl", "cactus-exact-chi2", "cactus-calibrated",
-               "mentored-kl", "mentored-chi2")
-#: Rules of the right panel: the peers (every other registered rule with a knob).
-PEER_PANEL = ("tas", "topk", "interpolation", "cascade-chow", "cascade-diff", "cascade-opt",
-              "cascade-token-v1", "cascade-token-v2", "cascade-token-v3", "fuzzy")
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+#: Families of the frontier figure, one panel each: (label, name prefixes); a rule joins the
+#: first family whose prefix it starts with, the last family takes every other rule.
+FRONTIER_FAMILIES = (("Cactus", ("cactus",)), ("Mentored", ("mentored",)), ("cascades", ("cascade",)),
+                     ("others", ()))
+#: Most legend entries of one panel: a family with more drawn rules is split over panels.
+MAX_LEGEND = 8
+#: A mean emitted KL at or below this is the SpS point (every sweep starts there).
+SPS_KL = 1e-12
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<")
 
 
 def pooled_frontier(target_probs, draft_probs, divergence="kl", *, n_budgets: int = 160,
@@ -85,28 +88,49 @@ def pooled_frontier(target_probs, draft_probs, divergence="kl", *, n_budgets: in
     return eps_bar[order], np.maximum.accumulate(acc_bar[order])
 
 
-def _sweep_points(rule, data):
+def frontier_rules() -> list:
+    """The rules of the frontier figure: every registered rule but SpS, a rule whose choices have
+    names of their own (``cactus-exact-kl``, ``mentored-tv``, ...) by those names."""
+    based = {spec.alias_of.name for spec in getattr(RULES, "aliases", {}).values()}
+    return [n for n in RULES if n != "sps" and n not in based] + list(getattr(RULES, "aliases", {}))
+
+
+def _family(name) -> int:
+    for k, (_, prefixes) in enumerate(FRONTIER_FAMILIES):
+        if not prefixes or name.startswith(prefixes):
+            return k
+    return len(FRONTIER_FAMILIES) - 1
+
+
+def _sweep_gaps(rule, data):
+    """Mean emitted KL and mean gap to the per-position frontier at each knob value (finite KL)."""
     knob, values = default_sweep(rule)
     op = operating_points(rule, data.target_probs, data.draft_probs, knob=knob, values=values,
                           divergences=("kl",), raw_target_probs=data.raw_target_probs,
                           raw_draft_probs=data.raw_draft_probs)
-    kl = op.divergences["kl"].reshape(-1, len(op.values)).mean(axis=0)
-    acc = op.acceptance.reshape(-1, len(op.values)).mean(axis=0)
+    K = len(op.values)
+    kl = op.divergences["kl"].reshape(-1, K).mean(axis=0)
+    gap = op.gap["kl"].reshape(-1, K).mean(axis=0)
     ok = np.isfinite(kl)
-    return kl[ok], acc[ok]
+    return kl[ok], gap[ok]
 
 
 @styled
 def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=None,
-                    raw_draft_probs=None, panels=(SPIKE_PANEL, PEER_PANEL), ax=None):
-    r"""Mean acceptance against mean true emitted KL, every rule's knob sweep, and the frontier.
+                    raw_draft_probs=None, rules=None, ax=None):
+    r"""Each rule's gap to the optimal frontier at its own true emitted KL, one panel per family.
 
-    Each rule sweeps its knob (:func:`cactus_theory.analysis.frontier.default_sweep`); a point
-    is drawn where the mean KL over positions is finite (a rule that emits mass outside
-    supp(q) at some position has infinite KL there and is not drawn at that knob value). SpS
-    is the star at KL = 0. The black curve is the pooled frontier (:func:`pooled_frontier`).
-    Every registered rule appears: those outside ``panels`` join the first panel, or, when
-    they have no finite point besides SpS's, are listed in a note on it.
+    Each rule sweeps its knob (:func:`cactus_theory.analysis.frontier.default_sweep`). At each
+    knob value the point is (mean over positions of :math:`\mathrm{KL}(h_{\mathrm{alg},i}\|q_i)`,
+    mean over positions of :math:`F_i(\mathrm{KL}_i) - \alpha_i`): the acceptance the rule leaves
+    on the table against the best acceptance of any rule emitting the same divergence at that
+    position (:math:`F_i`, :func:`cactus_theory.solvers.frontier.frontier`; Mentored decoding
+    attains it, so every gap is >= 0 and exact, with no budget grid). The y axis is symmetric-log
+    (linear below 1e-4), so gaps of 0.001 and of 0.5 are both readable. A knob value whose mean
+    KL is infinite (mass emitted outside supp(q) at some position) is not drawn; a rule with no
+    finite point besides SpS's (KL = 0, gap 0: every sweep starts there) is named in a note on
+    its family's panel. Families (:data:`FRONTIER_FAMILIES`) with more than :data:`MAX_LEGEND`
+    drawn rules are split over panels.
 
     Parameters
     ----------
@@ -114,10 +138,10 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
         The rows (default: noisy copy, V = 128, 64 positions, the paper's truncation; raw rows
         for the rules that decide on them).
     raw_target_probs, raw_draft_probs : array_like (N, V), optional
-    panels : sequence of sequences of rule names
-        One panel per group (default: Cactus and Mentored; the peers).
+    rules : sequence of str, optional
+        Registered rule names (default :func:`frontier_rules`: every rule but SpS).
     ax : sequence of matplotlib.axes.Axes, optional
-        One per panel.
+        One per panel (as many as the families need).
 
     Returns
     -------
@@ -129,52 +153,45 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
         data = coerce_data(target_probs)
     else:
         data = coerce_data((target_probs, draft_probs, raw_target_probs, raw_draft_probs))
-    for group in panels:
-        for name in group:
-            if name not in RULES:
-                raise ValueError(f"panels: unknown rule {name!r}")
-    eps, G = pooled_frontier(data.target_probs, data.draft_probs, "kl")
-    points = {name: _sweep_points(name, data) for group in panels for name in group}
-    shown = {name for group in panels for name in group}
-    # every other registered rule: listed in a note when it has no finite point besides SpS
-    rest = {name: _sweep_points(name, data) for name in RULES if name not in shown and name != "sps"}
-    never = [name for name, (kl, _) in rest.items() if not np.any(kl > 0)]
-    extra = [name for name in rest if name not in never]
-    right = max([eps[-1]] + [float(kl.max()) for kl, _ in points.values() if kl.size])
-    eps, G = np.append(eps, 1.5 * right), np.append(G, G[-1])   # F is flat past saturation
-    sps = float(np.minimum(data.target_probs, data.draft_probs).sum(-1).mean())
-    groups = [list(g) for g in panels]
-    groups[0] += extra
-    rows = max((len(g) + 3) // 2 for g in groups)          # legend rows below the panels
-    fig, axes = new_axes_row(ax, len(panels), DOUBLE_COLUMN, 2.2 + 0.17 * rows, sharey=True)
-    points.update({name: rest[name] for name in extra})
-    for axk, group in zip(axes, groups):
-        axk.plot(eps, G, color="k", lw=1.6, label="optimal frontier")
+    rules = frontier_rules() if rules is None else list(rules)
+    for name in rules:
+        if name not in RULES:
+            raise ValueError(f"rules: unknown rule {name!r}")
+    points = {name: _sweep_gaps(name, data) for name in rules}
+    drawn = [n for n in rules if np.any(points[n][0] > SPS_KL)]
+    panels = []   # (family label, drawn rules of the panel, left-out rules named on it)
+    for k, (label, _) in enumerate(FRONTIER_FAMILIES):
+        mine = [n for n in drawn if _family(n) == k]
+        out = [n for n in rules if _family(n) == k and n not in drawn]
+        chunks = [mine[i:i + MAX_LEGEND] for i in range(0, len(mine), MAX_LEGEND)] or [[]]
+        if mine or out:
+            panels += [(label, c, out if j == 0 else []) for j, c in enumerate(chunks)]
+    if ax is None:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(DOUBLE_COLUMN, 0.5 + 1.45 * len(panels)))
+        axes = list(np.atleast_1d(fig.subplots(len(panels), 1, sharex=True, sharey=True)))
+    else:
+        axes = list(np.atleast_1d(ax))
+        if len(axes) != len(panels):
+            raise ValueError(f"ax: {len(panels)} panels needed, got {len(axes)} axes")
+        fig = axes[0].figure
+    right = max([float(points[n][0].max()) for n in drawn] + [1e-3])
+    reason = "KL = inf at every knob value but SpS's"
+    for i, (axk, (label, group, out)) in enumerate(zip(axes, panels)):
+        axk.axhline(0.0, color="k", lw=1.0)
         for j, name in enumerate(group):
-            kl, acc = points[name]
-            c = PALETTE[1 + j % (len(PALETTE) - 2)]
-            mk = _MARKERS[j % len(_MARKERS)]
-            label = name if kl.size else f"{name} (KL = $\\infty$)"
-            axk.plot(kl, acc, ls="-", lw=0.8, marker=mk, ms=3.5, mfc="none", color=c, label=label)
-        axk.plot([0], [sps], marker="*", ms=9, color=PALETTE[5], ls="none", label="SpS", zorder=5)
-        axk.set(xlabel=r"mean emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q)$ (nats)", xlim=(0, 1.5 * right))
+            kl, gap = points[name]
+            axk.plot(kl, gap, ls="-", lw=0.8, marker=_MARKERS[j % len(_MARKERS)], ms=3.5, mfc="none",
+                     color=PALETTE[1 + j % (len(PALETTE) - 2)], label=name)
         axk.set_xscale("symlog", linthresh=1e-3, linscale=0.5)
-        axk.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, columnspacing=0.8,
-                   handlelength=1.6, borderaxespad=0)
-    axes[0].set(ylabel=r"mean acceptance $\alpha$")
-    if never:
-        axes[0].text(0.98, 0.03, "KL = $\\infty$ at every knob value but SpS's:\n" + _grouped(never),
-                     transform=axes[0].transAxes, ha="right", va="bottom", fontsize=8)
+        axk.set_yscale("symlog", linthresh=1e-4, linscale=0.6)
+        # a gap is an acceptance difference, in [0, 1]; the bottom margin keeps 0 off the frame
+        axk.set(xlim=(0, 1.5 * right), ylim=(-3e-5, 1.0), ylabel=f"{label}:\ngap to frontier")
+        if group:
+            axk.legend(loc="upper left", bbox_to_anchor=(1.01, 1.02), ncol=2 if len(group) > 4 else 1,
+                       handlelength=1.6, borderaxespad=0, columnspacing=0.8)
+        record_rules(axk, list(group) + list(out), {n: n for n in group}, {n: reason for n in out},
+                     loc=(1.01, -0.02), va="bottom", width=44)
+    axes[-1].set_xlabel(r"mean emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q)$ (nats), the rule's own")
     return fig
-
-
-def _grouped(names) -> str:
-    """``cactus-exact-{tv, js}``-style short list, one family per line."""
-    fams = {}
-    for n in names:
-        head, tail = n, ""
-        for prefix in ("cactus-exact-", "mentored-", "cascade-"):
-            if n.startswith(prefix):
-                head, tail = prefix[:-1], n[len(prefix):]
-        fams.setdefault(head, []).append(tail)
-    return "\n".join(f"{h}-{{{', '.join(t)}}}" if all(t) else h for h, t in fams.items())

@@ -17,12 +17,13 @@ import numpy as np
 from ..analysis.one_step import acceptance_rate
 from ..rules import get_rule
 from .data import real_dump
+from .notes import record_rules
 from .style import DOUBLE_COLUMN, PALETTE, new_axes, styled
 
-__all__ = ["DRAFTER_LABELS", "acceptance_by_category", "figure_acceptance_by_category"]
+__all__ = ["acceptance_by_category", "figure_acceptance_by_category"]
 
 #: Shipped drafters and their display names.
-DRAFTER_LABELS = {"requant-4": "4-bit re-quantized", "requant-3": "3-bit re-quantized",
+_DRAFTER_LABELS = {"requant-4": "4-bit re-quantized", "requant-3": "3-bit re-quantized",
                   "early-exit-25": "early exit, layer 25/30", "distilled": "distilled (3.55 M)"}
 
 
@@ -53,7 +54,7 @@ def figure_acceptance_by_category(dumps=None, *, rule="sps", knobs=None, ax=None
     matplotlib.figure.Figure
     """
     if dumps is None:
-        dumps = {DRAFTER_LABELS[k]: real_dump(k) for k in DRAFTER_LABELS}
+        dumps = {_DRAFTER_LABELS[k]: real_dump(k) for k in _DRAFTER_LABELS}
     accs = {label: acceptance_by_category(d, rule, **(knobs or {})) for label, d in dumps.items()}
     cats = sorted(set().union(*[set(a) for a in accs.values()]))
     fig, ax = new_axes(ax, DOUBLE_COLUMN, 2.4)
@@ -66,4 +67,5 @@ def figure_acceptance_by_category(dumps=None, *, rule="sps", knobs=None, ax=None
     ax.set(xlabel="prompt category", ylabel=f"mean acceptance ({rule})", ylim=(0, 1), xlim=(-0.6, len(cats) - 0.4))
     ax.grid(axis="x", visible=False)
     ax.legend(loc="upper center", ncol=len(accs), bbox_to_anchor=(0.5, 1.16), borderaxespad=0)
+    record_rules(ax, [rule], {rule: f"mean acceptance ({rule})"})
     return fig

@@ -14,6 +14,7 @@ Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), :math:`AL_m` and Theorem 3.
 
 from __future__ import annotations
 
+from .notes import record_rules
 from .style import DOUBLE_COLUMN, PALETTE, new_axes, styled
 
 __all__ = ["plot_sequence_budget", "figure_sequence_budget"]
@@ -50,10 +51,12 @@ def plot_sequence_budget(result, ax=None):
     ms = list(result.draft_lengths)
     rows = result.rows()
     ref = rows[0]  # Cactus with one delta: the paper's usage, calibrated
+    labels = {}
     for row in rows:
         style = _STYLES.get(row["method"], {})
         gain = [100.0 * (row[f"al_{m}"] / ref[f"al_{m}"] - 1.0) for m in ms]
-        ax.plot(ms, gain, label=f"{row['method']} (KL/token {row['kl_per_token']:.3f})", **style)
+        labels[row["method"]] = f"{row['method']} (KL/token {row['kl_per_token']:.3f})"
+        ax.plot(ms, gain, label=labels[row["method"]], **style)
     ax.set_xscale("log")
     ax.minorticks_off()
     ax.set_xticks(ms)
@@ -62,6 +65,7 @@ def plot_sequence_budget(result, ax=None):
     ax.set_ylabel(r"$\mathrm{AL}_m$ relative to Cactus, one $\delta$ (%)")
     ax.legend(title=rf"mean $\mathrm{{KL}}(h_t\,\|\,q_t) = {result.eps:g}$ per token",
               loc="center left", bbox_to_anchor=(1.01, 0.5))
+    record_rules(ax, list(labels), labels)
     return fig
 
 

@@ -19,6 +19,7 @@ from ..simulate.chain import position_laws
 from ..simulate.exact import exact_chain
 from ..simulate.metrics import compute_metrics, pool_totals
 from .data import synthetic_trajectories
+from .notes import record_rules
 from .style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, new_axes, new_axes_row, styled
 
 __all__ = ["rule_label", "expected_al", "tradeoff_table", "format_tradeoff_table", "figure_acceptance_vs_delta", "figure_al_by_m"]
@@ -155,6 +156,8 @@ def figure_al_by_m(trajectory_sets=None, *, rules=(("sps", {}), ("cactus-taylor"
         ax.plot([], [], color="k", ls=lss[r % len(lss)], label=rule_label(name, knobs))
     ax.set(xlabel="draft length $m$", ylabel=r"accepted length $AL_m$ (no bonus)")
     ax.legend(loc="center right", fontsize=8)
+    labels = [rule_label(name, knobs) for name, knobs in rules]
+    record_rules(ax, labels, {lab: lab for lab in labels})
     return fig
 
 
