@@ -40,7 +40,7 @@ from .results import (CalibrationResult, ChainResult, FrontierResult, RuleTable,
                       TaylorExactComparison)
 
 __all__ = ["solve_spike", "compare_taylor_exact", "optimal_frontier", "calibrate_delta",
-           "analyze_rules", "exact_chain", "make_sampler", "SPIKE_METHODS", "CALIBRATION_RULES"]
+           "analyze_rules", "exact_chain", "make_sampler"]
 
 #: Methods of :func:`solve_spike`.
 SPIKE_METHODS = ("exact", "taylor", "cvxpy")

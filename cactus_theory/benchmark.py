@@ -55,8 +55,7 @@ from .analysis.one_step import analyze, emitted_distribution
 from .rules import RULES, get_rule
 from .solvers.spike import exact_spike
 
-__all__ = ["median_time", "paired_median_times", "GoalResult", "BenchmarkReport", "run_benchmarks",
-           "floor_emitted_taylor", "correlated_pair", "keep_freed_memory"]
+__all__ = ["GoalResult", "BenchmarkReport", "run_benchmarks"]
 
 VOCAB = 151_936
 DELTA = 0.1

@@ -28,8 +28,7 @@ from ._cli import (OPTIONAL_EXTRAS, _emit, _Formatter, _Parser, _positive_int, _
                    add_knobs, add_output, add_seed, check_output_path, dispatch, parse_knobs,
                    write_atomic)  # (OPTIONAL_EXTRAS, parse_knobs, ... re-exported)
 
-__all__ = ["main", "write_atomic", "parse_knobs", "check_output_path", "SUBCOMMANDS", "Subcommand",
-           "OPTIONAL_EXTRAS"]
+__all__ = ["main", "SUBCOMMANDS", "Subcommand"]
 
 def add_pair_input(p):
     """Add ``--q``/``--p`` (one row each) or ``--input`` (a file or a shipped recording)."""

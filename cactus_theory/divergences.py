@@ -40,7 +40,6 @@ __all__ = [
     "divergence",
     "two_point_divergence",
     "kl_two_point",
-    "kl_log_ratios",
     "kl",
     "reverse_kl",
     "chi2",

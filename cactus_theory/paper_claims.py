@@ -42,9 +42,6 @@ __all__ = [
     "per_prompt_sps_spread",
     "theorem3_family",
     "readme_example_readings",
-    "EXACT_TOL",
-    "CVX_TOL",
-    "RATIO_TOL",
 ]
 
 _PAPER_TRUNC = dict(temperature=0.6, top_k=20, top_p=0.95)
@@ -52,12 +49,12 @@ _PAPER_TRUNC = dict(temperature=0.6, top_k=20, top_p=0.95)
 
 #: Tolerance of an identity computed in float64 over rows of at most a few hundred terms
 #: (sums of V <= 48 probabilities, a few ulps each): 1e-12 is far above that rounding.
-EXACT_TOL = 1e-12
+_EXACT_TOL = 1e-12
 #: Tolerance of a cvxpy answer: Clarabel/SCS are run at about 1e-8 to 1e-9 feasibility and gap.
-CVX_TOL = 1e-6
+_CVX_TOL = 1e-6
 #: Tolerance of an inequality whose two sides are computed by different float64 routes
 #: (a divergence ratio, an argmax on a grid): well above rounding, far below any finding.
-RATIO_TOL = 1e-9
+_RATIO_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -279,7 +276,7 @@ def claim_delta_zero(corpus) -> Verdict:
                 "max |h_alg - q| at delta = 0 (Taylor and exact)",
                 worst,
                 "<=",
-                EXACT_TOL,
+                _EXACT_TOL,
             ),
         ),
         f"over {n} positions",
@@ -310,7 +307,7 @@ def claim_acceptance(corpus) -> Verdict:
                 "min over drafts of a_cactus - a_sps (delta 0.01, 0.5, 2)",
                 worst,
                 ">=",
-                -EXACT_TOL,
+                -_EXACT_TOL,
             ),
         ),
         "gamma_n >= q_n always",
@@ -329,7 +326,7 @@ def claim_theorem1(corpus) -> Verdict:
         "Theorem 1: a fixed target h is emitted exactly, acceptance sum min(p, h)",
         _stated(
             "accept n with min(1, h_n/p_n), recover from normalize(max(0, h - p)); emitted h_alg",
-            Check("max |h_alg - h| for h = (p + q)/2", worst, "<=", EXACT_TOL),
+            Check("max |h_alg - h| for h = (p + q)/2", worst, "<=", _EXACT_TOL),
         ),
         "optimality of sum min(p, h) is the coupling inequality",
         {"max_abs_diff": worst},
@@ -367,12 +364,12 @@ def claim_theorem2(seed=0) -> Verdict:
         _stated(
             "max h_n subject to D_f(h||q) <= delta over the whole simplex (cvxpy), against "
             "the root gamma* of q_n f(gamma/q_n) + (1-q_n) f((1-gamma)/(1-q_n)) = delta",
-            Check("max |cvxpy optimum - root|", gap, "<=", CVX_TOL),
+            Check("max |cvxpy optimum - root|", gap, "<=", _CVX_TOL),
             Check(
                 "max excess of cvxpy over the root at cvxpy's own divergence",
                 beats,
                 "<=",
-                CVX_TOL,
+                _CVX_TOL,
             ),
         ),
         f"{count} cvxpy solves over the whole simplex (7 divergences, q with a zero)",
@@ -436,8 +433,8 @@ def claim_corollary5() -> Verdict:
             for d in COROLLARY5_DELTAS
         )
     )
-    checks.append(Check("bonus at q_n = 0 and 1", end, "<=", EXACT_TOL))
-    formula.append(Check("sqrt(2 delta q(1-q)) at q_n = 0 and 1", 0.0, "<=", EXACT_TOL))
+    checks.append(Check("bonus at q_n = 0 and 1", end, "<=", _EXACT_TOL))
+    formula.append(Check("sqrt(2 delta q(1-q)) at q_n = 0 and 1", 0.0, "<=", _EXACT_TOL))
     nums["bonus_at_ends"] = end
     cap = {d: 1.0 / (1.0 + 2.0 * d) for d in (0.75, 1.0)}
     return Verdict(
@@ -486,7 +483,7 @@ def claim_corollary6() -> Verdict:
                 "gamma <= 1/2: max KL(h||q)/delta on the grid",
                 float(ratio[low].max()),
                 "<=",
-                1 + RATIO_TOL,
+                1 + _RATIO_TOL,
             ),
         ),
         "Tight bound KL <= log(1+2 delta), attained at q_n = 1/(1+2 delta): the Taylor point "
@@ -508,7 +505,7 @@ def claim_corollary6() -> Verdict:
                 "max KL(h||q)/log(1 + 2 delta) (the tight bound)",
                 tight,
                 "<=",
-                1 + RATIO_TOL,
+                1 + _RATIO_TOL,
                 of_paper=False,
             ),
         ),
@@ -632,7 +629,7 @@ def claim_theorem3(corpus) -> Verdict:
                 "max D(h_alg||q)/D(p||q) over the corpus (KL, TV, Hellinger)",
                 worst_ratio,
                 "<=",
-                1 + RATIO_TOL,
+                1 + _RATIO_TOL,
             ),
             # a sup finite in V needs the per-decade increments to fall to 0: 0.01 nats is a
             # generous "stopped growing"; log(10) = 2.30 per decade is log V growth
@@ -666,7 +663,7 @@ def claim_theorem3(corpus) -> Verdict:
                 "family: max |h_alg - p| (every draft accepted, so h_alg = p)",
                 dev,
                 "<=",
-                EXACT_TOL,
+                _EXACT_TOL,
                 of_paper=False,
             ),
             Check(
@@ -1064,7 +1061,7 @@ def claim_controlled_divergence(corpus) -> Verdict:
                         "exact root: max per-draft KL(h^(n)||q)/delta",
                         worst_per_draft,
                         "<=",
-                        1 + RATIO_TOL,
+                        1 + _RATIO_TOL,
                     ),
                 ),
             ),
@@ -1075,7 +1072,7 @@ def claim_controlled_divergence(corpus) -> Verdict:
                         "exact root: sample max of emitted KL(h_alg||q)/delta",
                         worst_emitted,
                         "<=",
-                        1 + RATIO_TOL,
+                        1 + _RATIO_TOL,
                     ),
                 ),
             ),

@@ -30,7 +30,7 @@ from .distributions import PAPER_TRUNCATION, synthetic_pairs, truncate
 __all__ = ["Column", "Table", "Section", "Report", "format_table", "format_section",
            "format_report", "compute_report", "build_report", "json_ready", "SECTIONS",
            "sequence_budget_table", "format_sequence_budget", "default_corpora",
-           "SECTION_SUMMARIES", "PAPER_TRUNCATION"]
+           "SECTION_SUMMARIES"]
 
 DEFAULT_DELTAS = (0.1, 0.5, 1.0)
 

@@ -41,18 +41,18 @@ import numpy as np
 
 __all__ = [
     "SpikeSolution", "TaylorExactComparison", "FrontierResult", "CalibrationResult",
-    "RuleTable", "ChainResult", "to_plain",
+    "RuleTable", "ChainResult",
 ]
 
 
-def to_plain(x) -> Any:
+def _to_plain(x) -> Any:
     """``x`` as plain Python data for :func:`json.dumps` (NaN -> None; arrays -> lists)."""
     if isinstance(x, dict):
-        return {str(k): to_plain(v) for k, v in x.items()}
+        return {str(k): _to_plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [to_plain(v) for v in x]
+        return [_to_plain(v) for v in x]
     if isinstance(x, np.ndarray):
-        return to_plain(x.tolist())
+        return _to_plain(x.tolist())
     if isinstance(x, (bool, np.bool_)):
         return bool(x)
     if isinstance(x, (int, np.integer)):
@@ -62,7 +62,7 @@ def to_plain(x) -> Any:
         return None if math.isnan(v) else v
     if x is None or isinstance(x, str):
         return x
-    raise TypeError(f"to_plain: cannot convert {type(x).__name__}")
+    raise TypeError(f"_to_plain: cannot convert {type(x).__name__}")
 
 
 def _g(x, spec: str = ".4g") -> str:
@@ -77,7 +77,7 @@ class _Result:
 
     def to_dict(self) -> dict:
         """Every exported field as plain data (json.dumps accepts it)."""
-        return {f.name: to_plain(getattr(self, f.name)) for f in fields(self)
+        return {f.name: _to_plain(getattr(self, f.name)) for f in fields(self)
                 if f.metadata.get("export", True)}
 
 
@@ -195,7 +195,7 @@ class TaylorExactComparison(_Result):
 
     def rows(self) -> list[dict]:
         """One flat dict per rule (sps, Taylor, exact), for ``pandas.DataFrame``."""
-        return [to_plain(dict(r)) for r in self.table]
+        return [_to_plain(dict(r)) for r in self.table]
 
     def __repr__(self) -> str:
         return (f"TaylorExactComparison({self.divergence}, delta={_g(self.delta)}, "
@@ -289,7 +289,7 @@ class CalibrationResult(_Result):
         """One dict per position: ``position``, ``delta``, ``emitted_divergence``, ..."""
         cols = [np.ravel(np.asarray(getattr(self, k)))
                 for k in ("delta", "emitted_divergence", "acceptance", "saturated")]
-        return [to_plain({"position": i, "rule": self.rule, "divergence": self.divergence,
+        return [_to_plain({"position": i, "rule": self.rule, "divergence": self.divergence,
                           "eps": self.eps, "delta": d, "emitted_divergence": e,
                           "acceptance": a, "saturated": s})
                 for i, (d, e, a, s) in enumerate(zip(*cols))]
@@ -336,7 +336,7 @@ class RuleTable(_Result):
         for r in self.table:
             r = dict(r)
             r["knobs"] = ", ".join(f"{k}={v}" for k, v in r["knobs"].items())
-            out.append(to_plain(r))
+            out.append(_to_plain(r))
         return out
 
     def row(self, rule: str) -> dict:
@@ -392,7 +392,7 @@ class ChainResult(_Result):
 
     def rows(self) -> list[dict]:
         """One dict per metric: ``metric``, ``value``."""
-        return [{"rule": self.rule, "m": self.m, "metric": k, "value": to_plain(v)}
+        return [{"rule": self.rule, "m": self.m, "metric": k, "value": _to_plain(v)}
                 for k, v in self.metrics.items()]
 
     def __repr__(self) -> str:

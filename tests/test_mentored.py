@@ -72,7 +72,7 @@ def test_clip_form_on_the_support_of_q(div, pair, eps):
     """pi = clip(p, a q, b q) wherever q > 0, for every strictly convex divergence."""
     q, p = pair
     sol = solve_mentored(q, p, eps, div)
-    # supp(q) as the solver sees it: ratios p/q representable in float64 (OVERFLOW_NOTE)
+    # supp(q) as the solver sees it: ratios p/q representable in float64 (_OVERFLOW_NOTE)
     on = (q > 0) & (p < q * (np.finfo(float).max / 4))
     clip = np.clip(p, sol.lower * q, sol.upper * q)
     # pi is renormalized after the clip: the sum was 1 up to the bisection's rounding.

@@ -335,7 +335,7 @@ def test_long_row_path_is_the_sorted_path(name, threads, pair, delta, chunk):
     args = (plan.target_probs, plan.draft_probs, plan.spike)
     whole = rows(*args)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rejected_mixture, "SEARCH_CHUNK", chunk)
+        mp.setattr(rejected_mixture, "_SEARCH_CHUNK", chunk)
         mp.setattr(_threads, "thread_count", lambda: threads)
         got = rows(*args)
     assert np.array_equal(got, whole)

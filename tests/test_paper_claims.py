@@ -158,7 +158,7 @@ def test_every_verdict_pinned(verdicts):
 
 
 def test_exact_identities(verdicts):
-    # float64 rounding over <= 48-term rows; 1e-12 is the claims' stated EXACT_TOL
+    # float64 rounding over <= 48-term rows; 1e-12 is the claims' stated _EXACT_TOL
     assert verdicts[1].numbers["max_abs_diff"] <= 1e-12
     assert verdicts[2].numbers["min_gain"] >= -1e-12
     assert verdicts[3].numbers["max_abs_diff"] <= 1e-12

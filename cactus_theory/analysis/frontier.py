@@ -34,10 +34,9 @@ from ..solvers.mentored import solve_mentored
 from .one_step import emitted_distribution, make_plan
 
 __all__ = ["OperatingPoints", "default_sweep", "operating_points", "all_operating_points",
-           "gap_to_frontier",
-           "FRONTIER_DIVERGENCES"]
+           "gap_to_frontier"]
 
-FRONTIER_DIVERGENCES = ("kl", "reverse_kl", "tv")
+_FRONTIER_DIVERGENCES = ("kl", "reverse_kl", "tv")
 
 
 def default_sweep(rule: str, n_points: int = 13):
@@ -139,7 +138,7 @@ class OperatingPoints:
 
 
 def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
-                     divergences=FRONTIER_DIVERGENCES, raw_target_probs=None,
+                     divergences=_FRONTIER_DIVERGENCES, raw_target_probs=None,
                      raw_draft_probs=None, fixed_knobs=None) -> OperatingPoints:
     r"""Sweep a rule's knob and return its operating points and gaps to the frontier.
 
@@ -193,7 +192,7 @@ def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
 
 
 def all_operating_points(target_probs, draft_probs, *, rules=None,
-                         divergences=FRONTIER_DIVERGENCES, raw_target_probs=None,
+                         divergences=_FRONTIER_DIVERGENCES, raw_target_probs=None,
                          raw_draft_probs=None) -> dict:
     r""":func:`operating_points` of every registered rule along its :func:`default_sweep`.
 

@@ -44,10 +44,10 @@ from .._threads import in_chunks
 from ..rules.plans import ratio_acceptance
 from ..solvers.spike import spike_scale_unchecked
 
-__all__ = ["SEARCH_CHUNK", "mixture_row"]
+__all__ = ["mixture_row"]
 
 #: Keys per chunk of the search on threads (:func:`~cactus_theory._threads.in_chunks`).
-SEARCH_CHUNK = 32768
+_SEARCH_CHUNK = 32768
 
 
 def mixture_row(q, p, gamma, out):
@@ -77,7 +77,7 @@ def mixture_row(q, p, gamma, out):
     def search(lo, hi):               # b_j = #{n in R: c_n <= t_j}
         b[lo:hi] = np.searchsorted(cs, t[lo:hi], side="right")
 
-    in_chunks(search, V, SEARCH_CHUNK, SEARCH_CHUNK)
+    in_chunks(search, V, _SEARCH_CHUNK, _SEARCH_CHUNK)
     # tokens with b_j <= i are in the residual of the draft of c-rank i (t_j < c_i); t = inf
     # lands in bin m, in no residual
     Q = np.cumsum(np.bincount(b, q, m + 1)[:m])

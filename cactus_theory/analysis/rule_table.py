@@ -22,7 +22,7 @@ from ..rules import RULES, get_rule
 from .frontier import gap_to_frontier
 from .one_step import emitted_distribution, make_plan
 
-__all__ = ["rule_table", "format_rule_table", "COLUMNS"]
+__all__ = ["rule_table", "format_rule_table"]
 
 #: (key, header) of the table's numeric columns.
 COLUMNS = (

@@ -23,8 +23,7 @@ from .decode import (MAX_DRAFT_LENGTH, _decode_text, add_decode_arguments,  # no
 from .dump import add_dump_arguments, run_dump  # noqa: F401  (re-exported)
 
 __all__ = ["add_models_arguments", "run_models", "add_dump_arguments", "run_dump", "add_decode_arguments",
-           "run_decode", "check_drafter", "check_model_source", "check_decode_args", "decode_main",
-           "MAX_DRAFT_LENGTH"]
+           "run_decode", "decode_main"]
 
 # --------------------------------------------------------------------------- models
 

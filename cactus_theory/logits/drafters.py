@@ -305,5 +305,5 @@ def make_drafter(spec: str, verifier_lm, device: str = "cpu"):
 
 __all__ = [
     "BUILTIN_DRAFTERS", "DISTILLED_PATH", "DistilledDrafter", "early_exit_logits", "early_exit_model",
-    "load_distilled", "make_drafter", "requantized_model", "rtn_quantize_", "save_distilled",
+    "load_distilled", "make_drafter", "requantized_model", "save_distilled",
 ]

@@ -206,6 +206,6 @@ def apply_transforms(probs: np.ndarray, temperature=0.6, top_p=0.95, top_k=20) -
 
 
 __all__ = [
-    "Dump", "FULL_VOCAB_PATH", "FULL_VOCAB_SAMPLES", "GEMMA_FULL_VOCAB_PATH", "Pairs", "REAL_DIR", "TAIL_ID", "Trajectory", "apply_transforms",
+    "Dump", "FULL_VOCAB_PATH", "GEMMA_FULL_VOCAB_PATH", "Pairs", "REAL_DIR", "TAIL_ID", "Trajectory", "apply_transforms",
     "load_dump", "load_full_vocab", "load_full_vocab_sample", "shipped_dumps",
 ]

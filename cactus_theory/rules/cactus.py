@@ -41,7 +41,7 @@ from .plans import (RowTarget, SpikePlan, gather, ratio_acceptance, residual_dis
                     spike_target_at)
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
-__all__ = ["CactusTaylor", "CactusExact", "SMOOTH_DIVERGENCES"]
+__all__ = ["CactusTaylor", "CactusExact"]
 
 #: Divergences with a second-order expansion at h = q (usable by the Taylor rule).
 SMOOTH_DIVERGENCES = tuple(n for n, d in DIVERGENCES.items() if math.isfinite(d.f_second_at_one))

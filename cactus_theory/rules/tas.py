@@ -37,7 +37,7 @@ from array_api_compat import array_namespace
 from .plans import DecisionPlan, first_argmax, one_hot, two_level_sum
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["TypicalAcceptance", "tas_threshold", "VLLM_ENTROPY_EPS"]
+__all__ = ["TypicalAcceptance", "tas_threshold"]
 
 #: The constant inside vLLM's and Medusa's entropy, ``log(q + 1e-5)``.
 VLLM_ENTROPY_EPS = 1e-5

@@ -55,7 +55,7 @@ import torch
 
 from ..rules.plans import block_reduce, split_blocks
 
-__all__ = ["row_stats", "stats", "compiled_for", "block_sums", "compile_failure", "CDF_BLOCK"]
+__all__ = ["row_stats", "stats", "compiled_for", "block_sums", "compile_failure"]
 
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
 CDF_BLOCK = 256

@@ -28,7 +28,7 @@ import torch
 
 from .base import RuleSampler, validate_sampler_entry
 
-__all__ = ["ragged_forward", "parse_output", "V1Stats", "PLACEHOLDER_TOKEN_ID"]
+__all__ = ["ragged_forward", "parse_output", "V1Stats"]
 
 PLACEHOLDER_TOKEN_ID = -1
 

@@ -39,11 +39,11 @@ from ..divergences import get_divergence
 from .cvx_certificate import draft_bound, recover_draft
 
 __all__ = ["CvxResult", "SolverFailure", "max_draft_probability_cvxpy", "solve_verified",
-           "CVX_DIVERGENCES", "SOLVERS", "solver_attempts"]
+           "CVX_DIVERGENCES", "SOLVERS"]
 
 #: Divergences the oracle can express in disciplined convex form.
 CVX_DIVERGENCES = ("kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "tv", "js")
-#: Solvers tried in order (then any other installed one, see :func:`solver_attempts`).
+#: Solvers tried in order (then any other installed one, see :func:`_solver_attempts`).
 SOLVERS = ("CLARABEL", "SCS")
 #: Option sets per solver, tried in order (the defaults leave about 1e-6 of budget violation
 #: with inv_pos/sqrt). The second Clarabel set trades speed for robustness on the instances
@@ -62,7 +62,7 @@ _SOLVER_OPTIONS = {
 _NEVER = ("SCIPY", "OSQP", "ECOS_BB", "GLPK_MI", "CBC", "SCIP")
 
 
-def solver_attempts(solvers=SOLVERS, *, others: bool = True):
+def _solver_attempts(solvers=SOLVERS, *, others: bool = True):
     """The (solver, options) pairs tried in order: each of ``solvers`` with its option sets.
 
     With ``others`` (the default order only), every other installed solver follows once with
@@ -221,7 +221,7 @@ def solve_verified(prob, var, q, d, budget, *, tol, solvers, context, dual=None,
     ----------
     solvers : sequence of str or None
         Solver names (each with its option sets); None: the default order
-        :data:`SOLVERS` followed by every other installed solver (:func:`solver_attempts`).
+        :data:`SOLVERS` followed by every other installed solver (:func:`_solver_attempts`).
     dual, value, recover : callable, optional
         The certificate (see above); without ``dual`` only feasibility is checked.
     multipliers : (constraint, constraint), optional
@@ -240,7 +240,7 @@ def solve_verified(prob, var, q, d, budget, *, tol, solvers, context, dual=None,
 
     import cvxpy as cp
 
-    plan = solver_attempts(SOLVERS) if solvers is None else solver_attempts(solvers, others=False)
+    plan = _solver_attempts(SOLVERS) if solvers is None else _solver_attempts(solvers, others=False)
     attempts = []
 
     def feasible(x):

@@ -49,7 +49,7 @@ import numpy as np
 
 from .._validation import choice
 
-__all__ = ["CONJUGATE_DIVERGENCES", "conjugate_nonneg", "draft_dual_bound", "frontier_dual_bound",
+__all__ = ["CONJUGATE_DIVERGENCES", "draft_dual_bound", "frontier_dual_bound",
            "draft_bound", "frontier_bound", "certify_draft", "certify_frontier", "recover_draft",
            "recover_frontier"]
 

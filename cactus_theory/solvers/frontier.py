@@ -40,7 +40,7 @@ from .mentored import _solve_checked, solve_mentored
 #: The largest finite budget: the frontier's supremum over distributions of finite divergence.
 LARGEST_FINITE = float(np.finfo(np.float64).max)
 
-__all__ = ["LARGEST_FINITE", "FrontierResult", "frontier", "frontier_curve", "saturation_budget",
+__all__ = ["FrontierResult", "frontier", "frontier_curve", "saturation_budget",
            "min_divergence_for_acceptance"]
 
 

@@ -38,7 +38,7 @@ phase 1. Both phases are monotone one-parameter paths: each is a scalar root in 
 evaluation costs O(log V) after one O(V log V) sort (prefix sums over the tokens sorted by
 r: a is found by a binary search over the breakpoints :math:`G_k = r_k Q_{<k} - P_{<k}` of
 :math:`\sum_{r<a}(a q - p)`). ``method="bisect"`` bisects log b, then m, for a fixed
-:data:`BISECTION_STEPS` steps: the reference, and the default for torch tensors (no host
+:data:`_BISECTION_STEPS` steps: the reference, and the default for torch tensors (no host
 synchronisation). ``method="fast"`` (the numpy default) solves phase 1 in the acceptance A
 instead: D as a function of A is the inverse of the concave frontier, so it is convex, and
 it is :math:`C^1` (:math:`dD/dA = f'(b) - f'(a)`), where D(log b) has a kink at every
@@ -86,15 +86,15 @@ from .._validation import _is_torch, as_budget, as_budget_array, as_probs_or_ten
 from ..divergences import Divergence, get_divergence
 
 #: The one place the solver departs from exact arithmetic on valid input.
-OVERFLOW_NOTE = ("tokens with 0 < q_x < p_x / (max_float / 4) (about 4.5e-308 p_x in float64) are "
+_OVERFLOW_NOTE = ("tokens with 0 < q_x < p_x / (max_float / 4) (about 4.5e-308 p_x in float64) are "
                  "treated as q_x = 0: their ratio p/q is not representable")
 
-__all__ = ["OVERFLOW_NOTE", "MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
-           "slope_at_infinity", "BISECTION_STEPS", "METHODS"]
+__all__ = ["MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
+           "slope_at_infinity", "METHODS"]
 
 #: Bisection steps for each phase: the log-b bracket is at most ~710 wide (the cap on r), and
 #: 710 / 2**64 < 4e-17, below float64's resolution of b near 1.
-BISECTION_STEPS = 64
+_BISECTION_STEPS = 64
 
 #: numpy >= 2.1 implements the array API itself (cumulative_sum, concat, astype, ...).
 _NUMPY_IS_ARRAY_API = hasattr(np, "cumulative_sum")
@@ -105,7 +105,7 @@ METHODS = ("auto", "fast", "bisect")
 
 #: Cap on the fast root's iterations: the bracket halves at least every second iteration, and
 #: 64 halvings reach the float64 resolution of x from any bracket the solver starts.
-_FAST_MAX_ITER = 2 * BISECTION_STEPS
+_FAST_MAX_ITER = 2 * _BISECTION_STEPS
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ class _Prepared:
         self.searchsorted = numpy_fast and q.ndim == 1
         # supp(q), numerically: a token whose ratio p/q would overflow (q below ~1e-308 p in
         # float64) is treated as outside it, where its cost q f(pi/q) is pi f'(inf) up to
-        # O(q) (see OVERFLOW_NOTE)
+        # O(q) (see _OVERFLOW_NOTE)
         big = float(xp.finfo(q.dtype).max) * 0.25
         on = (q > 0) & (p < q * big)
         self.on = on
@@ -554,7 +554,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
             logb = _root(xp, fn, lo, hi, fn(lo), fn(hi), xp.where(wide, eps, skip), 1.0)[0]
             b = xp.where(wide & (logb > lo), xp.exp(logb), b)    # (an evaluated, feasible b)
     else:
-        logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, BISECTION_STEPS)
+        logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, _BISECTION_STEPS)
         b = xp.exp(logb)
     b = xp.where(done1, prep.r_max * one, b)
     b = xp.where(eps > 0, b, one)   # eps = 0: exactly pi = q (the bisection stalls ~1e-8 away)
@@ -572,7 +572,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
             # m = 0 is the end of phase 1, whose divergence D_end is known
             m2 = _root(xp, fn2, zero, P0, D_end, D2_end, budget2, P0)[0]
         else:
-            m2 = _bisect(xp, fn2, xp.zeros_like(eps), P0, budget2, BISECTION_STEPS)
+            m2 = _bisect(xp, fn2, xp.zeros_like(eps), P0, budget2, _BISECTION_STEPS)
         m2 = xp.where(D2_end <= eps, P0, m2)
         m = xp.where(has2, m2, m)
         A2, Dv2, a2 = prep.phase2(m, slope)
@@ -597,7 +597,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         share = xp.where(P0 > 0, m[..., None] / xp.where(P0 > 0, P0, xp.ones_like(P0)),
                          xp.zeros_like(P0))
         # off supp(q): m spread in proportion to p; a token only numerically off it
-        # (OVERFLOW_NOTE) keeps at least its own q_x (< 1e-307), so no f(0) = inf is charged
+        # (_OVERFLOW_NOTE) keeps at least its own q_x (< 1e-307), so no f(0) = inf is charged
         tgt = xp.where(on, clip, xp.maximum(share * p3, q3))
         tgt = tgt / xp.sum(tgt, axis=-1, keepdims=True)
         tgt = xp.where(eps[..., None] > 0, tgt, q3)           # budget 0: pi = q exactly

@@ -55,11 +55,10 @@ from ..divergences import get_divergence
 from .mentored import solve_mentored
 
 __all__ = ["multiplier_step", "budgeted_multiplier_step", "SequenceBudgetSolution",
-           "solve_sequence_budget", "sequence_budget_cvxpy", "budget_account",
-           "BAND_STEPS"]
+           "solve_sequence_budget", "sequence_budget_cvxpy", "budget_account"]
 
 #: Bisection steps on the lower clip factor a in [0, 1]: 2**-64 is below float64's resolution.
-BAND_STEPS = 64
+_BAND_STEPS = 64
 #: Bisection steps on the band width 1/lambda of the sequence problem.
 MULTIPLIER_STEPS = 100
 
@@ -71,7 +70,7 @@ def multiplier_step(target_probs, draft_probs, lam):
               \qquad \textstyle\sum_x o_x = 1.
 
     Array-agnostic (numpy float64 in the analysis, torch float32 in the samplers); ``a`` is
-    found by :data:`BAND_STEPS` bisection steps on [0, 1] (the sum is nondecreasing in a, 0 at
+    found by :data:`_BAND_STEPS` bisection steps on [0, 1] (the sum is nondecreasing in a, 0 at
     a = 0 and >= 1 at a = 1).
 
     Parameters
@@ -95,7 +94,7 @@ def multiplier_step(target_probs, draft_probs, lam):
     shape = q.shape[:-1] + (1,)
     lo = xp.zeros(shape, dtype=q.dtype, device=getattr(q, "device", None))
     hi = xp.ones(shape, dtype=q.dtype, device=getattr(q, "device", None))
-    o, _, _ = _band(xp, target_probs, draft_probs, lam, lo, hi, BAND_STEPS)
+    o, _, _ = _band(xp, target_probs, draft_probs, lam, lo, hi, _BAND_STEPS)
     return o
 
 

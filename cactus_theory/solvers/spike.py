@@ -38,8 +38,8 @@ from .._validation import (_is_torch, as_budget_array, as_count, as_unit_interva
                            spike_arguments)
 from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ratios
 
-__all__ = ["taylor_spike", "exact_spike", "capped_exact_spike", "capped_exact_unchecked",
-           "spike_scale", "spike_scale_unchecked", "lambert_w", "METHODS"]
+__all__ = ["taylor_spike", "exact_spike", "capped_exact_spike",
+           "spike_scale", "lambert_w", "METHODS"]
 
 METHODS = ("exact", "taylor")
 

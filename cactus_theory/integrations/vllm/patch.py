@@ -18,7 +18,7 @@ them would silently change nothing under the other, so :func:`install` patches b
   (:mod:`.rows`) and calls the original kernel. Without a configured rule nothing changes.
 
 :func:`install` first checks the vLLM version against :data:`SUPPORTED_VLLM` and the
-signatures it wraps against :data:`EXPECTED_SIGNATURES`; a mismatch raises RuntimeError
+signatures it wraps against :data:`_EXPECTED_SIGNATURES`; a mismatch raises RuntimeError
 naming what differs. The substitution happens inside ``rejection_sample``, so the logprobs the
 engine reports are still computed from the verifier's q.
 
@@ -39,9 +39,6 @@ from .config import ENV_VAR, check_speculative_config, config_from_vllm
 
 __all__ = [
     "SUPPORTED_VLLM",
-    "EXPECTED_SIGNATURES",
-    "MRV1_MODULE",
-    "MRV2_MODULE",
     "check_version",
     "check_signatures",
     "install",
@@ -62,7 +59,7 @@ MRV1_MODULE = "vllm.v1.sample.rejection_sampler"
 MRV2_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
 """The default model runner's (MRV2) rejection sampler."""
 
-EXPECTED_SIGNATURES = {
+_EXPECTED_SIGNATURES = {
     (MRV1_MODULE, "rejection_sample"): (
         "draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens",
         "draft_probs", "target_logits", "bonus_token_ids", "sampling_metadata"),
@@ -118,7 +115,7 @@ def check_signatures(modules=None) -> None:
 
     ``modules`` maps module names to module objects (default: import both runners' modules).
     """
-    for (mod_name, dotted), expected in EXPECTED_SIGNATURES.items():
+    for (mod_name, dotted), expected in _EXPECTED_SIGNATURES.items():
         module = (modules or {}).get(mod_name) or importlib.import_module(mod_name)
         fn = _ORIGINALS.get((mod_name, dotted)) or _resolve(module, dotted)
         params = tuple(inspect.signature(fn).parameters)[: len(expected)]
