@@ -61,7 +61,8 @@ def test_notebook_uses_no_pyplot(path):
     nb = nbformat.read(path, as_version=4)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            assert not re.search(r"matplotlib\.pyplot|import pyplot|\bplt\.", cell.source), f"{path.name} cell {i} uses pyplot"
+            assert not re.search(r"matplotlib\.pyplot|import pyplot|\bplt\.", cell.source), \
+                f"{path.name} cell {i} uses pyplot"
 
 
 def test_figure_functions_leave_pyplot_alone():
