@@ -88,8 +88,8 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl",
     Symbols: q verifier, p drafter, n drafted token, delta per-draft budget, h target.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 2 and Corollary 5.
     """
-    from .rules.plans import ratio_acceptance
-    from .solvers.spike import exact_spike, spike_scale, taylor_spike
+    from .rules.plans import ratio_acceptance, spike_target_at
+    from .solvers.spike import exact_spike, taylor_spike
 
     q, p = as_prob_pair(target_probs, draft_probs)
     one_row(q, "target_probs")
@@ -117,9 +117,7 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl",
                      else float(taylor_spike(np.asarray(q_n), delta, d.name)))
             info = {"algorithm": "Taylor point (Corollary 5)",
                     "f_second_at_one": float(d.f_second_at_one), "tol": 0.0}
-        scale = float(spike_scale(np.asarray(q_n), np.asarray(gamma)))
-        h = q * scale
-        h[n] = gamma
+        h = spike_target_at(q, np.asarray(n), np.asarray(gamma))   # Theorem 2's h^(n)
         div = float(d.two_point(np.asarray(gamma), np.asarray(q_n)))
     acc = float(ratio_acceptance(np.asarray(gamma), np.asarray(p_n)))
     return SpikeSolution(method=method, divergence=d.name, token=n, delta=delta,

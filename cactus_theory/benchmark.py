@@ -383,10 +383,10 @@ def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
                 # check: the paths forward takes (the accept path on the un-normalized rows and
                 # their sums; the recovery weights the inverse CDF draws from, at one position
                 # per row) against the full plan on normalized copies (the reference)
-                a_fast, state = s._accept_path(q[:, :k], p, ids, None, None, sq, sp)
+                a_fast, state = s.accept_probs_at_drafts(q[:, :k], p, ids, sq, sp)
                 plan = s.rule.plan(qq, pp)
                 a_ref = plan.accept_probs_at(ids)
-                w = s._recovery_path(q, p, ids, pos, state, sq, sp)[0]
+                w = s.recovery_weights(q, p, ids, pos, state, sq, sp)[0]
                 bs_diff = 0.0
                 if isinstance(w, BlockWeights):    # the fused residual: its formula everywhere
                     bs, w = w.block_sums, w.dense()
@@ -430,10 +430,10 @@ def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
                     continue
                 s = make_sampler(name, fused=True, **knobs)
                 if name == "fuzzy" and scale == 1.0:
-                    s.rule.accept_decided_from_rows = None
+                    s.kernels = replace(s.kernels, accept_decided_from_rows=None)
                 qs = q * scale
                 sqs = qs[:, :k].sum(-1)
-                a_fast, _ = s._accept_path(qs[:, :k], p, ids, None, None, sqs, sp)
+                a_fast, _ = s.accept_probs_at_drafts(qs[:, :k], p, ids, sqs, sp)
                 a_ref = s.rule.plan(qs[:, :k] / sqs[..., None], pp).accept_probs_at(ids)
                 cond = 1.0 + torch.gather(qq, -1, ids[..., None])[..., 0] / \
                     torch.gather(pp, -1, ids[..., None])[..., 0]

@@ -144,7 +144,7 @@ def speed(name, device, B, k, V, reps):
     def accept_path():
         # what forward does: the cheapest accept path the rule declares (gamma at the drafted
         # tokens for Cactus, [B, k] gathers, row passes, else the plan), on the row sums
-        a = s._accept_path(q[:, :k], p, ids, None, None, q[:, :k].sum(-1), p.sum(-1))[0]
+        a = s.accept_probs_at_drafts(q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1))[0]
         return torch.rand(B, k, device=device) < a
 
     def forward():

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from cactus_theory.rules.plans import RowTarget, residual_weights
-from cactus_theory.samplers.base import _block_sums, inverse_cdf_sample
+from cactus_theory.samplers import inverse_cdf_sample
+from cactus_theory.samplers.fused import block_sums as _block_sums
 from cactus_theory.samplers.blocked import (BlockWeights, point_mass_weights,
                                             residual_block_weights)
 

@@ -13,7 +13,8 @@ import torch
 
 from cactus_theory.samplers import fused as fused_kernels
 from cactus_theory.samplers import make_sampler
-from cactus_theory.samplers.base import _block_sums, _row_stats
+from cactus_theory.samplers.entry import _row_stats
+from cactus_theory.samplers.fused import block_sums as _block_sums
 from cactus_theory.samplers.blocked import BlockWeights
 from rule_configs import FUSED_SHAPE, QUICK_GROUP, fused_params
 
@@ -98,13 +99,16 @@ def test_fused_recovery_weights_and_block_sums_equal_eager(name, knobs):
     sq, sp = q[:, :k].sum(-1), p.sum(-1)
     pos = torch.tensor([0, 1, 2, 0, 1, 2, 2, 1])
     eager, fused = make_sampler(name, **knobs), make_sampler(name, fused=True, **knobs)
-    _, state = eager._accept_path(q[:, :k], p, ids, None, None, sq, sp)
-    w_e = eager._recovery_path(q, p, ids, pos, state, sq, sp)[0]
-    _, state = fused._accept_path(q[:, :k], p, ids, None, None, sq, sp)
-    w_f, fb, w_sums, fb_sums = fused._recovery_path(q, p, ids, pos, state, sq, sp)
+    _, state = eager.accept_probs_at_drafts(q[:, :k], p, ids, sq, sp)
+    w_e = eager.recovery_weights(q, p, ids, pos, state, sq, sp)[0]
+    _, state = fused.accept_probs_at_drafts(q[:, :k], p, ids, sq, sp)
+    w_f, fb, w_sums, fb_sums = fused.recovery_weights(q, p, ids, pos, state, sq, sp)
     lazy = isinstance(w_f, BlockWeights)
-    assert lazy == (fused.rule.recovery_target_from_rows is not None
-                    or fused.rule.recovery_token_from_rows is not None)
+    # a row target: a spike, an elementwise target, or the rule's kernel (a point mass too)
+    assert lazy == (fused.kernels.recovery_target_from_rows is not None
+                    or fused.kernels.recovery_token_from_rows is not None
+                    or fused.rule.elementwise_target is not None
+                    or getattr(fused.rule, "samples_from_spike", False))
     if lazy:
         w_f, w_sums = w_f.dense(), w_f.block_sums
     # un-normalized weights: the law is the weights over their sum (interpolation's row
@@ -126,8 +130,6 @@ def test_fused_call_equals_eager_call_with_the_same_stream(name, knobs):
     FUSED_SHAPE (several blocks and a short last one). The fused call really runs a compiled
     kernel: dynamo holds a compiled entry for the core's code, and nothing fell back to
     eager."""
-    from cactus_theory.samplers.base import _verify_core
-
     B, k, V = FUSED_SHAPE
     q, p, ids, bonus = _batch(B=B, k=k, V=V, seed=5)
     out = {}
@@ -141,7 +143,7 @@ def test_fused_call_equals_eager_call_with_the_same_stream(name, knobs):
     assert torch.equal(out[False, "acc"], out[True, "acc"])
     assert (out[True][:, 0] != -1).all()
     assert fused_kernels.compile_failure() is None
-    kernel = fused_kernels.compiled_for(s.rule, _verify_core, V, k)
+    kernel = s.compiled_core(V, k)
     # (torch's debugging accessor of dynamo's per-code cache: empty unless a frame compiled)
     assert torch._dynamo.eval_frame._debug_get_cache_entry_list(kernel.eager.__code__)
 
@@ -209,11 +211,9 @@ def test_kernel_options_by_vocabulary_size():
     """Inductor's defaults up to SMALL_VOCAB (8 blocks of 256: the block reductions are
     unrolled there), INDUCTOR_OPTIONS above (per configured rule and shape key); the cache
     options for every kernel."""
-    from cactus_theory.samplers.base import _verify_core
-
-    rule = make_sampler("interpolation", alpha=0.25).rule
-    small = fused_kernels.compiled_for(rule, _verify_core, fused_kernels.SMALL_VOCAB, 2)
-    large = fused_kernels.compiled_for(rule, _verify_core, fused_kernels.SMALL_VOCAB + 1, 2)
+    sampler = make_sampler("interpolation", alpha=0.25)
+    small = sampler.compiled_core(fused_kernels.SMALL_VOCAB, 2)
+    large = sampler.compiled_core(fused_kernels.SMALL_VOCAB + 1, 2)
     assert small.options == fused_kernels.CACHE_OPTIONS
     assert large.options == {**fused_kernels.CACHE_OPTIONS, **fused_kernels.INDUCTOR_OPTIONS}
     assert fused_kernels.INDUCTOR_OPTIONS["realize_reads_threshold"] > 1000
@@ -302,8 +302,6 @@ def test_fused_half_precision_inputs_equal_eager(dtype):
     of its own, no compile when that test ran first in this process)."""
     from torch._dynamo.utils import counters
 
-    from cactus_theory.samplers.base import _verify_core
-
     B, k, V = FUSED_SHAPE
     q, p, ids, bonus = _batch(B=B, k=k, V=V, seed=8, dtype=dtype)
     out = {}
@@ -316,8 +314,7 @@ def test_fused_half_precision_inputs_equal_eager(dtype):
     before = counters["stats"]["unique_graphs"]
     make_sampler("cactus-taylor", fused=True)(q.float(), bonus, p.float(), ids)
     assert counters["stats"]["unique_graphs"] == before
-    rule = make_sampler("cactus-taylor").rule
-    assert fused_kernels.compiled_for(rule, _verify_core, V, k).compiled is not None
+    assert make_sampler("cactus-taylor", fused=True).compiled_core(V, k).compiled is not None
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -332,10 +329,10 @@ def test_fused_recovery_on_half_precision_rows_is_the_float32_one(name, dtype):
     sq, sp = q[:, :k].float().sum(-1), p.float().sum(-1)
     pos = torch.tensor([0, 1, 2, 0, 1, 2, 2, 1])
     eager, fused = make_sampler(name), make_sampler(name, fused=True)
-    _, state = eager._accept_path(q[:, :k], p, ids, None, None, sq, sp)
-    w_e = eager._recovery_path(q, p, ids, pos, state, sq, sp)[0]
-    _, state = fused._accept_path(q[:, :k], p, ids, None, None, sq, sp)
-    w_f = fused._recovery_path(q, p, ids, pos, state, sq, sp)[0]
+    _, state = eager.accept_probs_at_drafts(q[:, :k], p, ids, sq, sp)
+    w_e = eager.recovery_weights(q, p, ids, pos, state, sq, sp)[0]
+    _, state = fused.accept_probs_at_drafts(q[:, :k], p, ids, sq, sp)
+    w_f = fused.recovery_weights(q, p, ids, pos, state, sq, sp)[0]
     w_f = w_f.dense() if isinstance(w_f, BlockWeights) else w_f
     assert w_f.dtype == torch.float32
     torch.testing.assert_close(w_f / w_f.sum(-1, keepdim=True), w_e / w_e.sum(-1, keepdim=True),

@@ -6,6 +6,7 @@ same rows, with the threshold placed on a row's own divergence so that the exact
 Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token, T threshold.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -13,11 +14,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.spatial.distance import jensenshannon
+from scipy.special import rel_entr
 
 from cactus_theory.rules import get_rule
-from cactus_theory.rules.fuzzy import (JS_BOUND_MARGIN, JS_SUM_RATIO_TOL, js_bounds_from_rows,
-                                       js_bounds_in_sum_pass)
+from cactus_theory.samplers._kernels import fuzzy as fuzzy_kernels
+from cactus_theory.samplers._kernels.fuzzy import (JS_BOUND_MARGIN, JS_SUM_RATIO_TOL,
+                                                   js_bounds_from_rows, js_bounds_in_sum_pass)
 from cactus_theory.samplers import make_sampler
 from rule_configs import FUSED_SHAPE, fused_group
 
@@ -33,8 +35,15 @@ RTOL64, ATOL64 = 1e-12, 1e-15
 
 
 def _js64(q, p):
-    """JS(p, q) in nats, float64, by scipy (its distance is the square root)."""
-    return jensenshannon(p, q, base=math.e) ** 2
+    """JS(p, q) in nats, float64: (KL(p || m) + KL(q || m)) / 2 on the normalized rows, m their
+    mean, by scipy's ``rel_entr`` (0 log 0 = 0), as ``scipy.spatial.distance.jensenshannon``
+    computes it before its square root (which warns, and gives NaN, where float64 rounding
+    leaves the sum of terms of both signs a few ulps below 0 on two nearly equal rows: those
+    are clamped at 0, the divergence's value)."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    p, q = p / p.sum(), q / q.sum()
+    m = 0.5 * (p + q)
+    return max(0.5 * float(rel_entr(p, m).sum() + rel_entr(q, m).sum()), 0.0)
 
 
 def _pair(draw, V):
@@ -159,7 +168,7 @@ def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
     forward (``last_accepted``: the non-causal accept matrix) and through the accept path,
     equals 1[JS <= T] in float64, except a row within 1e-5 of T (the exact test's float32
     entropy terms of size log V cancel: documented in
-    ``FuzzySpeculative.accept_probs_from_rows``). The rows exercise both decisions. Softmax
+    the fuzzy kernel's ``accept_from_rows``). The rows exercise both decisions. Softmax
     rows (sums within 1e-3 of each other) take the one-pass bounds; rows scaled by 0.5-1.5
     take the bounds on the normalized rows. The default rule at FUSED_SHAPE: the kernel of the
     fused fuzzy tests (test_fused_samplers.py)."""
@@ -173,14 +182,14 @@ def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
     k = ids.shape[1]
     js = _js_of_rows(q, p, k)
     sq, sp = q[:, :k].sum(-1), p.sum(-1)
-    accept, undecided = rule.accept_decided_from_rows(q[:, :k], p, ids, sq, sp)
+    accept, undecided = fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids, sq, sp)
     at_t = np.abs(js - T) <= 1e-5
     assert at_t.any() and undecided.numpy()[at_t].all()          # the exact test runs there
     assert not undecided.numpy()[np.abs(js - T) > 0.2 * T].any()  # the bounds decide the rest
     ref = js <= T
     decided = ~undecided.numpy()
     assert np.array_equal(accept.numpy()[decided], ref[decided])
-    a, _ = s._accept_path(q[:, :k], p, ids, None, None, sq, sp)
+    a, _ = s.accept_probs_at_drafts(q[:, :k], p, ids, sq, sp)
     s(q, torch.zeros(q.shape[0], 1, dtype=torch.int64), p, ids)
     for got in (a.numpy() > 0.5, s.last_accepted.numpy()):
         assert np.array_equal(got[~at_t], ref[~at_t])
@@ -201,9 +210,10 @@ def test_exact_test_runs_on_the_undecided_rows_only(monkeypatch):
     k = ids.shape[1]
     bonus = torch.zeros(q.shape[0], 1, dtype=torch.int64)
     eager = make_sampler("fuzzy")
-    exact, rows = eager.rule.accept_probs_from_rows, []
-    eager.rule.accept_probs_from_rows = lambda x, *a: (rows.append(x.shape[:-1].numel()),
-                                                       exact(x, *a))[1]
+    exact, rows = eager.kernels.accept_from_rows, []
+    eager.kernels = dataclasses.replace(
+        eager.kernels, accept_from_rows=lambda r, x, *a: (rows.append(x.shape[:-1].numel()),
+                                                          exact(r, x, *a))[1])
     eager(q, bonus, p, ids)
     assert rows == [ids.numel()]
     seen = []
@@ -213,16 +223,18 @@ def test_exact_test_runs_on_the_undecided_rows_only(monkeypatch):
         if T is None:   # on a row's own divergence (bounds computed as the sampler does)
             lo, hi = js_bounds_from_rows(q[:, :k], p, q[:, :k].sum(-1), p.sum(-1))
             rule.fsd_div_threshold = float(0.5 * (lo[0, 0] + hi[0, 0]))
-        exact = rule.accept_probs_from_rows
+        exact = s.kernels.accept_from_rows
         rows = []
-        rule.accept_probs_from_rows = lambda x, *a, _e=exact, _r=rows: (_r.append(x.shape[0]),
-                                                                       _e(x, *a))[1]
+        s.kernels = dataclasses.replace(
+            s.kernels, accept_from_rows=lambda r, x, *a, _e=exact, _r=rows: (
+                _r.append(x.shape[0]), _e(r, x, *a))[1])
         s(q, bonus, p, ids)
         seen.append(sum(rows))
     assert seen[0] == 0 and seen[1] == 0   # T = 0 rejects, T = log 2 accepts: all decided
     assert seen[2] >= 1
     # what the bounds leave open is what the sampler evaluated exactly
-    _, undecided = rule.accept_decided_from_rows(q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1))
+    _, undecided = fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids,
+                                                          q[:, :k].sum(-1), p.sum(-1))
     assert seen[2] == int(undecided.sum())
 
 
@@ -233,5 +245,6 @@ def test_other_divergences_and_cuda_keep_the_exact_test():
     k = ids.shape[1]
     for kind in ("kl_div", "kl_div_reversed", "tv_div"):
         rule = get_rule("fuzzy", fsd_div_type=kind)
-        assert rule.accept_decided_from_rows(q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1)) is None
+        assert fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids, q[:, :k].sum(-1),
+                                                      p.sum(-1)) is None
     assert 0.0 < JS_BOUND_MARGIN < 0.01 * GAP

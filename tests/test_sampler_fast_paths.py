@@ -5,8 +5,6 @@ analysis (chi-square laws) or the rule's full plan on row-normalized copies.
 Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token.
 """
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -15,7 +13,9 @@ from scipy import stats
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import inverse_cdf_sample, make_sampler
+from cactus_theory.rules.plans import spike_residual_weights
 from cactus_theory.rules.tas import tas_threshold
+from cactus_theory.samplers._kernels import kernels_for
 from cactus_theory.solvers.spike import exact_spike
 from rule_configs import FAST_IDS, FAST_RULES, FUSED_SHAPE, fused_params
 
@@ -153,8 +153,8 @@ def test_recovery_draw_law_matches_exact_analysis(name, knobs, fused):
         tp = torch.tensor(p * scale_p, dtype=torch.float32).expand(N, 1, V)
         ids = torch.full((N, 1), n_tok, dtype=torch.int64)
         sq, sp = tq.sum(-1), tp.sum(-1)
-        _, state = s._accept_path(tq, tp, ids, None, None, sq, sp)
-        w = s._recovery_path(tq, tp, ids, torch.zeros(N, dtype=torch.int64), state, sq, sp)[0]
+        _, state = s.accept_probs_at_drafts(tq, tp, ids, sq, sp)
+        w = s.recovery_weights(tq, tp, ids, torch.zeros(N, dtype=torch.int64), state, sq, sp)[0]
         torch.manual_seed(17)
         counts = np.bincount(inverse_cdf_sample(w).numpy(), minlength=V).astype(float)
         assert _chisquare_ok(counts, r / r.sum(), N), f"{name}, n = {n_tok}: {counts} vs {r}"
@@ -260,7 +260,7 @@ def test_accept_path_equals_the_plan(name, knobs, fused):
             x = torch.where(torch.rand(x.shape, generator=torch.Generator().manual_seed(5)) < 0.3,
                             torch.zeros_like(x), x)
         sq, sp = x.sum(-1), y.sum(-1)
-        fast, _ = s._accept_path(x, y, ids, None, None, sq, sp)
+        fast, _ = s.accept_probs_at_drafts(x, y, ids, sq, sp)
         q, p = x / sq[..., None], y / sp[..., None]
         ref = rule.plan(q, p).accept_probs_at(ids).to(fast.dtype)
         if RULES[name].deterministic:
@@ -276,31 +276,39 @@ def test_accept_path_equals_the_plan(name, knobs, fused):
 
 @pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
 def test_recovery_hooks_equal_the_plan(name, knobs):
-    """normalize(Rule.recovery_weights_at) == plan.recovery_at at the drafted tokens (float32;
-    same formulas, reduction orders differ: 1e-6)."""
+    """normalize(Rule.recovery_weights_at) and normalize of the rule's registered torch kernel
+    (where it has one) == plan.recovery_at at the drafted tokens (float32; same formulas,
+    reduction orders differ: 1e-6)."""
     rule = get_rule(name, **knobs)
     x, y, ids = _rows(k=1, seed=4)
     q, p, n = x[:, 0] / x[:, 0].sum(-1, keepdim=True), y[:, 0] / y[:, 0].sum(-1, keepdim=True), ids[:, 0]
-    w = rule.recovery_weights_at(q, p, n)
     ref = rule.plan(q, p).recovery_at(n)
-    torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
+    hook = kernels_for(rule).recovery_weights
+    for w in (rule.recovery_weights_at(q, p, n),
+              None if hook is None else hook(rule, q.clone(), p.clone(), n)):
+        if w is not None:
+            torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-tv"])
 def test_cactus_recovery_from_spike_with_row_sums(name):
-    """The folded form (un-normalized rows, sums in c_n and p's factor, rows overwritten)
-    equals recovery_at on the normalized rows (float32: 1e-6)."""
+    """The folded form (un-normalized rows, sums in c_n and p's factor, rows overwritten; the
+    torch kernel and the derived plans.spike_residual_weights) equals recovery_at on the
+    normalized rows (float32: 1e-6)."""
     rule = get_rule(name, delta=0.2)
     x, y, ids = _rows(k=1, seed=6)
     x, y, n = x[:, 0], y[:, 0], ids[:, 0]
     sq, sp = x.sum(-1), y.sum(-1)
     q, p = x / sq[:, None], y / sp[:, None]
     gamma = rule.spike_at_tokens(torch.gather(q, -1, n[:, None])[:, 0])
-    w = rule.recovery_weights_from_spike(x.clone(), y.clone(), n, gamma, sq, sp, overwrite=True)
-    w_keep = rule.recovery_weights_from_spike(x, y, n, gamma, sq, sp)     # inputs kept
+    kernel = kernels_for(rule).spike_recovery_weights
+    w = kernel(rule, x.clone(), y.clone(), n, gamma, sq, sp, overwrite=True)
+    w_keep = kernel(rule, x, y, n, gamma, sq, sp)     # inputs kept
     assert torch.equal(w, w_keep) and torch.equal(x / sq[:, None], q)
     ref = rule.recovery_at(q, p, n)
     torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
+    derived = spike_residual_weights(x, y, n, gamma, sq, sp)
+    torch.testing.assert_close(derived / derived.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
 
 
 def test_exact_spike_at_tokens_rounds_the_float64_root_down():
@@ -368,14 +376,18 @@ def test_empty_residual_falls_back_to_h_on_the_fast_paths(name):
     p = q.clone()
     p[1] = torch.softmax(torch.randn(50, generator=g), -1)       # row 1: a real residual
     n = torch.tensor([7, 7])
-    w = rule.recovery_weights_at(q, p, n)
-    torch.testing.assert_close(w[0] / w[0].sum(), q[0], rtol=0, atol=1e-7)
     ref = rule.plan(q, p).recovery_at(n)
-    torch.testing.assert_close(w[1] / w[1].sum(), ref[1], rtol=0, atol=1e-6)
+    kernels = kernels_for(rule)
+    hook = kernels.recovery_weights
+    for w in (rule.recovery_weights_at(q, p, n),
+              None if hook is None else hook(rule, q.clone(), p.clone(), n)):
+        if w is not None:
+            torch.testing.assert_close(w[0] / w[0].sum(), q[0], rtol=0, atol=1e-7)
+            torch.testing.assert_close(w[1] / w[1].sum(), ref[1], rtol=0, atol=1e-6)
     if name.startswith("cactus"):
         s = torch.tensor([2.0, 0.5])
         gamma = rule.spike_at_tokens(q[:, 7])
-        wf = rule.recovery_weights_from_spike(q * s[:, None], p * s[:, None], n, gamma, s, s)
+        wf = kernels.spike_recovery_weights(rule, q * s[:, None], p * s[:, None], n, gamma, s, s)
         torch.testing.assert_close(wf[0] / wf[0].sum(), q[0], rtol=0, atol=1e-7)
 
 
@@ -385,7 +397,7 @@ def test_kth_largest_equals_topk(V, k):
     """top-k's two-level k-th largest entry (block maxima, then the k best blocks) equals
     torch.topk's, exactly: rows with many ties (integers 0..49), continuous rows, and a
     vocabulary that is not a multiple of the 256-entry block (the tail block)."""
-    from cactus_theory.rules.topk import kth_largest
+    from cactus_theory.samplers._kernels.topk import kth_largest
 
     g = torch.Generator().manual_seed(V + k)
     for x in ((torch.rand(3, V, generator=g) * 50).floor(), torch.rand(3, V, generator=g),
@@ -402,7 +414,7 @@ def test_first_argmax_equals_torch_argmax(V, compiled):
     the row maximum, the first entry of it equal to it), is torch.argmax's index exactly,
     eager and compiled: many ties (integers 0..4, the lowest index wins), continuous rows,
     the maximum in the tail block, a maximum tied across two blocks, leading batch axes."""
-    from cactus_theory.rules.plans import first_argmax
+    from cactus_theory.samplers._kernels._blocks import first_argmax
     from cactus_theory.samplers.fused import INDUCTOR_OPTIONS
 
     fn = torch.compile(first_argmax, dynamic=False, options=INDUCTOR_OPTIONS) if compiled \
@@ -417,10 +429,10 @@ def test_first_argmax_equals_torch_argmax(V, compiled):
 
 @pytest.mark.parametrize("V", [151_936, 5_000, 256, 255, 7])
 def test_two_level_sum_equals_the_float64_sum(V):
-    """plans.two_level_sum: the two-level float32 sum of fn(x) (blocks of 256, a shorter tail)
+    """two_level_sum: the two-level float32 sum of fn(x) (blocks of 256, a shorter tail)
     is the float64 sum of fn(x) to within (256 + V/256) float32 eps of the sum of |fn(x)|
     (recursive-summation bound of each level); fn applies to every entry once."""
-    from cactus_theory.rules.plans import two_level_sum
+    from cactus_theory.samplers._kernels._blocks import two_level_sum
 
     g = torch.Generator().manual_seed(V)
     x = torch.softmax(3.0 * torch.randn(2, 3, V, generator=g), -1)
@@ -435,12 +447,12 @@ def test_two_level_sum_equals_the_float64_sum(V):
 
 @pytest.mark.parametrize("V", [151_936, 5_000, 512, 256, 255, 1])
 def test_split_blocks_and_block_reduce(V):
-    """plans.split_blocks: views (no copies) of the whole 256-entry blocks and the tail that
+    """split_blocks: views (no copies) of the whole 256-entry blocks and the tail that
     together are the row, in order, None where a part is empty; block_reduce: the sum and the
     maximum of each block (the tail its own, shorter block), equal to a reduction of each
     slice of the row taken one at a time (max exactly; sums of the same entries in
     torch's order within a block, so equal up to float32 rounding of 256 terms)."""
-    from cactus_theory.rules.plans import block_reduce, split_blocks
+    from cactus_theory.samplers._kernels._blocks import block_reduce, split_blocks
     from cactus_theory.samplers.fused import block_sums
 
     g = torch.Generator().manual_seed(V)
@@ -484,8 +496,12 @@ def test_tas_vllm_entropy_on_unnormalized_rows(s, compiled):
     rows = q.expand(1, n, V)
     ref = rule.plan(rows, rows).accept_probs_at(ids)
     assert set(ref.unique().tolist()) == {0.0, 1.0}
-    fn = torch.compile(rule.accept_probs_from_rows, dynamic=False) if compiled \
-        else rule.accept_probs_from_rows
+    from cactus_theory.samplers._kernels import tas as tas_kernels
+
+    def from_rows(*rows):
+        return tas_kernels.accept_from_rows(rule, *rows)
+
+    fn = torch.compile(from_rows, dynamic=False) if compiled else from_rows
     x = s * rows
     got = fn(x, x, ids, x.sum(-1), x.sum(-1))
     assert torch.equal(got.to(ref.dtype), ref)
@@ -500,8 +516,8 @@ def test_masked_sum_by_blocks_equals_the_full_masked_sum(V, compiled):
     bound). Thresholds: (1 - alpha) max for alpha = 0.5 (few blocks: the gathered path), 0.999
     (most blocks reach it: the full sum), a negative one (every entry), and a row whose set
     spans more than 16 blocks beside rows that need few; the tail block holds a set entry."""
-    from cactus_theory.rules.cascades import masked_sum_by_blocks
-    from cactus_theory.rules.plans import block_maxima
+    from cactus_theory.samplers._kernels.cascades import masked_sum_by_blocks
+    from cactus_theory.samplers._kernels._blocks import block_maxima
     from cactus_theory.samplers.fused import INDUCTOR_OPTIONS
 
     g = torch.Generator().manual_seed(V)

@@ -32,13 +32,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from array_api_compat import array_namespace
 
-from ..conventions import EMPTY_RESIDUAL_MASS
 from ..divergences import DIVERGENCES, get_divergence
-from ..solvers.spike import capped_exact_unchecked, exact_spike, spike_scale, taylor_spike
-from .plans import (RowTarget, SpikePlan, gather, ratio_acceptance, residual_distribution,
-                    spike_target_at)
+from ..solvers.spike import capped_exact_unchecked, exact_spike, taylor_spike
+from .plans import (SpikePlan, gather, ratio_acceptance, residual_distribution,
+                    spike_residual_weights, spike_target_at)
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
 __all__ = ["CactusTaylor", "CactusExact"]
@@ -100,8 +98,8 @@ class _CactusBase(Rule):
         r"""True when the samplers may evaluate gamma once per call and reuse it.
 
         The samplers then call :meth:`spike_at_tokens` on the [B, k] drafted tokens, accept
-        with :math:`\min(1, \gamma_n/p_n)` and pass the recovery position's gamma to
-        :meth:`recovery_weights_from_spike` (one root evaluation per call instead of two).
+        with :math:`\min(1, \gamma_n/p_n)` and build the recovery from the recovery
+        position's gamma (one root evaluation per call instead of two).
         False for a subclass that overrides an accept or recovery hook (the samplers then call
         the hooks).
         """
@@ -127,85 +125,10 @@ class _CactusBase(Rule):
         r"""Un-normalized recovery weights of the drafted tokens: :math:`\max(0, h^{(n)} - p)`.
 
         Proportional to :meth:`recovery_at`; gamma is evaluated at the drafted tokens only
-        (:meth:`recovery_weights_from_spike`).
+        (:func:`~.plans.spike_residual_weights`).
         """
         gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
-        return self.recovery_weights_from_spike(target_probs, draft_probs, token_ids, gamma_n)
-
-    def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
-                                  draft_sums, gamma=None):
-        r"""Theorem 2's :math:`h^{(n)}` on un-normalized rows (the compiled samplers' recovery):
-        :math:`h_i = c_n x_i / s_q` with :math:`c_n = (1-\gamma_n)/(1-q_n)`, and the spike
-        :math:`h_n = \gamma_n` at the drafted token. ``gamma`` ([B], the accept path's) is
-        required: None returns None (the samplers then call :meth:`recovery_weights_at`).
-        Same formulas as :meth:`recovery_weights_from_spike`.
-        """
-        if gamma is None:
-            return None
-        import torch
-
-        ts = target_sums[..., None]
-        ids = token_ids[..., None]
-        g = gamma[..., None].to(torch.float32)
-        q_n = torch.gather(target_rows, -1, ids).to(torch.float32) / ts
-        scale = spike_scale(q_n, g) / ts
-        return RowTarget(_scaled, (scale,), ids, g)
-
-    @staticmethod
-    def recovery_weights_from_spike(target_probs, draft_probs, token_ids, gamma_n,
-                                    target_sums=None, draft_sums=None, *, overwrite=False):
-        r"""Recovery weights :math:`\max(0, h^{(n)} - p)` from the drafted tokens' gamma.
-
-        :math:`h^{(n)}_i = c_n q_i`, :math:`c_n = (1-\gamma_n)/(1-q_n)`, with
-        :math:`h^{(n)}_n = \gamma_n` (Theorem 2), built as one scaled copy of q with the spike
-        written in place (no one-hot mask); where the residual is empty, :math:`h^{(n)}`
-        itself (convention 3). ``gamma_n`` has shape ``token_ids.shape``.
-
-        With ``target_sums`` / ``draft_sums`` (shape ``token_ids.shape``), the rows are
-        un-normalized and q = ``target_probs / target_sums``, p = ``draft_probs / draft_sums``
-        (the division is folded into the scale factors: no normalized copies). With
-        ``overwrite`` (torch only) ``target_probs`` may be overwritten (the samplers pass
-        copies they own).
-        """
-        xp = array_namespace(target_probs, draft_probs)
-        ts = 1.0 if target_sums is None else target_sums
-        q_n = gather(target_probs, token_ids) / ts
-        scale = spike_scale(q_n, gamma_n) / ts
-        idx = xp.astype(token_ids, xp.int64)[..., None]
-        if hasattr(target_probs, "scatter_"):      # torch
-            import torch
-
-            if overwrite:   # in place: one scaled copy, the spike scattered, h - p over p
-                h = target_probs.mul_(scale[..., None])
-                h.scatter_(-1, idx, gamma_n[..., None].to(h.dtype))
-                if draft_sums is None:
-                    res = torch.sub(h, draft_probs, out=draft_probs)
-                else:
-                    res = torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None],
-                                        out=draft_probs)
-                res.clamp_min_(0.0)
-                empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
-                # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
-                return res.addcmul_(h, empty.to(res.dtype))
-            # elementwise, no in-place writes (what a compiled kernel fuses into one read)
-            col = torch.arange(target_probs.shape[-1], device=target_probs.device)
-            h = torch.where(col == idx, gamma_n[..., None].to(target_probs.dtype),
-                            scale[..., None] * target_probs)
-            res = (h - draft_probs if draft_sums is None else
-                   torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None])).clamp_min(0.0)
-            empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
-            return res + h * empty.to(res.dtype)
-        h = scale[..., None] * target_probs          # numpy
-        np.put_along_axis(h, idx, gamma_n[..., None], axis=-1)
-        p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
-        res = np.maximum(h - p, 0.0)
-        empty = xp.sum(res, axis=-1, keepdims=True) <= EMPTY_RESIDUAL_MASS
-        return xp.where(empty, h, res)
-
-
-def _scaled(x, y, scale):
-    """Theorem 2's target off the spike, :math:`c_n q_i` (``scale`` = :math:`c_n / s_q`)."""
-    return x * scale
+        return spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n)
 
 
 class CactusTaylor(_CactusBase):

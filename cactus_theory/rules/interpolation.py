@@ -21,20 +21,12 @@ Cactus official code github.com/MANGA-UOFA/Cactus ``cactus/interp.py``
 
 from __future__ import annotations
 
-from ..conventions import EMPTY_RESIDUAL_MASS
-from .plans import RowTarget, TargetPlan, ratio_acceptance
-from .registry import Knob, Rule, RuleSpec, register
+from .registry import ElementwiseTargetRule, Knob, RuleSpec, register
 
 __all__ = ["Interpolation"]
 
 
-def _mixture(x, y, inv_sq, inv_sp, a, b):
-    r""":math:`a\, q + b\, p` (:math:`a = 1-\alpha`, :math:`b = \alpha`): q or p bit for bit at
-    alpha = 0 or 1."""
-    return (x * inv_sq) * a + (y * inv_sp) * b
-
-
-class Interpolation(Rule):
+class Interpolation(ElementwiseTargetRule):
     r"""Target :math:`h = \alpha p + (1-\alpha) q`.
 
     .. warning::
@@ -48,38 +40,11 @@ class Interpolation(Rule):
     def __init__(self, alpha: float):
         self.alpha = alpha
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``TargetPlan(h = alpha p + (1 - alpha) q)`` (array-agnostic)."""
-        h = self.alpha * draft_probs + (1.0 - self.alpha) * target_probs
-        return TargetPlan(target_probs, draft_probs, h)
-
-    def accept_probs_from_values(self, q_n, p_n):
-        r""":math:`a_n = \min(1, h_n/p_n)`, :math:`h_n = \alpha p_n + (1-\alpha) q_n`, from the
-        drafted tokens' row-normalized probabilities alone (the samplers' fast accept path;
-        the plan's formula evaluated at n only, so the same bits)."""
-        return ratio_acceptance(self.alpha * p_n + (1.0 - self.alpha) * q_n, p_n)
-
-    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                            raw_draft_probs=None):
-        r"""Recovery weights :math:`\max(0, q - p) \propto \max(0, h - p) = (1-\alpha)\max(0, q - p)`
-        (torch, :math:`\alpha < 1`: no h built), or h where that residual is empty
-        (convention 3; :math:`h = \alpha p + (1-\alpha) q` added on those rows only).
-        Proportional to the plan's recovery up to float32 rounding; other arrays: the plan's.
-        """
-        if not hasattr(target_probs, "clamp_min_") or self.alpha >= 1.0:
-            return super().recovery_weights_at(target_probs, draft_probs, token_ids)
-        res = (target_probs - draft_probs).clamp_min_(0.0)
-        empty = (res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS).to(res.dtype)
-        # an empty row is all zeros: adding h there (and 0 h elsewhere) gives h
-        return res.addcmul_(draft_probs, self.alpha * empty).addcmul_(
-            target_probs, (1.0 - self.alpha) * empty)
-
-    def recovery_target_from_rows(self, target_rows, draft_rows, token_ids, target_sums,
-                                  draft_sums, gamma=None):
-        r""":math:`h = \alpha y/s_p + (1-\alpha) x/s_q` on un-normalized rows (the compiled
-        samplers' recovery; its residual is :math:`(1-\alpha)\max(0, q - p)`)."""
-        return RowTarget(_mixture, (1.0 / target_sums[..., None], 1.0 / draft_sums[..., None],
-                                    1.0 - self.alpha, self.alpha))
+    def elementwise_target(self, q, p):
+        r""":math:`h = (1-\alpha) q + \alpha p` (elementwise): q or p bit for bit at alpha = 0
+        or 1. The plan, the acceptance :math:`\min(1, h_n/p_n)` and the samplers' row target
+        derive from it."""
+        return q * (1.0 - self.alpha) + p * self.alpha
 
 
 register(RuleSpec(

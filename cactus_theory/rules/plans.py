@@ -30,11 +30,12 @@ for the analysis and the samplers alike.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device as array_device
 
 from .._validation import as_token_ids
 
@@ -52,12 +53,8 @@ __all__ = [
     "one_hot",
     "gather",
     "spike_target_at",
+    "spike_residual_weights",
     "RowTarget",
-    "split_blocks",
-    "block_reduce",
-    "block_maxima",
-    "two_level_sum",
-    "first_argmax",
 ]
 
 
@@ -79,7 +76,7 @@ def gather(x, token_ids):
 def one_hot(token_ids, vocab_size: int, like):
     """Float one-hot rows ``[..., V]`` of the dtype/device of ``like``."""
     xp = array_namespace(like)
-    ar = xp.arange(vocab_size, device=getattr(like, "device", None))
+    ar = xp.arange(vocab_size, device=array_device(like))
     return xp.astype(ar == xp.astype(token_ids, xp.int64)[..., None], like.dtype)
 
 
@@ -106,11 +103,6 @@ def residual_weights(h, p):
     samplers draw from the weights directly (inverse CDF), skipping the division.
     """
     xp = array_namespace(h, p)
-    if hasattr(h, "clamp_min_"):    # torch: in place, and h added only on empty rows
-        res = (h - p).clamp_min_(0.0)
-        empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
-        # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
-        return res.addcmul_(h, empty.to(res.dtype))
     res = xp.clip(h - p, 0.0, None)
     empty = xp.sum(res, axis=-1, keepdims=True) <= EMPTY_RESIDUAL_MASS
     return xp.where(empty, h, res)
@@ -135,11 +127,13 @@ def residual_distribution(h, p):
 class RowTarget:
     r"""A target-family rule's h on un-normalized rows, elementwise (the compiled samplers).
 
-    Returned by ``Rule.recovery_target_from_rows``. The samplers' compiled core evaluates it
-    at the drafted entries (the acceptance :math:`\min(1, h_n/p_n)`), reads the recovery
-    rows once for the block sums of :math:`\max(0, h - p)` and h, and evaluates h again at
-    the 256 columns of the block it draws from
-    (:func:`~cactus_theory.samplers.blocked.residual_block_weights`).
+    The target family's declaration on the samplers' un-normalized rows: built from a
+    rule's elementwise target (``Rule.elementwise_target``), from a spike (Theorem 2's
+    :math:`h^{(n)}`) or by a rule's kernel (:mod:`cactus_theory.samplers._kernels`). The
+    samplers' compiled core evaluates it at the drafted entries (the acceptance
+    :math:`\min(1, h_n/p_n)`), reads the recovery rows once for the block sums of
+    :math:`\max(0, h - p)` and h, and evaluates h again at the 256 columns of the block it
+    draws from (:func:`~cactus_theory.samplers.blocked.residual_block_weights`).
 
     Attributes
     ----------
@@ -176,7 +170,7 @@ class RowTarget:
         """The target of the rows ``rows[idx]`` (the constants indexed by ``idx``, e.g. the
         recovery positions ``(rows, pos)`` of [B, k] rows)."""
         def at(a):   # arrays indexed, Python scalars (and None) as they are
-            return a[idx] if hasattr(a, "shape") else a
+            return a if a is None or isinstance(a, numbers.Number) else a[idx]
         return RowTarget(self.fn, tuple(at(a) for a in self.params), at(self.spike_ids),
                          at(self.spike_values))
 
@@ -193,6 +187,28 @@ def spike_target_at(target_probs, token_ids, gamma_n):
     c = spike_scale(gather(q, token_ids), gamma_n)
     mask = one_hot(token_ids, q.shape[-1], q)
     return xp.where(mask > 0, gamma_n[..., None], c[..., None] * q)
+
+
+def spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target_sums=None,
+                           draft_sums=None):
+    r"""Recovery weights :math:`\max(0, h^{(n)} - p)` of a spike rule from the drafted tokens'
+    :math:`\gamma_n` (:func:`residual_weights` of :func:`spike_target_at`'s target).
+
+    With ``target_sums`` / ``draft_sums`` (shape ``token_ids.shape``) the rows are
+    un-normalized: q = ``target_probs / target_sums``, p = ``draft_probs / draft_sums`` (the
+    division of q folded into :math:`c_n`). Where the residual is empty, :math:`h^{(n)}`
+    itself (convention 3). Array-agnostic; the samplers' torch kernels compute the same
+    weights in place.
+    """
+    xp = array_namespace(target_probs, draft_probs)
+    ts = 1.0 if target_sums is None else target_sums
+    q_n = gather(target_probs, token_ids) / ts
+    scale = spike_scale(q_n, gamma_n) / ts
+    mask = one_hot(token_ids, target_probs.shape[-1], target_probs)
+    h = xp.where(mask > 0, xp.astype(gamma_n, target_probs.dtype)[..., None],
+                 scale[..., None] * target_probs)
+    p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
+    return residual_weights(h, p)
 
 
 @dataclass(frozen=True)
@@ -345,88 +361,3 @@ class DecisionPlan:
 
 
 Plan = Union[TargetPlan, SpikePlan, DecisionPlan]
-
-
-#: Block length of :func:`first_argmax`'s two-level search (and the default of
-#: :func:`block_maxima`).
-ARGMAX_BLOCK = 256
-
-
-def split_blocks(x, blk: int = ARGMAX_BLOCK):
-    """The last axis of ``x`` as its whole ``blk``-entry blocks and the rest, both views.
-
-    Returns ``(whole, tail)``: ``whole`` is ``x[..., :nb * blk]`` viewed as [..., nb, blk]
-    with nb = V // blk (None when nb = 0), ``tail`` is ``x[..., nb * blk:]``, [..., V % blk]
-    (None when blk divides V). The loop shape of every blocked row pass here and in the
-    samplers (row sums, block sums and maxima, the divergence bounds' moments): a compiled
-    kernel reads passes of the same shape in one loop.
-    """
-    V = x.shape[-1]
-    nb = V // blk
-    whole = x[..., :nb * blk].unflatten(-1, (nb, blk)) if nb else None
-    tail = x[..., nb * blk:] if nb * blk < V else None
-    return whole, tail
-
-
-def block_reduce(x, op: str, blk: int = ARGMAX_BLOCK):
-    """Sums (``op="sum"``) or maxima (``op="amax"``) of consecutive ``blk``-entry blocks of
-    the last axis (the last block may be shorter), [..., ceil(V / blk)], in x's dtype: one
-    vectorized read of the rows."""
-    import torch
-
-    whole, tail = split_blocks(x, blk)
-    parts = [] if whole is None else [getattr(whole, op)(-1)]
-    if tail is not None:
-        parts.append(getattr(tail, op)(-1, keepdim=True))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-
-
-def block_maxima(x, blk: int = ARGMAX_BLOCK):
-    """Maxima of consecutive ``blk``-entry blocks of the last axis (the last block may be
-    shorter), [..., ceil(V / blk)]: :func:`block_reduce` with ``"amax"``."""
-    return block_reduce(x, "amax", blk)
-
-
-def two_level_sum(x, fn=None, blk: int = ARGMAX_BLOCK):
-    """Row sums of ``fn(x)`` (elementwise; None: x) over the last axis, taken in two levels:
-    float32 sums of consecutive ``blk``-entry blocks (the last block may be shorter), then
-    their sum. The loop shape of the samplers' row sums
-    (:func:`~cactus_theory.samplers.fused.stats`), so that a compiled kernel reads such a
-    row pass in the same loop (``fn`` is applied to the blocked views of x: a blocked view
-    of a computed tensor would be stored first); a sum of terms of one sign errs by at most
-    about (blk + V / blk) float32 eps, relative."""
-    fn = (lambda z: z) if fn is None else fn
-    whole, tail = split_blocks(x, blk)
-    total = None if whole is None else fn(whole).sum(-1).sum(-1)
-    if tail is not None:
-        tail_sum = fn(tail).sum(-1)
-        total = tail_sum if total is None else total + tail_sum
-    return total
-
-
-def first_argmax(x):
-    r"""``torch.argmax(x, dim=-1)`` (the lowest index of the row maximum) in two levels.
-
-    The maxima of 256-entry blocks (one vectorized read; a NaN entry makes its block's and
-    the row's maximum NaN), the first block whose maximum equals the row maximum, then the
-    first entry of that block equal to it: the lowest index attaining the maximum, since
-    every earlier block's maximum is below it. Rows holding a NaN (invalid input, which the
-    samplers flag) give an index in range, not necessarily torch's. Compiled CPU kernels
-    reduce an argmax at about a third of a maximum's speed (1.16 against 0.32 ms for [8,
-    151,936] float32 rows); this costs one maximum's read plus 256 entries per row.
-    """
-    import torch
-
-    V = x.shape[-1]
-    blk = ARGMAX_BLOCK
-    if V <= 4 * blk:
-        return torch.argmax(x, dim=-1)
-    maxima = block_maxima(x, blk)
-    top = maxima.amax(-1, keepdim=True)
-    # the first block reaching the maximum (argmax of a 0/1 row: its first 1)
-    block = (maxima == top).to(torch.uint8).argmax(-1, keepdim=True)
-    idx = block * blk + torch.arange(blk, device=x.device)
-    inside = idx < V
-    cand = torch.gather(x, -1, idx.clamp(max=V - 1))
-    return (block[..., 0] * blk
-            + ((cand == top) & inside).to(torch.uint8).argmax(-1))

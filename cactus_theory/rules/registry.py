@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from .._validation import choice
+from .plans import TargetPlan, ratio_acceptance
 
-__all__ = ["Knob", "RuleSpec", "Rule", "RuleRegistry", "RULES", "register", "register_alias",
-           "get_rule", "rule_names"]
+__all__ = ["Knob", "RuleSpec", "Rule", "ElementwiseTargetRule", "RuleRegistry", "RULES",
+           "register", "register_alias", "get_rule", "rule_names"]
 
 
 @dataclass(frozen=True)
@@ -198,51 +199,13 @@ class Rule:
     #: needs whole rows, and the samplers call :meth:`accept_probs_at` on normalized copies.
     accept_probs_from_values = None
 
-    #: Optional fast accept path on un-normalized rows:
-    #: ``accept_probs_from_rows(target_rows, draft_rows, token_ids, target_sums, draft_sums)``
-    #: -> :math:`a_n` ([B, k]), where the rule's q and p are ``rows / sums[..., None]``
-    #: (``sums`` > 0, shape ``rows.shape[:-1]``, float32). For rules whose acceptance needs whole
-    #: rows but not normalized copies of them (top-k: one compare pass; TAS: the entropy, one
-    #: pass with a log; cascades: a max and a masked sum). The result must equal
-    #: :meth:`accept_probs_at` on the normalized rows up to float32 rounding of the
-    #: normalization. ``None``: the samplers build normalized copies.
-    accept_probs_from_rows = None
-
-    #: Optional cheap decision before ``accept_probs_from_rows``, for a deterministic rule whose
-    #: exact test is costly over whole rows (fuzzy SD's Jensen-Shannon: three logarithms per
-    #: entry): ``accept_decided_from_rows(target_rows, draft_rows, token_ids, target_sums,
-    #: draft_sums)`` -> ``(accept, undecided)``, two bool tensors of shape [B, k], from
-    #: rigorous bounds on the rule's statistic. Where ``undecided`` is False, ``accept`` must
-    #: equal the exact test (bounds with a margin for their float32 rounding); the CPU
-    #: samplers evaluate ``accept_probs_from_rows`` on the undecided rows only (on CUDA,
-    #: where the logarithms cost little next to the reads and a row selection would
-    #: synchronize, they evaluate it on every row). ``None``: no such test.
-    accept_decided_from_rows = None
-
-    #: Optional elementwise target for the compiled samplers' recovery:
-    #: ``recovery_target_from_rows(target_rows, draft_rows, token_ids, target_sums,
-    #: draft_sums, gamma)`` -> :class:`~cactus_theory.rules.plans.RowTarget` (or None), for a
-    #: rule whose recovery weights are :func:`~cactus_theory.rules.plans.residual_weights` of
-    #: a target h (convention 3). Rows [..., V] un-normalized (the recovery's [B, V], or the
-    #: accept path's [B, k, V] under ``accept_from_row_target``) with float32 sums [...];
-    #: ``gamma`` the spike at ``token_ids`` for spike rules, else None. ``None``: the samplers
-    #: call :meth:`recovery_weights_at` on normalized rows.
-    recovery_target_from_rows = None
-
-    #: Optional point-mass recovery for the compiled samplers:
-    #: ``recovery_token_from_rows(target_rows, draft_rows, token_ids, target_sums, draft_sums)``
-    #: -> the recovered token of each row ([B] int64) when the recovery distribution is a
-    #: point mass (TAS's verifier argmax), or None. Rows [B, V] un-normalized. ``None``: the
-    #: samplers draw from the recovery weights.
-    recovery_token_from_rows = None
-
-    #: True when ``accept_probs_from_rows`` is :math:`\min(1, h_n/p_n)` of
-    #: ``recovery_target_from_rows`` (cascades: the target's row constants are its whole
-    #: cost): the compiled samplers then build the row target once on the [B, k] rows and
-    #: index it at the recovery positions. False (top-k: counting entries above x_n is
-    #: cheaper than its k-th largest entry on every row): the recovery builds the target on
-    #: its own rows.
-    accept_from_row_target = False
+    #: Optional elementwise target (the target family's declaration):
+    #: ``elementwise_target(q, p)`` -> h, elementwise in the verifier and drafter entries with
+    #: no per-row constant (SpS: q;
+    #: interpolation: :math:`(1-\alpha) q + \alpha p`). ``None``: h needs whole rows. From it
+    #: :class:`ElementwiseTargetRule` derives the plan and :meth:`accept_probs_from_values`, and
+    #: the samplers the compiled recovery's row target (h at ``x / s_q``, ``y / s_p``).
+    elementwise_target = None
 
     def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
                     raw_draft_probs=None):
@@ -280,6 +243,30 @@ class Rule:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.knobs.items())
         return f"get_rule({self.spec.name!r}{', ' if args else ''}{args})"
+
+
+class ElementwiseTargetRule(Rule):
+    r"""A target rule declared by its elementwise h alone: :meth:`elementwise_target` ``(q, p)``.
+
+    Derived here: the plan ``TargetPlan(q, p, elementwise_target(q, p))`` and the acceptance
+    at the drafted tokens :math:`\min(1, h(q_n, p_n)/p_n)` from their probabilities alone (the
+    samplers' fast accept path); the recovery is the plan's residual (convention 3).
+    """
+
+    def elementwise_target(self, q, p):
+        """The target h at verifier entries ``q`` and drafter entries ``p`` (elementwise)."""
+        raise NotImplementedError
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """``TargetPlan(h = elementwise_target(q, p))`` (array-agnostic)."""
+        h = self.elementwise_target(target_probs, draft_probs)
+        return TargetPlan(target_probs, draft_probs, h)
+
+    def accept_probs_from_values(self, q_n, p_n):
+        r""":math:`a_n = \min(1, h(q_n, p_n)/p_n)` from the drafted tokens' row-normalized
+        probabilities alone (the plan's formula at n only, so the same bits): with it the
+        samplers read q and p once for the row sums and then only the drafted tokens."""
+        return ratio_acceptance(self.elementwise_target(q_n, p_n), p_n)
 
 
 class RuleRegistry(dict):

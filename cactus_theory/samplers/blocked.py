@@ -28,9 +28,10 @@ import torch
 
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..rules.plans import RowTarget
+from ..solvers.spike import spike_scale
 from .fused import CDF_BLOCK, block_sums
 
-__all__ = ["BlockWeights", "residual_block_weights", "point_mass_weights"]
+__all__ = ["BlockWeights", "point_mass_weights", "residual_block_weights", "spike_row_target"]
 
 
 class BlockWeights:
@@ -129,6 +130,36 @@ def residual_block_weights(target: RowTarget, x: torch.Tensor, y: torch.Tensor,
         return torch.where(use_q, xc, torch.where(empty, hc, rc))
 
     return BlockWeights((B, V), sums, at)
+
+
+def _scaled(x, y, scale):
+    """Theorem 2's target off the spike, :math:`c_n q_i` (``scale`` = :math:`c_n / s_q`)."""
+    return x * scale
+
+
+def spike_row_target(target_rows, token_ids, target_sums, gamma) -> RowTarget:
+    r"""Theorem 2's :math:`h^{(n)}` of a spike rule on un-normalized rows, from the drafted
+    tokens' :math:`\gamma_n` alone: :math:`h_i = c_n x_i / s_q` with
+    :math:`c_n = (1-\gamma_n)/(1-q_n)`, and the spike :math:`h_n = \gamma_n` at the drafted
+    token (:func:`~cactus_theory.rules.plans.spike_target_at` on the rows x = q s_q).
+
+    Parameters
+    ----------
+    target_rows : Tensor, shape (B, V)
+        Verifier rows, un-normalized (float32).
+    token_ids : Tensor, shape (B,), int64
+        The drafted tokens n.
+    target_sums : Tensor, shape (B,)
+        Positive row sums s_q.
+    gamma : Tensor, shape (B,)
+        :math:`\gamma_n`.
+    """
+    ts = target_sums[..., None]
+    ids = token_ids[..., None]
+    g = gamma[..., None].to(torch.float32)
+    q_n = torch.gather(target_rows, -1, ids).to(torch.float32) / ts
+    scale = spike_scale(q_n, g) / ts
+    return RowTarget(_scaled, (scale,), ids, g)
 
 
 def point_mass_weights(token_ids: torch.Tensor, vocab_size: int,

@@ -5,11 +5,12 @@ tensor part of a call, so that the passes over whole rows are fused into as few 
 formulas allow and the many small operations around them into a few kernels:
 
 * **the core** (:func:`compiled_for` applied to
-  :func:`~cactus_theory.samplers.base._verify_core`, one copy per configured rule): the row
+  :func:`~cactus_theory.samplers.paths.verify_core`, one copy per configured rule): the row
   sums (float32 sums of 256-entry blocks, then their float64 sum) and the bad-row check
   (:func:`stats`),
   the accept path (Cactus's gamma at the drafted tokens, or ``Rule.accept_probs_from_values``,
-  or ``Rule.accept_probs_from_rows``: top-k's compare, TAS's entropy, cascades' maxima, fuzzy
+  or a rule kernel's ``accept_from_rows`` (:mod:`._kernels`): top-k's compare, TAS's
+  entropy, cascades' maxima, fuzzy
   SD's divergences, in the same read as the sums where they do not need the sums first; fuzzy
   SD's Jensen-Shannon bounds on CPU, with the exact divergence of the undecided rows between
   two graphs), the
@@ -53,7 +54,7 @@ import warnings
 
 import torch
 
-from ..rules.plans import block_reduce, split_blocks
+from ._kernels._blocks import block_reduce, split_blocks
 
 __all__ = ["row_stats", "stats", "compiled_for", "block_sums", "compile_failure"]
 
@@ -108,7 +109,7 @@ def compile_failure() -> str | None:
 def block_sums(weights: torch.Tensor, blk: int = CDF_BLOCK) -> torch.Tensor:
     """Sums of consecutive blocks of ``blk`` entries along the last axis (the last block may
     be shorter), [..., ceil(V / blk)], in the weights' dtype
-    (:func:`~cactus_theory.rules.plans.block_reduce`)."""
+    (:func:`._kernels._blocks.block_reduce`)."""
     return block_reduce(weights, "sum", blk)
 
 
