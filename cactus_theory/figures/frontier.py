@@ -32,14 +32,14 @@ from .data import coerce_data, synthetic_data
 from .notes import record_rules
 from .style import DOUBLE_COLUMN, PALETTE, styled
 
-__all__ = ["pooled_frontier", "frontier_rules", "FRONTIER_FAMILIES", "MAX_LEGEND", "figure_frontier"]
+__all__ = ["pooled_frontier", "frontier_rules", "FRONTIER_FAMILIES", "figure_frontier"]
 
 #: Families of the frontier figure, one panel each: (label, name prefixes); a rule joins the
 #: first family whose prefix it starts with, the last family takes every other rule.
 FRONTIER_FAMILIES = (("Cactus", ("cactus",)), ("Mentored", ("mentored",)), ("cascades", ("cascade",)),
                      ("others", ()))
 #: Most legend entries of one panel: a family with more drawn rules is split over panels.
-MAX_LEGEND = 8
+_MAX_LEGEND = 8
 #: A mean emitted KL at or below this is the SpS point (every sweep starts there).
 SPS_KL = 1e-12
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<")
@@ -129,7 +129,7 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
     (linear below 1e-4), so gaps of 0.001 and of 0.5 are both readable. A knob value whose mean
     KL is infinite (mass emitted outside supp(q) at some position) is not drawn; a rule with no
     finite point besides SpS's (KL = 0, gap 0: every sweep starts there) is named in a note on
-    its family's panel. Families (:data:`FRONTIER_FAMILIES`) with more than :data:`MAX_LEGEND`
+    its family's panel. Families (:data:`FRONTIER_FAMILIES`) with more than :data:`_MAX_LEGEND`
     drawn rules are split over panels.
 
     Parameters
@@ -163,7 +163,7 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
     for k, (label, _) in enumerate(FRONTIER_FAMILIES):
         mine = [n for n in drawn if _family(n) == k]
         out = [n for n in rules if _family(n) == k and n not in drawn]
-        chunks = [mine[i:i + MAX_LEGEND] for i in range(0, len(mine), MAX_LEGEND)] or [[]]
+        chunks = [mine[i:i + _MAX_LEGEND] for i in range(0, len(mine), _MAX_LEGEND)] or [[]]
         if mine or out:
             panels += [(label, c, out if j == 0 else []) for j, c in enumerate(chunks)]
     if ax is None:

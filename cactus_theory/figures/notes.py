@@ -17,7 +17,7 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass, field
 
-__all__ = ["NOTE_GID", "RuleRecord", "record_rules", "rule_record"]
+__all__ = ["RuleRecord", "record_rules", "rule_record"]
 
 #: ``gid`` of the text artists that name the rules a figure left out.
 NOTE_GID = "cactus-theory-rules-not-drawn"
