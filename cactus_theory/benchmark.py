@@ -34,6 +34,12 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
 * the samplers' entry validation alone over the read pass (reported): the row sums and the
   row minimum (the clamp-and-flag negative check) of q's k positions and p; eager torch reads
   the [B, k, V] inputs twice (``sum``, ``amin``), the fused kernel once.
+* ``scale``: the chunked analysis (:mod:`cactus_theory.analysis.scaled`, default memory
+  bound) of ``cactus-exact`` at V = 1,000 (n = 1,000, 10,000, 100,000) and V = 151,936
+  (n = 64, 1,024), each in a fresh process: peak extra memory over the input (flat in n,
+  under 1 GB) and rows per second within 1.2x of the in-memory path at the smallest n
+  (checked: the same numbers as 1,000-row blocks analysed one by one). The full sizes with
+  ``scale=True`` (``cactus-theory benchmark --scale``).
 * ``frontier_vs_cvxpy``: cvxpy over :func:`cactus_theory.solvers.frontier.frontier` at
   V = 1,000, at least 100 (checked: same acceptance to 1e-5); ``frontier_ms``: V = 151,936
   under 50 ms (checked: acceptance and divergence equal the 64-step bisection's,
@@ -495,6 +501,141 @@ def _bench_frontier(repeats, quick):
     return out
 
 
+#: (n, V) of the chunked-analysis rows (:func:`_bench_scale`): ``scale=True`` (the sizes of the
+#: goal), the default run, and ``quick``.
+SCALE_SIZES = ((1_000, 1_000), (10_000, 1_000), (100_000, 1_000), (64, VOCAB), (1_024, VOCAB))
+SCALE_SIZES_DEFAULT = ((1_000, 1_000), (10_000, 1_000), (64, VOCAB))
+SCALE_SIZES_QUICK = ((1_000, 1_000), (2_000, 1_000), (4, VOCAB))
+#: Rows of the in-memory reference and of the one-by-one blocks of the check.
+SCALE_BLOCK = 1_000
+
+
+def _scale_rows(n, V, seed):
+    """``correlated_pair`` rows made in blocks of :data:`SCALE_BLOCK` (its temporaries stay
+    one block's), float64 (n, V) each."""
+    q, p = np.empty((n, V)), np.empty((n, V))
+    for i, a in enumerate(range(0, n, SCALE_BLOCK)):
+        b = min(n, a + SCALE_BLOCK)
+        q[a:b], p[a:b] = correlated_pair(V, (b - a,), seed=seed + i)
+    return q, p
+
+
+def _rss_bytes(field):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status: no {field}")
+
+
+def scale_probe(n, V, path, seed=0):
+    """One measurement in this (fresh) process: ``cactus-exact`` analysed over n rows of V,
+    ``path`` ``"in-memory"`` (:func:`cactus_theory.analysis.one_step.analyze`, every row at
+    once) or ``"chunked"`` (:func:`cactus_theory.analysis.scaled.analyze`, default memory
+    bound, per-row values kept). Peak extra memory: the resident set's high-water mark
+    (``VmHWM``, reset through ``/proc/self/clear_refs`` once the input is made) over the
+    resident set before the call; without ``clear_refs``, the tracemalloc peak. The chunked
+    path's check: its first min(n, 2,000) rows' acceptance and KL equal, bit for bit, those of
+    1,000-row blocks analysed one by one.
+
+    Returns
+    -------
+    dict
+        n, V, path, input_bytes, peak_extra_bytes, memory_method, seconds, check.
+    """
+    import tracemalloc
+
+    from .analysis.scaled import analyze as analyze_chunked
+
+    rule = get_rule("cactus-exact")
+    q, p = _scale_rows(n, V, seed)
+    analyze(rule, q[:2], p[:2])                     # imports and caches before the measurement
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        method, before = "peak RSS (VmHWM)", _rss_bytes("VmRSS")
+    except OSError:
+        method, before = "tracemalloc", None
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+    t0 = time.perf_counter()
+    if path == "in-memory":
+        res = analyze(rule, q, p)
+    else:
+        res = analyze_chunked(rule, q, p, per_token=False)
+    seconds = time.perf_counter() - t0
+    if before is not None:
+        peak = _rss_bytes("VmHWM") - before
+    else:
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+    m = min(n, 2 * SCALE_BLOCK)
+    blocks = [analyze(rule, q[a:a + SCALE_BLOCK], p[a:a + SCALE_BLOCK])
+              for a in range(0, m, SCALE_BLOCK)]
+    acc = np.concatenate([np.atleast_1d(b.acceptance) for b in blocks])[:m]
+    kl = np.concatenate([np.atleast_1d(b.divergences["kl"]) for b in blocks])[:m]
+    same = bool(np.array_equal(np.asarray(res.acceptance)[:m], acc)
+                and np.array_equal(np.asarray(res.divergences["kl"])[:m], kl))
+    return {"n": n, "V": V, "path": path, "input_bytes": int(q.nbytes + p.nbytes),
+            "peak_extra_bytes": int(peak), "memory_method": method, "seconds": seconds,
+            "check": same, "checked_rows": m}
+
+
+def _probe(n, V, path, seed):
+    """:func:`scale_probe` in a fresh Python process (its memory is the call's alone)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json; from cactus_theory.benchmark import scale_probe; "
+            f"print(json.dumps(scale_probe({n}, {V}, {path!r}, {seed})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _bench_scale(sizes, seed=0, quick=False):
+    """The chunked analysis (:mod:`cactus_theory.analysis.scaled`) against the in-memory one:
+    peak extra memory over the input and rows per second at each (n, V) of ``sizes``, each in
+    a fresh process; the in-memory path at the smallest n of each V is the reference. Goals:
+    the chunked path's peak extra memory under 1 GB (the default bound keeps it near
+    256 MiB), flat in n (largest n over smallest, at most 1.2), and its rows per second within
+    1.2x of the in-memory path's (checked: the same numbers as 1,000-row blocks one by one).
+    ``quick``: the speed and flatness targets are the full run's (the rows pass on their
+    checks and the 1 GB bound)."""
+    tag = " (full run)" if quick else ""
+    out = []
+    for V in sorted({V for _, V in sizes}):
+        ns = sorted(n for n, v in sizes if v == V)
+        ref = _probe(ns[0], V, "in-memory", seed)
+        ref_rate = ref["n"] / ref["seconds"]
+        out.append(_goal(f"scale: in-memory analyze, V = {V}, n = {ns[0]:,} [extra/input]",
+                         f"{ref['peak_extra_bytes'] / 1e6:.0f} MB over a {ref['input_bytes'] / 1e6:.0f} MB "
+                         f"input, {ref_rate:.1f} rows/s ({ref['memory_method']})",
+                         ref["peak_extra_bytes"] / ref["input_bytes"], "reported", True, True,
+                         "reference"))
+        peaks = []
+        for n in ns:
+            r = _probe(n, V, "chunked", seed)
+            rate = r["n"] / r["seconds"]
+            peaks.append(r["peak_extra_bytes"])
+            out.append(_goal(f"scale: chunked analyze, V = {V}, n = {n:,} [in-memory/chunked time]",
+                             f"{r['peak_extra_bytes'] / 1e6:.0f} MB extra over a "
+                             f"{r['input_bytes'] / 1e6:.0f} MB input "
+                             f"({r['peak_extra_bytes'] / r['input_bytes']:.3g}x), {rate:.1f} rows/s "
+                             f"against {ref_rate:.1f} in memory at n = {ns[0]:,}",
+                             ref_rate / rate, "<= 1.2" + tag, (quick or ref_rate / rate <= 1.2) and
+                             r["peak_extra_bytes"] < 1e9, r["check"],
+                             f"first {r['checked_rows']:,} rows equal 1,000-row blocks one by one: "
+                             f"{r['check']}; extra memory < 1 GB: {r['peak_extra_bytes'] < 1e9}"))
+        if len(ns) > 1:
+            flat = peaks[-1] / peaks[0]
+            out.append(_goal(f"scale: chunked memory flat in n, V = {V} [n = {ns[-1]:,} / {ns[0]:,}]",
+                             f"{peaks[-1] / 1e6:.0f} MB at n = {ns[-1]:,}, {peaks[0] / 1e6:.0f} MB at "
+                             f"n = {ns[0]:,}", flat, "<= 1.2" + tag, quick or flat <= 1.2, True,
+                             "same run"))
+    return out
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc's allocator to keep freed memory instead of returning it to the OS.
 
@@ -533,7 +674,8 @@ FAMILY_RULES = ("sps", "cactus-taylor", "cactus-exact", "interpolation", "topk",
 
 
 def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
-                   all_rules: bool = False, threads: int = SAMPLER_THREADS) -> BenchmarkReport:
+                   all_rules: bool = False, threads: int = SAMPLER_THREADS,
+                   scale: bool = False) -> BenchmarkReport:
     """Measure every goal (module docstring) in one run.
 
     Parameters
@@ -554,6 +696,10 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
         Intra-op torch threads of the sampler timings (>= 1; default 2, the goals'
         condition), restored afterwards. The fused kernels are compiled for the thread count
         they run with.
+    scale : bool
+        The chunked analysis' rows at every size of :data:`SCALE_SIZES` (up to 100,000 rows
+        at V = 1,000 and 1,024 at V = 151,936: minutes); default :data:`SCALE_SIZES_DEFAULT`,
+        quick :data:`SCALE_SIZES_QUICK`.
 
     Returns
     -------
@@ -591,5 +737,7 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
                                  passed=g.check.startswith("ok")) for g in sampler_goals]
     goals += sampler_goals
     goals += _bench_frontier(repeats, quick)
+    goals += _bench_scale(SCALE_SIZES if scale else SCALE_SIZES_QUICK if quick else SCALE_SIZES_DEFAULT,
+                          seed, quick=quick and not scale)
     return BenchmarkReport(tuple(goals), repeats, bool(quick),
                            {**_environment(), "allocator": allocator, "sampler_threads": threads})

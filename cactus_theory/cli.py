@@ -159,6 +159,9 @@ def _args_benchmark(p):
                    help="intra-op torch threads of the sampler timings (default 2: the goals' condition)")
     p.add_argument("--all-rules", action="store_true",
                    help="time every registered rule's sampler (default: one rule per family)")
+    p.add_argument("--scale", action="store_true",
+                   help="the chunked analysis' rows at every size (100,000 rows at V = 1,000; "
+                        "1,024 at V = 151,936): minutes")
     add_seed(p, "seed of the random (q, p) rows")
     add_output(p)
 
@@ -167,7 +170,7 @@ def _cmd_benchmark(args) -> int:
     from .benchmark import SAMPLER_THREADS, run_benchmarks
 
     res = run_benchmarks(repeats=args.repeats, quick=args.quick, seed=args.seed,
-                         all_rules=args.all_rules,
+                         all_rules=args.all_rules, scale=args.scale,
                          threads=SAMPLER_THREADS if args.threads is None else args.threads)
     _emit(args, text=res.to_text(), data=res.to_dict())
     return 0

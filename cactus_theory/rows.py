@@ -38,8 +38,15 @@ import numpy as np
 
 from .analysis.chunked import ArrayRows, RowChunk, RowSource
 
-__all__ = ["RowChunk", "RowSource", "ArrayRows", "FileRows", "ShardRows", "as_row_source",
-           "SHARD_SUFFIXES"]
+__all__ = [
+    "SHARD_SUFFIXES",
+    "ArrayRows",
+    "FileRows",
+    "RowChunk",
+    "RowSource",
+    "ShardRows",
+    "as_row_source",
+]
 
 #: File types a folder of shards may hold (others are ignored).
 SHARD_SUFFIXES = (".npy", ".npz")
@@ -63,7 +70,7 @@ def _npz_kind(path: Path) -> str:
     """``"dump"``, ``"full_vocab"`` or ``"arrays"`` from the archive's member names."""
     try:
         with zipfile.ZipFile(path) as zf:
-            names = {n[:-4] if n.endswith(".npy") else n for n in zf.namelist()}
+            names = {n.removesuffix(".npy") for n in zf.namelist()}
     except (zipfile.BadZipFile, OSError) as exc:
         raise ValueError(f"{path}: not a readable .npz archive ({exc})") from None
     if "__meta__" in names:
@@ -155,7 +162,12 @@ class FileRows(RowSource):
                         for c in ArrayRows(q, p).chunks(rows_for_width))
             return
         if self.kind == "full_vocab":
-            from .logits.format import FULL_REQUIRED, FULL_VOCAB_FORMAT, DumpFormatError, read_arrays
+            from .logits.format import (
+                FULL_REQUIRED,
+                FULL_VOCAB_FORMAT,
+                DumpFormatError,
+                read_arrays,
+            )
             from .logits.loader import _renorm
 
             arrays, meta = read_arrays(self.path, FULL_REQUIRED)

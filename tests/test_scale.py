@@ -15,7 +15,12 @@ from cactus_theory.analysis import chunked, scaled
 from cactus_theory.analysis.calibration import global_delta
 from cactus_theory.analysis.one_step import analyze as analyze_block
 from cactus_theory.cli import main
-from cactus_theory.logits.loader import FULL_VOCAB_PATH, load_dump, load_full_vocab, shipped_dumps
+from cactus_theory.logits.loader import (
+    FULL_VOCAB_PATH,
+    load_dump,
+    load_full_vocab,
+    shipped_dumps,
+)
 
 
 def pairs(n, V, seed=0, conc=0.3):
@@ -135,8 +140,8 @@ def test_working_memory_stays_under_the_bound():
     # tracemalloc counts numpy's allocations: the working memory beyond the input of a chunked
     # analyze stays under max_memory plus its per-row results, where one block holds ~30
     # input-sized arrays
-    q, p = pairs(4000, 250, seed=7)
-    results = 4000 * 8 * 4                       # acceptance and three divergences per row
+    q, p = pairs(2000, 200, seed=7)
+    results = 2000 * 8 * 4                       # acceptance and three divergences per row
 
     def peak(fn):
         tracemalloc.start()
@@ -147,7 +152,8 @@ def test_working_memory_stays_under_the_bound():
         finally:
             tracemalloc.stop()
 
-    bound = 4 * 2**20
+    bound = 2 * 2**20
+    ct.analyze("cactus-exact", q[:100], p[:100], per_token=False, max_memory=bound)  # imports
     chunk_peak = peak(lambda: ct.analyze("cactus-exact", q, p, per_token=False, max_memory=bound))
     block_peak = peak(lambda: analyze_block("cactus-exact", q, p))
     assert chunk_peak <= bound + results
@@ -234,11 +240,11 @@ def _shard_folder(tmp_path, n_shards=5, n=300, V=100):
 
 
 def test_folder_of_shards_is_read_lazily(tmp_path):
-    parts = _shard_folder(tmp_path, n=600)
+    parts = _shard_folder(tmp_path, n_shards=4, n=400)
     q = np.concatenate([a for a, _ in parts])
     p = np.concatenate([b for _, b in parts])
     src = rows.as_row_source(tmp_path)
-    assert isinstance(src, rows.ShardRows) and src.n_rows == 3000 and len(src.parts()) == 5
+    assert isinstance(src, rows.ShardRows) and src.n_rows == 1600 and len(src.parts()) == 4
     bound = 600_000
     ct.analyze("cactus-exact", src.parts()[0], max_memory=bound)   # first call's imports/caches
 
@@ -253,12 +259,12 @@ def test_folder_of_shards_is_read_lazily(tmp_path):
 
     _, one = peak(src.parts()[0])
     got, every = peak(src)
-    # flat in the number of shards: five shards take one shard's memory plus the per-row
-    # results of the other 2,400 rows (4 float64 each, held in per-chunk pieces and then
+    # flat in the number of shards: four shards take one shard's memory plus the per-row
+    # results of the other 1,200 rows (4 float64 each, held in per-chunk pieces and then
     # joined: 2x) and each extra chunk's result object (a dataclass and a dict: 2 kB allowed),
-    # far below the 4.8 MB of all the shards' rows
-    extra_chunks = 4 * -(-600 // chunked.rows_per_chunk("analyze", max_memory=bound)(100))
-    assert every <= one + 2 * 2400 * 8 * 4 + 2048 * extra_chunks
+    # far below the 2.56 MB of all the shards' rows
+    extra_chunks = 3 * -(-400 // chunked.rows_per_chunk("analyze", max_memory=bound)(100))
+    assert every <= one + 2 * 1200 * 8 * 4 + 2048 * extra_chunks
     assert every < sum(a.nbytes + b.nbytes for a, b in parts) / 1.5
     ref = analyze_block("cactus-exact", q, p)
     assert np.array_equal(got.acceptance, ref.acceptance)
@@ -327,7 +333,7 @@ def test_dask_local_cluster_matches_in_memory(tmp_path):
     sp = np.concatenate([b for _, b in parts])
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                   dashboard_address=None) as cluster, distributed.Client(cluster):
-        dq, dp = da.from_array(q, chunks=(25, 16)), da.from_array(p, chunks=(40, 8))
+        dq, dp = da.from_array(q, chunks=(45, 16)), da.from_array(p, chunks=(60, 8))
         ref = analyze_block("cactus-exact", q, p)
         got = on_dask.analyze("cactus-exact", dq, dp)
         assert np.array_equal(got.acceptance, ref.acceptance)
@@ -341,8 +347,10 @@ def test_dask_local_cluster_matches_in_memory(tmp_path):
         assert np.array_equal(f_got.acceptance, f_ref.acceptance)
         c_ref, c_got = ct.calibrate_delta(q, p, 0.02), ct.calibrate_delta(dq, dp, 0.02)
         assert np.array_equal(c_got.delta, c_ref.delta)
+        # one Dask computation per pass over the rows: two blocks of rows
         g_ref = global_delta(q, p, 0.02, statistic=0.9)
-        g_got = on_dask.global_delta(dq, dp, 0.02, statistic=0.9)
+        g_got = on_dask.global_delta(da.from_array(q, chunks=(60, 16)), da.from_array(p, chunks=(60, 16)),
+                                     0.02, statistic=0.9)
         assert g_got.delta == g_ref.delta and g_got.value == g_ref.value
         # shards as a bag: each worker reads its own shards
         shards = on_dask.analyze_rules(rows.as_row_source(tmp_path), None, names, chunk_rows=16)
@@ -353,3 +361,24 @@ def test_frontier_grid_matches_the_api():
     from cactus_theory import api
 
     assert scaled.FRONTIER_POINTS == api.FRONTIER_POINTS
+
+
+def test_benchmark_scale_rows():
+    # each measurement in a fresh process; the chunked rows' check is the equality with
+    # 1,000-row blocks analysed one by one
+    from cactus_theory.benchmark import _bench_scale
+
+    goals = _bench_scale(((200, 20), (1_500, 20)), quick=True)
+    names = [g.goal for g in goals]
+    assert names[0].startswith("scale: in-memory analyze, V = 20, n = 200")
+    chunk_rows = [g for g in goals if g.goal.startswith("scale: chunked analyze")]
+    assert len(chunk_rows) == 2 and all(g.check.startswith("ok") and g.passed for g in chunk_rows)
+    assert "first 1,500 rows" in chunk_rows[1].check
+    assert names[-1].startswith("scale: chunked memory flat in n")
+
+
+def test_docs_page_states_the_default_bound():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "scale.md").read_text()
+    assert f"default {chunked.DEFAULT_MAX_MEMORY // 2**20} MiB" in text

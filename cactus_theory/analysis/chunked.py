@@ -17,14 +17,26 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
-__all__ = ["RowChunk", "RowSource", "ArrayRows", "as_rows", "DEFAULT_MAX_MEMORY", "WORK_ARRAYS",
-           "parse_memory", "rows_per_chunk", "wants_chunks", "is_dask", "LocalRunner", "runner_for",
-           "join_rows"]
+__all__ = [
+    "DEFAULT_MAX_MEMORY",
+    "WORK_ARRAYS",
+    "ArrayRows",
+    "LocalRunner",
+    "RowChunk",
+    "RowSource",
+    "as_rows",
+    "is_dask",
+    "join_rows",
+    "parse_memory",
+    "rows_per_chunk",
+    "runner_for",
+    "wants_chunks",
+]
 
 #: Default bound on an analysis' working memory beyond its input and its returned arrays.
 DEFAULT_MAX_MEMORY = 256 * 2**20
@@ -101,8 +113,7 @@ def wants_chunks(target_probs, kind: str, *, chunk_rows=None, max_memory=None) -
     """True where the call must take the chunked path: a row source or a path, or arrays of
     more rows than one chunk. Validates ``chunk_rows`` and ``max_memory`` either way."""
     rule = rows_per_chunk(kind, chunk_rows=chunk_rows, max_memory=max_memory)
-    if isinstance(target_probs, RowSource) or isinstance(target_probs, (str,)) or hasattr(
-            target_probs, "__fspath__"):
+    if isinstance(target_probs, (RowSource, str)) or hasattr(target_probs, "__fspath__"):
         return True
     if is_dask(target_probs):
         return True
@@ -239,7 +250,7 @@ class RowSource:
         """Yield the rows in order, in chunks of ``rows_for_width(V)`` rows (V of the part)."""
         raise NotImplementedError  # pragma: no cover - abstract
 
-    def parts(self) -> list["RowSource"]:
+    def parts(self) -> list[RowSource]:
         """Independent parts (the shards of a folder; the source itself otherwise), for
         workers that each read their own."""
         return [self]

@@ -36,8 +36,15 @@ import numpy as np
 from . import chunked, scaled
 from .chunked import ArrayRows, RowChunk, RowSource, rows_per_chunk
 
-__all__ = ["DaskRunner", "analyze", "emitted_distribution", "analyze_rules", "optimal_frontier",
-           "calibrate_delta", "global_delta"]
+__all__ = [
+    "DaskRunner",
+    "analyze",
+    "analyze_rules",
+    "calibrate_delta",
+    "emitted_distribution",
+    "global_delta",
+    "optimal_frontier",
+]
 
 
 def _block_result(kernel, start, q, p, rq, rp, args):

@@ -39,8 +39,15 @@ import numpy as np
 
 from .chunked import ArrayRows, as_rows, join_rows, runner_for, wants_chunks
 
-__all__ = ["analyze", "emitted_distribution", "analyze_rules", "optimal_frontier", "calibrate_delta",
-           "global_delta", "FRONTIER_POINTS"]
+__all__ = [
+    "FRONTIER_POINTS",
+    "analyze",
+    "analyze_rules",
+    "calibrate_delta",
+    "emitted_distribution",
+    "global_delta",
+    "optimal_frontier",
+]
 
 #: Frontier grid when ``eps`` is None (:func:`optimal_frontier`): points from 0 to the
 #: saturation budget.
@@ -98,7 +105,8 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
     (arXiv 2604.04987), Theorem 3.
     """
     from ..rules import get_rule
-    from .one_step import DEFAULT_DIVERGENCES, OneStepResult, analyze as analyze_block
+    from .one_step import DEFAULT_DIVERGENCES, OneStepResult
+    from .one_step import analyze as analyze_block
 
     rule = get_rule(rule)
     divergences = tuple(DEFAULT_DIVERGENCES if divergences is None else divergences)
@@ -186,7 +194,8 @@ def _rules_kernel(chunk, names, per_rule):
     from ..divergences import get_divergence
     from ..rules import get_rule
     from .frontier import gap_to_frontier
-    from .one_step import emitted_distribution as _emitted, make_plan, per_draft_divergence
+    from .one_step import emitted_distribution as _emitted
+    from .one_step import make_plan, per_draft_divergence
 
     # validated as the in-memory call validates them: once for the per-draft columns, again
     # for the table's (each renormalization may move the last bit)
@@ -369,9 +378,9 @@ def calibrate_delta(target_probs, draft_probs=None, eps=0.0, *, rule="cactus-tay
     divergence. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
     from .._validation import as_budget, choice
-    from .calibration import BASES
     from ..divergences import get_divergence
     from ..results import CalibrationResult
+    from .calibration import BASES
 
     rule = choice(rule, tuple(f"cactus-{b}" for b in BASES), "rule")
     eps = as_budget(eps, "eps")
