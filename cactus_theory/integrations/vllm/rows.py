@@ -24,8 +24,7 @@ from __future__ import annotations
 import torch
 
 from ...rules import Rule
-from ...rules.plans import SpikePlan, TargetPlan, gather, one_hot
-from ...solvers.spike import spike_scale
+from ...rules.plans import SpikePlan, TargetPlan, gather, spike_target_at
 
 __all__ = ["target_rows", "substitute_target_logits", "mrv1_substitute", "mrv2_substitute"]
 
@@ -50,11 +49,8 @@ def target_rows(rule: Rule, target_probs: torch.Tensor, draft_probs: torch.Tenso
     ids = draft_token_ids.to(torch.int64)
     if hasattr(rule, "spike"):
         # Cactus with a fixed delta: gamma is an elementwise function of q_n, so evaluate it at
-        # the drafted token only (SpikePlan.target_at's formula without gamma for all V tokens).
-        q_n = gather(q, ids)
-        gamma = rule.spike(q_n)
-        c = spike_scale(q_n, gamma)
-        return torch.where(one_hot(ids, q.shape[-1], q) > 0, gamma[..., None], c[..., None] * q)
+        # the drafted token only (Theorem 2's h^(n) without gamma for all V tokens).
+        return spike_target_at(q, ids, rule.spike(gather(q, ids)))
     plan = rule.plan(q, p)
     if isinstance(plan, SpikePlan):
         return plan.target_at(ids)
