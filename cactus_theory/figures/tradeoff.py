@@ -155,7 +155,7 @@ def figure_al_by_m(trajectory_sets=None, *, rules=(("sps", {}), ("cactus-taylor"
     for r, (name, knobs) in enumerate(rules):
         ax.plot([], [], color="k", ls=lss[r % len(lss)], label=rule_label(name, knobs))
     ax.set(xlabel="draft length $m$", ylabel=r"accepted length $AL_m$ (no bonus)")
-    ax.legend(loc="center right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)  # the lines rise to the right: the top left is empty
     labels = [rule_label(name, knobs) for name, knobs in rules]
     record_rules(ax, labels, {lab: lab for lab in labels})
     return fig
