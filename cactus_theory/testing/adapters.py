@@ -1,0 +1,240 @@
+r"""Adapters: one calling convention for the rejection samplers of engines and papers.
+
+:func:`~cactus_theory.testing.assert_sampler_law` calls every sampler through an adapter
+that takes a batch in vLLM 0.7's V0 layout and returns the ``[B, k+1]`` int64 output (the
+accepted drafts, then one recovered-or-bonus token, then ``-1``):
+
+* :func:`v0_adapter`: vLLM 0.7's sampler interface, ``RejectionSampler.forward(
+  target_with_bonus_probs [B, k+1, V], bonus_token_ids [B, 1], draft_probs [B, k, V],
+  draft_token_ids [B, k], seeded_seqs=None)`` (also :func:`cactus_theory.make_sampler`),
+  with vLLM's counters ``num_accepted_tokens``, ``num_emitted_tokens``, ``num_draft_tokens``;
+* :func:`v1_adapter`: vLLM V1's module-level ``rejection_sample(draft_token_ids,
+  num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, target_logits,
+  bonus_token_ids, sampling_metadata)`` (flat layout; ``target_logits = log q``; greedy
+  requests flagged by temperature 0, seeded ones by ``sampling_metadata.generators``);
+* :func:`callable_adapter`: a plain function ``fn(target_probs [B, k+1, V], draft_probs
+  [B, k, V], draft_token_ids [B, k], bonus_token_ids [B, 1]) -> [B, k+1]`` on torch tensors
+  or numpy arrays, with an optional ``seeded_seqs`` keyword.
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+
+References
+----------
+vLLM 0.7.3 ``vllm/model_executor/layers/rejection_sampler.py``; vLLM 0.32
+``vllm/v1/sample/rejection_sampler.py``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+__all__ = [
+    "COUNTER_NAMES",
+    "SamplerAdapter",
+    "as_adapter",
+    "callable_adapter",
+    "v0_adapter",
+    "v1_adapter",
+]
+
+#: vLLM 0.7's counters on a V0 sampler (0-dim tensors, or an int for ``num_draft_tokens``).
+COUNTER_NAMES = ("num_accepted_tokens", "num_emitted_tokens", "num_draft_tokens",
+                 "num_accepted_prefix_tokens")
+
+
+def _parameters(fn) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # builtins without a signature
+        return {}
+
+
+class SamplerAdapter:
+    """A sampler seen through one calling convention (the V0 layout in, ``[B, k+1]`` out).
+
+    Attributes
+    ----------
+    name : str
+        The interface (``"vllm-v0"``, ``"vllm-v1"``, ``"callable"``).
+    supports_seeds : bool
+        Rows can be seeded with a ``torch.Generator`` each.
+    supports_greedy_flag : bool
+        Rows can be flagged greedy (vLLM V1: temperature 0); otherwise a greedy row is a row
+        whose verifier distributions are one-hot (what temperature 0 makes of q).
+    """
+
+    name = "adapter"
+    supports_seeds = False
+    supports_greedy_flag = False
+
+    def __call__(self, target_probs: torch.Tensor, bonus_token_ids: torch.Tensor,
+                 draft_probs: torch.Tensor, draft_token_ids: torch.Tensor, *,
+                 seeded_seqs: dict[int, torch.Generator] | None = None,
+                 greedy: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def counters(self) -> dict[str, int] | None:
+        """The sampler's acceptance counters now, or None when it keeps none."""
+        return None
+
+
+class _V0(SamplerAdapter):
+    name = "vllm-v0"
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        forward = getattr(sampler, "forward", sampler)
+        self.supports_seeds = "seeded_seqs" in _parameters(forward)
+
+    def __call__(self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *,
+                 seeded_seqs=None, greedy=None):
+        kwargs = {"target_with_bonus_probs": target_probs, "bonus_token_ids": bonus_token_ids,
+                      "draft_probs": draft_probs, "draft_token_ids": draft_token_ids}
+        if self.supports_seeds:
+            kwargs["seeded_seqs"] = seeded_seqs
+        if getattr(self.sampler, "num_accepted_tokens", 0) is None \
+                and callable(getattr(self.sampler, "init_tensors", None)):
+            # vLLM creates its device counters in init_tensors and fails on a fresh sampler
+            self.sampler.init_tensors(target_probs.device)
+        return torch.as_tensor(self.sampler(**kwargs)).to(torch.int64)
+
+    def counters(self):
+        got = {}
+        for name in COUNTER_NAMES:
+            value = getattr(self.sampler, name, None)
+            if value is not None:
+                got[name] = int(value)
+        return got or None
+
+
+class _V1(SamplerAdapter):
+    name = "vllm-v1"
+    supports_seeds = True
+    supports_greedy_flag = True
+
+    def __init__(self, rejection_sample, sampling_metadata=None):
+        self.fn = rejection_sample
+        self.make_metadata = sampling_metadata or _sampling_metadata
+
+    def __call__(self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *,
+                 seeded_seqs=None, greedy=None):
+        b, k = draft_token_ids.shape
+        v = target_probs.shape[-1]
+        device = target_probs.device
+        temperature = torch.ones(b, dtype=torch.float32, device=device)
+        if greedy is not None:
+            temperature = torch.where(greedy.to(device), torch.zeros_like(temperature), temperature)
+        cu = (torch.arange(1, b + 1, device=device, dtype=torch.int32) * k).contiguous()
+        logits = torch.log(target_probs[:, :k].to(torch.float32)).reshape(b * k, v).contiguous()
+        out = self.fn(draft_token_ids.reshape(-1).to(torch.int32).contiguous(), [k] * b, k, cu,
+                      draft_probs.reshape(b * k, v).to(torch.float32).contiguous(), logits,
+                      bonus_token_ids.to(torch.int64).contiguous(),
+                      self.make_metadata(temperature, dict(seeded_seqs or {})))
+        return torch.as_tensor(out).to(torch.int64)
+
+
+def _sampling_metadata(temperature: torch.Tensor, generators: dict[int, torch.Generator]):
+    """The fields of vLLM V1's ``SamplingMetadata`` that ``rejection_sample`` reads."""
+    greedy = temperature == 0
+    return types.SimpleNamespace(temperature=temperature, all_greedy=bool(greedy.all()),
+                                 all_random=bool((~greedy).all()), generators=generators,
+                                 top_k=None, top_p=None)
+
+
+class _Callable(SamplerAdapter):
+    name = "callable"
+
+    def __init__(self, fn, array: str):
+        if array not in ("torch", "numpy"):
+            raise ValueError(f"array: expected 'torch' or 'numpy', got {array!r}")
+        self.fn = fn
+        self.array = array
+        self.supports_seeds = "seeded_seqs" in _parameters(fn)
+
+    def __call__(self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *,
+                 seeded_seqs=None, greedy=None):
+        args = (target_probs, draft_probs, draft_token_ids, bonus_token_ids)
+        if self.array == "numpy":
+            args = tuple(a.cpu().numpy() for a in args)
+        kwargs = {"seeded_seqs": seeded_seqs} if self.supports_seeds else {}
+        out = self.fn(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return out.to(torch.int64)
+        return torch.as_tensor(np.asarray(out), dtype=torch.int64)
+
+
+def v0_adapter(sampler) -> SamplerAdapter:
+    """vLLM 0.7's V0 sampler interface (``RejectionSampler`` or :func:`cactus_theory.make_sampler`).
+
+    Parameters
+    ----------
+    sampler : callable
+        Called as ``sampler(target_with_bonus_probs=, bonus_token_ids=, draft_probs=,
+        draft_token_ids=[, seeded_seqs=])`` (the last only when its ``forward`` takes it);
+        its counters ``num_accepted_tokens`` (non-causal: every accepted position, vLLM
+        0.7's ``_create_output``), ``num_emitted_tokens``, ``num_draft_tokens`` and
+        ``num_accepted_prefix_tokens`` are read when present.
+    """
+    return _V0(sampler)
+
+
+def v1_adapter(rejection_sample: Callable, *, sampling_metadata: Callable | None = None
+               ) -> SamplerAdapter:
+    """vLLM V1's module-level ``rejection_sample`` (flat layout with ``cu_num_draft_tokens``).
+
+    Parameters
+    ----------
+    rejection_sample : callable
+        ``rejection_sample(draft_token_ids [T] int32, num_draft_tokens list, max_spec_len,
+        cu_num_draft_tokens [B] int32, draft_probs [T, V], target_logits [T, V],
+        bonus_token_ids [B, 1], sampling_metadata) -> [B, max_spec_len + 1]``, with
+        :math:`T = \\sum_i k_i`; ``target_logits = log q`` (``-inf`` at q = 0; the function
+        takes the softmax, so it sees q to float32 rounding).
+    sampling_metadata : callable, optional
+        ``(temperature [B], generators dict) -> metadata``; default a namespace with the
+        fields ``rejection_sample`` reads (``temperature``, ``all_greedy``, ``all_random``,
+        ``generators``).
+    """
+    return _V1(rejection_sample, sampling_metadata)
+
+
+def callable_adapter(fn: Callable, *, array: str = "torch") -> SamplerAdapter:
+    """A plain function ``fn(target_probs, draft_probs, draft_token_ids, bonus_token_ids)``.
+
+    Parameters
+    ----------
+    fn : callable
+        Takes q ``[B, k+1, V]`` (the last position is the bonus row), p ``[B, k, V]``, n
+        ``[B, k]`` and the bonus ids ``[B, 1]``, and returns the ``[B, k+1]`` output; a
+        ``seeded_seqs`` keyword (row -> ``torch.Generator``) is passed when it has one.
+    array : {"torch", "numpy"}
+        The arrays ``fn`` receives: float32 torch tensors, or numpy arrays (float32 probs,
+        int64 ids).
+    """
+    return _Callable(fn, array)
+
+
+def as_adapter(sampler) -> SamplerAdapter:
+    """An adapter for ``sampler``: itself if it is one, else chosen by the call signature.
+
+    A callable whose parameters include ``cu_num_draft_tokens`` is vLLM V1's
+    ``rejection_sample``; one whose (``forward``'s) parameters include
+    ``target_with_bonus_probs`` is a V0 sampler; anything else a plain callable on torch
+    tensors.
+    """
+    if isinstance(sampler, SamplerAdapter):
+        return sampler
+    if not callable(sampler):
+        raise TypeError(f"sampler: expected a callable or a SamplerAdapter, got "
+                         f"{type(sampler).__name__}")
+    params = _parameters(sampler)
+    if "cu_num_draft_tokens" in params:
+        return v1_adapter(sampler)
+    if "target_with_bonus_probs" in _parameters(getattr(sampler, "forward", sampler)):
+        return v0_adapter(sampler)
+    return callable_adapter(sampler)

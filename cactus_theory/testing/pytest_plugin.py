@@ -1,0 +1,123 @@
+r"""pytest plugin ``cactus_theory`` (entry point ``pytest11``): sampler-law fixtures and a marker.
+
+Installed with the package, it is loaded by every pytest run of the environment (or name it
+with ``-p cactus_theory.testing.pytest_plugin``). It imports nothing heavy until a fixture is
+used.
+
+Fixtures
+--------
+``sampler_law``
+    ``sampler_law(sampler, rule=None, target_probs=None, draft_probs=None, **kwargs)`` runs
+    :func:`cactus_theory.testing.assert_sampler_law` with the session's seed
+    (``--sampler-law-seed``, default 0), and ``num_samples`` / ``alpha`` from the command line
+    (``--sampler-law-samples``, ``--sampler-law-alpha``) or the test's marker; it returns the
+    :class:`~cactus_theory.testing.SamplerLawResult` and records it in the test's
+    ``user_properties`` (so in JUnit XML) as ``sampler_law``.
+``exact_law``
+    :func:`cactus_theory.testing.exact_law` (the exact per-position law of a rule).
+
+Marker
+------
+``@pytest.mark.sampler_law(rule, **knobs_and_options)``
+    The rule for ``sampler_law`` (a registry name, configured with the rule's knobs, e.g.
+    ``delta=0.05``) and the check's options (``num_samples``, ``alpha``, ``min_expected``,
+    ``invariants``, ``target_probs``, ``draft_probs``, ``seed``).
+
+Example
+-------
+.. code-block:: python
+
+    import pytest
+    from my_engine import MyRejectionSampler
+
+    @pytest.mark.sampler_law("cactus-taylor", delta=0.05)
+    def test_my_sampler_emits_cactus(sampler_law):
+        sampler_law(MyRejectionSampler())
+"""
+
+from __future__ import annotations
+
+import pytest
+
+MARKER = "sampler_law"
+#: Marker keywords that configure the check (the others are the rule's knobs).
+CHECK_OPTIONS = ("num_samples", "alpha", "min_expected", "invariants", "target_probs",
+                 "draft_probs", "seed", "device")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("cactus_theory", "sampler-law checks (cactus_theory.testing)")
+    group.addoption("--sampler-law-seed", type=int, default=None, metavar="SEED",
+                    help="seed of every sampler_law check (default 0)")
+    group.addoption("--sampler-law-samples", type=int, default=None, metavar="N",
+                    help="draws per case of every sampler_law check (default: the marker's, "
+                         "else cactus_theory.testing.DEFAULT_NUM_SAMPLES)")
+    group.addoption("--sampler-law-alpha", type=float, default=None, metavar="ALPHA",
+                    help="false-failure probability of each sampler_law check (default: the "
+                         "marker's, else cactus_theory.testing.DEFAULT_ALPHA)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", f"{MARKER}(rule, **knobs): the rule (with its knobs) and options "
+                   "(num_samples, alpha, min_expected, invariants, target_probs, draft_probs, seed) "
+                   "of the sampler_law fixture")
+
+
+def _marker_settings(request):
+    marker = request.node.get_closest_marker(MARKER)
+    if marker is None:
+        return None, {}, {}
+    args = list(marker.args)
+    kwargs = dict(marker.kwargs)
+    rule = kwargs.pop("rule", args.pop(0) if args else None)
+    if args:
+        raise ValueError(f"{MARKER}: takes one positional argument (the rule), got {marker.args}")
+    options = {k: kwargs.pop(k) for k in CHECK_OPTIONS if k in kwargs}
+    return rule, kwargs, options
+
+
+@pytest.fixture
+def exact_law():
+    """:func:`cactus_theory.testing.exact_law`: the exact per-position law of a rule."""
+    from cactus_theory.testing import exact_law as law
+
+    return law
+
+
+@pytest.fixture
+def sampler_law(request):
+    """Check a sampler's output law against a rule's exact law (AssertionError on failure)."""
+    from cactus_theory.rules import get_rule
+    from cactus_theory.testing import assert_sampler_law
+
+    marker_rule, knobs, options = _marker_settings(request)
+    config = request.config
+    seed = config.getoption("--sampler-law-seed")
+    samples = config.getoption("--sampler-law-samples")
+    alpha = config.getoption("--sampler-law-alpha")
+
+    def check(sampler, rule=None, target_probs=None, draft_probs=None, **kwargs):
+        name = rule if rule is not None else marker_rule
+        if name is None:
+            raise ValueError(f"rule: give sampler_law a rule, or mark the test with "
+                             f"@pytest.mark.{MARKER}(rule, ...)")
+        configured = get_rule(name, **knobs) if (isinstance(name, str) and knobs) else get_rule(name)
+        merged = dict(options)
+        if target_probs is not None or draft_probs is not None:
+            merged.update(target_probs=target_probs, draft_probs=draft_probs)
+        for key, value in (("seed", seed), ("num_samples", samples), ("alpha", alpha)):
+            if value is not None:
+                merged[key] = value
+        merged.setdefault("seed", 0)
+        merged.update(kwargs)
+        q, p = merged.pop("target_probs", None), merged.pop("draft_probs", None)
+        try:
+            result = assert_sampler_law(sampler, configured, q, p, **merged)
+        except AssertionError as err:
+            request.node.user_properties.append((MARKER, str(err)))
+            raise
+        request.node.user_properties.append((MARKER, result.report()))
+        return result
+
+    return check
