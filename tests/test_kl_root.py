@@ -70,7 +70,7 @@ def test_interior_form_is_kl_two_point_bit_for_bit(s, t):
     if not s <= x < 1.0:
         return
     xs, ss = np.array([x]), np.array([s])
-    g, slope, one_x = spike._kl_interior(xs, ss)
+    g, _, one_x = spike._kl_interior(xs, ss)
     assert g[0] == kl_two_point(np, xs, ss)[0]
     assert one_x[0] == 1.0 - x
 
@@ -96,26 +96,42 @@ def test_every_numpy_root_carries_its_certificate():
 
 
 @pytest.mark.parametrize("walk", [4, 0])
-def test_walk_and_bracketed_fallback_are_exercised_and_certified(monkeypatch, walk):
+def test_walk_and_bisection_fallback_are_exercised_and_certified(monkeypatch, walk):
     """Halley's last iterate is a float or two off for about a fifth of the entries: the walk
-    fixes them; with no walk (``_KL_WALK = 0``) the bracketed Newton-bisection does, with the
-    same certificate."""
-    calls = {"bracketed": 0}
-    real = spike._kl_bracketed
+    fixes them; with no walk (``_WALK = 0``) the bisection of the floats does, with the same
+    certificate."""
+    calls = {"bisected": 0}
+    real = spike._bisect_floats
 
     def counting(*args, **kwargs):
-        calls["bracketed"] += 1
+        calls["bisected"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(spike, "_kl_bracketed", counting)
-    monkeypatch.setattr(spike, "_KL_WALK", walk)
+    monkeypatch.setattr(spike, "_bisect_floats", counting)
+    monkeypatch.setattr(spike, "_WALK", walk)
     s, d = _wide_domain(1, 3000)
     g = exact_spike(s, d)
     if walk == 0:
-        assert calls["bracketed"] >= 1
+        assert calls["bisected"] >= 1
     inner = (g < 1) & (g > s)
     assert np.all(KL.two_point(g, s) <= d)
     assert np.all(KL.two_point(np.nextafter(g[inner], 2.0), s[inner]) > d[inner])
+
+
+@pytest.mark.parametrize("divergence", ["kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger",
+                                        "js"])
+def test_bisection_of_the_floats_closes_any_bracket(divergence):
+    """The fallback alone, from the widest bracket [q_n, 1] (every entry bisected, q_n down
+    to 1e-280): adjacent floats after at most 64 halvings, the lower one feasible and the
+    upper one not, as the divergence's two-point form computes them."""
+    d = get_divergence(divergence)
+    s, delta = _wide_domain(2, 2000)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        keep = (s > 0) & (s < 1) & (d.two_point(np.ones_like(s), s) > delta)
+    s, delta = s[keep], delta[keep]
+    lo = spike._bisect_floats(d.two_point, s, delta, s.copy(), np.ones_like(s))
+    assert np.all(d.two_point(lo, s) <= delta)
+    assert np.all(d.two_point(np.nextafter(lo, 2.0), s) > delta)
 
 
 @pytest.mark.parametrize("steps, tol", [(1, 1e-5), (2, 1e-13)])
@@ -180,37 +196,123 @@ def test_torch_float32_root_is_feasible_and_close(monkeypatch, device_path):
     assert np.mean(ulps <= 4) >= 0.99
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("tensor_delta", [False, True])
-@pytest.mark.parametrize("walk", [spike._KL_TORCH_WALK, 0])
-def test_host_root_rounds_in_numpy_as_torch_does(monkeypatch, dtype, tensor_delta, walk):
-    """The CPU root of float32 / float64 tensors rounds the float64 root and steps it down in
-    numpy (torch only evaluates the form): the same floats, bit for bit, as the same steps
-    taken in torch, over the wide domain, at q_n = 0 and 1 and at NaN (rows the samplers
-    flag), with a Python delta (compared in the input dtype) and a tensor one. With no walk
-    (``walk=0``) every rounded root that is infeasible as computed takes the bisection
-    fallback, which the real walk never needs on this domain: checked to be reached."""
-    torch = pytest.importorskip("torch")
-    monkeypatch.setattr(spike, "_KL_TORCH_WALK", walk)
-    bisected = []
-    bisect = spike._bisect
-    monkeypatch.setattr(spike, "_bisect",
-                        lambda *a, **k: bisected.append(a[2].numel()) or bisect(*a, **k))
-    s, d = _wide_domain(5, 3000)
+def _torch_domain(torch, dtype, seed):
+    """The wide domain with q_n = 0 and 1, NaN (rows the samplers flag) and delta = 0."""
+    s, d = _wide_domain(seed, 3000)
     s = np.concatenate([s, [0.0, 1.0, np.nan, 0.5]])
     d = np.concatenate([d, [0.1, 0.1, 0.1, 0.0]])
-    q_n = torch.tensor(s, dtype=getattr(torch, dtype))
-    deltas = [torch.tensor(d, dtype=q_n.dtype)] if tensor_delta else [1e-6, 0.1, 3.0]
+    return torch.tensor(s, dtype=dtype), d
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("tensor_delta", [False, True])
+def test_torch_roots_of_both_routes_are_certified(monkeypatch, dtype, tensor_delta):
+    """A CPU tensor's float64 root is the numpy solver's; any other device runs the torch
+    solver (here on the CPU). Both, rounded to the input dtype: feasible as computed in it,
+    at least q_n, NaN solved as 0. float64: the torch solver's root is certified against
+    torch's own two-point form (the next float is infeasible) and agrees with the numpy
+    root to the two libraries' rounding of the logarithms; float32: the two routes give
+    roots at most one float32 apart (the float64 roots differ in their last bits)."""
+    torch = pytest.importorskip("torch")
+    tt = getattr(torch, dtype)
+    q_n, d = _torch_domain(torch, tt, 5)
+    deltas = [torch.tensor(d, dtype=tt)] if tensor_delta else [1e-6, 0.1, 3.0]
     for delta in deltas:
-        fast = spike._root_on_host(q_n, delta, KL)
-        slow = spike._root_on_host(q_n, delta, KL, numpy_steps=False)
-        assert fast.dtype == slow.dtype == q_n.dtype
-        assert torch.equal(fast, slow)
-    assert (sum(bisected) > 0) == (walk == 0)
-    # one scalar (0-d) tensor takes the same path
-    one = torch.tensor(0.01, dtype=q_n.dtype)
-    assert torch.equal(spike._root_on_host(one, 0.1, KL),
-                       spike._root_on_host(one, 0.1, KL, numpy_steps=False))
+        host = exact_spike(q_n, delta)
+        monkeypatch.setattr(spike, "_host_tensor", lambda t: False)
+        dev = exact_spike(q_n, delta)
+        monkeypatch.undo()
+        q = torch.nan_to_num(q_n, nan=0.0)
+        assert host.dtype == dev.dtype == tt
+        for g in (host, dev):
+            assert bool(torch.all(KL.two_point(g, q) <= delta)) and bool(torch.all(g >= q))
+            assert g[-2] == 0.0                                    # the NaN entry
+        if dtype == "float64":
+            inner = (dev > q) & (dev < 1)
+            assert bool(torch.all(KL.two_point(torch.nextafter(dev[inner], torch.tensor(2.0,
+                        dtype=tt)), q[inner]) > (delta[inner] if tensor_delta else delta)))
+            # both certified at a sign change of their library's form: a few ulps of the
+            # root's conditioning apart at most (the forms differ by an ulp of their terms)
+            rel = (dev - host).abs() / host.clamp_min(1e-300)
+            assert float(rel.max()) <= 1e-9
+        else:
+            gap = (dev.double() - host.double()).abs()
+            assert bool(torch.all(gap <= torch.nextafter(host, torch.tensor(2.0, dtype=tt))
+                                  .double() - host.double()))
+
+
+class _NoHostReads(__import__("torch").overrides.TorchFunctionMode):
+    """Fails on any call that reads a tensor's values on the host or moves it there."""
+
+    FORBIDDEN = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__",
+                 "__index__", "nonzero", "masked_select", "unique")
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.FORBIDDEN:
+            raise AssertionError(f"host read: {name}")
+        if name == "to" and any(str(a) == "cpu" for a in list(args[1:])
+                                + list((kwargs or {}).values())):
+            raise AssertionError("host transfer: to('cpu')")
+        index = args[1] if name in ("__getitem__", "__setitem__") and len(args) > 1 else None
+        for i in index if isinstance(index, tuple) else (index,):
+            if getattr(i, "dtype", None) is __import__("torch").bool:
+                # a boolean mask's size is data-dependent: the device synchronizes
+                raise AssertionError(f"host read: boolean-mask {name}")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("divergence", ["kl", "hellinger", "reverse_kl"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_solver_reads_nothing_on_the_host(monkeypatch, divergence, dtype):
+    """The device route (:func:`_root_torch` and the rounding to the input dtype) under a
+    torch function mode that fails on every host read (``item``, ``tolist``, ``numpy``,
+    ``cpu``, ``bool``, ...), on CPU tensors; then on the meta device, where any read of a
+    value raises: fixed iteration counts, no data-dependent control flow. The result is the
+    same as the one computed without the mode."""
+    torch = pytest.importorskip("torch")
+    tt = getattr(torch, dtype)
+    monkeypatch.setattr(spike, "_host_tensor", lambda t: False)
+    q_n, d = _torch_domain(torch, tt, 9)
+    delta = torch.tensor(d, dtype=tt)
+    want = exact_spike(q_n, delta, divergence)
+    with _NoHostReads():
+        got = exact_spike(q_n, delta, divergence)
+        got_scalar = exact_spike(q_n, 0.1, divergence)
+    assert torch.equal(got, want)
+    assert torch.equal(got_scalar, exact_spike(q_n, 0.1, divergence))
+    meta = exact_spike(q_n.to("meta"), delta.to("meta"), divergence)
+    assert meta.device.type == "meta" and meta.shape == q_n.shape and meta.dtype == tt
+
+
+@pytest.mark.parametrize("divergence, walk, bisected", [("kl", 3, False), ("kl", 0, True),
+                                                      ("reverse_kl", 3, True)])
+def test_rounding_to_the_dtype_bisects_where_the_walk_does_not_suffice(monkeypatch, divergence,
+                                                                       walk, bisected):
+    """float32: the rounded float64 root is stepped down while float32's form rejects it;
+    where three steps do not suffice, the floats down to q_n are bisected. On the wide
+    domain the KL's float32 form (log1p throughout) never needs the bisection; reverse KL's
+    (a difference of logarithms, noisy where delta << q_n) does, and so does the KL with no
+    walk (``_DTYPE_WALK = 0``). The result is feasible in float32 either way, the same
+    floats on the host (bisecting the rejected entries alone) and off it (every entry, a
+    fixed count)."""
+    torch = pytest.importorskip("torch")
+    d = get_divergence(divergence)
+    q_n, dd = _torch_domain(torch, torch.float32, 5)
+    delta = torch.tensor(dd, dtype=torch.float32)
+    root = spike._host_root(q_n, delta, d)
+    q = torch.nan_to_num(q_n, nan=0.0)
+    monkeypatch.setattr(spike, "_DTYPE_WALK", walk)
+    calls = []
+    real = spike._bisect_floats_torch
+    monkeypatch.setattr(spike, "_bisect_floats_torch",
+                        lambda v, s, *a: calls.append(s.numel()) or real(v, s, *a))
+    host = spike._round_to_dtype(root, q_n, delta, d, host=True)
+    assert bool(calls) == bisected
+    device = spike._round_to_dtype(root, q_n, delta, d)
+    assert torch.equal(host, device)
+    assert bool(torch.all(d.two_point(host, q) <= delta)) and bool(torch.all(host >= q))
+    assert bool(torch.all(host.double() <= torch.maximum(root, q.double())))
 
 
 @pytest.mark.parametrize("divergence", ["kl", "hellinger", "chi2", "js", "tv"])
@@ -234,25 +336,25 @@ def test_root_in_chunks_on_threads_is_the_same_floats(monkeypatch, divergence, t
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_torch_interior_form_is_kl_two_point_bit_for_bit(dtype):
-    """The host root's feasibility test on torch candidates uses the KL's interior form: the
-    same floats as ``kl_two_point(torch, ...)`` for 1e-30 <= s <= x < 1, on both branches of
-    its second logarithm (x - s above and below (1 - s)/2), at x = s, and at the float
-    just below 1."""
+def test_torch_kl_form_is_kl_two_point_bit_for_bit(dtype):
+    """The torch solver's KL form (its iteration and its pull-back test) is
+    ``kl_two_point(torch, ...)`` bit for bit for 0 < s <= x < 1, including s below the
+    dtype's ratio floor, on both branches of its second logarithm (x - s above and below
+    (1 - s)/2), at x = s, and at the float just below 1."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(11)
-    s = np.concatenate([10.0 ** rng.uniform(-30, -1e-3, 4000), rng.uniform(0, 1, 4000)])
+    low = -300 if dtype == "float64" else -38
+    s = np.concatenate([10.0 ** rng.uniform(low, -1e-3, 4000), rng.uniform(0, 1, 4000)])
     t = np.concatenate([rng.uniform(0, 1, 4000), 10.0 ** rng.uniform(-12, 0, 4000)])
     tt = getattr(torch, dtype)
-    s_t = torch.tensor(s, dtype=tt).clamp_min(1e-30)
+    s_t = torch.tensor(s, dtype=tt).clamp_min(torch.finfo(tt).tiny)
     x_t = torch.maximum(s_t + (1.0 - s_t) * torch.tensor(t, dtype=tt), s_t)
     x_t = torch.where(x_t < 1.0, x_t, torch.nextafter(torch.ones_like(x_t), x_t.new_zeros(())))
     x_t[:10] = s_t[:10]
-    ok = (s_t <= x_t) & (x_t < 1.0)
-    assert bool(ok.all())
+    assert bool(((s_t <= x_t) & (x_t < 1.0) & (s_t > 0)).all())
     upper = (x_t - s_t) > 0.5 * (1.0 - s_t)
     assert bool(upper.any()) and bool((~upper).any())          # both branches of b
-    got = spike._kl_interior_torch(x_t, s_t)
+    got = spike._kl_evaluate(torch, x_t, s_t)[0]
     assert torch.equal(got, kl_two_point(torch, x_t, s_t))
 
 

@@ -29,17 +29,30 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorem 2 and Corollary 5.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 from array_api_compat import array_namespace
 
 from .._threads import in_chunks
-from .._validation import (_is_torch, as_budget_array, as_count, as_unit_interval,
-                           spike_arguments)
+from .._validation import (
+    _is_torch,
+    as_budget_array,
+    as_count,
+    as_unit_interval,
+    spike_arguments,
+)
 from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ratios
 
-__all__ = ["taylor_spike", "exact_spike", "capped_exact_spike",
-           "spike_scale", "lambert_w", "METHODS"]
+__all__ = [
+    "METHODS",
+    "capped_exact_spike",
+    "exact_spike",
+    "lambert_w",
+    "spike_scale",
+    "taylor_spike",
+]
 
 METHODS = ("exact", "taylor")
 
@@ -134,55 +147,6 @@ def _kl_interior(x, s, c=None):
     return x * a + one_x * b, a - b, one_x
 
 
-def _kl_interior_torch(x, s):
-    r"""``kl_two_point(torch, x, s)`` bit for bit where :math:`10^{-30} \le s \le x < 1`
-    (float32 and float64 tensors; tested): the same operations on the same full-size
-    tensors, without the masks for zeros, ones and tiny ratios, so a third of the
-    operations (the host root's feasibility test on [B, k] candidates is overhead-bound)."""
-    import torch
-
-    dx = x - s
-    c = 1.0 - s
-    a = torch.log1p(dx / s)
-    upper = dx > 0.5 * c
-    b = torch.where(upper, torch.log(torch.where(upper, 1.0 - x, 1.0) / c),
-                    torch.log1p(torch.where(upper, 0.0, s - x) / c))
-    return x * a + (1.0 - x) * b
-
-
-def _g_reverse_kl(x, s):
-    return s * np.log(s / x) + (1.0 - s) * np.log((1.0 - s) / (1.0 - x))
-
-
-def _g_chi2(x, s):
-    return (x - s) ** 2 / (s * (1.0 - s))
-
-
-def _g_neyman_chi2(x, s):
-    return (x - s) ** 2 / x + (x - s) ** 2 / (1.0 - x)
-
-
-def _g_hellinger(x, s):
-    return 0.5 * ((np.sqrt(x) - np.sqrt(s)) ** 2 + (np.sqrt(1.0 - x) - np.sqrt(1.0 - s)) ** 2)
-
-
-def _g_js(x, s):
-    m, m1 = 0.5 * (x + s), 1.0 - 0.5 * (x + s)
-    return 0.5 * (x * np.log(x / m) + s * np.log(s / m) + (1.0 - x) * np.log((1.0 - x) / m1)
-                  + (1.0 - s) * np.log((1.0 - s) / m1))
-
-
-#: Two-point divergences on the interior 0 < q_n < 1, q_n <= gamma < 1 (numpy), where no
-#: zero needs a convention: what the numpy Newton iteration evaluates (the KL has its own
-#: path, :func:`_kl_root_numpy`, on :func:`_kl_interior`).
-_G_INTERIOR = {
-    "reverse_kl": _g_reverse_kl,
-    "chi2": _g_chi2,
-    "neyman_chi2": _g_neyman_chi2,
-    "hellinger": _g_hellinger,
-    "js": _g_js,
-}
-
 #: :math:`f'(t)` up to an additive constant (which cancels in the derivative of the two-point
 #: form) for every built-in smooth divergence; TV and user generators use bisection.
 _F_PRIME = {
@@ -195,41 +159,34 @@ _F_PRIME = {
 }
 
 
+
 def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
                 method: str = "newton"):
     r"""Theorem 2: the largest :math:`\gamma \in [q_n, 1]` with two-point divergence <= delta.
 
     With :math:`s = q_n` and :math:`g(\gamma) = s f(\gamma/s) + (1-s) f((1-\gamma)/(1-s))`
     (convex, zero at :math:`\gamma = s`, hence increasing on :math:`[s, 1]`), the root of
-    :math:`g(\gamma) = \delta` is found by a safeguarded Newton iteration started from the
-    Taylor point (Corollary 5) and kept inside a bracket [lo, hi] with
-    :math:`g(lo) \le \delta < g(hi)` as computed:
+    :math:`g(\gamma) = \delta` is found by one safeguarded iteration, the same on both
+    backends (:func:`_root_numpy`, :func:`_root_torch`):
 
-    * a Newton step from hi, :math:`hi - (g(hi)-\delta)/g'(hi)` with
-      :math:`g'(\gamma) = f'(\gamma/s) - f'((1-\gamma)/(1-s))`; by convexity it lands in
-      [root, hi] (the infeasible side);
-    * where the Taylor point is feasible, one Newton step from it (right of the root by
-      convexity, at least 8 ulps right of it) gives the first hi;
-    * a step that is not finite or not strictly inside the bracket is replaced by the
-      midpoint (bisection fallback), and each evaluated point replaces lo or hi according to
-      its budget test as computed;
-    * once Newton's step is within rounding noise, hi minus 1, 4 and 32 ulps are tested
-      (pull-back) and bisection closes what is left.
+    * a start: for the KL (the paper's divergence) the root of a lower bound of the two-point
+      KL through Lambert W, sharp for small roots (:func:`_kl_start`); Corollary 5's Taylor
+      point for the other divergences;
+    * Halley steps for the KL (:math:`g'' = 1/(\gamma(1-\gamma))`; in
+      :math:`\log(1-\gamma)` above 1/2), Newton steps
+      :math:`\gamma - (g(\gamma) - \delta)/g'(\gamma)` with
+      :math:`g'(\gamma) = f'(\gamma/s) - f'((1-\gamma)/(1-s))` for the others, each kept
+      strictly inside :math:`(s, 1)`;
+    * a certificate: :math:`g(\gamma) \le \delta < g(\gamma^+)` for the next float
+      :math:`\gamma^+`, with g as :meth:`Divergence.two_point` computes it (for the KL, the
+      same floats as :func:`cactus_theory.divergences.kl_two_point`); an iterate that fails
+      it walks a few floats to the sign change, and the rest are bisected between a feasible
+      and an infeasible float (on the floats' bit patterns: at most 64 halvings) until the
+      two are adjacent.
 
-    The iteration stops when lo and hi are adjacent floats and returns lo, so the returned
-    gamma always satisfies the budget as evaluated in floating point. Divergences without a
-    registered derivative (TV, user generators) use plain bisection (``method="bisect"``).
-
-    The KL (the paper's divergence) has its own numpy path, 8x faster: a start from Lambert
-    W (the root of a lower bound of the two-point KL, sharp for small roots, sharpened by
-    a second-order step; the Taylor point near q_n), one Halley step
-    (:math:`g'' = 1/(\gamma(1-\gamma))`; in :math:`\log(1-\gamma)` above 1/2), more for
-    the entries whose last step exceeded 5e-6 of :math:`\gamma - q_n`, then a
-    certificate: :math:`g(\gamma) \le \delta < g(\gamma^+)` for the next float
-    :math:`\gamma^+`, as :func:`cactus_theory.divergences.kl_two_point` computes g (its
-    log1p form is accurate to a few ulps where gamma is small). Entries a float or two off
-    walk to the sign change; anything else goes through a bracketed Newton-bisection. The
-    result is the same certified adjacency as above.
+    So the returned gamma satisfies the budget as evaluated in floating point, and its next
+    float does not. Divergences without a registered derivative (TV, user generators) use
+    plain bisection (``method="bisect"``).
 
     Parameters
     ----------
@@ -244,33 +201,26 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
         Bisection steps of ``method="bisect"``; default 64 for float64 (the bracket shrinks
         below one ulp) and 32 for lower precision.
     method : {"newton", "bisect"}
-        ``"newton"`` (default): the safeguarded Newton iteration above, for the divergences
-        with a derivative (all built-in ones but TV); ``"bisect"``: bisection on [q_n, 1], the
-        reference the Newton path is tested against.
+        ``"newton"`` (default): the certified iteration above, for the divergences with a
+        derivative (all built-in ones but TV); ``"bisect"``: bisection on [q_n, 1] in the
+        input's dtype, the reference the iteration is tested against.
 
     Returns
     -------
     array, shape (...)
         gamma: 1 when the two-point divergence at 1 is within budget, ``q_n`` exactly when
-        delta = 0, else the feasible end of the final bracket (divergence <= delta as computed).
+        delta = 0, else the certified root (divergence <= delta as computed).
 
     Notes
     -----
-    numpy iterates only the entries not yet converged and stops when all are; arrays of at
-    least 2 x :data:`PARALLEL_MIN` entries are solved in chunks on up to 8 threads (the
-    same floats as one call, tested). torch tensors
-    on the CPU (any float dtype) go through the same numpy code in float64 (sharing memory for
-    float64); the root is rounded toward q_n in the input dtype, stepped down while the
-    two-point form as computed in that dtype exceeds delta, and bisected in that dtype where
-    three ulps do not suffice (NaN entries, rows the samplers flag invalid, give 0). KL on
-    torch float32, bf16 or fp16 off the CPU computes the root in float64 with a fixed Halley
-    count and the same stepping down (q_n where three ulps do not suffice). Other torch off
-    the CPU runs a fixed number of steps (no host synchronization): 12 Newton steps, the pull-back, then 64
-    bisection steps of the remaining bracket in float64 (6 and 32 in lower precision), so
-    the result is resolved as finely as the plain bisection's even where Newton has not
-    converged (gamma very close to 1, where the slope of the two-point form blows up and the
-    safeguard bisects). On torch the Newton path therefore buys accuracy, not speed; the
-    samplers evaluate it at the drafted tokens only (B x k scalars). Where the two-point
+    numpy iterates only the entries not yet certified and stops when all are; arrays of at
+    least 2 x :data:`PARALLEL_MIN` entries are solved in chunks on up to 8 threads (the same
+    floats as one call, tested). torch tensors are solved in float64 and rounded to their
+    dtype by :func:`_round_to_dtype` (toward q_n, then stepped down while the two-point form
+    as computed in that dtype exceeds delta); NaN entries (rows the samplers flag invalid)
+    give 0. A CPU tensor's float64 root is the numpy one (its memory is the host's: no
+    device to wait for); on any other device :func:`_root_torch` runs the same iteration in
+    torch operations with fixed counts, so nothing reads the device. Where the two-point
     divergence is infinite for every gamma > q_n (KL with q_n = 0) the result is q_n.
     """
     if method not in ("newton", "bisect"):
@@ -279,37 +229,29 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
     q_n, delta = spike_arguments(q_n, delta)  # ValueError naming q_n / delta (numpy input)
     if iterations is not None:
         iterations = as_count(iterations, "iterations", minimum=0)
-    if method == "newton" and _is_torch(q_n) and _host_tensor(q_n):
-        return _root_on_host(q_n, delta, d)
+    newton = method == "newton" and _derivative(d) is not None
+    if _is_torch(q_n) and newton:
+        if _host_tensor(q_n):
+            return _round_to_dtype(_host_root(q_n, delta, d), q_n, delta, d, host=True)
+        return _round_to_dtype(_root_torch(q_n, delta, d), q_n, delta, d)
     xp, delta = _as_xp(q_n, delta)
     q_n, delta = xp.broadcast_arrays(q_n, delta)
-    is_np = isinstance(q_n, np.ndarray)
-    if is_np:
+    if isinstance(q_n, np.ndarray):
         q_n, delta = np.array(q_n, dtype=np.float64), np.asarray(delta, dtype=np.float64)
-    low_precision = "float64" not in str(q_n.dtype)
+        return _exact_numpy(q_n, delta, d, method, 64 if iterations is None else iterations)
     if iterations is None:
-        iterations = 32 if low_precision else 64
-    if is_np:
-        return _exact_numpy(q_n, delta, d, method, iterations)
-    fprime = _F_PRIME.get(d.name) if DIVERGENCES.get(d.name) is d else None
-    newton = method == "newton" and fprime is not None
+        iterations = 64 if "float64" in str(q_n.dtype) else 32
     one = xp.ones_like(q_n)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         at_one = d.two_point(one, q_n)
-        if newton and low_precision and d is DIVERGENCES["kl"]:
-            lo = _kl_root_torch_low_precision(q_n, delta, at_one)
-        elif newton:
-            n_newton, n_bisect = (6, 32) if low_precision else (12, 64)
-            gfun = d.two_point
-            lo, hi, g_hi = _taylor_bracket(xp, gfun, fprime, d.f_second_at_one, q_n, delta,
-                                           at_one)
-            lo, hi = _newton_steps(xp, gfun, fprime, q_n, delta, lo, hi, g_hi, n_newton)[:2]
-            lo, hi = _pullback(xp, gfun, q_n, delta, lo, hi)
-            lo = _bisect(xp, d, q_n, delta, n_bisect, lo, hi)[0]
-        else:
-            lo = _bisect(xp, d, q_n, delta, iterations)[0]
+        lo = _bisect(xp, d, q_n, delta, iterations)[0]
     gamma = xp.where(at_one <= delta, one, lo)
     return xp.where(delta == 0, q_n, gamma)
+
+
+def _derivative(d):
+    """:math:`f'` of a built-in divergence (``_F_PRIME``), None for TV and user generators."""
+    return _F_PRIME.get(d.name) if DIVERGENCES.get(d.name) is d else None
 
 
 #: The chi-square bound's share of the bonus :func:`capped_exact_spike` trusts: 0.1% below
@@ -410,7 +352,7 @@ ROOT_BLOCK = 32768
 
 def _exact_numpy(q_n, delta, d, method="newton", iterations=64, split: bool = True):
     """:func:`exact_spike` on float64 numpy arrays of one shape, already validated (the
-    public function's numpy body; the samplers' host root calls it directly).
+    public function's numpy body; the CPU tensors' root and the capped root call it).
 
     Every entry's root depends on its own (q_n, delta) only, so a large array is solved in
     contiguous chunks of at most :data:`ROOT_BLOCK` entries on threads
@@ -426,8 +368,7 @@ def _exact_numpy(q_n, delta, d, method="newton", iterations=64, split: bool = Tr
 
         in_chunks(solve, flat_q.size, PARALLEL_MIN, ROOT_BLOCK)
         return out.reshape(q_n.shape)
-    fprime = _F_PRIME.get(d.name) if DIVERGENCES.get(d.name) is d else None
-    newton = method == "newton" and fprime is not None
+    newton = method == "newton" and _derivative(d) is not None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         at_one = (_kl_at_one(q_n) if d is DIVERGENCES["kl"]
                   else d.two_point(np.ones_like(q_n), q_n))
@@ -435,15 +376,12 @@ def _exact_numpy(q_n, delta, d, method="newton", iterations=64, split: bool = Tr
         # or q_n = 0 under a divergence that charges +inf off supp(q)).
         active = (at_one > delta) & (delta > 0) & ((q_n > 0) | d.finite_off_support)
         if newton and bool(np.all(active)):
-            return _newton_numpy(d, fprime, q_n.ravel(), delta.ravel(),
-                                 at_one.ravel()).reshape(q_n.shape)
+            return _root_numpy(d, q_n.ravel(), delta.ravel()).reshape(q_n.shape)
         gamma = np.where(at_one <= delta, 1.0, q_n)
         if np.any(active):
             s, dl = q_n[active], delta[active]
-            if newton:
-                gamma[active] = _newton_numpy(d, fprime, s, dl, at_one[active])
-            else:
-                gamma[active] = _bisect(np, d, s, dl, iterations)[0]
+            gamma[active] = (_root_numpy(d, s, dl) if newton
+                             else _bisect(np, d, s, dl, iterations)[0])
         return gamma
 
 
@@ -458,158 +396,6 @@ def _kl_at_one(s):
     out[~normal] = DIVERGENCES["kl"].two_point(np.ones_like(s[~normal]), s[~normal])
     return out.reshape(shape)
 
-
-def _newton_from(xp, fprime, s, x, g):
-    r"""The Newton point :math:`x - (g(x) - \delta)/g'(x)`; ``g`` is the excess g(x) - delta."""
-    slope = fprime(xp, x / s) - fprime(xp, (1.0 - x) / (1.0 - s))
-    return x - g / slope
-
-
-def _eps(x):
-    """Machine epsilon of x's dtype (float64, else float32's: torch samplers)."""
-    return 2.0 ** -52 if "float64" in str(x.dtype) else 2.0 ** -23
-
-
-def _update(xp, gfun, s, delta, lo, hi, g_hi, x):
-    """Replace lo or hi (and g(hi) - delta) by ``x`` by its budget test as computed (if inside)."""
-    g = gfun(x, s) - delta
-    feas = g <= 0
-    lo = xp.where(feas & (x > lo), x, lo)
-    down = ~feas & (x < hi)
-    return lo, xp.where(down, x, hi), xp.where(down, g, g_hi)
-
-
-def _taylor_bracket(xp, gfun, fprime, f2, s, delta, at_one):
-    """The bracket [lo, hi] (g(lo) <= delta < g(hi) as computed) from Corollary 5's point.
-
-    Starts from [s, 1] and the Taylor point x0; when x0 is feasible, one Newton step from it
-    (which by convexity lands right of the root) becomes the right end when infeasible.
-    Returns lo, hi and g(hi) - delta.
-    """
-    lo, hi = s, xp.ones_like(s)
-    x0 = xp.clip(s + xp.sqrt(2.0 * delta * s * (1.0 - s) / f2), s, hi)
-    g0 = gfun(x0, s) - delta
-    feas = g0 <= 0
-    lo, hi, g_hi = xp.where(feas, x0, lo), xp.where(feas, hi, x0), xp.where(feas, at_one - delta, g0)
-    # at least a few ulps right of x0: where x0 is the root to rounding (chi-square's Taylor
-    # point is exact) the Newton step alone would not leave the noise
-    x1 = xp.maximum(_newton_from(xp, fprime, s, x0, g0), x0 * (1.0 + 8.0 * _eps(x0)))
-    x1 = xp.where(feas & (x1 > lo) & (x1 < hi), x1, hi)
-    return _update(xp, gfun, s, delta, lo, hi, g_hi, x1)
-
-
-def _newton_steps(xp, gfun, fprime, s, delta, lo, hi, g_hi, steps):
-    """``steps`` safeguarded Newton steps from hi (midpoint when the step leaves (lo, hi)).
-
-    Returns lo, hi, g(hi) - delta and ``stalled``: the last Newton step was valid and moved
-    hi by at most 8 ulps (g(hi) is within rounding noise of delta).
-    """
-    stalled = None
-    for _ in range(steps):
-        x = _newton_from(xp, fprime, s, hi, g_hi)
-        valid = (x > lo) & (x < hi)   # NaN and inf fail the test
-        eps = _eps(hi)
-        # within noise: a step of at most 8 ulps, or g(hi) within 64 eps of the budget's scale
-        stalled = valid & (((hi - x) <= 8.0 * eps * hi) | (g_hi <= 64.0 * eps * (delta + 1e-8)))
-        x = xp.where(valid, x, 0.5 * (lo + hi))
-        lo, hi, g_hi = _update(xp, gfun, s, delta, lo, hi, g_hi, x)
-    return lo, hi, g_hi, stalled
-
-
-#: Pull-back offsets (in units of hi's spacing) tried once Newton has converged from the right.
-_PULLBACK_ULPS = (1.0, 4.0, 32.0)
-
-
-def _pullback(xp, gfun, s, delta, lo, hi, step=None):
-    """Test hi minus twice the last Newton ``step`` and minus a few ulps.
-
-    Newton ends right of the root, within its last step's square (quadratic convergence) or
-    within rounding noise: these points are feasible and close, so few halvings remain.
-    """
-    ulp = hi * _eps(hi)
-    g_hi = xp.zeros_like(hi)  # not used after the pull-back
-    if step is not None:
-        lo, hi, g_hi = _update(xp, gfun, s, delta, lo, hi, g_hi, hi - 2.0 * step)
-    for k in _PULLBACK_ULPS[::-1]:
-        lo, hi, g_hi = _update(xp, gfun, s, delta, lo, hi, g_hi, hi - k * ulp)
-    return lo, hi
-
-
-def _finish_numpy(gfun, s, delta, lo, hi, step=None):
-    """Pull-back, then bisection of the still-open brackets to adjacent floats (numpy)."""
-    lo, hi = _pullback(np, gfun, s, delta, lo, hi, step)
-    idx = np.flatnonzero(hi > np.nextafter(lo, np.inf))
-    s, delta, lo_o, hi_o = s[idx], delta[idx], lo[idx], hi[idx]
-    for _ in range(64):
-        if idx.size == 0:
-            break
-        lo_o, hi_o, _g = _update(np, gfun, s, delta, lo_o, hi_o, hi_o, 0.5 * (lo_o + hi_o))
-        lo[idx] = lo_o
-        keep = hi_o > np.nextafter(lo_o, np.inf)
-        idx, s, delta, lo_o, hi_o = idx[keep], s[keep], delta[keep], lo_o[keep], hi_o[keep]
-    return lo
-
-
-def _newton_numpy(d, fprime, s, delta, at_one, max_steps: int = 16):
-    """numpy driver: Newton on the entries still moving, pull-back, bisection to adjacency.
-
-    Where an interior closed form of the two-point divergence exists (built-in divergences,
-    1e-280 < q_n < 1) the iteration uses it (no special-case masks: 3x cheaper); the result is
-    then re-tested with ``d.two_point`` and the few entries that fail (one rounding apart)
-    are pulled back and bisected with it, so the returned gamma is feasible as
-    ``d.two_point`` computes it.
-    """
-    if d.name == "kl":        # its own path: Halley from a Lambert-W start, certified
-        def solve(s_, d_, a_):
-            return _kl_root_numpy(s_, d_)
-    elif d.name in _G_INTERIOR:
-        def solve(s_, d_, a_):
-            return _newton_numpy_with(d, _G_INTERIOR[d.name], fprime, s_, d_, a_, max_steps)
-    else:
-        return _newton_numpy_with(d, d.two_point, fprime, s, delta, at_one, max_steps)
-    # the interior forms divide by q_n: keep ratios below ~1e280 (no overflow), else generic
-    ok = (s >= KL_RATIO_FLOOR) & (s < 1)
-    if np.all(ok):
-        return solve(s, delta, at_one)
-    out = np.empty_like(s)
-    out[ok] = solve(s[ok], delta[ok], at_one[ok])
-    if not np.all(ok):
-        out[~ok] = _newton_numpy_with(d, d.two_point, fprime, s[~ok], delta[~ok], at_one[~ok],
-                                      max_steps)
-    return out
-
-
-def _newton_numpy_with(d, gfun, fprime, s, delta, at_one, max_steps):
-    """The numpy driver of :func:`_newton_numpy` with the two-point form ``gfun``."""
-    fast = gfun is not d.two_point
-    s_all, delta_all = s, delta
-    lo, hi, g_hi = _taylor_bracket(np, gfun, fprime, d.f_second_at_one, s, delta, at_one)
-    idx = np.arange(s.shape[0])
-    out_lo, out_hi, out_step = lo.copy(), hi.copy(), np.zeros_like(lo)
-    for _ in range(max_steps):
-        old_hi = hi
-        lo, hi, g_hi, stalled = _newton_steps(np, gfun, fprime, s, delta, lo, hi, g_hi, 1)
-        # done: Newton's step from hi is within rounding noise, or the bracket is within
-        # 64 ulps (the pull-back and a few halvings finish both)
-        moving = ~stalled & ((hi - lo) > 64.0 * np.spacing(hi))
-        if not np.all(moving):
-            done = ~moving
-            out_lo[idx[done]], out_hi[idx[done]] = lo[done], hi[done]
-            out_step[idx[done]] = old_hi[done] - hi[done]
-            idx, s, delta = idx[moving], s[moving], delta[moving]
-            lo, hi, g_hi = lo[moving], hi[moving], g_hi[moving]
-        if idx.size == 0:
-            break
-    out_lo[idx], out_hi[idx] = lo, hi
-    lo = _finish_numpy(gfun, s_all, delta_all, out_lo, out_hi, out_step)
-    if fast:
-        bad = np.flatnonzero(d.two_point(lo, s_all) > delta_all)
-        if bad.size:
-            # the iterate is a float away from the generic form's root: restart its bracket
-            # at [q_n, lo] and finish with the generic form
-            lo[bad] = _finish_numpy(d.two_point, s_all[bad], delta_all[bad], s_all[bad].copy(),
-                                    lo[bad])
-    return lo
 
 
 def lambert_w(xp, z, steps: int = 2):
@@ -646,7 +432,7 @@ def _kl_start(xp, s, delta):
     :math:`G_L + (x - s)^2/2`, the two-point KL to second order in x and s:
     :math:`x_L - (x_L - s)^2/(2(W + 1))`, since :math:`G_L'(x_L) = \log(x_L/s) = W + 1`. The
     result is within a few 1e-6 of the root at the benchmark's rows, so that one Halley step
-    on the exact form lands within an ulp or two (:func:`_kl_root_numpy`). The step keeps
+    on the exact form lands within an ulp or two (:func:`_certified_numpy`). The step keeps
     the point above s: :math:`W \ge W(1)` gives :math:`x_L/s = e^{W+1} \ge 4.8`, and the
     factor is at least 0.68 where :math:`x_L < 1`. The torch path (a fixed Halley count)
     keeps :math:`x_L`.
@@ -740,14 +526,76 @@ def _halley_in_log_complement(xp, f, slope, x, one_x):
     return 1.0 - one_x * xp.exp(-du)
 
 
-#: A Halley step of at most this, relative to the bonus x - s, is the last: Halley is
-#: cubic, so the error it leaves is of order the cube, 1e-16 of the bonus (an ulp or two:
-#: the walk below finishes).
-_KL_STEP_TOL = 5e-6
-#: Floats walked from Halley's last iterate before the bracketed fallback.
-_KL_WALK = 4
-#: Extra Halley steps for the entries still moving after the first ``halley_steps``.
-_KL_MORE_STEPS = 6
+
+class _Form(NamedTuple):
+    """What the certified iteration needs of a two-point divergence g (numpy and torch).
+
+    ``evaluate(xp, x, s)`` returns g(x), g'(x) and one more value ``step`` reads; ``value``
+    is g alone, as :meth:`Divergence.two_point` computes it (the certificate's test);
+    ``step(xp, s, delta, x, g, slope, extra)`` is the next iterate, strictly inside (s, 1);
+    ``start(xp, s, delta)`` the first. A step of at most ``tol`` of x - s is the last
+    (numpy); numpy takes at most ``1 + more_steps`` steps, torch ``torch_steps``.
+    """
+
+    evaluate: Callable
+    value: Callable
+    step: Callable
+    start: Callable
+    tol: float
+    more_steps: int
+    torch_steps: int
+
+
+def _kl_evaluate(xp, x, s):
+    """g, g' and 1 - x for the two-point KL: :func:`_kl_interior` (numpy; 1e-280 <= s < 1)
+    or :func:`cactus_theory.divergences.kl_log_ratios` (torch; 0 < s < 1): both the floats
+    of ``kl_two_point`` on their domain."""
+    if isinstance(x, np.ndarray):
+        return _kl_interior(x, s)
+    a, b = kl_log_ratios(xp, x, s)
+    one_x = 1.0 - x
+    return x * a + one_x * b, a - b, one_x
+
+
+def _generic_form(d, fprime):
+    """Newton from Corollary 5's Taylor point on ``d.two_point``, with
+    :math:`g'(x) = f'(x/s) - f'((1-x)/(1-s))` (``fprime`` is f' up to a constant)."""
+
+    def evaluate(xp, x, s):
+        slope = fprime(xp, x / s) - fprime(xp, (1.0 - x) / (1.0 - s))
+        return d.two_point(x, s), slope, None
+
+    def step(xp, s, delta, x, g, slope, extra):
+        return _inside(xp, s, x, x - (g - delta) / slope)
+
+    def start(xp, s, delta):
+        x0 = s + xp.sqrt(2.0 * delta * s * (1.0 - s) / d.f_second_at_one)
+        return xp.where((x0 > s) & (x0 < 1.0), x0, 0.5 * (1.0 + s))    # q_n = 0 included
+
+    # Newton is quadratic: after a step of 1e-8 of x - s the error is of order 1e-16 of it
+    return _Form(evaluate, lambda x, s: d.two_point(x, s), step, start, 1e-8, 40, 12)
+
+
+def _inside(xp, s, x, new):
+    """``new`` where strictly inside (s, 1) (NaN is not), else halfway from x to the end it
+    passed."""
+    inside = (new > s) & (new < 1.0)
+    return xp.where(inside, new, xp.where(new >= 1.0, 0.5 * (x + 1.0), 0.5 * (x + s)))
+
+
+#: The KL's iteration: Halley from the Lambert-W start. Halley is cubic: a last step below
+#: 5e-6 of x - s leaves an error of order 1e-16 of it (an ulp or two: the walk finishes);
+#: the torch count converges to 1e-7 relative from the start over q_n in [1e-38, 1), delta
+#: in [1e-8, 300] (tested).
+_KL_FORM = _Form(_kl_evaluate, lambda x, s: _kl_interior(x, s)[0], _kl_halley, _kl_start,
+                 5e-6, 6, 6)
+#: Floats walked from the last iterate to the sign change before the bisection fallback.
+_WALK = 4
+
+
+def _forms(d):
+    """The iteration of divergence ``d`` (which has a derivative): the KL's own, else Newton."""
+    return _KL_FORM if d is DIVERGENCES["kl"] else _generic_form(d, _derivative(d))
 
 
 def _next_up(x):
@@ -756,55 +604,61 @@ def _next_up(x):
     return (x.view(np.int64) + 1).view(np.float64)
 
 
-def _next_down(x):
-    """``nextafter(x, 0)`` for positive finite float64 x."""
-    return (x.view(np.int64) - 1).view(np.float64)
+def _root_numpy(d, s, delta):
+    r"""The certified root (:func:`exact_spike`) of float64 entries with a root strictly
+    inside (s, 1), delta > 0 (numpy).
+
+    The KL's iteration (:data:`_KL_FORM`) runs on 1e-280 <= s < 1, where its closed form
+    divides by s without overflow; smaller s, and every other divergence, take Newton on
+    ``d.two_point`` (:func:`_generic_form`).
+    """
+    form = _forms(d)
+    if form is not _KL_FORM:
+        return _certified_numpy(form, s, delta)
+    ok = s >= KL_RATIO_FLOOR
+    if bool(np.all(ok)):
+        return _certified_numpy(form, s, delta)
+    out = np.empty_like(s)
+    out[ok] = _certified_numpy(form, s[ok], delta[ok])
+    out[~ok] = _certified_numpy(_generic_form(d, _derivative(d)), s[~ok], delta[~ok])
+    return out
 
 
-def _kl_root_numpy(s, delta, halley_steps: int = 1):
-    r"""The exact KL root (Theorem 2) for 1e-280 <= s < 1, delta > 0, root < 1 (numpy).
-
-    ``halley_steps`` Halley steps from :func:`_kl_start` on all entries (more, up to
-    ``_KL_MORE_STEPS``, for those whose last step exceeded ``_KL_STEP_TOL`` of x - s: the
-    scale of the bonus, so that roots near s, started from the Taylor point, take a second
-    step), then a certificate:
-    gamma is returned when :math:`g(\gamma) \le \delta < g(\gamma^+)` with :math:`\gamma^+`
-    the next float, g as :func:`cactus_theory.divergences.kl_two_point` computes it (so the
-    returned gamma is feasible, and the next float is not). Entries one float off move by
-    one float and are tested again; the rest (a noisy g where :math:`\delta \ll s`, roots
-    near 1) go through :func:`_kl_bracketed`, started from the bracket the tests found.
+def _certified_numpy(form, s, delta):
+    r"""One step of ``form`` on all entries from its start, more (up to ``form.more_steps``)
+    on those whose last step exceeded ``form.tol`` of x - s, then the certificate:
+    :math:`g(\gamma) \le \delta < g(\gamma^+)` with :math:`\gamma^+` the next float and g
+    as ``form.value`` computes it. Entries a few floats off walk to the sign change (up to
+    :data:`_WALK` floats); the rest (a noisy g where :math:`\delta \ll s`, roots near 1) are
+    bisected (:func:`_bisect_floats`) from the bracket the tests found.
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        c = 1.0 - s
-        x = _kl_start(np, s, delta)
-        for _ in range(halley_steps):
-            x, moved = _kl_halley(np, s, delta, x, *_kl_interior(x, s, c)), x
-        # Halley is cubic: a last step below 5e-6 of x - s leaves an error of order 1e-16 of
-        # it; the entries still moving more (a poorer start) take more steps, on their own
-        idx = np.flatnonzero(np.abs(x - moved) > _KL_STEP_TOL * (x - s))
-        for _ in range(_KL_MORE_STEPS):
+        x = form.start(np, s, delta)
+        x, moved = form.step(np, s, delta, x, *form.evaluate(np, x, s)), x
+        idx = np.flatnonzero(np.abs(x - moved) > form.tol * (x - s))
+        for _ in range(form.more_steps):
             if idx.size == 0:
                 break
             x_i, s_i, d_i = x[idx], s[idx], delta[idx]
-            new = _kl_halley(np, s_i, d_i, x_i, *_kl_interior(x_i, s_i))
+            new = form.step(np, s_i, d_i, x_i, *form.evaluate(np, x_i, s_i))
             x[idx] = new
-            idx = idx[np.abs(new - x_i) > _KL_STEP_TOL * (new - s_i)]
+            idx = idx[np.abs(new - x_i) > form.tol * (new - s_i)]
         up = _next_up(x)
-        feas_x = _kl_interior(x, s, c)[0] <= delta
-        feas_up = _kl_interior(up, s, c)[0] <= delta
+        feas_x = form.value(x, s) <= delta
+        feas_up = form.value(up, s) <= delta
         bad = np.flatnonzero(~feas_x | feas_up)
         if bad.size == 0:
             return x
         out = x.copy()
-        # a few floats off (Halley's last step is exact to the rounding of g): walk down from
-        # an infeasible x, up from a feasible x+, one float at a time
+        # a few floats off: walk down from an infeasible x, up from a feasible x+, one float
+        # at a time
         down = ~feas_x[bad]
         cur = np.where(down, x[bad], up[bad])     # tested: infeasible (down) / feasible (up)
         s_b, d_b = s[bad], delta[bad]
-        for _ in range(_KL_WALK):
+        for _ in range(_WALK):
             # the neighbouring float: the bit pattern -1 (down) or +1 (up), for 0 < cur < 1
             cand = (cur.view(np.int64) + np.where(down, -1, 1)).view(np.float64)
-            feas = _kl_interior(cand, s_b)[0] <= d_b
+            feas = form.value(cand, s_b) <= d_b
             done = feas == down                    # down: cand feasible; up: cand infeasible
             out[bad[done]] = np.where(down, cand, cur)[done]
             keep = ~done
@@ -812,19 +666,37 @@ def _kl_root_numpy(s, delta, halley_steps: int = 1):
                 s_b[keep], d_b[keep]
             if bad.size == 0:
                 return out
-        # the rest (a noisy g): bracketed Newton from the last tested float
+        # the rest: bisection between q_n (feasible) or the last feasible float and the
+        # last infeasible one or 1 (the root is below 1)
         lo = np.where(down, s_b, cur)
         hi = np.where(down, cur, 1.0)
-        out[bad] = _kl_bracketed(s_b, d_b, lo, hi, np.where(down, np.nextafter(cur, 0.0),
-                                                           np.nextafter(cur, 2.0)))
+        out[bad] = _bisect_floats(form.value, s_b, d_b, lo, hi)
     return out
 
 
-#: Halley steps of the torch float32 KL path (in float64): converged to 1e-7 relative from
-#: :func:`_kl_start` over q_n in [1e-38, 1), delta in [1e-8, 300] (tested).
-_KL_TORCH_STEPS = 6
-#: float32 ulps the torch path steps down when the rounded root is infeasible as computed.
-_KL_TORCH_WALK = 3
+def _bisect_floats(value, s, delta, lo, hi):
+    """Bisection of the floats between ``lo`` (feasible: ``value(lo, s) <= delta``) and
+    ``hi`` (infeasible) until they are adjacent; returns lo (numpy float64, 0 <= lo < hi).
+
+    It halves the count of floats between the two (the midpoint of their bit patterns, which
+    order non-negative floats as their values), so at most 64 halvings close any bracket in
+    [0, 1], however far apart in magnitude its ends are."""
+    lo_b = np.ascontiguousarray(lo, dtype=np.float64).view(np.int64).copy()
+    hi_b = np.ascontiguousarray(hi, dtype=np.float64).view(np.int64).copy()
+    out = lo_b.copy()
+    idx = np.arange(lo_b.size)
+    for _ in range(64):
+        open_ = hi_b - lo_b > 1
+        if not bool(np.all(open_)):
+            out[idx[~open_]] = lo_b[~open_]
+            idx, s, delta, lo_b, hi_b = (a[open_] for a in (idx, s, delta, lo_b, hi_b))
+        if idx.size == 0:
+            break
+        mid_b = lo_b + (hi_b - lo_b) // 2
+        feas = value(mid_b.view(np.float64), s) <= delta
+        lo_b, hi_b = np.where(feas, mid_b, lo_b), np.where(feas, hi_b, mid_b)
+    out[idx] = lo_b
+    return out.view(np.float64)
 
 
 def _host_tensor(t) -> bool:
@@ -832,25 +704,9 @@ def _host_tensor(t) -> bool:
     return t.device.type == "cpu"
 
 
-def _root_on_host(q_n, delta, d, numpy_steps: bool = True):
-    r"""CPU torch tensors (the samplers' drafted tokens, the analysis): the float64 numpy root.
-
-    The root of the float64 solver (any divergence) on the same values, rounded toward q_n
-    (never above the float64 root: within budget in exact arithmetic), then stepped down by
-    up to ``_KL_TORCH_WALK`` ulps while the two-point form as computed in the input dtype
-    (by torch) exceeds delta (the steps evaluated together), and bisected between q_n
-    (always feasible) and that point in the input dtype where the form is noisier than
-    that. NaN entries (rows the samplers flag invalid) are solved as 0. A CPU tensor can be
-    read without synchronizing with a device, so the numpy solver's data-dependent loop is
-    allowed here.
-
-    float32 and float64 (the samplers' q_n is float32) round and step in numpy, whose
-    ``nextafter`` and rounding are torch's bit for bit, and call torch once, for the form
-    as computed: a [B, k] call is a few hundred microseconds of small-array overhead, and
-    torch's per-operation overhead is about 4x numpy's. bf16 and fp16, which numpy lacks,
-    take the same steps in torch, with the generic two-point form (as all dtypes do with
-    ``numpy_steps=False``, the reference the tests compare with).
-    """
+def _host_root(q_n, delta, d):
+    """The float64 root of a CPU tensor's entries by the numpy solver (:func:`_root_numpy`),
+    as a float64 CPU tensor; NaN entries (rows the samplers flag invalid) are solved as 0."""
     import torch
 
     if isinstance(delta, torch.Tensor) or np.ndim(delta):
@@ -859,110 +715,121 @@ def _root_on_host(q_n, delta, d, numpy_steps: bool = True):
         d64 = np.broadcast_to(as_budget_array(d_in), tuple(q_n.shape))
     else:
         d64 = np.full(tuple(q_n.shape), as_budget_array(delta)[()])
-    # the steps in numpy where it has the dtype (its rounding and nextafter are torch's bit
-    # for bit, at a quarter of torch's per-operation overhead), else in torch
-    native = numpy_steps and q_n.dtype in (torch.float32, torch.float64)
-    q = q_n.detach().numpy() if native else q_n.detach()
-    xp = array_namespace(q)
-    q = xp.asarray(xp.clip(xp.where(xp.isnan(q), 0.0, q), 0.0, 1.0))   # NaN rows: as 0
-    root = xp.asarray(_exact_numpy(np.asarray(xp.astype(q, xp.float64)), d64, d))
-    g = xp.astype(root, q.dtype)
-    g = xp.maximum(xp.where(xp.astype(g, xp.float64) > root, xp.nextafter(g, q), g), q)
-    steps = [g]
-    for _ in range(_KL_TORCH_WALK):
-        steps.append(xp.nextafter(steps[-1], q))
-    cands = xp.stack(steps)
-    qd_t, cands_t = torch.as_tensor(q), torch.as_tensor(cands)     # numpy's memory, shared
-    # the walk down, evaluated at once: g and the next _KL_TORCH_WALK floats toward q_n,
-    # the first whose form as computed is within budget (one evaluation of the form instead
-    # of one per step: the same result). A Python delta compares in the input dtype, as a
-    # tensor of it would; a NaN form passes, as a step did. The KL's interior form (float32
-    # and float64 only: float16 takes a difference of logarithms there) where every entry
-    # lies in its domain, else the generic one, which numpy_steps=False always takes.
-    if (native and d is DIVERGENCES["kl"] and bool(xp.all(q >= 1e-30))
-            and bool(xp.all(steps[0] < 1.0))):
-        form = _kl_interior_torch(cands_t, qd_t)
-    else:
-        form = d.two_point(cands_t, qd_t)
-    ok = ~(form > delta)
-    ok = xp.asarray(ok.numpy()) if native else ok
-    first = xp.argmax(xp.astype(ok, xp.uint8), axis=0)
-    g = torch.as_tensor(xp.take_along_axis(cands, first[None, ...], axis=0)[0])
-    bad = torch.as_tensor(~xp.any(ok, axis=0))
-    if not bool(bad.any()):
-        return g
-    # a form noisier than a few ulps in this dtype: bisect [q_n, g] on those entries
-    g = torch.where(bad, cands_t[-1], g)
-    delta = delta if hasattr(delta, "shape") else torch.full_like(qd_t, delta)
-    steps = 64 if qd_t.dtype == torch.float64 else 32 if qd_t.dtype == torch.float32 else 16
-    lo, hi = _bisect(torch, d, qd_t[bad], delta.expand_as(qd_t)[bad], steps, qd_t[bad], g[bad])
-    g[bad] = lo
-    return g
+    q = np.clip(np.nan_to_num(q_n.detach().to(torch.float64).numpy(), nan=0.0), 0.0, 1.0)
+    return torch.from_numpy(_exact_numpy(q, np.ascontiguousarray(d64), d))
 
 
-def _kl_root_torch_low_precision(q_n, delta, at_one):
-    r"""The KL root for torch float32/bf16/fp16 off the CPU (CUDA: no host sync).
+def _root_torch(q_n, delta, d):
+    r"""The certified iteration of :func:`exact_spike` in torch operations on ``q_n``'s
+    device, in float64, with fixed counts (nothing reads the device).
 
-    The root is computed in float64 (:func:`_kl_start` and ``_KL_TORCH_STEPS`` Halley steps,
-    a fixed count, so nothing reads the device; CPU tensors take
-    :func:`_root_on_host`), rounded to the input dtype, and
-    stepped down by up to ``_KL_TORCH_WALK`` ulps until the two-point KL as computed in that
-    dtype is within delta; q_n (always feasible) where it still is not. So the result is
-    feasible as computed, and within a few ulps of the exact root. Entries with a root of
-    1, delta = 0 or q_n outside [1e-280, 1) are set by the caller.
+    The form's start and ``torch_steps`` steps (Halley for the KL, Newton otherwise), each
+    iterate tested against the budget to keep a bracket [lo, hi] (g(lo) <= delta < g(hi) as
+    computed) and replaced by the bracket's midpoint where it leaves it; then hi less 1, 4
+    and 32 ulps and lo plus one are tested (the pull-back: the iteration ends within an ulp
+    or two of the root or within g's rounding noise), and float64 input bisects the floats
+    between lo and hi 64 times (adjacent after at most 64; lower precision stops at the
+    pull-back, far below its own ulp; :func:`_round_to_dtype` finishes it). Returns lo, the
+    feasible end (float64); entries with a root known in advance (1, q_n) get it.
     """
     import torch
 
-    kl = DIVERGENCES["kl"]
-    s64, d64 = q_n.to(torch.float64), delta.to(torch.float64)
-    solve = (at_one > delta) & (delta > 0) & (q_n > 0) & (q_n < 1)
-    s_safe = torch.where(solve, s64, torch.full_like(s64, 0.25))
-    d_safe = torch.where(solve, d64, torch.full_like(d64, 0.1))
-    x = _kl_start(torch, s_safe, d_safe)
-    for _ in range(_KL_TORCH_STEPS):
-        a, b = kl_log_ratios(torch, x, s_safe)
-        x = _kl_halley(torch, s_safe, d_safe, x, x * a + (1.0 - x) * b, a - b, 1.0 - x)
-    gamma = torch.where(solve, torch.maximum(x.to(q_n.dtype), q_n), q_n)
-    for _ in range(_KL_TORCH_WALK):
-        bad = kl.two_point(gamma, q_n) > delta
-        gamma = torch.where(bad, torch.nextafter(gamma, q_n), gamma)
-    return torch.where(kl.two_point(gamma, q_n) > delta, q_n, gamma)
+    s = torch.nan_to_num(q_n.detach(), nan=0.0).clamp(0.0, 1.0).to(torch.float64)
+    dl = (delta.detach().to(torch.float64) if isinstance(delta, torch.Tensor)
+          else torch.full_like(s, float(delta)))
+    s, dl = torch.broadcast_tensors(s, dl)
+    form = _forms(d)
+    one = torch.ones_like(s)
+    at_one = d.two_point(one, s)
+    solve = (at_one > dl) & (dl > 0) & ((s > 0) | d.finite_off_support)
+    s_, d_ = torch.where(solve, s, 0.25), torch.where(solve, dl, 0.1)   # safe stand-ins
+    lo, hi = s_, one
+    x = form.start(torch, s_, d_)
+    for k in range(form.torch_steps + 1):
+        g, slope, extra = form.evaluate(torch, x, s_)
+        lo, hi = _update_bracket(torch, g <= d_, x, lo, hi)
+        if k == form.torch_steps:
+            break
+        x = form.step(torch, s_, d_, x, g, slope, extra)
+        x = torch.where((x > lo) & (x < hi), x, 0.5 * (lo + hi))
+    # the pull-back, evaluated at once
+    lo_b, hi_b = lo.view(torch.int64), hi.view(torch.int64)
+    cands = torch.stack([hi_b - 32, hi_b - 4, hi_b - 1, lo_b + 1]).view(torch.float64)
+    feas = form.evaluate(torch, cands, s_[None])[0] <= d_[None]
+    for i in range(cands.shape[0]):
+        lo, hi = _update_bracket(torch, feas[i], cands[i], lo, hi)
+    if q_n.dtype == torch.float64:
+        lo = _bisect_floats_torch(d.two_point, s_, d_, lo, hi)
+    return torch.where(solve, lo, torch.where((at_one <= dl) & (dl > 0), one, s))
 
 
-def _kl_bracketed(s, delta, lo, hi, x=None, max_steps: int = 2000):
-    r"""Safeguarded Newton on the KL root inside [lo, hi] (g(lo) <= delta < g(hi) as
-    computed) until lo and hi are adjacent floats; returns lo.
+def _update_bracket(xp, feasible, x, lo, hi):
+    """lo <- x where x is feasible and inside (lo, hi), hi <- x where infeasible and inside."""
+    inside = (x > lo) & (x < hi)
+    return xp.where(feasible & inside, x, lo), xp.where(~feasible & inside, x, hi)
 
-    Each step evaluates one point strictly inside the bracket: the Newton point from the
-    last point, pulled by two of its own steps (at least one ulp) to the other side of the
-    root once Newton has converged from one side; the geometric (then arithmetic) midpoint
-    when the Newton point is outside the bracket. Loops on the open brackets only.
+
+#: Floats of the input dtype :func:`_round_to_dtype` steps down from the rounded root.
+_DTYPE_WALK = 3
+
+
+def _round_to_dtype(root, q_n, delta, d, host: bool = False):
+    r"""The float64 root ``root`` as a root in ``q_n``'s dtype, feasible as computed there.
+
+    Rounded toward q_n (never above the float64 root: within budget in exact arithmetic),
+    then stepped down by up to :data:`_DTYPE_WALK` floats while the two-point form as
+    computed in the input dtype exceeds delta (the steps evaluated together, the first
+    within budget kept; a Python delta compares in the input dtype, as a tensor of it
+    would). Where none is within budget (a form noisier than that in a low precision), the
+    floats between q_n (always feasible) and the last step are bisected
+    (:func:`_bisect_floats_torch`): on every entry with a fixed count off the CPU, on those
+    entries alone with ``host`` (CPU memory: reading it waits for no device). NaN entries of
+    q_n give 0.
     """
-    out = lo.copy()
-    idx = np.arange(s.shape[0])
-    if x is None:
-        x = np.where((lo > 0) & (hi > 4.0 * lo), np.sqrt(lo * hi), 0.5 * (lo + hi))
-    for _ in range(max_steps):
-        open_ = hi > np.nextafter(lo, 2.0)
-        if not np.all(open_):
-            out[idx] = lo
-            idx, s, delta, lo, hi, x = (a[open_] for a in (idx, s, delta, lo, hi, x))
-        if idx.size == 0:
-            return out
-        x = np.where((x > lo) & (x < hi), x, 0.5 * (lo + hi))
-        g, slope, _ = _kl_interior(x, s)
-        f = g - delta
-        feas = f <= 0
-        lo, hi = np.where(feas, x, lo), np.where(feas, hi, x)
-        step = f / slope
-        prop = x - step
-        ulp = np.spacing(x)
-        prop = np.where(~feas & (step <= 2.0 * ulp), x - np.maximum(2.0 * step, ulp), prop)
-        prop = np.where(feas & (-step <= 2.0 * ulp), x + np.maximum(-2.0 * step, ulp), prop)
-        mid = np.where((lo > 0) & (hi > 4.0 * lo), np.sqrt(lo * hi), 0.5 * (lo + hi))
-        x = np.where((prop > lo) & (prop < hi), prop, mid)
-    out[idx] = lo
-    return out
+    import torch
+
+    q = torch.nan_to_num(q_n.detach(), nan=0.0).clamp(0.0, 1.0)
+    g = root.to(q.dtype)
+    g = torch.maximum(torch.where(g.to(root.dtype) > root, torch.nextafter(g, q), g), q)
+    steps = [g]
+    for _ in range(_DTYPE_WALK):
+        steps.append(torch.nextafter(steps[-1], q))
+    cands = torch.stack(steps)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ok = ~(d.two_point(cands, q) > delta)      # a NaN form passes, as a step would
+    g = cands[-1]
+    for i in range(_DTYPE_WALK - 1, -1, -1):            # the first candidate within budget
+        g = torch.where(ok[i], cands[i], g)
+    bad = ~ok.any(dim=0)
+    if host and not bool(bad.any()):
+        return g
+    q, g, last, bad = torch.broadcast_tensors(q, g, cands[-1], bad)
+    dl = (delta.expand_as(q) if isinstance(delta, torch.Tensor)
+          else torch.full_like(q, float(delta)))
+    if not host:
+        return torch.where(bad, _bisect_floats_torch(d.two_point, q, dl, q, last), g)
+    g = g.clone()
+    g[bad] = _bisect_floats_torch(d.two_point, q[bad], dl[bad], q[bad], last[bad])
+    return g
+
+
+#: The signed integers whose bit patterns order the non-negative floats of each dtype.
+_INT_VIEW = {"float64": "int64", "float32": "int32", "float16": "int16", "bfloat16": "int16"}
+
+
+def _bisect_floats_torch(value, s, delta, lo, hi):
+    """:func:`_bisect_floats` in torch with a fixed count: the number of bits of lo's dtype
+    (enough to close any bracket in [0, 1]), on every entry; returns lo."""
+    import torch
+
+    ints = getattr(torch, _INT_VIEW[str(lo.dtype).removeprefix("torch.")])
+    for _ in range(torch.finfo(lo.dtype).bits):
+        lo_b, hi_b = lo.view(ints), hi.view(ints)
+        mid = (lo_b + torch.div(hi_b - lo_b, 2, rounding_mode="floor")).view(lo.dtype)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            ok = value(mid, s) <= delta
+        lo, hi = torch.where(ok, mid, lo), torch.where(ok, hi, mid)
+    return lo
 
 
 def _bisect(xp, d, q_n, delta, iterations, lo=None, hi=None):
