@@ -13,9 +13,12 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from ..rules.plans import RowTarget, ratio_acceptance, spike_residual_weights
+from ..rules import Rule
+from ..rules.plans import (RowTarget, SpikePlan, TargetPlan, ratio_acceptance,
+                          spike_residual_weights)
 from . import fused as fused_kernels
 from ._kernels import RuleKernels
+from ._kernels._residual import residual_weights_
 from .blocked import point_mass_weights, residual_block_weights, spike_row_target
 from .draws import inverse_cdf_sample
 
@@ -284,14 +287,30 @@ def accept_path(kernels: RuleKernels, rule, target, draft_probs, draft_ids, raw_
             AcceptState(q=q, p=p, raw_q=raw_q, raw_p=raw_p))
 
 
+def _default_recovery(rule) -> bool:
+    """True when the rule's recovery is the interface's default: the residual of its plan's
+    target (``Rule.recovery_weights_at`` and ``Rule.recovery_at`` not overridden)."""
+    t = type(rule)
+    return t.recovery_weights_at is Rule.recovery_weights_at and t.recovery_at is Rule.recovery_at
+
+
 def _weights_at(kernels: RuleKernels, rule, q, p, ids, raw_q=None, raw_p=None):
     """Recovery weights on normalized rows: the rule's kernel (no raw distributions given)
-    when it has one for this configuration, else ``Rule.recovery_weights_at``."""
+    when it has one for this configuration; for a rule whose recovery is the residual of
+    its plan's target (the interface's default), that residual computed in place
+    (:func:`._kernels._residual.residual_weights_`); else ``Rule.recovery_weights_at``."""
     hook = kernels.recovery_weights
     if hook is not None and raw_q is None and raw_p is None:
         w = hook(rule, q, p, ids)
         if w is not None:
             return w
+    if _default_recovery(rule):
+        plan = rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
+        if isinstance(plan, TargetPlan):
+            return residual_weights_(plan.target, plan.draft_probs)
+        if isinstance(plan, SpikePlan):
+            return residual_weights_(plan.target_at(ids), plan.draft_probs)
+        return plan.recovery_weights_at(ids)
     return rule.recovery_weights_at(q, p, ids, raw_target_probs=raw_q, raw_draft_probs=raw_p)
 
 

@@ -9,10 +9,11 @@ import math
 
 import torch
 
-from ...rules.plans import RowTarget, residual_weights
+from ...rules.plans import RowTarget
 from ...rules.topk import TopKAcceptance
 from . import RuleKernels, register_kernels
 from ._blocks import block_maxima
+from ._residual import residual_weights_
 
 __all__ = ["kth_largest"]
 
@@ -40,7 +41,7 @@ def recovery_weights(rule, target_probs, draft_probs, token_ids):
     r"""Recovery weights :math:`\max(0, 1[q_x \ge q_{(k)}] - p_x)` (the plan's, un-normalized),
     the k-th largest entry by :func:`kth_largest` instead of a sort of the vocabulary."""
     kth = kth_largest(target_probs, min(rule.topk, target_probs.shape[-1]))
-    return residual_weights((target_probs >= kth).to(target_probs.dtype), draft_probs)
+    return residual_weights_((target_probs >= kth).to(target_probs.dtype), draft_probs)
 
 
 def _indicator(x, y, kth):
