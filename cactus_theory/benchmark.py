@@ -506,16 +506,23 @@ def _bench_frontier(repeats, quick):
 SCALE_SIZES = ((1_000, 1_000), (10_000, 1_000), (100_000, 1_000), (64, VOCAB), (1_024, VOCAB))
 SCALE_SIZES_DEFAULT = ((1_000, 1_000), (10_000, 1_000), (64, VOCAB))
 SCALE_SIZES_QUICK = ((1_000, 1_000), (2_000, 1_000), (4, VOCAB))
-#: Rows of the in-memory reference and of the one-by-one blocks of the check.
+#: Rows of the one-by-one blocks of the check (fewer where V is large: at most
+#: :data:`SCALE_BLOCK_VALUES` values a block, 27 rows at V = 151,936).
 SCALE_BLOCK = 1_000
+SCALE_BLOCK_VALUES = 1 << 22
+
+
+def _scale_block(V):
+    return max(1, min(SCALE_BLOCK, SCALE_BLOCK_VALUES // V))
 
 
 def _scale_rows(n, V, seed):
-    """``correlated_pair`` rows made in blocks of :data:`SCALE_BLOCK` (its temporaries stay
-    one block's), float64 (n, V) each."""
+    """``correlated_pair`` rows made in blocks of :func:`_scale_block` rows (its temporaries
+    stay one block's), float64 (n, V) each."""
     q, p = np.empty((n, V)), np.empty((n, V))
-    for i, a in enumerate(range(0, n, SCALE_BLOCK)):
-        b = min(n, a + SCALE_BLOCK)
+    step = _scale_block(V)
+    for i, a in enumerate(range(0, n, step)):
+        b = min(n, a + step)
         q[a:b], p[a:b] = correlated_pair(V, (b - a,), seed=seed + i)
     return q, p
 
@@ -533,10 +540,11 @@ def scale_probe(n, V, path, seed=0):
     ``path`` ``"in-memory"`` (:func:`cactus_theory.analysis.one_step.analyze`, every row at
     once) or ``"chunked"`` (:func:`cactus_theory.analysis.scaled.analyze`, default memory
     bound, per-row values kept). Peak extra memory: the resident set's high-water mark
-    (``VmHWM``, reset through ``/proc/self/clear_refs`` once the input is made) over the
-    resident set before the call; without ``clear_refs``, the tracemalloc peak. The chunked
-    path's check: its first min(n, 2,000) rows' acceptance and KL equal, bit for bit, those of
-    1,000-row blocks analysed one by one.
+    (``VmHWM``, reset through ``/proc/self/clear_refs`` once the input is made and the freed
+    heap returned with ``malloc_trim``) over the resident set before the call; without
+    ``clear_refs``, the tracemalloc peak. The chunked
+    path's check: its first rows' acceptance and KL (two blocks) equal, bit for bit, those of
+    blocks of :func:`_scale_block` rows (1,000 at V = 1,000) analysed one by one.
 
     Returns
     -------
@@ -550,6 +558,13 @@ def scale_probe(n, V, path, seed=0):
     rule = get_rule("cactus-exact")
     q, p = _scale_rows(n, V, seed)
     analyze(rule, q[:2], p[:2])                     # imports and caches before the measurement
+    try:    # freed heap memory back to the system first: the resident set is then the live data
+        import ctypes
+        import ctypes.util
+
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
@@ -569,9 +584,9 @@ def scale_probe(n, V, path, seed=0):
     else:
         peak = tracemalloc.get_traced_memory()[1] - base
         tracemalloc.stop()
-    m = min(n, 2 * SCALE_BLOCK)
-    blocks = [analyze(rule, q[a:a + SCALE_BLOCK], p[a:a + SCALE_BLOCK])
-              for a in range(0, m, SCALE_BLOCK)]
+    step = _scale_block(V)
+    m = min(n, 2 * step)
+    blocks = [analyze(rule, q[a:a + step], p[a:a + step]) for a in range(0, m, step)]
     acc = np.concatenate([np.atleast_1d(b.acceptance) for b in blocks])[:m]
     kl = np.concatenate([np.atleast_1d(b.divergences["kl"]) for b in blocks])[:m]
     same = bool(np.array_equal(np.asarray(res.acceptance)[:m], acc)

@@ -125,6 +125,7 @@ def wants_chunks(target_probs, kind: str, *, chunk_rows=None, max_memory=None) -
 
 
 def is_dask(x) -> bool:
+    """True for a Dask collection (``dask.array``, ``dask.bag``, ...)."""
     return type(x).__module__.split(".")[0] == "dask"
 
 
