@@ -82,7 +82,7 @@ def test_a_missing_or_broken_kernel_gives_the_derived_paths(monkeypatch, broken)
     assert kernels_for(rule) is entry
     sub = type("Sub", (cls,), {})
     assert kernels_for(sub(0.09, 0.3, "vllm", "argmax")) is entry
-    monkeypatch.setattr(_kernels, "KERNELS", registry)
+    monkeypatch.setattr(_kernels._registry, "KERNELS", registry)
     assert kernels_for(rule) is NO_KERNELS
     assert make_sampler(rule).kernels is NO_KERNELS
 
@@ -92,7 +92,7 @@ def test_emitted_law_without_kernels(monkeypatch, name, knobs):
     """The registry emptied: one position, un-normalized float32 rows, the eager sampler's
     emitted token follows h_alg of the float64 analysis (chi-square, n = 20,000, ALPHA), as
     with the kernels (test_sampler_fast_paths.test_emitted_law_fast_paths)."""
-    monkeypatch.setattr(_kernels, "KERNELS", {})
+    monkeypatch.setattr(_kernels._registry, "KERNELS", {})
     q, p = _pair(9)
     V, N = len(q), 20_000
     rule = get_rule(name, **knobs)
@@ -123,7 +123,7 @@ def test_accept_and_recovery_without_kernels_equal_the_kernels(monkeypatch, name
     pos = torch.arange(x.shape[0]) % x.shape[1]
     results = []
     for registry in (_kernels.KERNELS, {}):
-        monkeypatch.setattr(_kernels, "KERNELS", registry)
+        monkeypatch.setattr(_kernels._registry, "KERNELS", registry)
         s = make_sampler(rule)
         a, state = s.accept_probs_at_drafts(x, y, ids, sq, sp)
         w = s.recovery_weights(x, y, ids, pos, state, sq, sp)[0]

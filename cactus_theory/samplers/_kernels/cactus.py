@@ -13,7 +13,7 @@ import torch
 from ...conventions import EMPTY_RESIDUAL_MASS
 from ...rules.cactus import CactusExact, CactusTaylor
 from ...solvers.spike import spike_scale
-from . import RuleKernels, register_kernels
+from ._registry import RuleKernels, register_kernels
 
 __all__: list = []
 

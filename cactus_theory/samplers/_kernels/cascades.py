@@ -13,7 +13,7 @@ import torch
 
 from ...rules.cascades import Cascade
 from ...rules.plans import RowTarget, ratio_acceptance
-from . import RuleKernels, register_kernels
+from ._registry import RuleKernels, register_kernels
 from ._blocks import ARGMAX_BLOCK, block_maxima, split_blocks
 
 __all__ = ["SET_BLOCKS", "masked_sum_by_blocks"]

@@ -11,7 +11,7 @@ import math
 import torch
 
 from ...rules.fuzzy import FuzzySpeculative, _divergence_name
-from . import RuleKernels, register_kernels
+from ._registry import RuleKernels, register_kernels
 from ._blocks import split_blocks
 
 __all__ = ["js_bounds_from_rows", "js_bounds_in_sum_pass", "JS_BOUND_MARGIN", "JS_SUM_RATIO_TOL"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...conventions import EMPTY_RESIDUAL_MASS
 from ...rules.interpolation import Interpolation
-from . import RuleKernels, register_kernels
+from ._registry import RuleKernels, register_kernels
 
 __all__: list = []
 

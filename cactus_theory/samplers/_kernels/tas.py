@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ...rules.tas import VLLM_ENTROPY_EPS, TypicalAcceptance
-from . import RuleKernels, register_kernels
+from ._registry import RuleKernels, register_kernels
 from ._blocks import first_argmax, two_level_sum
 
 __all__: list = []

@@ -11,7 +11,7 @@ import torch
 
 from ...rules.plans import RowTarget
 from ...rules.topk import TopKAcceptance
-from . import RuleKernels, register_kernels
+from ._registry import RuleKernels, register_kernels
 from ._blocks import block_maxima
 from ._residual import residual_weights_
 

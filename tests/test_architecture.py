@@ -1,0 +1,247 @@
+"""The package's architecture: the layer contract of ``pyproject.toml`` and the samplers' privacy.
+
+The contract (``[tool.importlinter]``) orders the top-level modules and subpackages of
+``cactus_theory`` in layers, from the command line down to the shared conventions; a module may
+import only from layers below its own (function-local imports included), and no package has an
+import circle among its modules. ``lint-imports`` checks it; these tests run it, prove that the
+same kind of contract fails on a planted violation, and pin that the contract has no exception
+list. A second check reads the code outside ``cactus_theory/samplers/`` (the rest of the package,
+the tests and the scripts) for uses of the samplers' private names.
+"""
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLERS = ROOT / "cactus_theory" / "samplers"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(cwd, *args, pythonpath=None):
+    env = None
+    if pythonpath is not None:
+        import os
+
+        env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def _contracts():
+    tomllib = pytest.importorskip("tomllib")   # Python >= 3.11
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+
+
+# --------------------------------------------------------------------------- the layer contract
+
+def test_the_layer_contract_is_kept():
+    res = _lint(ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 broken" in res.stdout
+
+
+def test_the_contract_has_no_exception_list_and_covers_every_module():
+    cfg = _contracts()
+    assert cfg["root_package"] == "cactus_theory"
+    contracts = cfg["contracts"]
+    assert {c["type"] for c in contracts} == {"layers", "acyclic_siblings"}
+    for c in contracts:
+        assert "ignore_imports" not in c, c["name"]
+    layers = next(c for c in contracts if c["type"] == "layers")
+    assert layers["exhaustive"] is True and layers["containers"] == ["cactus_theory"]
+    # the two ends of the order: the command line on top, the shared conventions at the bottom
+    assert layers["layers"][0] == "cli" and layers["layers"][-1] == "conventions"
+    acyclic = next(c for c in contracts if c["type"] == "acyclic_siblings")
+    assert acyclic["ancestors"] == ["cactus_theory"]
+
+
+def _plant(tmp_path, files, contract):
+    for name, text in files.items():
+        path = tmp_path / "planted" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(contract))
+    return _lint(tmp_path, pythonpath=tmp_path)
+
+
+def test_the_check_fails_on_a_function_local_import_up_the_layers(tmp_path):
+    res = _plant(tmp_path, {
+        "__init__.py": "",
+        "high.py": "X = 1\n",
+        "low.py": """
+            def f():
+                from .high import X   # function-local: still an import of the higher layer
+                return X
+        """}, """
+        [tool.importlinter]
+        root_package = "planted"
+
+        [[tool.importlinter.contracts]]
+        name = "layers"
+        type = "layers"
+        containers = ["planted"]
+        exhaustive = true
+        layers = ["high", "low"]
+    """)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "planted.low -> planted.high" in res.stdout
+
+
+def test_the_check_fails_on_a_circle_inside_a_package(tmp_path):
+    res = _plant(tmp_path, {
+        "__init__.py": "",
+        "sub/__init__.py": "",
+        "sub/a.py": "from . import b\n",
+        "sub/b.py": """
+            def g():
+                from . import a
+                return a
+        """}, """
+        [tool.importlinter]
+        root_package = "planted"
+
+        [[tool.importlinter.contracts]]
+        name = "no circles"
+        type = "acyclic_siblings"
+        ancestors = ["planted"]
+    """)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "planted.sub" in res.stdout
+
+
+def _circles(imports: dict) -> list:
+    """The strongly connected components of more than one module of the graph ``imports``
+    (module -> the modules it imports), each sorted: Tarjan's algorithm, iteratively."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(imports):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(imports.get(root, ()))))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(imports.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return sorted(out)
+
+
+def test_the_circle_finder_finds_a_package_and_its_child():
+    # a package that imports its module, which imports the package back (the siblings contract
+    # does not see this pair: they are parent and child)
+    graph = {"p": {"p.a", "q"}, "p.a": {"p"}, "q": set(), "r": {"q"}}
+    assert _circles(graph) == [["p", "p.a"]]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_itself_through_others():
+    grimp = pytest.importorskip("grimp")   # installed with import-linter
+    graph = grimp.build_graph("cactus_theory", cache_dir=None)
+    imports = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    assert _circles(imports) == []
+
+
+# --------------------------------------------------------------------------- samplers' privacy
+
+def _sampler_private_names():
+    """Private names of ``cactus_theory/samplers/``: ``(methods, module_level)``.
+
+    Methods: ``def _x`` in a class body and ``self._x = ...``; module level: ``def _x``,
+    ``class _X`` and ``_X = ...`` at the top of a module. Dunder names are not private.
+    Submodule names (``_kernels``, ``_blocks``) are modules, not entries of a sampler."""
+    methods, module_level = set(), set()
+    private = lambda s: s.startswith("_") and not s.startswith("__")  # noqa: E731
+    for f in SAMPLERS.rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            methods |= {n.name for n in cls.body
+                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and private(n.name)}
+        methods |= {n.attr for n in ast.walk(tree)
+                    if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+                    and isinstance(n.value, ast.Name) and n.value.id == "self" and private(n.attr)}
+        for n in tree.body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and private(n.name):
+                module_level.add(n.name)
+            elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    if isinstance(t, ast.Name) and private(t.id):
+                        module_level.add(t.id)
+    return methods, module_level - methods
+
+
+def _uses(source: str, names: set) -> list:
+    """``(line, name)`` of every attribute access ``x._name`` and every
+    ``from cactus_theory.samplers... import _name`` of one of ``names`` in ``source``."""
+    out = []
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Attribute) and n.attr in names:
+            out.append((n.lineno, n.attr))
+        elif isinstance(n, ast.ImportFrom) and n.module and "samplers" in n.module:
+            out += [(n.lineno, a.name) for a in n.names if a.name in names]
+    return out
+
+
+def _outside_files():
+    files = [p for p in (ROOT / "cactus_theory").rglob("*.py") if SAMPLERS not in p.parents]
+    return files + sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))
+
+
+def _uses_outside(names: set) -> list:
+    return sorted(f"{p.relative_to(ROOT)}:{line} {name}" for p in _outside_files()
+                  for line, name in _uses(p.read_text(), names))
+
+
+def test_the_privacy_scan_finds_a_planted_use():
+    methods, module_level = _sampler_private_names()
+    planted = "from cactus_theory.samplers.fused import _secret\ns._accept_path(q, p)\nx.public()\n"
+    assert _uses(planted, {"_accept_path", "_secret"}) == [(1, "_secret"), (2, "_accept_path")]
+    assert methods and module_level   # the scan reads the samplers (a sampler has private helpers)
+
+
+def test_no_code_outside_the_samplers_calls_a_private_sampler_method():
+    methods, _ = _sampler_private_names()
+    assert _uses_outside(methods) == []
+
+
+#: Uses of the samplers' private module-level functions and classes outside ``samplers/``
+#: when this test was written (the compiled-kernel machinery of ``fused.py``, tested directly).
+KNOWN_PRIVATE_FUNCTION_USES = [
+    "tests/test_fused_samplers.py: _Kernel (5 uses), _row_stats (3 uses)",
+]
+
+
+@pytest.mark.xfail(strict=True,
+                   reason="still used outside samplers/: " + "; ".join(KNOWN_PRIVATE_FUNCTION_USES))
+def test_no_code_outside_the_samplers_uses_a_private_sampler_function():
+    _, module_level = _sampler_private_names()
+    assert _uses_outside(module_level) == []
