@@ -10,7 +10,9 @@ runs at moderate levels, where its own bound is stated.
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -392,16 +394,39 @@ def test_the_entry_point_is_declared():
             assert ep.value == "cactus_theory.testing.pytest_plugin"
 
 
+DOCS = ROOT / "docs" / "testing.md"
+
+
+def _docs_block(label):
+    """The code block after ``<!-- example: label -->`` in docs/testing.md."""
+    text = DOCS.read_text()
+    after = text.split(f"<!-- example: {label} -->", 1)[1]
+    return after.split("```", 2)[1].split("\n", 1)[1]
+
+
+def test_the_docs_state_the_defaults_and_a_real_failure_report():
+    text = DOCS.read_text()
+    stated = re.search(r"default `DEFAULT_ALPHA` = ([0-9.e-]+);", text).group(1)
+    assert float(stated) == DEFAULT_ALPHA
+    assert "cells of expected count < 5 pooled" in text
+    assert inspect.signature(check_sampler_law).parameters["min_expected"].default == 5.0
+    line = _docs_block("failure").strip()
+    report = check_sampler_law(reference_sampler("sps", defect="recovery-from-q"), "sps").report()
+    assert "  " + line in report.splitlines()
+
+
 def test_the_plugin_in_another_project(tmp_path):
+    """The plugin's fixtures and marker in a temporary project, with the docs page's example."""
     (tmp_path / "test_other.py").write_text(PLUGIN_TEST)
+    (tmp_path / "test_docs_example.py").write_text(_docs_block("plugin"))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
          *_plugin_flags(), "--sampler-law-seed", "7", "--strict-markers",
-         "--junitxml", str(tmp_path / "junit.xml"), "test_other.py"],
+         "--junitxml", str(tmp_path / "junit.xml"), "test_other.py", "test_docs_example.py"],
         check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
-    assert "2 passed" in out and "1 failed" in out, out
+    assert "5 passed" in out and "1 failed" in out, out
     assert "test_broken_recovery" in out and "law (chi-square)" in out, out
     junit = (tmp_path / "junit.xml").read_text()
     assert 'name="sampler_law"' in junit and "passed (" in junit
