@@ -505,7 +505,7 @@ def _bench_frontier(repeats, quick):
 #: goal), the default run, and ``quick``.
 SCALE_SIZES = ((1_000, 1_000), (10_000, 1_000), (100_000, 1_000), (64, VOCAB), (1_024, VOCAB))
 SCALE_SIZES_DEFAULT = ((1_000, 1_000), (10_000, 1_000), (64, VOCAB))
-SCALE_SIZES_QUICK = ((1_000, 1_000), (2_000, 1_000), (4, VOCAB))
+SCALE_SIZES_QUICK = ((500, 1_000), (1_000, 1_000), (2, VOCAB))
 #: Rows of the one-by-one blocks of the check (fewer where V is large: at most
 #: :data:`SCALE_BLOCK_VALUES` values a block, 27 rows at V = 151,936).
 SCALE_BLOCK = 1_000

@@ -157,6 +157,9 @@ def test_working_memory_stays_under_the_bound():
     chunk_peak = peak(lambda: ct.analyze("cactus-exact", q, p, per_token=False, max_memory=bound))
     block_peak = peak(lambda: analyze_block("cactus-exact", q, p))
     assert chunk_peak <= bound + results
+    # keeping accept_probs and emitted: their N x V outputs, written chunk by chunk, on top
+    tok_peak = peak(lambda: ct.analyze("cactus-exact", q, p, max_memory=bound))
+    assert tok_peak <= q.nbytes + p.nbytes + bound + results
     assert block_peak > 10 * (q.nbytes + p.nbytes)     # what chunking avoids: ~15x the input
 
 

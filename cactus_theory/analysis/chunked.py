@@ -148,8 +148,10 @@ class LocalRunner:
     def n_rows(self) -> int:
         return self.source.n_rows
 
-    def map(self, kernel, *args) -> list:
-        """``[kernel(chunk, *args) for chunk in source]``, in row order."""
+    def map(self, kernel, *args, each=None) -> list:
+        """``[kernel(chunk, *args) for chunk in source]``, in row order; with ``each``,
+        ``each(chunk, result)`` is kept instead of ``result`` (e.g. rows written to an output
+        as they come)."""
         chunks = self.source.chunks(self.rows_for)
         if self.progress:
             from tqdm.auto import tqdm
@@ -158,8 +160,9 @@ class LocalRunner:
             chunks = tqdm(chunks, total=total, desc=self.desc, unit="chunk", leave=False)
         out = []
         for c in chunks:
-            out.append(with_file(kernel, c, *args))
-            del c                   # a chunk is a view: it would keep its rows' file alive
+            res = with_file(kernel, c, *args)
+            out.append(res if each is None else each(c, res))
+            del c, res              # a chunk is a view: it would keep its rows' file alive
         return out
 
 

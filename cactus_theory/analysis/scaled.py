@@ -37,7 +37,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .chunked import ArrayRows, as_rows, join_rows, runner_for, wants_chunks
+from .chunked import (
+    ArrayRows,
+    LocalRunner,
+    as_rows,
+    join_rows,
+    runner_for,
+    wants_chunks,
+)
 
 __all__ = [
     "FRONTIER_POINTS",
@@ -120,8 +127,25 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
     if per_token is None:
         per_token = source.in_memory
     run = runner_for(source, "analyze", chunk_rows, max_memory, progress, runner)
-    parts = run.map(_analyze_kernel, rule, divergences, bool(per_token))
     batch = source.batch_shape if isinstance(source, ArrayRows) else (run.n_rows,)
+    rows_out = {}
+
+    def write(chunk, res):
+        """The chunk's (n, V) rows into the (N, V) outputs (made at the first chunk)."""
+        if not rows_out:
+            for key in ("accept_probs", "emitted"):
+                x = getattr(res, key)
+                rows_out[key] = (np.empty((run.n_rows, x.shape[-1]), dtype=x.dtype)
+                                 if isinstance(x, np.ndarray) else
+                                 x.new_empty((run.n_rows, x.shape[-1])))
+        for key in ("accept_probs", "emitted"):
+            rows_out[key][chunk.start:chunk.start + chunk.n_rows] = getattr(res, key)
+        return type(res)(res.rule, None, res.acceptance, None, res.divergences)
+
+    # per-token rows are written as the chunks come (no second copy of the N x V outputs)
+    stream = bool(per_token) and isinstance(run, LocalRunner)
+    parts = run.map(_analyze_kernel, rule, divergences, bool(per_token),
+                    **({"each": write} if stream else {}))
 
     def join(xs, trailing=()):
         out = join_rows(list(xs))
@@ -129,11 +153,15 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
 
     if not parts:
         raise ValueError("target_probs: no rows")
-    V = int(parts[0].emitted.shape[-1]) if per_token else 0
+    V = (int(rows_out["emitted"].shape[-1]) if stream else
+         int(parts[0].emitted.shape[-1]) if per_token else 0)
     acc = join(r.acceptance for r in parts)
     divs = {d: join(r.divergences[d] for r in parts) for d in divergences}
-    a = join((r.accept_probs for r in parts), (V,)) if per_token else None
-    h = join((r.emitted for r in parts), (V,)) if per_token else None
+    if stream:
+        a, h = (rows_out[k].reshape(tuple(batch) + (V,)) for k in ("accept_probs", "emitted"))
+    else:
+        a = join((r.accept_probs for r in parts), (V,)) if per_token else None
+        h = join((r.emitted for r in parts), (V,)) if per_token else None
     return OneStepResult(repr(rule), a, acc, h, divs)
 
 
