@@ -264,3 +264,13 @@ def test_notebook_in_jupyterlab(path, lab, browser):
               f"{time.monotonic() - started:.1f} s")
     finally:
         context.close()
+        _shut_down_kernels(base, token)
+
+
+def _shut_down_kernels(base: str, token: str):
+    """Delete every session of the server and its kernel, so that one kernel runs at a time."""
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+        sessions = json.load(r)
+    for s in sessions:
+        req = urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
