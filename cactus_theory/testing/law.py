@@ -512,7 +512,9 @@ def _call(adapter, q, bonus, p, drafts, device, torch_seed, **kw):
             torch.as_tensor(bonus, dtype=torch.int64, device=device),
             p_t.expand(b, *p_t.shape).contiguous(),
             torch.as_tensor(drafts, dtype=torch.int64, device=device))
-    with torch.random.fork_rng(devices=[]):
+    dev = torch.device(device)
+    forked = [dev.index or 0] if dev.type == "cuda" else []  # restore the CUDA generator too
+    with torch.random.fork_rng(devices=forked):
         torch.manual_seed(torch_seed)
         out = adapter(*args, **kw)
     out = out.detach().cpu().numpy().astype(np.int64)
