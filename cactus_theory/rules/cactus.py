@@ -35,9 +35,8 @@ import numpy as np
 
 from ..divergences import DIVERGENCES, get_divergence
 from ..solvers.spike import capped_exact_unchecked, exact_spike, taylor_spike
-from .plans import (SpikePlan, gather, ratio_acceptance, residual_distribution,
-                    spike_residual_weights, spike_target_at)
-from .registry import Knob, Rule, RuleSpec, register, register_alias
+from .plans import SpikePlan
+from .registry import Knob, RuleSpec, SpikeRule, register, register_alias
 
 __all__ = ["CactusTaylor", "CactusExact"]
 
@@ -47,88 +46,13 @@ SMOOTH_DIVERGENCES = tuple(n for n, d in DIVERGENCES.items() if math.isfinite(d.
 _DELTA = Knob("delta", 1.0, 0.0, math.inf, doc="divergence budget per draft (0 gives SpS)")
 
 
-class _CactusBase(Rule):
-    """Shared by both Cactus rules: gamma is an elementwise function of q_n."""
-
-    #: False: the samplers' compiled core (``fused=True``) evaluates gamma outside its graphs
-    #: (the exact root's solver reads its values on the host).
-    traceable_spike = False
+class _CactusBase(SpikeRule):
+    """Shared by both Cactus rules: gamma is an elementwise function of q_n (the budget
+    ``delta`` and the ``divergence`` its knobs)."""
 
     def __init__(self, delta: float, divergence: str = "kl"):
         self.delta = delta
         self.divergence = divergence
-
-    def spike(self, q_n):
-        """gamma for verifier probabilities ``q_n`` (any shape; array-agnostic)."""
-        raise NotImplementedError
-
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``SpikePlan`` with gamma for every candidate token (array-agnostic)."""
-        return SpikePlan(target_probs, draft_probs, self.spike(target_probs))
-
-    def spike_at_tokens(self, q_n):
-        r"""gamma at the drafted tokens' verifier probabilities ``q_n`` (a few scalars, [B, k]).
-
-        The samplers' evaluation of the spike; equal to :meth:`spike` (CactusExact refines it
-        on the CPU, see there).
-        """
-        return self.spike(q_n)
-
-    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                        raw_draft_probs=None):
-        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` of the drafted tokens only.
-
-        Equal to ``plan(...).accept_probs_at(token_ids)`` but evaluates gamma at the drafted
-        tokens alone (shape ``token_ids.shape``) instead of the whole vocabulary: the samplers'
-        accept path uses it (declared by ``RuleSpec.fast_accept``).
-        """
-        q_n = gather(target_probs, token_ids)
-        return ratio_acceptance(self.spike_at_tokens(q_n), gather(draft_probs, token_ids))
-
-    def accept_probs_from_values(self, q_n, p_n):
-        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` from the drafted tokens' probabilities.
-
-        The samplers call it with row-normalized ``q_n``, ``p_n`` (shape [B, k]) gathered at
-        the drafted tokens, so they never normalize the [B, k, V] inputs.
-        """
-        return ratio_acceptance(self.spike_at_tokens(q_n), p_n)
-
-    @property
-    def samples_from_spike(self) -> bool:
-        r"""True when the samplers may evaluate gamma once per call and reuse it.
-
-        The samplers then call :meth:`spike_at_tokens` on the [B, k] drafted tokens, accept
-        with :math:`\min(1, \gamma_n/p_n)` and build the recovery from the recovery
-        position's gamma (one root evaluation per call instead of two).
-        False for a subclass that overrides an accept or recovery hook (the samplers then call
-        the hooks).
-        """
-        t = type(self)
-        return (t.accept_probs_from_values is _CactusBase.accept_probs_from_values
-                and t.accept_probs_at is _CactusBase.accept_probs_at
-                and t.recovery_weights_at is _CactusBase.recovery_weights_at
-                and t.recovery_at is _CactusBase.recovery_at)
-
-    def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                    raw_draft_probs=None):
-        r"""Recovery :math:`r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p))` of the drafted tokens.
-
-        Equal to ``plan(...).recovery_at(token_ids)`` but evaluates gamma at the drafted tokens
-        only (shape ``token_ids.shape``).
-        """
-        gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
-        return residual_distribution(spike_target_at(target_probs, token_ids, gamma_n),
-                                     draft_probs)
-
-    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                            raw_draft_probs=None):
-        r"""Un-normalized recovery weights of the drafted tokens: :math:`\max(0, h^{(n)} - p)`.
-
-        Proportional to :meth:`recovery_at`; gamma is evaluated at the drafted tokens only
-        (:func:`~.plans.spike_residual_weights`).
-        """
-        gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
-        return spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n)
 
 
 class CactusTaylor(_CactusBase):

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from .._validation import choice
-from .plans import TargetPlan, ratio_acceptance
+from .plans import (SpikePlan, TargetPlan, gather, ratio_acceptance, residual_distribution,
+                    spike_residual_weights, spike_target_at)
 
-__all__ = ["Knob", "RuleSpec", "Rule", "ElementwiseTargetRule", "RuleRegistry", "RULES",
-           "register", "register_alias", "get_rule", "rule_names"]
+__all__ = ["Knob", "RuleSpec", "Rule", "ElementwiseTargetRule", "SpikeRule", "RuleRegistry",
+           "RULES", "register", "register_alias", "get_rule", "rule_names"]
 
 
 @dataclass(frozen=True)
@@ -267,6 +268,94 @@ class ElementwiseTargetRule(Rule):
         probabilities alone (the plan's formula at n only, so the same bits): with it the
         samplers read q and p once for the row sums and then only the drafted tokens."""
         return ratio_acceptance(self.elementwise_target(q_n, p_n), p_n)
+
+
+class SpikeRule(Rule):
+    r"""A spike rule declared by its :math:`\gamma(q_n)` alone (:meth:`spike`, elementwise).
+
+    Theorem 2's structure: :math:`h^{(n)}_n = \gamma_n`, :math:`h^{(n)}_i = c_n q_i` with
+    :math:`c_n = (1-\gamma_n)/(1-q_n)`, :math:`a_n = \min(1, \gamma_n/p_n)`. Derived here:
+    the plan (``SpikePlan``), the acceptance and the recovery at the drafted tokens from
+    gamma there alone; the samplers evaluate gamma once per call (:attr:`samples_from_spike`).
+    Subclasses set ``fast_accept=True`` in their :class:`RuleSpec` (this class overrides
+    :meth:`Rule.accept_probs_at`).
+    """
+
+    #: False: the samplers' compiled core (``fused=True``) evaluates gamma outside its graphs
+    #: (the exact root's solver reads its values on the host).
+    traceable_spike = False
+
+    def spike(self, q_n):
+        """gamma for verifier probabilities ``q_n`` (any shape; array-agnostic)."""
+        raise NotImplementedError
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        """``SpikePlan`` with gamma for every candidate token (array-agnostic)."""
+        return SpikePlan(target_probs, draft_probs, self.spike(target_probs))
+
+    def spike_at_tokens(self, q_n):
+        r"""gamma at the drafted tokens' verifier probabilities ``q_n`` (a few scalars, [B, k]).
+
+        The samplers' evaluation of the spike; equal to :meth:`spike` (a rule may refine it
+        for the samplers' dtype).
+        """
+        return self.spike(q_n)
+
+    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                        raw_draft_probs=None):
+        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` of the drafted tokens only.
+
+        Equal to ``plan(...).accept_probs_at(token_ids)`` but evaluates gamma at the drafted
+        tokens alone (shape ``token_ids.shape``) instead of the whole vocabulary: the samplers'
+        accept path uses it (declared by ``RuleSpec.fast_accept``).
+        """
+        q_n = gather(target_probs, token_ids)
+        return ratio_acceptance(self.spike_at_tokens(q_n), gather(draft_probs, token_ids))
+
+    def accept_probs_from_values(self, q_n, p_n):
+        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` from the drafted tokens' probabilities.
+
+        The samplers call it with row-normalized ``q_n``, ``p_n`` (shape [B, k]) gathered at
+        the drafted tokens, so they never normalize the [B, k, V] inputs.
+        """
+        return ratio_acceptance(self.spike_at_tokens(q_n), p_n)
+
+    @property
+    def samples_from_spike(self) -> bool:
+        r"""True when the samplers may evaluate gamma once per call and reuse it.
+
+        The samplers then call :meth:`spike_at_tokens` on the [B, k] drafted tokens, accept
+        with :math:`\min(1, \gamma_n/p_n)` and build the recovery from the recovery
+        position's gamma (one root evaluation per call instead of two).
+        False for a subclass that overrides an accept or recovery hook (the samplers then call
+        the hooks).
+        """
+        t = type(self)
+        return (t.accept_probs_from_values is SpikeRule.accept_probs_from_values
+                and t.accept_probs_at is SpikeRule.accept_probs_at
+                and t.recovery_weights_at is SpikeRule.recovery_weights_at
+                and t.recovery_at is SpikeRule.recovery_at)
+
+    def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                    raw_draft_probs=None):
+        r"""Recovery :math:`r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p))` of the drafted tokens.
+
+        Equal to ``plan(...).recovery_at(token_ids)`` but evaluates gamma at the drafted tokens
+        only (shape ``token_ids.shape``).
+        """
+        gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
+        return residual_distribution(spike_target_at(target_probs, token_ids, gamma_n),
+                                     draft_probs)
+
+    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
+                            raw_draft_probs=None):
+        r"""Un-normalized recovery weights of the drafted tokens: :math:`\max(0, h^{(n)} - p)`.
+
+        Proportional to :meth:`recovery_at`; gamma is evaluated at the drafted tokens only
+        (:func:`~.plans.spike_residual_weights`).
+        """
+        gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
+        return spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n)
 
 
 class RuleRegistry(dict):

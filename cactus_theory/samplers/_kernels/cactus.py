@@ -1,5 +1,6 @@
-r"""Cactus's recovery weights in torch (:class:`~cactus_theory.rules.cactus.CactusTaylor`,
-:class:`~cactus_theory.rules.cactus.CactusExact`): Theorem 2's :math:`\max(0, h^{(n)} - p)`
+r"""Cactus's recovery weights in torch, for every spike rule
+(:class:`~cactus_theory.rules.registry.SpikeRule`: Cactus-Taylor, Cactus-exact): Theorem 2's
+:math:`\max(0, h^{(n)} - p)`
 as one scaled copy of q with the spike written in place (no one-hot mask), the row sums
 folded into the scale factors (no normalized copies).
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...conventions import EMPTY_RESIDUAL_MASS
-from ...rules.cactus import CactusExact, CactusTaylor
+from ...rules.registry import SpikeRule
 from ...solvers.spike import spike_scale
 from ._registry import RuleKernels, register_kernels
 
@@ -57,5 +58,4 @@ def spike_recovery_weights(rule, target_probs, draft_probs, token_ids, gamma_n, 
     return res + h * empty.to(res.dtype)
 
 
-for _cls in (CactusTaylor, CactusExact):
-    register_kernels(_cls, RuleKernels(spike_recovery_weights=spike_recovery_weights))
+register_kernels(SpikeRule, RuleKernels(spike_recovery_weights=spike_recovery_weights))

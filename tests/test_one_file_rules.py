@@ -1,0 +1,143 @@
+"""A rule written in one place and registered is enrolled in every consumer: one of each form.
+
+Each rule below is its declaration alone (a target h(q, p), a spike gamma(q_n), a decision:
+acceptance test and recovery), array-agnostic, with its RuleSpec. Registered, it runs through
+the invariant battery (tests/test_rule_invariants.py's checks, called with its name), the
+float64 analysis (emitted law), the eager and the compiled samplers (their law against the
+analysis) and the vLLM row substitution, with no other code written for it. It has no torch
+kernel of its own: the samplers take the paths derived from the declaration.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from array_api_compat import array_namespace
+
+import test_rule_invariants as invariants
+from cactus_theory.analysis.one_step import emitted_distribution
+from cactus_theory.integrations.vllm.rows import target_rows
+from cactus_theory.rules import RULES, get_rule
+from cactus_theory.rules.plans import DecisionPlan, TargetPlan
+from cactus_theory.rules.registry import (ElementwiseTargetRule, Knob, Rule, RuleSpec, SpikeRule,
+                                          register)
+from cactus_theory.samplers import make_sampler
+from cactus_theory.samplers._kernels import KERNELS, NO_KERNELS
+from test_sampler_kernels import _chisquare_ok, _pair
+
+
+class Blend(ElementwiseTargetRule):
+    """Target form: h = (1 - w) q + w p."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def elementwise_target(self, q, p):
+        return q * (1.0 - self.w) + p * self.w
+
+
+class SqrtBonus(SpikeRule):
+    r"""Spike form: :math:`\gamma_n = \min(1, q_n + c\sqrt{q_n(1 - q_n)})`."""
+
+    traceable_spike = True
+
+    def __init__(self, c):
+        self.c = c
+
+    def spike(self, q_n):
+        xp = array_namespace(q_n)
+        return xp.minimum(xp.ones_like(q_n), q_n + self.c * xp.sqrt(q_n * (1.0 - q_n)))
+
+
+class RelativeThreshold(Rule):
+    """Decision form: accept n iff q_n >= t max q; on rejection sample q."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+        xp = array_namespace(target_probs, draft_probs)
+        q = target_probs
+        accept = xp.astype(q >= self.t * xp.max(q, axis=-1, keepdims=True), q.dtype)
+        return DecisionPlan(target_probs, draft_probs, accept, q)
+
+
+SPECS = [
+    RuleSpec(name="test-blend", factory=Blend, knobs=(Knob("w", 0.3, 0.0, 1.0, doc="weight of p"),),
+             sps_knobs={"w": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
+             family="target", summary="test: h = (1 - w) q + w p", reference="this test"),
+    RuleSpec(name="test-sqrt-bonus", factory=SqrtBonus,
+             knobs=(Knob("c", 0.5, 0.0, math.inf, doc="bonus scale"),), sps_knobs={"c": 0.0},
+             deterministic=False, reads_draft=True, needs_raw=False, family="spike",
+             fast_accept=True, summary="test: gamma = min(1, q_n + c sqrt(q_n (1 - q_n)))",
+             reference="this test"),
+    RuleSpec(name="test-threshold", factory=RelativeThreshold,
+             knobs=(Knob("t", 0.5, 0.0, 1.0, doc="fraction of max q"),), sps_knobs=None,
+             sps_note="0/1 acceptance", deterministic=True, reads_draft=False, needs_raw=False,
+             family="decision", summary="test: accept iff q_n >= t max q; else sample q",
+             reference="this test"),
+]
+NAMES = [s.name for s in SPECS]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    """The three rules in the registry for this module's tests only."""
+    for spec in SPECS:
+        register(spec)
+    yield
+    for spec in SPECS:
+        dict.__delitem__(RULES, spec.name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_invariant_battery(name):
+    """The battery's checks, with the rule's name: valid probabilities, frontier dominance,
+    torch plans against numpy, the SpS knobs giving SpS, p unread where declared so (the
+    analysis against sampling: the sampler law test below)."""
+    invariants.test_valid_probabilities(name)
+    invariants.test_frontier_dominance(name)
+    invariants.test_torch_plan_matches_numpy(name)
+    if RULES[name].sps_knobs is not None:
+        invariants.test_sps_knobs_give_sps(name)
+    if not RULES[name].reads_draft:
+        invariants.test_rules_that_do_not_read_p_ignore_it(name)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+@pytest.mark.parametrize("name", NAMES)
+def test_the_samplers_emit_the_analysis_law(name, fused):
+    """One position, un-normalized float32 rows: the sampler's emitted token follows h_alg of
+    the float64 analysis (chi-square, n = 20,000, ALPHA of test_sampler_kernels). No torch
+    kernel is registered for these rules (the spike rule finds the kernel of every spike
+    rule, Theorem 2's in-place weights)."""
+    q, p = _pair(9)
+    V, N = len(q), 20_000
+    rule = get_rule(name)
+    s = make_sampler(rule, fused=fused)
+    assert s.kernels is (KERNELS[SpikeRule] if isinstance(rule, SpikeRule) else NO_KERNELS)
+    h = emitted_distribution(rule, q, p)
+    g = torch.Generator().manual_seed(11)
+    qt = torch.tensor(q * 2.5, dtype=torch.float32).expand(N, 2, V)
+    pt = torch.tensor(p * 0.4, dtype=torch.float32).expand(N, 1, V)
+    ids = torch.multinomial(torch.tensor(p).expand(N, V), 1, replacement=True, generator=g)
+    torch.manual_seed(12)
+    out = s(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
+    counts = np.bincount(out[:, 0].numpy(), minlength=V).astype(float)
+    assert _chisquare_ok(counts, h, N), f"{name}: {counts} vs {N * h}"
+
+
+@pytest.mark.parametrize("name", ["test-blend", "test-sqrt-bonus"])
+def test_the_vllm_rows_are_the_per_draft_target(name):
+    """The vLLM row substitution of a target or spike rule: its per-draft target h^(n), the
+    plan's (float32: 1e-6)."""
+    q, p = _pair(4, V=30)
+    rule = get_rule(name)
+    qt = torch.tensor(np.stack([q, p]), dtype=torch.float32)
+    pt = torch.tensor(np.stack([p, q]), dtype=torch.float32)
+    ids = torch.tensor([3, 17])
+    h = target_rows(rule, qt, pt, ids)
+    plan = rule.plan(np.stack([q, p]), np.stack([p, q]))
+    ref = plan.target if isinstance(plan, TargetPlan) else plan.target_at(ids.numpy())
+    torch.testing.assert_close(h, torch.tensor(ref, dtype=torch.float32), rtol=0, atol=1e-6)
