@@ -281,6 +281,16 @@ def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
         check_sampler_law(reference_sampler(), "sps", **kwargs)
 
 
+def test_cases_of_different_k_and_vocabularies():
+    (q0, p0), (q1, p1) = default_cases()[:2]
+    qs, ps = [q0[1:], q1], [p0[1:], p1]  # k = 2 on V = 12, k = 3 on V = 10
+    res = assert_sampler_law(reference_sampler("sps"), SPS, qs, ps, num_samples=3000)
+    laws = [(c.case, c.position) for c in res.checks if c.name == "law"]
+    assert laws == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
+    with pytest.raises(ValueError, match="target_probs"):
+        check_sampler_law(reference_sampler(), "sps", [-q0], [p0])
+
+
 def test_a_sampler_output_of_the_wrong_shape_is_named():
     with pytest.raises(ValueError, match="sampler: returned shape"):
         check_sampler_law(lambda q, p, n, b: n, "sps", num_samples=10)
