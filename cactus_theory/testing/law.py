@@ -652,7 +652,7 @@ def _invariants(adapter, rule, cases, outputs, seed, device, skipped) -> list[di
     raw = []
     bad_all = bonus_all = 0
     first_bad = first_bonus = ""
-    for c, ((q, p), (out, drafts, bonus)) in enumerate(zip(cases, outputs)):
+    for c, ((_q, p), (out, drafts, bonus)) in enumerate(zip(cases, outputs)):
         bad, bonus_bad = _layout_violations(out, drafts, bonus, p.shape[1])
         if bad.any() and not first_bad:
             first_bad = f"case {c}: " + _example(bad, out, drafts, bonus)
