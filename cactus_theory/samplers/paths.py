@@ -105,7 +105,7 @@ class CoreInputs(NamedTuple):
 
 
 class AcceptState(NamedTuple):
-    """What the accept path hands the recovery path (:func:`accept_path`, :func:`recovery_path`).
+    r"""What the accept path hands the recovery path (:func:`accept_path`, :func:`recovery_path`).
 
     Attributes
     ----------
@@ -315,7 +315,7 @@ def _weights_at(kernels: RuleKernels, rule, q, p, ids, raw_q=None, raw_p=None):
 
 
 def _spike_weights(kernels: RuleKernels, rule, x, y, ids, gamma, sx, sy, overwrite=False):
-    """A spike rule's :math:`\max(0, h^{(n)} - p)` from gamma: its kernel (in place when
+    r"""A spike rule's :math:`\max(0, h^{(n)} - p)` from gamma: its kernel (in place when
     ``overwrite``), else the derived :func:`~cactus_theory.rules.plans.spike_residual_weights`."""
     hook = kernels.spike_recovery_weights
     if hook is not None:
