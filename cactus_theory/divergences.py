@@ -384,7 +384,26 @@ def _make(name):
         return d(h, q, axis=axis)
 
     fn.__name__ = name
-    fn.__doc__ = f"``D(h || q)`` over the last axis: {d.convention}\n\nSee :func:`divergence`."
+    fn.__doc__ = f"""``D(h || q)`` for ``{name!r}``, over ``axis`` (the last by default).
+
+    ``{d.convention}``
+
+    Parameters
+    ----------
+    h, q : array_like, shape (..., V)
+        Probability rows (validated; NaN, negative or un-normalized rows raise ValueError).
+    axis : int
+        The vocabulary axis.
+
+    Returns
+    -------
+    ndarray, shape (...)
+        Finite, or ``+inf`` where the divergence is infinite (never NaN).
+
+    See Also
+    --------
+    divergence : the same for any divergence by name.
+    """
     return fn
 
 
