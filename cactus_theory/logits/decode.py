@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -427,16 +426,64 @@ def run_benchmark(prompts, configs, max_new_tokens: int = 192, seed: int = 0, th
 
 DECODE_DIR = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "real" / "decode"
 SHIPPED_RECORDS = ("distilled_m2_sps.npz", "distilled_m2_cactus-taylor_delta0.75.npz")
+#: The shipped measurement's prompts: (prompt set, categories, number of prompts, new tokens).
+SHIPPED_MAIN = ("gsm8k", None, 3, 48)
+SHIPPED_SIDE = ("spec_bench", ("writing", "coding"), 2, 32)
+#: Interleaved repeats of the shipped measurement (the speedup is their median and range).
+SHIPPED_REPEATS = 3
 
 
-def regenerate_decode_results(out_dir=None, threads: int = 2, progress: bool = False) -> dict:
-    """Re-run the shipped decoding measurement (about 15 CPU minutes on 2 cores).
+def speedup_spread(values) -> dict:
+    """Median, min, max and the list of per-repeat speedups (``values``, at least one)."""
+    v = sorted(float(x) for x in values)
+    if not v:
+        raise ValueError("values: need at least one speedup")
+    n = len(v)
+    med = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+    return {"median": med, "min": v[0], "max": v[-1], "runs": v}
 
-    Main run: the first 8 GSM8K evaluation problems, 200 new tokens, distilled drafter with SpS at
+
+def run_repeated(prompts, configs, repeats: int, max_new_tokens: int = 192, seed: int = 0,
+                 threads: int | None = None, out_dir=None, progress: bool = True) -> dict:
+    """:func:`run_benchmark` ``repeats`` times (each a whole interleaved pass), merged.
+
+    The first repeat gives every count (tokens, AL, NLL, accuracy, expected AL) and the records
+    (``out_dir``); each configuration's ``speedup`` becomes the median over the repeats and
+    ``speedup_spread`` holds median, min, max and the runs; the verifier's ``ms_per_token`` is
+    the median too, with ``ms_per_token_runs``. A configuration whose AL differs between repeats
+    (the seeded runs emitted different tokens) gets a ``note``.
+    """
+    import math
+
+    if repeats < 1:
+        raise ValueError(f"repeats: must be >= 1, got {repeats}")
+    runs = [run_benchmark(prompts, configs, max_new_tokens, seed, threads, out_dir if r == 0 else None,
+                          progress=progress) for r in range(repeats)]
+    res = runs[0]
+    res["settings"]["repeats"] = repeats
+    ms = [run["verifier"]["ms_per_token"] for run in runs]
+    res["verifier"]["ms_per_token"] = speedup_spread(ms)["median"]
+    res["verifier"]["ms_per_token_runs"] = ms
+    for label, c in res["configs"].items():
+        c["speedup_spread"] = speedup_spread([run["configs"][label]["speedup"] for run in runs])
+        c["speedup"] = c["speedup_spread"]["median"]
+        c["ms_per_token"] = speedup_spread([run["configs"][label]["ms_per_token"] for run in runs])["median"]
+        if any(not math.isclose(run["configs"][label]["al"], c["al"]) for run in runs):
+            c["note"] = "the repeats emitted different tokens (non-deterministic kernels)"
+    return res
+
+
+def regenerate_decode_results(out_dir=None, threads: int = 2, progress: bool = False,
+                              repeats: int = SHIPPED_REPEATS) -> dict:
+    """Re-run the shipped decoding measurement (3 repeats of every configuration by default).
+
+    Main run: the first 3 GSM8K evaluation problems, 48 new tokens, distilled drafter with SpS at
     m = 1, 2, 3 and Cactus (Taylor, delta = 0.75) at m = 2, interleaved with verifier-only
-    decoding. Side run: 2 Spec-Bench prompts (writing, coding), 64 tokens, early-exit-15 and
-    requant-4 drafters at m = 2 (SpS). Writes ``results.json`` and the recorded (q, p) of the two
-    m = 2 runs (:data:`SHIPPED_RECORDS`) to ``out_dir`` (default ``cactus_theory/data/real/decode``).
+    decoding. Side run: 2 Spec-Bench prompts (writing, coding), 32 tokens, early-exit-15 and
+    requant-4 drafters at m = 2 (SpS). Each is repeated ``repeats`` times (:func:`run_repeated`:
+    the speedup is the median and range over the repeats). Writes ``results.json`` and the
+    recorded (q, p) of the two m = 2 runs (:data:`SHIPPED_RECORDS`) to ``out_dir`` (default
+    ``cactus_theory/data/real/decode``).
     """
     import json
     import shutil
@@ -446,15 +493,18 @@ def regenerate_decode_results(out_dir=None, threads: int = 2, progress: bool = F
     from .format import atomic_write_bytes
     from .prompts import load_prompts
 
+    if repeats < 1:
+        raise ValueError(f"repeats: must be >= 1, got {repeats}")
     out_dir = Path(out_dir) if out_dir else DECODE_DIR
     tmp = Path(tempfile.mkdtemp())
-    main = run_benchmark(load_prompts("gsm8k", "eval")[:8],
-                         [BenchConfig("distilled", 1), BenchConfig("distilled", 2), BenchConfig("distilled", 3),
-                          BenchConfig("distilled", 2, "cactus-taylor", {"delta": 0.75})],
-                         max_new_tokens=200, seed=0, threads=threads, out_dir=tmp, progress=progress)
-    side = run_benchmark(load_prompts("spec_bench", "eval", categories=["writing", "coding"])[:2],
-                         [BenchConfig("early-exit:15", 2), BenchConfig("requant:4", 2)],
-                         max_new_tokens=64, seed=0, threads=threads, out_dir=None, progress=progress)
+    (mset, _, mn, mtok), (sset, scat, sn, stok) = SHIPPED_MAIN, SHIPPED_SIDE
+    main = run_repeated(load_prompts(mset, "eval")[:mn],
+                        [BenchConfig("distilled", 1), BenchConfig("distilled", 2), BenchConfig("distilled", 3),
+                         BenchConfig("distilled", 2, "cactus-taylor", {"delta": 0.75})],
+                        repeats, max_new_tokens=mtok, seed=0, threads=threads, out_dir=tmp, progress=progress)
+    side = run_repeated(load_prompts(sset, "eval", categories=list(scat))[:sn],
+                        [BenchConfig("early-exit:15", 2), BenchConfig("requant:4", 2)],
+                        repeats, max_new_tokens=stok, seed=0, threads=threads, out_dir=None, progress=progress)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_RECORDS:
         shutil.copyfile(tmp / name, out_dir / (name + ".tmp"))
@@ -485,7 +535,7 @@ def add_decode_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from .._cli import add_knobs, add_output, add_seed
 
     p.add_argument("--shipped", action="store_true",
-                   help="re-run the shipped measurement (about 15 CPU minutes); needs --overwrite-shipped "
+                   help="re-run the shipped measurement (a few CPU minutes at 3 repeats); needs --overwrite-shipped "
                         "to replace cactus_theory/data/real/decode, else give --output-dir")
     p.add_argument("--overwrite-shipped", action="store_true",
                    help="allow --shipped to rewrite the committed files inside the package")
@@ -521,6 +571,8 @@ def check_decode_args(args) -> dict:
                              "add --overwrite-shipped, or --output-dir DIR to write elsewhere")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"threads: must be >= 1, got {args.threads}")
+        if args.repeats < 1:
+            raise ValueError(f"repeats: must be >= 1, got {args.repeats}")
         return {}
     for name in ("n_prompts", "max_new_tokens", "repeats"):
         v = getattr(args, name)
@@ -542,13 +594,6 @@ def check_decode_args(args) -> dict:
     check_drafter(args.drafter)
     check_prompts(args.prompts)
     return knobs
-
-
-def _spread(values):
-    v = sorted(float(x) for x in values)
-    n = len(v)
-    med = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
-    return {"median": med, "min": v[0], "max": v[-1], "runs": v}
 
 
 def _decode_text(res: dict) -> str:
@@ -576,7 +621,7 @@ def run_decode(args) -> int:
         if args.output_dir:
             check_output_path(args.output_dir, "output-dir", folder=True)
         res = regenerate_decode_results(out_dir=args.output_dir, threads=args.threads or 2,
-                                        progress=not args.no_progress)
+                                        progress=not args.no_progress, repeats=args.repeats)
         _emit(args, text=json.dumps(res, indent=1), data=res)
         return 0
     from .prompts import benchmark_mix, load_prompts, load_user_prompts
@@ -590,17 +635,8 @@ def run_decode(args) -> int:
     if not prompts:
         raise ValueError(f"prompts: {args.prompts!r} holds no prompt")
     configs = [BenchConfig(args.drafter, m, args.rule, knobs) for m in (args.m or [2, 4])]
-    runs = []
-    for r in range(args.repeats):
-        runs.append(run_benchmark(prompts, configs, args.max_new_tokens, args.seed, args.threads,
-                                  args.records_dir if r == 0 else None, progress=not args.no_progress))
-    res = runs[0]
-    res["settings"]["repeats"] = args.repeats
-    for label, c in res["configs"].items():
-        c["speedup_spread"] = _spread([run["configs"][label]["speedup"] for run in runs])
-        c["speedup"] = c["speedup_spread"]["median"]
-        if any(not math.isclose(run["configs"][label]["al"], c["al"]) for run in runs):
-            c["note"] = "the repeats emitted different tokens (non-deterministic kernels)"
+    res = run_repeated(prompts, configs, args.repeats, args.max_new_tokens, args.seed, args.threads,
+                       args.records_dir, progress=not args.no_progress)
     if args.output:
         from .._io import atomic_write_text
 
@@ -621,7 +657,8 @@ def decode_main(argv=None) -> int:
 
 
 __all__ = [
-    "DECODE_DIR", "regenerate_decode_results", "shipped_decode_records",
+    "DECODE_DIR", "SHIPPED_REPEATS", "regenerate_decode_results", "run_repeated", "shipped_decode_records",
+    "speedup_spread",
     "BenchConfig", "run_benchmark", "DecodeResult", "RoundRecord", "expected_accepted", "records_to_dump", "resolve_sampler",
     "speculative_decode", "verifier_decode", "verifier_nll",
 ]
