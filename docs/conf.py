@@ -37,7 +37,6 @@ extensions = [
 ]
 
 
-
 def _copy_notebooks() -> None:
     """Mirror ``notebooks/`` (the notebooks and their index) into ``docs/notebooks`` (ignored by git).
 
@@ -69,8 +68,9 @@ myst_heading_anchors = 3
 
 # ---- the notebooks: executed at build time, outputs cached; a failing cell fails the build ----
 nb_execution_mode = "cache"
-nb_execution_cache_path = os.environ.get("CACTUS_THEORY_DOCS_NB_CACHE",
-                                         str(DOCS / "_build" / ".jupyter_cache"))
+nb_execution_cache_path = os.environ.get(
+    "CACTUS_THEORY_DOCS_NB_CACHE", str(DOCS / "_build" / ".jupyter_cache")
+)
 nb_execution_timeout = 300  # seconds per cell: a hang guard (each notebook runs in seconds)
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
@@ -85,8 +85,17 @@ autodoc_typehints = "none"  # numpydoc's Parameters sections carry the types
 autodoc_member_order = "bysource"
 # A class that the top-level package re-exports from a documented subpackage is indexed on the
 # subpackage's page only (the template marks the top-level copy :no-index:, one object, one target).
-SUBPACKAGES = ["rules", "analysis", "solvers", "samplers", "simulate", "divergences", "distributions",
-               "figures", "testing"]
+SUBPACKAGES = [
+    "rules",
+    "analysis",
+    "solvers",
+    "samplers",
+    "simulate",
+    "divergences",
+    "distributions",
+    "figures",
+    "testing",
+]
 
 
 def _reexported() -> list[str]:
@@ -95,7 +104,9 @@ def _reexported() -> list[str]:
     names = set()
     for sub in SUBPACKAGES:
         mod = importlib.import_module(f"cactus_theory.{sub}")
-        names |= {n for n in getattr(mod, "__all__", []) if getattr(mod, n) is getattr(cactus_theory, n, None)}
+        names |= {
+            n for n in getattr(mod, "__all__", []) if getattr(mod, n) is getattr(cactus_theory, n, None)
+        }
     return sorted(names)
 
 
@@ -105,8 +116,9 @@ numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 
 # ---- MathJax, served locally ----
-MATHJAX = pathlib.Path(os.environ.get("CACTUS_THEORY_MATHJAX",
-                                      ROOT / ".cache" / "mathjax" / "node_modules" / "mathjax"))
+MATHJAX = pathlib.Path(
+    os.environ.get("CACTUS_THEORY_MATHJAX", ROOT / ".cache" / "mathjax" / "node_modules" / "mathjax")
+)
 mathjax_path = "mathjax/es5/tex-chtml.js"  # relative to _static: the copy made below
 
 # ---- HTML ----
@@ -116,6 +128,7 @@ html_static_path: list[str] = []
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
+    "header_links_before_dropdown": 3,
     "icon_links": [],
 }
 html_show_sourcelink = False
@@ -137,6 +150,7 @@ _REPO_LINK = re.compile(r"(?<!!)\[([^\]]*)\]\(\.\./([^)#\s]+\.md)\)")
 
 def _site_links(app, docname, source):
     """Point the pages' links to Markdown files outside ``docs/`` at the site's own pages."""
+
     def fix(m):
         text, target = m.groups()
         if target == "README.md":
@@ -152,6 +166,7 @@ def setup(app):
         raise ConfigError(
             f"MathJax not found at {MATHJAX} (the site serves it itself): run ./dev setup, or "
             "npm install --prefix .cache/mathjax mathjax@3.2.2, or set CACTUS_THEORY_MATHJAX to an "
-            "unpacked mathjax 3 package")
+            "unpacked mathjax 3 package"
+        )
     app.connect("source-read", _site_links)
     app.connect("build-finished", _copy_mathjax)

@@ -33,11 +33,19 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CACTUS_THEORY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
-MATHJAX = pathlib.Path(os.environ.get("CACTUS_THEORY_MATHJAX",
-                                      ROOT / ".cache" / "mathjax" / "node_modules" / "mathjax"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+MATHJAX = pathlib.Path(
+    os.environ.get("CACTUS_THEORY_MATHJAX", ROOT / ".cache" / "mathjax" / "node_modules" / "mathjax")
+)
 #: Hang guards, not speed tests: the build executes the 11 notebooks (a few minutes on a loaded
 #: machine); a page loads and typesets in about a second.
 BUILD_S = 900
@@ -47,8 +55,13 @@ pytestmark = [pytest.mark.xdist_group("docs")]
 
 
 def _missing() -> str | None:
-    for mod, extra in (("sphinx", "docs"), ("numpydoc", "docs"), ("myst_nb", "docs"),
-                       ("pydata_sphinx_theme", "docs"), ("playwright.sync_api", "notebooks")):
+    for mod, extra in (
+        ("sphinx", "docs"),
+        ("numpydoc", "docs"),
+        ("myst_nb", "docs"),
+        ("pydata_sphinx_theme", "docs"),
+        ("playwright.sync_api", "notebooks"),
+    ):
         try:
             __import__(mod)
         except ImportError:
@@ -72,8 +85,19 @@ def site(tmp_path_factory):
     env["CACTUS_THEORY_DOCS_NB_CACHE"] = str(tmp / "jupyter_cache")  # a fresh cache: every notebook runs
     env.pop("MPLBACKEND", None)  # the notebooks select the inline backend themselves
     env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html", "-d", str(tmp / "doctrees"),
-           str(ROOT / "docs"), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-W",
+        "--keep-going",
+        "-b",
+        "html",
+        "-d",
+        str(tmp / "doctrees"),
+        str(ROOT / "docs"),
+        str(out),
+    ]
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=BUILD_S)
     log = proc.stdout + proc.stderr
@@ -149,8 +173,9 @@ def _open(browser, url: str):
     page.on("pageerror", lambda e: errors.append(str(e)))
     response = page.goto(url, wait_until="load", timeout=PAGE_S * 1000)
     assert response is not None and response.ok, f"{url}: {response and response.status}"
-    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                           timeout=PAGE_S * 1000)
+    page.wait_for_function(
+        "() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=PAGE_S * 1000
+    )
     return context, page, blocked, errors
 
 
@@ -158,11 +183,13 @@ def _check_maths(page, where: str, blocked, errors):
     m = page.evaluate(_MATH_JS)
     assert m["version"].startswith("3."), f"{where}: MathJax {m['version']}"
     assert m["formulas"] > 0, f"{where}: no formula on the page"
-    assert m["typeset"] == m["formulas"] and m["containers"] >= m["formulas"], \
+    assert m["typeset"] == m["formulas"] and m["containers"] >= m["formulas"], (
         f"{where}: {m['typeset']} of {m['formulas']} formulas typeset"
+    )
     assert not m["raw"], f"{where}: raw TeX left in the text: {m['raw'][:5]}"
-    src = page.evaluate("() => Array.from(document.scripts).map((s) => s.src)"
-                        ".find((s) => s.includes('tex-chtml'))")
+    src = page.evaluate(
+        "() => Array.from(document.scripts).map((s) => s.src).find((s) => s.includes('tex-chtml'))"
+    )
     assert src and src.startswith(page.url.split("/", 3)[0] + "//127.0.0.1"), f"{where}: MathJax from {src}"
     assert not blocked, f"{where}: requests off the local server: {blocked}"
     assert not errors, f"{where}: JavaScript errors: {errors}"
@@ -181,7 +208,9 @@ def test_index_page(browser, server):
     context, page, blocked, errors = _open(browser, f"{server}/index.html")
     try:
         assert "cactus_theory" in page.title()
-        nav = page.evaluate("() => Array.from(document.querySelectorAll('a')).map((a) => a.getAttribute('href'))")
+        nav = page.evaluate(
+            "() => Array.from(document.querySelectorAll('a')).map((a) => a.getAttribute('href'))"
+        )
         for target in ("theory.html", "conventions.html", "api.html", "notebooks/0_quick_start.html"):
             assert target in nav, f"index: no link to {target}"
         _check_maths(page, "index", blocked, errors)
@@ -218,3 +247,42 @@ def test_notebook_page(browser, server):
         _check_maths(page, "notebook page 0_quick_start", blocked, errors)
     finally:
         context.close()
+
+
+def _table_rows(page: str, first_cell: str):
+    """The cells of the Markdown table rows of ``docs/<page>`` whose first cell matches."""
+    import re
+
+    rows = []
+    for line in (ROOT / "docs" / page).read_text(encoding="utf-8").splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if re.fullmatch(first_cell, cells[0]):
+                rows.append(cells)
+    return rows
+
+
+def test_theory_page_divergence_table_matches_the_registry():
+    from fractions import Fraction
+
+    import numpy as np
+
+    import cactus_theory as ct
+
+    rows = {r[0].split()[0].strip("`"): r for r in _table_rows("theory.md", r"`[a-z_0-9]+`.*")}
+    assert set(rows) == set(ct.DIVERGENCES), "the theory page's table lists other divergences"
+    for name, d in ct.DIVERGENCES.items():
+        f2, finite = rows[name][3], rows[name][4]
+        if np.isfinite(d.f_second_at_one):
+            assert float(Fraction(f2)) == d.f_second_at_one, f"{name}: f''(1) {f2} on the page"
+        else:
+            assert f2 == "none", f"{name}: f''(1) {f2} on the page, none in the registry"
+        assert finite == ("yes" if d.finite_off_support else "no"), f"{name}: finite off the support"
+
+
+def test_conventions_page_states_the_toolkit_settings():
+    import cactus_theory as ct
+
+    (row,) = _table_rows("conventions.md", r"this toolkit .*PAPER_TRUNCATION.*")
+    t = ct.distributions.PAPER_TRUNCATION
+    assert row[1:4] == [f"{t['temperature']:g}", f"{t['top_k']}", f"{t['top_p']:g}"]
