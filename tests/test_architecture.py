@@ -233,15 +233,6 @@ def test_no_code_outside_the_samplers_calls_a_private_sampler_method():
     assert _uses_outside(methods) == []
 
 
-#: Uses of the samplers' private module-level functions and classes outside ``samplers/``
-#: when this test was written (the compiled-kernel machinery of ``fused.py``, tested directly).
-KNOWN_PRIVATE_FUNCTION_USES = [
-    "tests/test_fused_samplers.py: _Kernel (5 uses), _row_stats (3 uses)",
-]
-
-
-@pytest.mark.xfail(strict=True,
-                   reason="still used outside samplers/: " + "; ".join(KNOWN_PRIVATE_FUNCTION_USES))
 def test_no_code_outside_the_samplers_uses_a_private_sampler_function():
     _, module_level = _sampler_private_names()
     assert _uses_outside(module_level) == []

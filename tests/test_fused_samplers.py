@@ -13,7 +13,7 @@ import torch
 
 from cactus_theory.samplers import fused as fused_kernels
 from cactus_theory.samplers import make_sampler
-from cactus_theory.samplers.entry import _row_stats
+from cactus_theory.samplers.entry import eager_row_stats
 from cactus_theory.samplers.fused import block_sums as _block_sums
 from cactus_theory.samplers.blocked import BlockWeights
 from rule_configs import FUSED_SHAPE, QUICK_GROUP, fused_params
@@ -57,8 +57,8 @@ def test_row_stats_sums_and_the_eager_flags(dtype, V):
     u = 2.0 ** -24
     for s, ref in ((s_x[ok], x.double().sum(-1)[ok]), (s_p, p.double().sum(-1))):
         assert torch.all((s.double() - ref).abs() <= 256 * u * ref + 1e-300)
-    assert torch.equal(bad_x, _row_stats(x)[1])
-    assert torch.equal(bad_p, _row_stats(p)[1]) and not bad_p.any()
+    assert torch.equal(bad_x, eager_row_stats(x)[1])
+    assert torch.equal(bad_p, eager_row_stats(p)[1]) and not bad_p.any()
     assert bad_x[0, 0] and bad_x[1, 1] and bad_x[2, 2] and bad_x[3, 0] and not bad_x[4, 1]
     assert int(bad_x.sum()) == 4
 
@@ -167,13 +167,13 @@ def test_cond_graphs_are_stored_in_the_fx_graph_cache():
     x = -torch.linspace(0.1, 1.0, 16)          # sum < 0: the false branch
     c = counters["inductor"]
     bypass = c["fxgraph_cache_bypass"]
-    first = fused_kernels._Kernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
+    first = fused_kernels.CompiledKernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
     torch.testing.assert_close(first(x), x.cos() + 1.0)
     hits = c["fxgraph_cache_hit"]
-    again = fused_kernels._Kernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
+    again = fused_kernels.CompiledKernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
     torch.testing.assert_close(again(x), x.cos() + 1.0)
     assert c["fxgraph_cache_hit"] == hits + 1
-    other = fused_kernels._Kernel(_cond_sin_exp, copy=True, options=fused_kernels.CACHE_OPTIONS)
+    other = fused_kernels.CompiledKernel(_cond_sin_exp, copy=True, options=fused_kernels.CACHE_OPTIONS)
     torch.testing.assert_close(other(x), x.exp() + 1.0)
     assert c["fxgraph_cache_bypass"] == bypass
     assert fused_kernels.compile_failure() is None
@@ -194,7 +194,7 @@ def test_each_kernel_copy_keeps_its_own_shape_memory():
         x = torch.full((2, V), 1.0 / V)
         (s, bad), = fused_kernels.row_stats(x)
         torch.testing.assert_close(s, torch.ones(2))
-        code = fused_kernels.compiled_for(None, fused_kernels._row_stats, V).eager.__code__
+        code = fused_kernels.compiled_for(None, fused_kernels.row_stats_core, V).eager.__code__
         seen[V] = pgo.get_code_state()[pgo.CodeId.make(code)].automatic_dynamic
     assert fused_kernels.compile_failure() is None
     for V, state in seen.items():
@@ -202,7 +202,7 @@ def test_each_kernel_copy_keeps_its_own_shape_memory():
         shown = (V, {n: e.render() for n, e in state.items()})
         assert (2, V) in sizes, shown
         assert all(isinstance(d, int) for size in sizes for d in size), shown
-    names = {fused_kernels.compiled_for(None, fused_kernels._row_stats, V).eager.__name__
+    names = {fused_kernels.compiled_for(None, fused_kernels.row_stats_core, V).eager.__name__
              for V in seen}
     assert len(names) == 2
 
@@ -249,7 +249,7 @@ def test_compile_failure_falls_back_to_eager_once(monkeypatch):
         return run
 
     monkeypatch.setattr(torch, "compile", broken_compile)
-    kernel = fused_kernels._Kernel(lambda x: x * 2, copy=True)
+    kernel = fused_kernels.CompiledKernel(lambda x: x * 2, copy=True)
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
         assert kernel(torch.tensor(3.0)).item() == 6.0
     assert "no C++ compiler" in fused_kernels.compile_failure()
@@ -260,7 +260,7 @@ def test_compile_failure_falls_back_to_eager_once(monkeypatch):
 
     monkeypatch.setattr(fused_kernels, "_failure", None)
     with pytest.raises(ValueError, match="x: bad"):
-        fused_kernels._Kernel(bad)(torch.tensor(1.0))
+        fused_kernels.CompiledKernel(bad)(torch.tensor(1.0))
     assert fused_kernels.compile_failure() is None
 
 

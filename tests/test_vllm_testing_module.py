@@ -59,3 +59,19 @@ def test_vllms_rejection_sample_is_not_cactus(rejection_sample):
                             seed=0, invariants=False)
     assert not res.passed
     assert any(c.name == "acceptance" for c in res.failures)
+
+
+def test_the_documentation_examples_that_import_vllm_run():
+    """The pages' python examples that need vLLM (tests/test_readme.py runs the others)."""
+    import importlib.util as iu
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "update_readme.py"
+    spec = iu.spec_from_file_location("update_readme", path)
+    upd = iu.module_from_spec(spec)
+    spec.loader.exec_module(upd)
+    codes = [code for text in upd.read_pages().values() for code in upd._PYTHON_BLOCK.findall(text)
+             if upd.needs_vllm(code)]
+    assert codes, "no documentation example imports vllm"
+    for code in codes:
+        upd.run_example(code)

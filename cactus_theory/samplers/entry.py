@@ -9,10 +9,10 @@ import torch
 
 from . import fused as fused_kernels
 
-__all__ = ["validate_sampler_entry"]
+__all__ = ["validate_sampler_entry", "eager_row_stats"]
 
 
-def _row_stats(x: torch.Tensor):
+def eager_row_stats(x: torch.Tensor):
     """Float32 row sums and the bad-row flag (sum not finite or <= 0, or a negative entry).
 
     One read for the sums, one for the minimum (a NaN or inf anywhere makes the sum
@@ -137,7 +137,7 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
     if fused and any(x is not None for x in parts):
         stats = fused_kernels.row_stats(*parts)
     else:
-        stats = [(None, None) if x is None else _row_stats(x) for x in parts]
+        stats = [(None, None) if x is None else eager_row_stats(x) for x in parts]
     cleaned, sums = [], []
     for x, (s_x, b) in zip(probs, stats):
         sums.append(s_x)

@@ -56,7 +56,8 @@ import torch
 
 from ._kernels._blocks import block_reduce, split_blocks
 
-__all__ = ["row_stats", "stats", "compiled_for", "block_sums", "compile_failure"]
+__all__ = ["row_stats", "row_stats_core", "stats", "compiled_for", "CompiledKernel", "block_sums",
+           "compile_failure"]
 
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
 CDF_BLOCK = 256
@@ -147,11 +148,11 @@ def stats(x):
     return s, ~(torch.isfinite(s) & (s > 0) & (neg >= 0))
 
 
-def _row_stats(a, b, c, d):
+def row_stats_core(a, b, c, d):
     return stats(a), stats(b), stats(c), stats(d)
 
 
-class _Kernel:
+class CompiledKernel:
     """One compiled function, with the eager function as its fallback.
 
     ``copy=True`` compiles a copy of the function's code object: dynamo keeps its cache (and
@@ -216,7 +217,7 @@ def compiled_for(rule, fn, *shape_key):
         if k is None:
             large = bool(shape_key) and shape_key[0] > SMALL_VOCAB
             tag = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
-            k = _PER_RULE[key] = _Kernel(fn, copy=True, tag=tag, options={
+            k = _PER_RULE[key] = CompiledKernel(fn, copy=True, tag=tag, options={
                 **CACHE_OPTIONS, **(INDUCTOR_OPTIONS if large else {})})
     return k
 
@@ -235,4 +236,4 @@ def row_stats(*tensors):
     args = list(tensors) + [None] * (4 - len(tensors))
     # one copy per vocabulary size: only the leading axes turn dynamic
     v = next((x.shape[-1] for x in tensors if x is not None), 0)
-    return list(compiled_for(None, _row_stats, v)(*args))[:len(tensors)]
+    return list(compiled_for(None, row_stats_core, v)(*args))[:len(tensors)]
