@@ -593,7 +593,7 @@ def scale_probe(n, V, path, seed=0):
                 and np.array_equal(np.asarray(res.divergences["kl"])[:m], kl))
     return {"n": n, "V": V, "path": path, "input_bytes": int(q.nbytes + p.nbytes),
             "peak_extra_bytes": int(peak), "memory_method": method, "seconds": seconds,
-            "check": same, "checked_rows": m}
+            "check": same, "checked_rows": m, "block_rows": step}
 
 
 def _probe(n, V, path, seed):
@@ -640,7 +640,8 @@ def _bench_scale(sizes, seed=0, quick=False):
                              f"against {ref_rate:.1f} in memory at n = {ns[0]:,}",
                              ref_rate / rate, "<= 1.2" + tag, (quick or ref_rate / rate <= 1.2) and
                              r["peak_extra_bytes"] < 1e9, r["check"],
-                             f"first {r['checked_rows']:,} rows equal 1,000-row blocks one by one: "
+                             f"first {r['checked_rows']:,} rows equal {r['block_rows']:,}-row blocks "
+                             "one by one: "
                              f"{r['check']}; extra memory < 1 GB: {r['peak_extra_bytes'] < 1e9}"))
         if len(ns) > 1:
             flat = peaks[-1] / peaks[0]

@@ -7,8 +7,6 @@ from .one_step import (
     OneStepResult,
     acceptance_probabilities,
     acceptance_rate,
-    analyze,
-    emitted_distribution,
     make_plan,
     per_draft_divergence,
 )

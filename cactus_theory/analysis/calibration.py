@@ -37,7 +37,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, to_device
+from array_api_compat import device as array_device
 
 from .._validation import (as_budget, as_budget_array, as_nonempty_values, as_prob_pair,
                            as_probs, as_probs_or_tensor, choice)
@@ -536,15 +537,14 @@ class CalibratedCactus(Rule):
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``SpikePlan`` whose per-row delta meets the emitted budget eps."""
         xp = array_namespace(target_probs, draft_probs)
-        to_np = lambda x: np.asarray(x.detach().cpu().double() if hasattr(x, "detach") else x,  # noqa: E731
-                                     dtype=np.float64)
+        to_np = lambda x: np.asarray(to_device(xp.astype(x, xp.float64), "cpu"))  # noqa: E731
         qn, pn = to_np(target_probs), to_np(draft_probs)
         qn = qn / qn.sum(-1, keepdims=True)
         pn = pn / pn.sum(-1, keepdims=True)
         delta = calibrate_delta(qn, pn, self.eps, base=self.base, divergence=self.divergence).delta
         delta = np.where(np.isfinite(delta), delta, DELTA_CAP)
         dt = xp.asarray(delta[..., None], dtype=target_probs.dtype,
-                        device=getattr(target_probs, "device", None))
+                        device=array_device(target_probs))
         return SpikePlan(target_probs, draft_probs,
                          spike_for(target_probs, dt, self.base, self.divergence))
 
