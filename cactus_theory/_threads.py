@@ -22,7 +22,7 @@ def thread_count() -> int:
     """The CPUs this process may run on, at most 8."""
     try:
         n = len(os.sched_getaffinity(0))
-    except AttributeError:      # not on Linux
+    except AttributeError:  # not on Linux
         n = os.cpu_count() or 1
     return max(1, min(8, n))
 
@@ -32,8 +32,7 @@ def _pool(workers: int):
     forked child inherits the pool object but none of its threads)."""
     with _LOCK:
         if not _POOL or _POOL[1] != os.getpid() or _POOL[0]._max_workers < workers:
-            _POOL[:] = [concurrent.futures.ThreadPoolExecutor(workers, "cactus-chunks"),
-                        os.getpid()]
+            _POOL[:] = [concurrent.futures.ThreadPoolExecutor(workers, "cactus-chunks"), os.getpid()]
         return _POOL[0]
 
 

@@ -36,16 +36,15 @@ def as_probs(x, name: str, *, normalize: bool = True) -> np.ndarray:
     bad = np.abs(sums - 1.0) > tol
     if np.any(bad):
         worst = sums[bad].flat[0] if sums.ndim else float(sums)
-        raise ValueError(
-            f"{name}: rows must sum to 1 within {tol:g}; found a row summing to {worst:.9g}"
-        )
+        raise ValueError(f"{name}: rows must sum to 1 within {tol:g}; found a row summing to {worst:.9g}")
     if normalize:
         arr = arr / sums[..., None]
     return arr
 
 
-def as_prob_pair(target_probs, draft_probs, *, target_name="target_probs", draft_name="draft_probs",
-                 normalize: bool = True):
+def as_prob_pair(
+    target_probs, draft_probs, *, target_name="target_probs", draft_name="draft_probs", normalize: bool = True
+):
     """Validate ``(q, p)``: both probability arrays with the same shape ``[..., V]``."""
     q = as_probs(target_probs, target_name, normalize=normalize)
     p = as_probs(draft_probs, draft_name, normalize=normalize)
@@ -77,7 +76,9 @@ def as_token_ids(token_ids, vocab_size: int, batch_shape, name: str = "draft_tok
     try:
         return np.broadcast_to(arr.astype(np.int64), tuple(batch_shape))
     except ValueError:
-        raise ValueError(f"{name}: shape {arr.shape} does not match the batch shape {tuple(batch_shape)}") from None
+        raise ValueError(
+            f"{name}: shape {arr.shape} does not match the batch shape {tuple(batch_shape)}"
+        ) from None
 
 
 def as_budget(delta, name: str = "delta") -> float:
@@ -144,8 +145,9 @@ def random_generator(rng, name: str = "rng") -> np.random.Generator:
     if rng is None or isinstance(rng, np.random.Generator):
         return np.random.default_rng(rng)
     if isinstance(rng, (bool, np.bool_)) or not isinstance(rng, (int, np.integer)):
-        raise ValueError(f"{name}: expected None, a non-negative integer seed or a "
-                         f"numpy.random.Generator, got {rng!r}")
+        raise ValueError(
+            f"{name}: expected None, a non-negative integer seed or a numpy.random.Generator, got {rng!r}"
+        )
     if rng < 0:
         raise ValueError(f"{name}: a seed must be >= 0, got {rng}")
     return np.random.default_rng(int(rng))
@@ -197,7 +199,10 @@ def as_top_p(p, name: str = "top_p") -> float:
     if not 0 < v <= 1:
         raise ValueError(f"{name}: must lie in (0, 1], got {p!r}")
     return v
+
+
 # -- validators of the exported solver and analysis functions ---------------------------------
+
 
 def _is_torch(x) -> bool:
     """True for a torch tensor (checked by type name: importing torch is never needed here)."""
@@ -245,8 +250,12 @@ def as_nonempty_values(values, name: str, *, minimum: float | None = 0.0) -> np.
 
 def as_count(n, name: str, minimum: int = 1) -> int:
     """Validate an integer count ``>= minimum`` (bools and non-integral floats rejected)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer, float, np.floating)) \
-            or not math.isfinite(float(n)) or int(n) != n:
+    if (
+        isinstance(n, bool)
+        or not isinstance(n, (int, np.integer, float, np.floating))
+        or not math.isfinite(float(n))
+        or int(n) != n
+    ):
         raise ValueError(f"{name}: must be an integer >= {minimum}, got {n!r}")
     if int(n) < minimum:
         raise ValueError(f"{name}: must be an integer >= {minimum}, got {int(n)}")
@@ -258,8 +267,7 @@ def as_probs_or_tensor(x, name: str):
     return x if _is_torch(x) else as_probs(x, name)
 
 
-def as_finite_number(x, name: str, *, low: float = -math.inf, high: float = math.inf,
-                     slack: float = 0.0):
+def as_finite_number(x, name: str, *, low: float = -math.inf, high: float = math.inf, slack: float = 0.0):
     """Validate real numbers (array or scalar) with no NaN, within ``[low, high]``.
 
     ``slack``: values outside the interval by at most this much (rounding of a computed

@@ -36,11 +36,24 @@ import numpy as np
 
 from ._validation import as_budget, as_budget_array, as_prob_pair, choice, one_row, token_id
 from .divergences import get_divergence
-from .results import (CalibrationResult, ChainResult, FrontierResult, RuleTable, SpikeSolution,
-                      TaylorExactComparison)
+from .results import (
+    CalibrationResult,
+    ChainResult,
+    FrontierResult,
+    RuleTable,
+    SpikeSolution,
+    TaylorExactComparison,
+)
 
-__all__ = ["solve_spike", "compare_taylor_exact", "optimal_frontier", "calibrate_delta",
-           "analyze_rules", "exact_chain", "make_sampler"]
+__all__ = [
+    "solve_spike",
+    "compare_taylor_exact",
+    "optimal_frontier",
+    "calibrate_delta",
+    "analyze_rules",
+    "exact_chain",
+    "make_sampler",
+]
 
 #: Methods of :func:`solve_spike`.
 SPIKE_METHODS = ("exact", "taylor", "cvxpy")
@@ -50,8 +63,7 @@ CALIBRATION_RULES = ("cactus-taylor", "cactus-exact")
 FRONTIER_POINTS = 65
 
 
-def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl",
-                method="exact") -> SpikeSolution:
+def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", method="exact") -> SpikeSolution:
     r"""Solve the per-draft problem at one drafted token.
 
     .. math:: \gamma = \max_h h_n \quad\text{s.t.}\quad h\in\Delta_V,\ D(h\|q) \le \delta,
@@ -101,29 +113,48 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl",
     if method == "cvxpy":
         from .solvers.cvx import max_draft_probability_cvxpy
 
-        tol = 1e-7    # the oracle's verification tolerance (its default): interior-point accuracy
+        tol = 1e-7  # the oracle's verification tolerance (its default): interior-point accuracy
         res = max_draft_probability_cvxpy(q, n, delta, d.name, tol=tol)
         gamma, h, div = float(res.value), np.asarray(res.h), float(res.divergence)
-        info = {"algorithm": "cvxpy over the simplex", "solver": res.solver,
-                "status": res.status, "attempts": [list(a) for a in res.attempts], "tol": tol}
+        info = {
+            "algorithm": "cvxpy over the simplex",
+            "solver": res.solver,
+            "status": res.status,
+            "attempts": [list(a) for a in res.attempts],
+            "tol": tol,
+        }
     else:
         if method == "exact":
             gamma = float(exact_spike(np.asarray(q_n), delta, d.name))
-            info = {"algorithm": "bisection on the two-point form (Theorem 2)",
-                    "iterations": 64, "tol": 0.0}
+            info = {"algorithm": "bisection on the two-point form (Theorem 2)", "iterations": 64, "tol": 0.0}
         else:
             # q_n in {0, 1}: no bonus (also for delta = inf, where the formula reads 0 * inf)
-            gamma = (float(q_n) if q_n * (1.0 - q_n) == 0
-                     else float(taylor_spike(np.asarray(q_n), delta, d.name)))
-            info = {"algorithm": "Taylor point (Corollary 5)",
-                    "f_second_at_one": float(d.f_second_at_one), "tol": 0.0}
-        h = spike_target_at(q, np.asarray(n), np.asarray(gamma))   # Theorem 2's h^(n)
+            gamma = (
+                float(q_n) if q_n * (1.0 - q_n) == 0 else float(taylor_spike(np.asarray(q_n), delta, d.name))
+            )
+            info = {
+                "algorithm": "Taylor point (Corollary 5)",
+                "f_second_at_one": float(d.f_second_at_one),
+                "tol": 0.0,
+            }
+        h = spike_target_at(q, np.asarray(n), np.asarray(gamma))  # Theorem 2's h^(n)
         div = float(d.two_point(np.asarray(gamma), np.asarray(q_n)))
     acc = float(ratio_acceptance(np.asarray(gamma), np.asarray(p_n)))
-    return SpikeSolution(method=method, divergence=d.name, token=n, delta=delta,
-                         target_prob=float(q_n), draft_prob=float(p_n), gamma=gamma, h=h,
-                         per_draft_divergence=div, acceptance=acc, budget_hit=gamma < 1.0,
-                         within_budget=bool(div <= delta + info["tol"]), solver_info=info)
+    return SpikeSolution(
+        method=method,
+        divergence=d.name,
+        token=n,
+        delta=delta,
+        target_prob=float(q_n),
+        draft_prob=float(p_n),
+        gamma=gamma,
+        h=h,
+        per_draft_divergence=div,
+        acceptance=acc,
+        budget_hit=gamma < 1.0,
+        within_budget=bool(div <= delta + info["tol"]),
+        solver_info=info,
+    )
 
 
 def compare_taylor_exact(target_probs, draft_probs, delta, *, divergence="kl") -> TaylorExactComparison:
@@ -154,23 +185,41 @@ def compare_taylor_exact(target_probs, draft_probs, delta, *, divergence="kl") -
 
     delta = as_budget(delta, "delta")
     res = taylor_vs_exact_pairs(target_probs, draft_probs, [delta], divergence)
-    by = {("sps" if r["rule"] == "sps" else "taylor" if r["rule"] == "cactus-taylor" else "exact"): r
-          for r in res.rows}
+    by = {
+        ("sps" if r["rule"] == "sps" else "taylor" if r["rule"] == "cactus-taylor" else "exact"): r
+        for r in res.rows
+    }
     t, e = by["taylor"], by["exact"]
     return TaylorExactComparison(
-        delta=delta, divergence=res.divergence, n_positions=res.n_positions,
-        acceptance_sps=by["sps"]["acceptance"], acceptance_taylor=t["acceptance"],
+        delta=delta,
+        divergence=res.divergence,
+        n_positions=res.n_positions,
+        acceptance_sps=by["sps"]["acceptance"],
+        acceptance_taylor=t["acceptance"],
         acceptance_exact=e["acceptance"],
-        per_draft_mean_taylor=t["per_draft_mean"], per_draft_mean_exact=e["per_draft_mean"],
-        per_draft_max_taylor=t["per_draft_max"], per_draft_max_exact=e["per_draft_max"],
-        emitted_taylor=t["emitted_mean"], emitted_exact=e["emitted_mean"],
-        emitted_max_taylor=t["emitted_max"], emitted_max_exact=e["emitted_max"],
+        per_draft_mean_taylor=t["per_draft_mean"],
+        per_draft_mean_exact=e["per_draft_mean"],
+        per_draft_max_taylor=t["per_draft_max"],
+        per_draft_max_exact=e["per_draft_max"],
+        emitted_taylor=t["emitted_mean"],
+        emitted_exact=e["emitted_mean"],
+        emitted_max_taylor=t["emitted_max"],
+        emitted_max_exact=e["emitted_max"],
         taylor_overshoot=max(0.0, t["per_draft_max"] - delta),
-        table=tuple(dict(r) for r in res.rows))
+        table=tuple(dict(r) for r in res.rows),
+    )
 
 
-def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl", chunk_rows=None,
-                     max_memory=None, progress=False) -> FrontierResult:
+def optimal_frontier(
+    target_probs,
+    draft_probs=None,
+    *,
+    eps=None,
+    divergence="kl",
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+) -> FrontierResult:
     r"""The optimal acceptance :math:`F(\epsilon)` at targets eps on the emitted divergence.
 
     .. math:: F(\epsilon) = \max_{o\in\Delta_V} \sum_x \min(p_x, o_x)
@@ -206,8 +255,17 @@ def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl
     """
     from .solvers.frontier import frontier, saturation_budget
 
-    scaled = _scaled("frontier", "optimal_frontier", target_probs, draft_probs, chunk_rows, max_memory,
-                     progress, eps=eps, divergence=divergence)
+    scaled = _scaled(
+        "frontier",
+        "optimal_frontier",
+        target_probs,
+        draft_probs,
+        chunk_rows,
+        max_memory,
+        progress,
+        eps=eps,
+        divergence=divergence,
+    )
     if scaled is not None:
         return scaled
     q, p = as_prob_pair(target_probs, draft_probs)
@@ -224,14 +282,29 @@ def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl
     div = np.asarray(res.divergence, dtype=np.float64).reshape(-1, grid.size)
     flat = acc.reshape(-1, grid.size)
     sps = float(np.mean(np.sum(np.minimum(q, p), axis=-1)))
-    return FrontierResult(divergence=d.name, eps=grid, acceptance=flat.mean(axis=0),
-                          emitted_divergence=div.mean(axis=0), sps_acceptance=sps,
-                          saturation_eps=sat, n_positions=flat.shape[0],
-                          per_position_acceptance=acc)
+    return FrontierResult(
+        divergence=d.name,
+        eps=grid,
+        acceptance=flat.mean(axis=0),
+        emitted_divergence=div.mean(axis=0),
+        sps_acceptance=sps,
+        saturation_eps=sat,
+        n_positions=flat.shape[0],
+        per_position_acceptance=acc,
+    )
 
 
-def calibrate_delta(target_probs, draft_probs, eps, *, rule="cactus-taylor",
-                    divergence="kl", chunk_rows=None, max_memory=None, progress=False) -> CalibrationResult:
+def calibrate_delta(
+    target_probs,
+    draft_probs,
+    eps,
+    *,
+    rule="cactus-taylor",
+    divergence="kl",
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+) -> CalibrationResult:
     r"""Per position, the per-draft budget delta whose emitted divergence meets eps.
 
     .. math:: \delta^*(q, p) = \sup\{\delta : D(h_{alg}(\delta')\|q) \le \epsilon
@@ -263,8 +336,18 @@ def calibrate_delta(target_probs, draft_probs, eps, *, rule="cactus-taylor",
     """
     from .analysis.calibration import calibrate_delta as _calibrate
 
-    scaled = _scaled("calibrate", "calibrate_delta", target_probs, draft_probs, chunk_rows, max_memory,
-                     progress, eps=eps, rule=rule, divergence=divergence)
+    scaled = _scaled(
+        "calibrate",
+        "calibrate_delta",
+        target_probs,
+        draft_probs,
+        chunk_rows,
+        max_memory,
+        progress,
+        eps=eps,
+        rule=rule,
+        divergence=divergence,
+    )
     if scaled is not None:
         return scaled
     rule = choice(rule, CALIBRATION_RULES, "rule")
@@ -277,14 +360,29 @@ def calibrate_delta(target_probs, draft_probs, eps, *, rule="cactus-taylor",
     def out(x, kind=float):
         return kind(x) if single else np.asarray(x)
 
-    return CalibrationResult(rule=rule, divergence=d.name, eps=eps, delta=out(res.delta),
-                             emitted_divergence=out(res.divergence),
-                             acceptance=out(res.acceptance), saturated=out(res.saturated, bool),
-                             n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
+    return CalibrationResult(
+        rule=rule,
+        divergence=d.name,
+        eps=eps,
+        delta=out(res.delta),
+        emitted_divergence=out(res.divergence),
+        acceptance=out(res.acceptance),
+        saturated=out(res.saturated, bool),
+        n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)),
+    )
 
 
-def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, knobs=None,
-                  chunk_rows=None, max_memory=None, progress=False) -> RuleTable:
+def analyze_rules(
+    target_probs,
+    draft_probs=None,
+    rules=None,
+    *,
+    delta=None,
+    knobs=None,
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+) -> RuleTable:
     r"""Rules side by side: acceptance, per-draft and emitted divergences, frontier gap.
 
     Wraps :func:`cactus_theory.analysis.rule_table.rule_table` and adds the per-draft KL
@@ -316,13 +414,26 @@ def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, kno
     from .analysis.rule_table import rule_table
     from .rules import RULES, get_rule
 
-    scaled = _scaled("rules", "analyze_rules", target_probs, draft_probs, chunk_rows, max_memory,
-                     progress, rules=rules, delta=delta, knobs=knobs)
+    scaled = _scaled(
+        "rules",
+        "analyze_rules",
+        target_probs,
+        draft_probs,
+        chunk_rows,
+        max_memory,
+        progress,
+        rules=rules,
+        delta=delta,
+        knobs=knobs,
+    )
     if scaled is not None:
         return scaled
     q, p = as_prob_pair(target_probs, draft_probs)
-    names = list(RULES) if rules is None else [choice(r, RULES.all_names(), "rules")
-                                               for r in ([rules] if isinstance(rules, str) else rules)]
+    names = (
+        list(RULES)
+        if rules is None
+        else [choice(r, RULES.all_names(), "rules") for r in ([rules] if isinstance(rules, str) else rules)]
+    )
     if delta is not None:
         delta = as_budget(delta, "delta")
     if knobs is not None and not isinstance(knobs, dict):
@@ -341,18 +452,27 @@ def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, kno
         plan = make_plan(get_rule(name, **per_rule[name]), q, p)
         try:
             per = per_draft_divergence(plan, divergence="kl")
-        except ValueError:            # a decision rule has no per-draft target
+        except ValueError:  # a decision rule has no per-draft target
             per_mean = per_max = None
         else:
             w = np.where(drafted, per, 0.0)
             per_mean = float(np.mean(np.sum(np.where(drafted, p * w, 0.0), axis=-1)))
             per_max = float(np.max(w))
-        table.append({"rule": name, "knobs": row["knobs"], "acceptance": row["acceptance"],
-                      "per_draft_kl_mean": per_mean, "per_draft_kl_max": per_max,
-                      "emitted_kl": row["kl"], "emitted_reverse_kl": row["reverse_kl"],
-                      "emitted_tv": row["tv"], "gap_kl": row["gap_kl"], "gap_tv": row["gap_tv"]})
-    return RuleTable(table=tuple(table), delta=delta,
-                     n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
+        table.append(
+            {
+                "rule": name,
+                "knobs": row["knobs"],
+                "acceptance": row["acceptance"],
+                "per_draft_kl_mean": per_mean,
+                "per_draft_kl_max": per_max,
+                "emitted_kl": row["kl"],
+                "emitted_reverse_kl": row["reverse_kl"],
+                "emitted_tv": row["tv"],
+                "gap_kl": row["gap_kl"],
+                "gap_tv": row["gap_tv"],
+            }
+        )
+    return RuleTable(table=tuple(table), delta=delta, n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
 
 
 def _scaled(kind, name, target_probs, draft_probs, chunk_rows, max_memory, progress, **kw):
@@ -365,14 +485,16 @@ def _scaled(kind, name, target_probs, draft_probs, chunk_rows, max_memory, progr
     if chunked.is_dask(target_probs):
         from .analysis import dask as on_dask
 
-        return getattr(on_dask, name)(target_probs, draft_probs, chunk_rows=chunk_rows,
-                                      max_memory=max_memory, **kw)
+        return getattr(on_dask, name)(
+            target_probs, draft_probs, chunk_rows=chunk_rows, max_memory=max_memory, **kw
+        )
     if isinstance(target_probs, str) or hasattr(target_probs, "__fspath__"):
         from .rows import as_row_source
 
         target_probs, draft_probs = as_row_source(target_probs, draft_probs), None
-    return getattr(scaled, name)(target_probs, draft_probs, chunk_rows=chunk_rows,
-                                 max_memory=max_memory, progress=progress, **kw)
+    return getattr(scaled, name)(
+        target_probs, draft_probs, chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, **kw
+    )
 
 
 def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
@@ -401,7 +523,8 @@ def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
     """
     from .rules import get_rule
     from .simulate.chain import Trajectory
-    from .simulate.exact import exact_chain as _exact_chain, sequence_divergence
+    from .simulate.exact import exact_chain as _exact_chain
+    from .simulate.exact import sequence_divergence
     from .simulate.metrics import compute_metrics
 
     if not isinstance(trajectory, Trajectory):
@@ -412,14 +535,28 @@ def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
     r = get_rule(rule, **knobs)
     chain = _exact_chain(r, trajectory, m)
     met = compute_metrics(chain.totals)
-    scalars = {k: met[k].value for k in ("al_paper", "tokens_per_call", "v0_acceptance_rate",
-                                         "prefix_acceptance_rate", "v0_system_efficiency",
-                                         "rejected_per_token")}
-    return ChainResult(rule=repr(r), m=chain.m, length=trajectory.length, metrics=scalars,
-                       pos_marginal=[e.value for e in met["pos_marginal"]],
-                       pos_conditional=[e.value for e in met["pos_conditional"]],
-                       hist=[e.value for e in met["hist"]],
-                       sequence_kl_upper=sequence_divergence(chain).kl_upper, chain=chain)
+    scalars = {
+        k: met[k].value
+        for k in (
+            "al_paper",
+            "tokens_per_call",
+            "v0_acceptance_rate",
+            "prefix_acceptance_rate",
+            "v0_system_efficiency",
+            "rejected_per_token",
+        )
+    }
+    return ChainResult(
+        rule=repr(r),
+        m=chain.m,
+        length=trajectory.length,
+        metrics=scalars,
+        pos_marginal=[e.value for e in met["pos_marginal"]],
+        pos_conditional=[e.value for e in met["pos_conditional"]],
+        hist=[e.value for e in met["hist"]],
+        sequence_kl_upper=sequence_divergence(chain).kl_upper,
+        chain=chain,
+    )
 
 
 def make_sampler(rule, *, strict_mode: bool = False, **knobs):

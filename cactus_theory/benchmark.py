@@ -163,22 +163,31 @@ class BenchmarkReport:
 
     def to_dict(self) -> dict:
         """A JSON-serializable dict (floats, strings, bools, lists)."""
-        return {"repeats": self.repeats, "quick": self.quick,
-                "environment": dict(self.environment), "all_passed": self.all_passed,
-                "goals": [asdict(g) for g in self.goals]}
+        return {
+            "repeats": self.repeats,
+            "quick": self.quick,
+            "environment": dict(self.environment),
+            "all_passed": self.all_passed,
+            "goals": [asdict(g) for g in self.goals],
+        }
 
     def to_text(self) -> str:
         """The table: goal, measured, ratio, target, pass/fail (then the checks)."""
         head = ("goal", "measured", "ratio", "target", "pass/fail")
-        rows = [(g.goal, g.measured, f"{g.ratio:.3g}", g.target, "pass" if g.passed else "FAIL")
-                for g in self.goals]
+        rows = [
+            (g.goal, g.measured, f"{g.ratio:.3g}", g.target, "pass" if g.passed else "FAIL")
+            for g in self.goals
+        ]
         widths = [max(len(r[i]) for r in rows + [head]) for i in range(5)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         env = ", ".join(f"{k}={v}" for k, v in self.environment.items())
-        lines = [f"## cactus-theory benchmark (medians of {self.repeats}, samplers "
-                 f"{SAMPLER_PAIRS * self.repeats} alternated pairs; "
-                 f"{'quick' if self.quick else 'full'} run; {env})", fmt.format(*head),
-                 fmt.format(*("-" * w for w in widths))]
+        lines = [
+            f"## cactus-theory benchmark (medians of {self.repeats}, samplers "
+            f"{SAMPLER_PAIRS * self.repeats} alternated pairs; "
+            f"{'quick' if self.quick else 'full'} run; {env})",
+            fmt.format(*head),
+            fmt.format(*("-" * w for w in widths)),
+        ]
         lines += [fmt.format(*r) for r in rows]
         lines += ["", "checks against the slow reference path:"]
         lines += [f"  {g.goal}: {g.check}" for g in self.goals if g.check]
@@ -229,23 +238,36 @@ def floor_emitted_taylor(q, p, delta):
 
 
 def _goal(goal, measured, ratio, target, ok_speed, ok_check, check):
-    return GoalResult(goal, measured, float(ratio), target, bool(ok_speed and ok_check),
-                      f"{'ok' if ok_check else 'FAILED'}: {check}")
+    return GoalResult(
+        goal,
+        measured,
+        float(ratio),
+        target,
+        bool(ok_speed and ok_check),
+        f"{'ok' if ok_check else 'FAILED'}: {check}",
+    )
 
 
 def _bench_spike(q, repeats):
     newton = exact_spike(q, DELTA)
     bisect = exact_spike(q, DELTA, method="bisect")
     from .divergences import get_divergence
+
     feas = bool(np.all(get_divergence("kl").two_point(newton, q) <= DELTA))
     # the computed KL two-point form is flat to ~eps/g'(gamma) around its root: 1e-9 relative
     # is far wider than that at delta = 0.1 and far narrower than any real disagreement
     rel = float(np.max(np.abs(newton - bisect) / np.maximum(bisect, 1e-300)))
     tn = median_time(lambda: exact_spike(q, DELTA), repeats)
     tb = median_time(lambda: exact_spike(q, DELTA, method="bisect"), max(1, repeats // 2))
-    return _goal("spike: bisection / Newton", f"Newton {tn * 1e3:.1f} ms, bisection "
-                 f"{tb * 1e3:.1f} ms (V = {q.size})", tb / tn, ">= 1", tb / tn >= 1,
-                 feas and rel <= 1e-9, f"feasible={feas}, max rel. diff {rel:.1e}")
+    return _goal(
+        "spike: bisection / Newton",
+        f"Newton {tn * 1e3:.1f} ms, bisection {tb * 1e3:.1f} ms (V = {q.size})",
+        tb / tn,
+        ">= 1",
+        tb / tn >= 1,
+        feas and rel <= 1e-9,
+        f"feasible={feas}, max rel. diff {rel:.1e}",
+    )
 
 
 def _bench_emitted(q, p, repeats):
@@ -268,15 +290,40 @@ def _bench_emitted(q, p, repeats):
     tf = median_time(lambda: floor_emitted_taylor(q, p, DELTA), repeats)
     # the two roots agree to 1e-9 relative (the spike goal's check); h_alg moves by at most
     # that times its largest entry per unit of gamma: 1e-9
-    out.append(_goal("exact emitted per position [ms]", f"{te * 1e3:.1f} ms (V = {V}, incl. "
-                     "validation and plan)", te * 1e3, "< 50", te < 0.050, ok_exact <= 1e-9,
-                     f"max |h_alg - h_alg(bisection gamma)| = {ok_exact:.1e}"))
-    out.append(_goal("exact / Taylor emitted", f"exact {te * 1e3:.1f} ms, Taylor {tt * 1e3:.1f} ms",
-                     te / tt, "<= 2", te / tt <= 2, True, "same run"))
+    out.append(
+        _goal(
+            "exact emitted per position [ms]",
+            f"{te * 1e3:.1f} ms (V = {V}, incl. validation and plan)",
+            te * 1e3,
+            "< 50",
+            te < 0.050,
+            ok_exact <= 1e-9,
+            f"max |h_alg - h_alg(bisection gamma)| = {ok_exact:.1e}",
+        )
+    )
+    out.append(
+        _goal(
+            "exact / Taylor emitted",
+            f"exact {te * 1e3:.1f} ms, Taylor {tt * 1e3:.1f} ms",
+            te / tt,
+            "<= 2",
+            te / tt <= 2,
+            True,
+            "same run",
+        )
+    )
     # floor vs project: same formula, different summation orders: V * eps of the row mass
-    out.append(_goal("Taylor emitted / numpy floor", f"Taylor {tt * 1e3:.1f} ms, floor "
-                     f"{tf * 1e3:.1f} ms", tt / tf, "<= 1.5", tt / tf <= 1.5,
-                     ok_floor <= V * 2.3e-16, f"max |h_project - h_floor| = {ok_floor:.1e}"))
+    out.append(
+        _goal(
+            "Taylor emitted / numpy floor",
+            f"Taylor {tt * 1e3:.1f} ms, floor {tf * 1e3:.1f} ms",
+            tt / tf,
+            "<= 1.5",
+            tt / tf <= 1.5,
+            ok_floor <= V * 2.3e-16,
+            f"max |h_project - h_floor| = {ok_floor:.1e}",
+        )
+    )
     return out
 
 
@@ -305,10 +352,18 @@ def _bench_analysis(batch, repeats, devices):
         tt = median_time(run, max(1, repeats // 2))
         # same float64 formulas, different kernels and summation orders: V * eps
         ok = err <= VOCAB * 2.3e-16 and dkl <= 1e-9
-        out.append(_goal(f"analysis rows/s torch-{dev} / numpy",
-                         f"numpy {batch / tn:.1f} rows/s, torch-{dev} {batch / tt:.1f} rows/s "
-                         f"(batch {batch}, V = {VOCAB})", tn / tt, "reported", True, ok,
-                         f"max |h_torch - h_numpy| = {err:.1e}, KL diff {dkl:.1e}"))
+        out.append(
+            _goal(
+                f"analysis rows/s torch-{dev} / numpy",
+                f"numpy {batch / tn:.1f} rows/s, torch-{dev} {batch / tt:.1f} rows/s "
+                f"(batch {batch}, V = {VOCAB})",
+                tn / tt,
+                "reported",
+                True,
+                ok,
+                f"max |h_torch - h_numpy| = {err:.1e}, KL diff {dkl:.1e}",
+            )
+        )
     return out
 
 
@@ -319,10 +374,12 @@ SAMPLER_PAIRS = 4
 #: reported row: (rule, knobs, scale of q's rows, label). Fuzzy SD at scale 1 has its bounds
 #: turned off (the exact divergence on every row); at 1.01 its sums are too far apart for the
 #: one-pass bounds, which then take the normalized rows (a second pass).
-_FALLBACKS = (("fuzzy", {}, 1.0, "exact JS on every row"),
-              ("fuzzy", {}, 1.01, "rows summing to 1.01"),
-              ("tas", {}, 1.01, "rows summing to 1.01"),
-              ("cascade-token-v3", {"alpha": 0.999}, 1.0, "alpha 0.999"))
+_FALLBACKS = (
+    ("fuzzy", {}, 1.0, "exact JS on every row"),
+    ("fuzzy", {}, 1.01, "rows summing to 1.01"),
+    ("tas", {}, 1.01, "rows summing to 1.01"),
+    ("cascade-token-v3", {"alpha": 0.999}, 1.0, "alpha 0.999"),
+)
 
 
 def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
@@ -350,20 +407,34 @@ def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
             # the entry validation alone (row sums and row minimum of q's k positions and p:
             # the clamp-and-flag check every call runs), reported: the floor under every rule
             from .samplers.base import validate_sampler_entry
+
             val = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True)  # noqa: E731
             sums = val()[4]
             ok_sums = bool(torch.equal(sums[0], q[:, :k].sum(-1)) and torch.equal(sums[1], p.sum(-1)))
             t_val, t_r = paired_median_times(val, read, repeats)
-            out.append(_goal(f"sampler entry validation eager [{B},{k},{V}] / read pass",
-                             f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms", t_val / t_r,
-                             "reported", True, ok_sums, "its row sums equal q[:, :k].sum(-1), "
-                             f"p.sum(-1) bit for bit: {ok_sums}"))
+            out.append(
+                _goal(
+                    f"sampler entry validation eager [{B},{k},{V}] / read pass",
+                    f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms",
+                    t_val / t_r,
+                    "reported",
+                    True,
+                    ok_sums,
+                    f"its row sums equal q[:, :k].sum(-1), p.sum(-1) bit for bit: {ok_sums}",
+                )
+            )
             # the fused kernel (one read per tensor; float32 sums of 256-entry blocks, then
             # their float64 sum): its sums against the float64 sums, relative, in float32 eps,
             # beside torch's own float32 sum's error on the same rows. Within 2 eps: what a
             # pairwise sum achieves; a skipped block errs by a share of the row's mass.
-            val_f = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True,  # noqa: E731
-                                                   fused=True)
+            val_f = lambda: validate_sampler_entry(
+                q,
+                bonus,
+                p,
+                ids,
+                return_sums=True,  # noqa: E731
+                fused=True,
+            )
             sums_f = val_f()[4]
             eps32 = torch.finfo(torch.float32).eps
 
@@ -374,11 +445,19 @@ def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
             err = max(rel_eps(sums_f[0], q[:, :k]), rel_eps(sums_f[1], p))
             err_torch = max(rel_eps(q[:, :k].sum(-1), q[:, :k]), rel_eps(p.sum(-1), p))
             t_val, t_r = paired_median_times(val_f, read, repeats)
-            out.append(_goal(f"sampler entry validation fused [{B},{k},{V}] / read pass",
-                             f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms", t_val / t_r,
-                             "reported", True, err <= 2.0, "its row sums vs the float64 sums: "
-                             f"{err:.2f} float32 eps relative (<= 2; torch's sum: "
-                             f"{err_torch:.2f})"))
+            out.append(
+                _goal(
+                    f"sampler entry validation fused [{B},{k},{V}] / read pass",
+                    f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms",
+                    t_val / t_r,
+                    "reported",
+                    True,
+                    err <= 2.0,
+                    "its row sums vs the float64 sums: "
+                    f"{err:.2f} float32 eps relative (<= 2; torch's sum: "
+                    f"{err_torch:.2f})",
+                )
+            )
             pos = torch.randint(0, k, (B,), generator=gen)
             rows = torch.arange(B)
             sq, sp = q[:, :k].sum(-1), p.sum(-1)
@@ -394,7 +473,7 @@ def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
                 a_ref = plan.accept_probs_at(ids)
                 w = s.recovery_weights(q, p, ids, pos, state, sq, sp)[0]
                 bs_diff = 0.0
-                if isinstance(w, BlockWeights):    # the fused residual: its formula everywhere
+                if isinstance(w, BlockWeights):  # the fused residual: its formula everywhere
                     bs, w = w.block_sums, w.dense()
                     # and the block sums the draw reads, against the sums of those weights
                     bs_diff = float(((bs - block_sums(w)).abs() / w.sum(-1, keepdim=True)).max())
@@ -405,8 +484,11 @@ def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
                 # ratio h_n / p_n amplifies an error in h_n by q_n / p_n, so its difference is
                 # divided by 1 + q_n / p_n. A wrong path (or a flipped 0/1 decision) differs
                 # by far more than the 1e-5 allowed.
-                cond = 1.0 + torch.gather(qq, -1, ids[..., None])[..., 0] / \
-                    torch.gather(pp, -1, ids[..., None])[..., 0]
+                cond = (
+                    1.0
+                    + torch.gather(qq, -1, ids[..., None])[..., 0]
+                    / torch.gather(pp, -1, ids[..., None])[..., 0]
+                )
                 diff = float(((a_fast - a_ref).abs() / cond).max())
                 diff_r = max(float((w / w.sum(-1, keepdim=True) - r_ref).abs().max()), bs_diff)
                 # the read pass timed alternately with the sampler (same window of a shared,
@@ -419,13 +501,19 @@ def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
                 t, t_read = paired_median_times(lambda: s(q, bonus, p, ids), read, repeats)
                 times[name, fused] = t
                 # the goal is the fused sampler's; the eager one (the default) is reported
-                out.append(_goal(f"sampler {name} {mode} [{B},{k},{V}] / read pass",
-                                 f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms"
-                                 + (f" (first call {first:.1f} s)" if fused else ""), t / t_read,
-                                 "<= 3" if fused else "reported", t / t_read <= 3 or not fused,
-                                 max(diff, diff_r) <= 1e-5,
-                                 f"accept path vs plan: max diff {diff:.1e}; recovery weights "
-                                 f"(and block sums) vs plan: max diff {diff_r:.1e}"))
+                out.append(
+                    _goal(
+                        f"sampler {name} {mode} [{B},{k},{V}] / read pass",
+                        f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms"
+                        + (f" (first call {first:.1f} s)" if fused else ""),
+                        t / t_read,
+                        "<= 3" if fused else "reported",
+                        t / t_read <= 3 or not fused,
+                        max(diff, diff_r) <= 1e-5,
+                        f"accept path vs plan: max diff {diff:.1e}; recovery weights "
+                        f"(and block sums) vs plan: max diff {diff_r:.1e}",
+                    )
+                )
             # the data-dependent shortcuts' other branch, reported beside the goal rows (fused):
             # fuzzy SD's exact divergence on every row (its bounds disabled: the worst case,
             # every row undecided), TAS on rows summing to 1.01 (vLLM's entropy then takes its
@@ -441,29 +529,47 @@ def _bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS):
                 sqs = qs[:, :k].sum(-1)
                 a_fast, _ = s.accept_probs_at_drafts(qs[:, :k], p, ids, sqs, sp)
                 a_ref = s.rule.plan(qs[:, :k] / sqs[..., None], pp).accept_probs_at(ids)
-                cond = 1.0 + torch.gather(qq, -1, ids[..., None])[..., 0] / \
-                    torch.gather(pp, -1, ids[..., None])[..., 0]
+                cond = (
+                    1.0
+                    + torch.gather(qq, -1, ids[..., None])[..., 0]
+                    / torch.gather(pp, -1, ids[..., None])[..., 0]
+                )
                 diff = float(((a_fast - a_ref).abs() / cond).max())
                 s(qs, bonus, p, ids)
                 t, t_read = paired_median_times(lambda: s(qs, bonus, p, ids), read, repeats)
-                out.append(_goal(f"sampler {name} fused, {what} [{B},{k},{V}] / read pass",
-                                 f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms", t / t_read,
-                                 "reported", True, diff <= 1e-5,
-                                 f"accept path vs plan: max diff {diff:.1e}"))
+                out.append(
+                    _goal(
+                        f"sampler {name} fused, {what} [{B},{k},{V}] / read pass",
+                        f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms",
+                        t / t_read,
+                        "reported",
+                        True,
+                        diff <= 1e-5,
+                        f"accept path vs plan: max diff {diff:.1e}",
+                    )
+                )
             # the exact rule under either name (cactus-exact's default divergence is the KL)
-            exact = next((n for n in ("cactus-exact-kl", "cactus-exact") if (n, True) in times),
-                         None)
+            exact = next((n for n in ("cactus-exact-kl", "cactus-exact") if (n, True) in times), None)
             for fused in (True, False):
                 if exact is None or ("cactus-taylor", fused) not in times:
                     continue
                 # the two samplers timed alternately (same window of the shared machine)
                 se = make_sampler(exact, fused=fused)
                 st = make_sampler("cactus-taylor", fused=fused)
-                te, tt = paired_median_times(lambda: se(q, bonus, p, ids),
-                                             lambda: st(q, bonus, p, ids), repeats)
-                out.append(_goal(f"sampler exact-kl / taylor {'fused' if fused else 'eager'} "
-                                 f"[{B},{k},{V}]", f"{te * 1e3:.1f} ms vs {tt * 1e3:.1f} ms",
-                                 te / tt, "<= 1.5", te / tt <= 1.5, True, "same run"))
+                te, tt = paired_median_times(
+                    lambda: se(q, bonus, p, ids), lambda: st(q, bonus, p, ids), repeats
+                )
+                out.append(
+                    _goal(
+                        f"sampler exact-kl / taylor {'fused' if fused else 'eager'} [{B},{k},{V}]",
+                        f"{te * 1e3:.1f} ms vs {tt * 1e3:.1f} ms",
+                        te / tt,
+                        "<= 1.5",
+                        te / tt <= 1.5,
+                        True,
+                        "same run",
+                    )
+                )
     finally:
         torch.set_num_threads(before)
     return out
@@ -481,9 +587,17 @@ def _bench_frontier(repeats, quick):
     tf = median_time(lambda: frontier(q, p, DELTA), repeats)
     tc = median_time(lambda: max_acceptance_cvxpy(q, p, DELTA), 1 if quick else 2)
     # cvxpy's interior point method is verified to 1e-7 on the constraints; 1e-5 on the value
-    out.append(_goal("frontier: cvxpy / fast (V = 1000)", f"fast {tf * 1e3:.2f} ms, cvxpy "
-                     f"{tc * 1e3:.0f} ms", tc / tf, ">= 100", tc / tf >= 100,
-                     abs(fast - slow) <= 1e-5, f"|F_fast - F_cvxpy| = {abs(fast - slow):.1e}"))
+    out.append(
+        _goal(
+            "frontier: cvxpy / fast (V = 1000)",
+            f"fast {tf * 1e3:.2f} ms, cvxpy {tc * 1e3:.0f} ms",
+            tc / tf,
+            ">= 100",
+            tc / tf >= 100,
+            abs(fast - slow) <= 1e-5,
+            f"|F_fast - F_cvxpy| = {abs(fast - slow):.1e}",
+        )
+    )
     qb, pb = correlated_pair(VOCAB, seed=3)
     fast = frontier(qb, pb, DELTA)
     # the reference: the same problem by the fixed 64-step bisection on log b (stable sort,
@@ -495,9 +609,18 @@ def _bench_frontier(repeats, quick):
     rel_d = abs(float(fast.divergence[0]) / float(ref.divergence) - 1)
     ok = rel_a <= 1e-9 and rel_d <= 1e-9 and float(fast.divergence[0]) <= DELTA
     tb = median_time(lambda: frontier(qb, pb, DELTA), repeats)
-    out.append(_goal("frontier at V = 151936 [ms]", f"{tb * 1e3:.1f} ms", tb * 1e3, "< 50",
-                     tb < 0.050, ok, f"vs 64-step bisection: acceptance {rel_a:.1e}, divergence "
-                     f"{rel_d:.1e} relative (<= 1e-9), divergence <= delta"))
+    out.append(
+        _goal(
+            "frontier at V = 151936 [ms]",
+            f"{tb * 1e3:.1f} ms",
+            tb * 1e3,
+            "< 50",
+            tb < 0.050,
+            ok,
+            f"vs 64-step bisection: acceptance {rel_a:.1e}, divergence "
+            f"{rel_d:.1e} relative (<= 1e-9), divergence <= delta",
+        )
+    )
     return out
 
 
@@ -557,8 +680,8 @@ def scale_probe(n, V, path, seed=0):
 
     rule = get_rule("cactus-exact")
     q, p = _scale_rows(n, V, seed)
-    analyze(rule, q[:2], p[:2])                     # imports and caches before the measurement
-    try:    # freed heap memory back to the system first: the resident set is then the live data
+    analyze(rule, q[:2], p[:2])  # imports and caches before the measurement
+    try:  # freed heap memory back to the system first: the resident set is then the live data
         import ctypes
         import ctypes.util
 
@@ -586,14 +709,25 @@ def scale_probe(n, V, path, seed=0):
         tracemalloc.stop()
     step = _scale_block(V)
     m = min(n, 2 * step)
-    blocks = [analyze(rule, q[a:a + step], p[a:a + step]) for a in range(0, m, step)]
+    blocks = [analyze(rule, q[a : a + step], p[a : a + step]) for a in range(0, m, step)]
     acc = np.concatenate([np.atleast_1d(b.acceptance) for b in blocks])[:m]
     kl = np.concatenate([np.atleast_1d(b.divergences["kl"]) for b in blocks])[:m]
-    same = bool(np.array_equal(np.asarray(res.acceptance)[:m], acc)
-                and np.array_equal(np.asarray(res.divergences["kl"])[:m], kl))
-    return {"n": n, "V": V, "path": path, "input_bytes": int(q.nbytes + p.nbytes),
-            "peak_extra_bytes": int(peak), "memory_method": method, "seconds": seconds,
-            "check": same, "checked_rows": m, "block_rows": step}
+    same = bool(
+        np.array_equal(np.asarray(res.acceptance)[:m], acc)
+        and np.array_equal(np.asarray(res.divergences["kl"])[:m], kl)
+    )
+    return {
+        "n": n,
+        "V": V,
+        "path": path,
+        "input_bytes": int(q.nbytes + p.nbytes),
+        "peak_extra_bytes": int(peak),
+        "memory_method": method,
+        "seconds": seconds,
+        "check": same,
+        "checked_rows": m,
+        "block_rows": step,
+    }
 
 
 def _probe(n, V, path, seed):
@@ -602,8 +736,10 @@ def _probe(n, V, path, seed):
     import subprocess
     import sys
 
-    code = ("import json; from cactus_theory.benchmark import scale_probe; "
-            f"print(json.dumps(scale_probe({n}, {V}, {path!r}, {seed})))")
+    code = (
+        "import json; from cactus_theory.benchmark import scale_probe; "
+        f"print(json.dumps(scale_probe({n}, {V}, {path!r}, {seed})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -623,32 +759,52 @@ def _bench_scale(sizes, seed=0, quick=False):
         ns = sorted(n for n, v in sizes if v == V)
         ref = _probe(ns[0], V, "in-memory", seed)
         ref_rate = ref["n"] / ref["seconds"]
-        out.append(_goal(f"scale: in-memory analyze, V = {V}, n = {ns[0]:,} [extra/input]",
-                         f"{ref['peak_extra_bytes'] / 1e6:.0f} MB over a {ref['input_bytes'] / 1e6:.0f} MB "
-                         f"input, {ref_rate:.1f} rows/s ({ref['memory_method']})",
-                         ref["peak_extra_bytes"] / ref["input_bytes"], "reported", True, True,
-                         "reference"))
+        out.append(
+            _goal(
+                f"scale: in-memory analyze, V = {V}, n = {ns[0]:,} [extra/input]",
+                f"{ref['peak_extra_bytes'] / 1e6:.0f} MB over a {ref['input_bytes'] / 1e6:.0f} MB "
+                f"input, {ref_rate:.1f} rows/s ({ref['memory_method']})",
+                ref["peak_extra_bytes"] / ref["input_bytes"],
+                "reported",
+                True,
+                True,
+                "reference",
+            )
+        )
         peaks = []
         for n in ns:
             r = _probe(n, V, "chunked", seed)
             rate = r["n"] / r["seconds"]
             peaks.append(r["peak_extra_bytes"])
-            out.append(_goal(f"scale: chunked analyze, V = {V}, n = {n:,} [in-memory/chunked time]",
-                             f"{r['peak_extra_bytes'] / 1e6:.0f} MB extra over a "
-                             f"{r['input_bytes'] / 1e6:.0f} MB input "
-                             f"({r['peak_extra_bytes'] / r['input_bytes']:.3g}x), {rate:.1f} rows/s "
-                             f"against {ref_rate:.1f} in memory at n = {ns[0]:,}",
-                             ref_rate / rate, "<= 1.2" + tag, (quick or ref_rate / rate <= 1.2) and
-                             r["peak_extra_bytes"] < 1e9, r["check"],
-                             f"first {r['checked_rows']:,} rows equal {r['block_rows']:,}-row blocks "
-                             "one by one: "
-                             f"{r['check']}; extra memory < 1 GB: {r['peak_extra_bytes'] < 1e9}"))
+            out.append(
+                _goal(
+                    f"scale: chunked analyze, V = {V}, n = {n:,} [in-memory/chunked time]",
+                    f"{r['peak_extra_bytes'] / 1e6:.0f} MB extra over a "
+                    f"{r['input_bytes'] / 1e6:.0f} MB input "
+                    f"({r['peak_extra_bytes'] / r['input_bytes']:.3g}x), {rate:.1f} rows/s "
+                    f"against {ref_rate:.1f} in memory at n = {ns[0]:,}",
+                    ref_rate / rate,
+                    "<= 1.2" + tag,
+                    (quick or ref_rate / rate <= 1.2) and r["peak_extra_bytes"] < 1e9,
+                    r["check"],
+                    f"first {r['checked_rows']:,} rows equal {r['block_rows']:,}-row blocks "
+                    "one by one: "
+                    f"{r['check']}; extra memory < 1 GB: {r['peak_extra_bytes'] < 1e9}",
+                )
+            )
         if len(ns) > 1:
             flat = peaks[-1] / peaks[0]
-            out.append(_goal(f"scale: chunked memory flat in n, V = {V} [n = {ns[-1]:,} / {ns[0]:,}]",
-                             f"{peaks[-1] / 1e6:.0f} MB at n = {ns[-1]:,}, {peaks[0] / 1e6:.0f} MB at "
-                             f"n = {ns[0]:,}", flat, "<= 1.2" + tag, quick or flat <= 1.2, True,
-                             "same run"))
+            out.append(
+                _goal(
+                    f"scale: chunked memory flat in n, V = {V} [n = {ns[-1]:,} / {ns[0]:,}]",
+                    f"{peaks[-1] / 1e6:.0f} MB at n = {ns[-1]:,}, {peaks[0] / 1e6:.0f} MB at n = {ns[0]:,}",
+                    flat,
+                    "<= 1.2" + tag,
+                    quick or flat <= 1.2,
+                    True,
+                    "same run",
+                )
+            )
     return out
 
 
@@ -667,8 +823,7 @@ def keep_freed_memory() -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_trim_threshold, 512 << 20)
-                    and libc.mallopt(m_mmap_threshold, 512 << 20))
+        return bool(libc.mallopt(m_trim_threshold, 512 << 20) and libc.mallopt(m_mmap_threshold, 512 << 20))
     except (OSError, AttributeError):
         return False
 
@@ -677,6 +832,7 @@ def _environment():
     env = {"numpy": np.__version__}
     try:
         import torch
+
         env["torch"] = torch.__version__
         env["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except ImportError:  # pragma: no cover
@@ -685,13 +841,26 @@ def _environment():
 
 
 #: Sampler rules of the default full run: one per family (``all_rules=True`` times every rule).
-FAMILY_RULES = ("sps", "cactus-taylor", "cactus-exact", "interpolation", "topk", "tas",
-                "cascade-token-v3", "fuzzy")
+FAMILY_RULES = (
+    "sps",
+    "cactus-taylor",
+    "cactus-exact",
+    "interpolation",
+    "topk",
+    "tas",
+    "cascade-token-v3",
+    "fuzzy",
+)
 
 
-def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
-                   all_rules: bool = False, threads: int = SAMPLER_THREADS,
-                   scale: bool = False) -> BenchmarkReport:
+def run_benchmarks(
+    repeats: int = 5,
+    quick: bool = False,
+    seed: int = 0,
+    all_rules: bool = False,
+    threads: int = SAMPLER_THREADS,
+    scale: bool = False,
+) -> BenchmarkReport:
     """Measure every goal (module docstring) in one run.
 
     Parameters
@@ -734,6 +903,7 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
     devices = ["cpu"]
     try:
         import torch
+
         if torch.cuda.is_available():
             devices.append("cuda")
     except ImportError:  # pragma: no cover
@@ -748,12 +918,22 @@ def run_benchmarks(repeats: int = 5, quick: bool = False, seed: int = 0,
     if quick:
         # at the smoke shape the per-call overhead, not the reads, sets the ratios: the
         # sampler rows there judge their checks only (the goals are the full run's)
-        sampler_goals = [g if g.target == "reported" else
-                         replace(g, target=f"{g.target} (full run)",
-                                 passed=g.check.startswith("ok")) for g in sampler_goals]
+        sampler_goals = [
+            g
+            if g.target == "reported"
+            else replace(g, target=f"{g.target} (full run)", passed=g.check.startswith("ok"))
+            for g in sampler_goals
+        ]
     goals += sampler_goals
     goals += _bench_frontier(repeats, quick)
-    goals += _bench_scale(SCALE_SIZES if scale else SCALE_SIZES_QUICK if quick else SCALE_SIZES_DEFAULT,
-                          seed, quick=quick and not scale)
-    return BenchmarkReport(tuple(goals), repeats, bool(quick),
-                           {**_environment(), "allocator": allocator, "sampler_threads": threads})
+    goals += _bench_scale(
+        SCALE_SIZES if scale else SCALE_SIZES_QUICK if quick else SCALE_SIZES_DEFAULT,
+        seed,
+        quick=quick and not scale,
+    )
+    return BenchmarkReport(
+        tuple(goals),
+        repeats,
+        bool(quick),
+        {**_environment(), "allocator": allocator, "sampler_threads": threads},
+    )

@@ -20,23 +20,37 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Callable
 
-from ._cli import (OPTIONAL_EXTRAS, _emit, _Formatter, _Parser, _positive_int, _write,  # noqa: F401
-                   add_knobs, add_output, add_seed, check_output_path, dispatch, parse_knobs,
-                   write_atomic)  # (OPTIONAL_EXTRAS, parse_knobs, ... re-exported)
+from ._cli import (
+    _emit,
+    _Formatter,
+    _Parser,
+    _positive_int,
+    _write,  # noqa: F401
+    add_output,
+    add_seed,
+    dispatch,
+    parse_knobs,
+)  # (OPTIONAL_EXTRAS, parse_knobs, ... re-exported)
 
 __all__ = ["main", "SUBCOMMANDS", "Subcommand"]
+
 
 def add_pair_input(p):
     """Add ``--q``/``--p`` (one row each) or ``--input`` (a file or a shipped recording)."""
     p.add_argument("--q", default=None, metavar="Q1,Q2,...", help="the verifier row q (comma-separated)")
     p.add_argument("--p", default=None, metavar="P1,P2,...", help="the drafter row p (comma-separated)")
-    p.add_argument("--input", "-i", default=None, metavar="FILE|NAME",
-                   help="(q, p) rows from a .npy/.npz/.json file or a shipped recording "
-                        "(distilled, early-exit-25, requant-3, requant-4)")
+    p.add_argument(
+        "--input",
+        "-i",
+        default=None,
+        metavar="FILE|NAME",
+        help="(q, p) rows from a .npy/.npz/.json file or a shipped recording "
+        "(distilled, early-exit-25, requant-3, requant-4)",
+    )
 
 
 def _pairs(args):
@@ -56,6 +70,7 @@ def _pairs(args):
 
 # --------------------------------------------------------------------------- output
 
+
 def _rows_table(rows, name="", title=""):
     from .report import Column, Table
 
@@ -72,7 +87,9 @@ def _rows_table(rows, name="", title=""):
             return "s"
         if vals and all(isinstance(v, int) for v in vals):
             return "d"
-        finite = [abs(float(v)) for v in vals if isinstance(v, (int, float)) and abs(float(v)) != float("inf")]
+        finite = [
+            abs(float(v)) for v in vals if isinstance(v, (int, float)) and abs(float(v)) != float("inf")
+        ]
         return ".4f" if all(v < 1e4 for v in finite) else ".4g"
 
     return Table(name, title, tuple(Column(k, k, fmt(k)) for k in keys), tuple(rows))
@@ -80,16 +97,30 @@ def _rows_table(rows, name="", title=""):
 
 # --------------------------------------------------------------------------- subcommands
 
+
 def _args_report(p):
     from .report import SECTIONS
 
-    p.add_argument("--sections", nargs="*", default=None, choices=list(SECTIONS), metavar="NAME",
-                   help="subset of sections (default: all; listed below)")
+    p.add_argument(
+        "--sections",
+        nargs="*",
+        default=None,
+        choices=list(SECTIONS),
+        metavar="NAME",
+        help="subset of sections (default: all; listed below)",
+    )
     add_seed(p, "seed of every synthetic family")
-    add_output(p, csv_flag=True, output_help="write to this file (atomically); .md writes Markdown with "
-               "the figures linked, .json data, .csv tables, anything else text")
-    p.add_argument("--figures-dir", default="figures",
-                   help="folder of the figures that Markdown output links (relative links)")
+    add_output(
+        p,
+        csv_flag=True,
+        output_help="write to this file (atomically); .md writes Markdown with "
+        "the figures linked, .json data, .csv tables, anything else text",
+    )
+    p.add_argument(
+        "--figures-dir",
+        default="figures",
+        help="folder of the figures that Markdown output links (relative links)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar over sections")
 
 
@@ -105,7 +136,9 @@ def _cmd_report(args) -> int:
     elif args.csv or suffix == ".csv":
         _write(args, format_report(report, "csv"))
     elif suffix in (".md", ".markdown"):
-        rel = os.path.relpath(os.path.abspath(args.figures_dir), os.path.dirname(os.path.abspath(args.output)))
+        rel = os.path.relpath(
+            os.path.abspath(args.figures_dir), os.path.dirname(os.path.abspath(args.output))
+        )
         _write(args, format_report(report, "markdown", figures_dir=rel))
     else:
         _write(args, format_report(report, "text"))
@@ -132,8 +165,14 @@ def _cmd_rules(args) -> int:
 
 def _args_figures(p):
     p.add_argument("--out", "-o", "--output", dest="out", default="figures", help="folder of the figures")
-    p.add_argument("--format", action="append", choices=("pdf", "png"), default=None, dest="formats",
-                   help="file format, repeatable (default: pdf and png)")
+    p.add_argument(
+        "--format",
+        action="append",
+        choices=("pdf", "png"),
+        default=None,
+        dest="formats",
+        help="file format, repeatable (default: pdf and png)",
+    )
     p.add_argument("--names", nargs="*", default=None, help="subset of figures (default: all)")
     add_seed(p, "seed of the synthetic inputs")
     p.add_argument("--json", action="store_true", help="print the written paths as JSON")
@@ -143,7 +182,9 @@ def _cmd_figures(args) -> int:
     formats = list(dict.fromkeys(args.formats or ["pdf", "png"]))
     from .figures import write_figures
 
-    paths = [str(p) for p in write_figures(args.out, names=args.names, formats=tuple(formats), seed=args.seed)]
+    paths = [
+        str(p) for p in write_figures(args.out, names=args.names, formats=tuple(formats), seed=args.seed)
+    ]
     if args.json:
         sys.stdout.write(json.dumps({"paths": paths}, indent=2) + "\n")
     else:
@@ -153,15 +194,28 @@ def _cmd_figures(args) -> int:
 
 def _args_benchmark(p):
     p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats per case (medians)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run (small batch, five rules at a small sampler shape): not the goals' numbers")
-    p.add_argument("--threads", type=_positive_int, default=None,
-                   help="intra-op torch threads of the sampler timings (default 2: the goals' condition)")
-    p.add_argument("--all-rules", action="store_true",
-                   help="time every registered rule's sampler (default: one rule per family)")
-    p.add_argument("--scale", action="store_true",
-                   help="the chunked analysis' rows at every size (100,000 rows at V = 1,000; "
-                        "1,024 at V = 151,936): minutes")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run (small batch, five rules at a small sampler shape): not the goals' numbers",
+    )
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="intra-op torch threads of the sampler timings (default 2: the goals' condition)",
+    )
+    p.add_argument(
+        "--all-rules",
+        action="store_true",
+        help="time every registered rule's sampler (default: one rule per family)",
+    )
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="the chunked analysis' rows at every size (100,000 rows at V = 1,000; "
+        "1,024 at V = 151,936): minutes",
+    )
     add_seed(p, "seed of the random (q, p) rows")
     add_output(p)
 
@@ -169,9 +223,14 @@ def _args_benchmark(p):
 def _cmd_benchmark(args) -> int:
     from .benchmark import SAMPLER_THREADS, run_benchmarks
 
-    res = run_benchmarks(repeats=args.repeats, quick=args.quick, seed=args.seed,
-                         all_rules=args.all_rules, scale=args.scale,
-                         threads=SAMPLER_THREADS if args.threads is None else args.threads)
+    res = run_benchmarks(
+        repeats=args.repeats,
+        quick=args.quick,
+        seed=args.seed,
+        all_rules=args.all_rules,
+        scale=args.scale,
+        threads=SAMPLER_THREADS if args.threads is None else args.threads,
+    )
     _emit(args, text=res.to_text(), data=res.to_dict())
     return 0
 
@@ -182,8 +241,11 @@ def _args_solve(p):
     p.add_argument("-n", "--token", type=int, required=True, help="the drafted token n (an index into q, p)")
     p.add_argument("--delta", type=float, default=0.5, help="per-draft budget delta")
     p.add_argument("--divergence", default="kl", help="divergence of the budget D(h||q)")
-    p.add_argument("--methods", default="taylor,exact,cvxpy",
-                   help="comma-separated solvers, side by side (taylor is KL's Corollary 5 point)")
+    p.add_argument(
+        "--methods",
+        default="taylor,exact,cvxpy",
+        help="comma-separated solvers, side by side (taylor is KL's Corollary 5 point)",
+    )
     add_output(p, csv_flag=True)
 
 
@@ -210,10 +272,22 @@ def _cmd_solve(args) -> int:
                 continue
             raise
         sols.append(s)
-        rows.append(dict(method=s.method, gamma=s.gamma, per_draft_divergence=s.per_draft_divergence,
-                         acceptance=s.acceptance, budget_hit=s.budget_hit, within_budget=s.within_budget))
-    table = _rows_table(rows, "solve", f"q_n = {q[args.token]:.6g}, p_n = {p[args.token]:.6g}, "
-                        f"n = {args.token}, delta = {args.delta:g}, divergence = {args.divergence}")
+        rows.append(
+            dict(
+                method=s.method,
+                gamma=s.gamma,
+                per_draft_divergence=s.per_draft_divergence,
+                acceptance=s.acceptance,
+                budget_hit=s.budget_hit,
+                within_budget=s.within_budget,
+            )
+        )
+    table = _rows_table(
+        rows,
+        "solve",
+        f"q_n = {q[args.token]:.6g}, p_n = {p[args.token]:.6g}, "
+        f"n = {args.token}, delta = {args.delta:g}, divergence = {args.divergence}",
+    )
     from .report import format_table
 
     text = "\n".join([format_table(table)] + notes)
@@ -224,13 +298,26 @@ def _cmd_solve(args) -> int:
 def _args_analyze(p):
     add_pair_input(p)
     p.add_argument("--rules", default=None, help="comma-separated rule names (default: every rule)")
-    p.add_argument("--delta", type=float, default=None, help="per-draft budget of the Cactus rules "
-                   "(default: each rule's own default)")
-    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                   help="knob for every chosen rule that has it, repeatable (e.g. --knob alpha=0.3)")
-    p.add_argument("--max-memory", default=None, metavar="SIZE",
-                   help="bound on the working memory (e.g. 256MB, 1GiB; default 256 MiB): rows are "
-                        "analysed in chunks; --input may be a folder of .npy/.npz shards, read lazily")
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help="per-draft budget of the Cactus rules (default: each rule's own default)",
+    )
+    p.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="knob for every chosen rule that has it, repeatable (e.g. --knob alpha=0.3)",
+    )
+    p.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SIZE",
+        help="bound on the working memory (e.g. 256MB, 1GiB; default 256 MiB): rows are "
+        "analysed in chunks; --input may be a folder of .npy/.npz shards, read lazily",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar over chunks")
     add_output(p, csv_flag=True)
 
@@ -245,13 +332,13 @@ def _rule_list(text):
 
 
 def _cmd_analyze(args) -> int:
+    from pathlib import Path
+
     import cactus_theory as ct
 
     from .rules import RULES
 
-    from pathlib import Path
-
-    if args.input is not None and Path(args.input).is_dir():   # a folder of shards, read lazily
+    if args.input is not None and Path(args.input).is_dir():  # a folder of shards, read lazily
         if args.q is not None or args.p is not None:
             raise ValueError("input: give either --input or --q and --p, not both")
         from .rows import as_row_source
@@ -269,7 +356,9 @@ def _cmd_analyze(args) -> int:
         for name in names:
             if name not in RULES:
                 raise ValueError(f"rules: unknown rule {name!r}")
-        per = {n: {k: v for k, v in flat.items() if any(kn.name == k for kn in RULES[n].knobs)} for n in names}
+        per = {
+            n: {k: v for k, v in flat.items() if any(kn.name == k for kn in RULES[n].knobs)} for n in names
+        }
         unused = [k for k in flat if not any(k in d for d in per.values())]
         if unused:
             raise ValueError(f"knob: no chosen rule has a knob {unused[0]!r}")
@@ -296,7 +385,9 @@ def _float_list(text, name):
 
 def _args_frontier(p):
     add_pair_input(p)
-    p.add_argument("--eps", default="0,0.01,0.05,0.1,0.3,1", help="target emitted divergences eps (comma-separated)")
+    p.add_argument(
+        "--eps", default="0,0.01,0.05,0.1,0.3,1", help="target emitted divergences eps (comma-separated)"
+    )
     p.add_argument("--divergence", default="kl", help="divergence D(o||q) of the constraint")
     add_output(p, csv_flag=True)
 
@@ -306,7 +397,9 @@ def _cmd_frontier(args) -> int:
 
     q, p = _pairs(args)
     res = ct.optimal_frontier(q, p, eps=_float_list(args.eps, "eps"), divergence=args.divergence)
-    table = _rows_table(res.rows(), "frontier", f"{q.shape[0]} positions, V = {q.shape[1]}; means over positions")
+    table = _rows_table(
+        res.rows(), "frontier", f"{q.shape[0]} positions, V = {q.shape[1]}; means over positions"
+    )
     from .report import format_table
 
     _emit(args, text=format_table(table), data=res.to_dict(), tables=[table])
@@ -362,27 +455,50 @@ def _report_epilog():
 
 #: The subcommand table: name -> :class:`Subcommand`.
 SUBCOMMANDS = {
-    "report": Subcommand("the main job: exact results on embedded defaults (text, Markdown, JSON, CSV)",
-                         _args_report, _cmd_report),
+    "report": Subcommand(
+        "the main job: exact results on embedded defaults (text, Markdown, JSON, CSV)",
+        _args_report,
+        _cmd_report,
+    ),
     "rules": Subcommand("list every registered rule with its knobs", _args_rules, _cmd_rules),
-    "solve": Subcommand("one (q, p, n, delta): Taylor point, exact root and cvxpy oracle side by side",
-                        _args_solve, _cmd_solve),
-    "analyze": Subcommand("rules on a set of (q, p) rows: acceptance, per-draft and emitted divergences, "
-                          "frontier gap", _args_analyze, _cmd_analyze),
-    "frontier": Subcommand("the optimal acceptance at each target emitted divergence eps",
-                           _args_frontier, _cmd_frontier),
-    "calibrate": Subcommand("the delta whose emitted divergence meets a target eps",
-                            _args_calibrate, _cmd_calibrate),
-    "simulate": Subcommand("simulate a rule over synthetic trajectories (teacher-forced) beside exact",
-                           "cactus_theory.simulate.cli:add_arguments", "cactus_theory.simulate.cli:run"),
+    "solve": Subcommand(
+        "one (q, p, n, delta): Taylor point, exact root and cvxpy oracle side by side",
+        _args_solve,
+        _cmd_solve,
+    ),
+    "analyze": Subcommand(
+        "rules on a set of (q, p) rows: acceptance, per-draft and emitted divergences, frontier gap",
+        _args_analyze,
+        _cmd_analyze,
+    ),
+    "frontier": Subcommand(
+        "the optimal acceptance at each target emitted divergence eps", _args_frontier, _cmd_frontier
+    ),
+    "calibrate": Subcommand(
+        "the delta whose emitted divergence meets a target eps", _args_calibrate, _cmd_calibrate
+    ),
+    "simulate": Subcommand(
+        "simulate a rule over synthetic trajectories (teacher-forced) beside exact",
+        "cactus_theory.simulate.cli:add_arguments",
+        "cactus_theory.simulate.cli:run",
+    ),
     "figures": Subcommand("write the figures (PDF and PNG)", _args_figures, _cmd_figures),
     "benchmark": Subcommand("speed goals as medians and ratios", _args_benchmark, _cmd_benchmark),
-    "models": Subcommand("list the offline models and drafters; --prepare builds the local cache",
-                         "cactus_theory.logits.cli:add_models_arguments", "cactus_theory.logits.cli:run_models"),
-    "dump": Subcommand("record verifier/drafter next-token distributions (real models)",
-                       "cactus_theory.logits.cli:add_dump_arguments", "cactus_theory.logits.cli:run_dump"),
-    "decode": Subcommand("real speculative decoding vs verifier-only decoding (real models)",
-                         "cactus_theory.logits.cli:add_decode_arguments", "cactus_theory.logits.cli:run_decode"),
+    "models": Subcommand(
+        "list the offline models and drafters; --prepare builds the local cache",
+        "cactus_theory.logits.cli:add_models_arguments",
+        "cactus_theory.logits.cli:run_models",
+    ),
+    "dump": Subcommand(
+        "record verifier/drafter next-token distributions (real models)",
+        "cactus_theory.logits.cli:add_dump_arguments",
+        "cactus_theory.logits.cli:run_dump",
+    ),
+    "decode": Subcommand(
+        "real speculative decoding vs verifier-only decoding (real models)",
+        "cactus_theory.logits.cli:add_decode_arguments",
+        "cactus_theory.logits.cli:run_decode",
+    ),
 }
 
 
@@ -404,8 +520,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for name, sc in SUBCOMMANDS.items():
         epilog = _report_epilog() if name == "report" else None
-        p = sub.add_parser(name, help=sc.help, description=sc.description or sc.help, epilog=epilog,
-                           formatter_class=_Formatter)
+        p = sub.add_parser(
+            name,
+            help=sc.help,
+            description=sc.description or sc.help,
+            epilog=epilog,
+            formatter_class=_Formatter,
+        )
         _resolve(sc.arguments)(p)
         p.set_defaults(handler=sc.handler)
     return parser

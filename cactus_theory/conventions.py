@@ -77,15 +77,20 @@ def tolerance(dtype) -> float:
     if not isinstance(dtype, type) and hasattr(dtype, "dtype"):  # an array or a tensor
         dtype = dtype.dtype
     name = str(dtype).replace("torch.", "")
-    eps = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10, "half": 2.0 ** -10,
-           "float32": 2.0 ** -23, "float": 2.0 ** -23}.get(name)
+    eps = {
+        "bfloat16": 2.0**-7,
+        "float16": 2.0**-10,
+        "half": 2.0**-10,
+        "float32": 2.0**-23,
+        "float": 2.0**-23,
+    }.get(name)
     if eps is None:
         try:
             np_dtype = np.dtype(dtype)
-            eps = float(np.finfo(np_dtype).eps) if np_dtype.kind == "f" else 2.0 ** -52
+            eps = float(np.finfo(np_dtype).eps) if np_dtype.kind == "f" else 2.0**-52
         except TypeError:
-            eps = 2.0 ** -52
-    return 4.0 * eps ** 0.5
+            eps = 2.0**-52
+    return 4.0 * eps**0.5
 
 
 __all__ = ["EMPTY_RESIDUAL_MASS", "normalization_tolerance", "tolerance"]

@@ -163,7 +163,7 @@ def process_sorted_logits(values, *, temperature=1.0, top_p=None):
     finite = s > -np.inf
 
     def softmax_kept(keep):
-        m = s[..., :1]                                   # the row maximum (first in the order)
+        m = s[..., :1]  # the row maximum (first in the order)
         m = where(m > -np.inf, m, full_like(m, 0.0))
         e = where(keep, xp_exp(where(keep, s, m) - m), full_like(s, 0.0))
         return e / e.sum(-1, keepdims=True)
@@ -253,8 +253,9 @@ def apply_top_p(probs, p: float) -> np.ndarray:
     return sampling_transform(_log_probs(q), top_p=as_top_p(p, "p"))
 
 
-def truncate(probs, *, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None) -> np.ndarray:
+def truncate(
+    probs, *, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> np.ndarray:
     """Temperature, then top-k, then top-p (vLLM's order). The paper used 0.6, 20, 0.95.
 
     One call of :func:`sampling_transform` on ``log(probs)`` (its order and tie rule).
@@ -279,16 +280,27 @@ def truncate(probs, *, temperature: float = 1.0, top_k: int | None = None,
     t = as_temperature(temperature)
     top_k = None if top_k is None else as_top_k(top_k)
     if top_k is not None and top_k >= q.shape[-1]:
-        top_k = None                                       # keeps every token
+        top_k = None  # keeps every token
     top_p = None if top_p is None else as_top_p(top_p)
     if t == 1.0 and top_k is None and top_p is None:
         return q
     return sampling_transform(_log_probs(q), temperature=t, top_k=top_k, top_p=top_p)
 
 
-def synthetic_pairs(family: str, n_pairs: int, vocab_size: int, rng=None, *,
-                    concentration: float = 0.3, s: float = 1.1, jitter: float = 0.1,
-                    scale: float = 3.0, noise: float = 1.0, t: float = 1.0, rho: float = 0.8):
+def synthetic_pairs(
+    family: str,
+    n_pairs: int,
+    vocab_size: int,
+    rng=None,
+    *,
+    concentration: float = 0.3,
+    s: float = 1.1,
+    jitter: float = 0.1,
+    scale: float = 3.0,
+    noise: float = 1.0,
+    t: float = 1.0,
+    rho: float = 0.8,
+):
     """Draw ``n_pairs`` verifier/drafter pairs from a synthetic family.
 
     Parameters
@@ -345,7 +357,7 @@ def synthetic_pairs(family: str, n_pairs: int, vocab_size: int, rng=None, *,
         raise ValueError(f"rho: must lie in [-1, 1], got {rho}")
     z = scale * rng.standard_normal((n, V))
     if family == "logits":
-        z2 = rho * z + np.sqrt(1 - rho ** 2) * scale * rng.standard_normal((n, V))
+        z2 = rho * z + np.sqrt(1 - rho**2) * scale * rng.standard_normal((n, V))
         return softmax(z / t), softmax(z2 / t)
     q = softmax(z / t)
     return q, softmax(np.log(q) + noise * rng.standard_normal((n, V)))

@@ -25,8 +25,8 @@ form); Csiszar (1967) for f-divergences.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from array_api_compat import array_namespace
@@ -172,7 +172,7 @@ def _ratio_floor(x) -> float:
         return KL_RATIO_FLOOR
     if "float16" in name and "bfloat16" not in name:
         return 2.0
-    return 3e-31                       # float32 and bfloat16: largest float 3.4e38
+    return 3e-31  # float32 and bfloat16: largest float 3.4e38
 
 
 def kl_log_ratios(xp, gamma, s):
@@ -198,14 +198,19 @@ def kl_log_ratios(xp, gamma, s):
     near = normal & (gamma >= 0.5 * s)
     safe_s = xp.where(normal, s, one)
     safe_g = xp.where(gamma > 0, gamma, one)
-    a = xp.where(near, xp.log1p(xp.where(near, gamma - s, 0.0 * s) / safe_s),
-                 xp.where(normal, xp.log(safe_g / safe_s),
-                          xp.log(safe_g) - xp.log(xp.where(s > 0, s, one))))
+    a = xp.where(
+        near,
+        xp.log1p(xp.where(near, gamma - s, 0.0 * s) / safe_s),
+        xp.where(normal, xp.log(safe_g / safe_s), xp.log(safe_g) - xp.log(xp.where(s > 0, s, one))),
+    )
     c = 1.0 - s
     safe_c = xp.where(c > 0, c, one)
     upper = (gamma - s) > 0.5 * c
-    b = xp.where(upper, xp.log(xp.where(upper & (gamma < 1), 1.0 - gamma, one) / safe_c),
-                 xp.log1p(xp.where(upper, 0.0 * s, s - gamma) / safe_c))
+    b = xp.where(
+        upper,
+        xp.log(xp.where(upper & (gamma < 1), 1.0 - gamma, one) / safe_c),
+        xp.log1p(xp.where(upper, 0.0 * s, s - gamma) / safe_c),
+    )
     return a, b
 
 
@@ -245,46 +250,80 @@ DIVERGENCES: dict[str, Divergence] = {
     d.name: d
     for d in [
         Divergence(
-            "kl", _term_kl, _f_kl, 1.0, False,
+            "kl",
+            _term_kl,
+            _f_kl,
+            1.0,
+            False,
             "KL(h||q) = sum h log(h/q), nats; f(t) = t log t; +inf where h > 0 = q.",
             two_point_form=kl_two_point,
         ),
         Divergence(
-            "reverse_kl", _term_reverse_kl, _f_reverse_kl, 1.0, True,
+            "reverse_kl",
+            _term_reverse_kl,
+            _f_reverse_kl,
+            1.0,
+            True,
             "KL(q||h) = sum q log(q/h), nats; f(t) = -log t; +inf where q > 0 = h; mass of h "
             "where q = 0 is free (f'(inf) = 0).",
         ),
         Divergence(
-            "chi2", _term_chi2, lambda t: (np.asarray(t, dtype=np.float64) - 1) ** 2, 2.0, False,
+            "chi2",
+            _term_chi2,
+            lambda t: (np.asarray(t, dtype=np.float64) - 1) ** 2,
+            2.0,
+            False,
             "Pearson chi-square sum (h-q)^2/q, no 1/2; f(t) = (t-1)^2; +inf where h > 0 = q.",
         ),
         Divergence(
-            "neyman_chi2", _term_neyman_chi2,
-            lambda t: np.where(np.asarray(t) > 0, (np.asarray(t, dtype=np.float64) - 1) ** 2
-                               / np.where(np.asarray(t) > 0, t, 1.0), np.inf),
-            2.0, True,
+            "neyman_chi2",
+            _term_neyman_chi2,
+            lambda t: np.where(
+                np.asarray(t) > 0,
+                (np.asarray(t, dtype=np.float64) - 1) ** 2 / np.where(np.asarray(t) > 0, t, 1.0),
+                np.inf,
+            ),
+            2.0,
+            True,
             "Neyman chi-square sum (h-q)^2/h, no 1/2; f(t) = (t-1)^2/t; +inf where q > 0 = h.",
         ),
         Divergence(
-            "hellinger", _term_hellinger,
-            lambda t: 0.5 * (np.sqrt(np.asarray(t, dtype=np.float64)) - 1) ** 2, 0.25, True,
+            "hellinger",
+            _term_hellinger,
+            lambda t: 0.5 * (np.sqrt(np.asarray(t, dtype=np.float64)) - 1) ** 2,
+            0.25,
+            True,
             "Squared Hellinger with the 1/2: (1/2) sum (sqrt h - sqrt q)^2 in [0, 1]; "
             "f(t) = (sqrt t - 1)^2 / 2.",
         ),
         Divergence(
-            "tv", _term_tv, lambda t: 0.5 * np.abs(np.asarray(t, dtype=np.float64) - 1), math.nan,
-            True, "Total variation (1/2) sum |h - q| in [0, 1]; f(t) = |t - 1| / 2.",
+            "tv",
+            _term_tv,
+            lambda t: 0.5 * np.abs(np.asarray(t, dtype=np.float64) - 1),
+            math.nan,
+            True,
+            "Total variation (1/2) sum |h - q| in [0, 1]; f(t) = |t - 1| / 2.",
         ),
         Divergence(
-            "js", _term_js, _f_js, 0.25, True,
+            "js",
+            _term_js,
+            _f_js,
+            0.25,
+            True,
             "Jensen-Shannon (1/2) KL(h||m) + (1/2) KL(q||m), m = (h+q)/2, nats, in [0, log 2].",
         ),
     ]
 }
 
 
-def f_divergence(f: Callable, *, name: str = "f", f_second_at_one: float = math.nan,
-                 f_at_zero: float | None = None, slope_at_infinity: float = math.inf) -> Divergence:
+def f_divergence(
+    f: Callable,
+    *,
+    name: str = "f",
+    f_second_at_one: float = math.nan,
+    f_at_zero: float | None = None,
+    slope_at_infinity: float = math.inf,
+) -> Divergence:
     r"""Build a general f-divergence from a convex generator ``f`` with ``f(1) = 0``.
 
     Parameters
@@ -319,8 +358,9 @@ def f_divergence(f: Callable, *, name: str = "f", f_second_at_one: float = math.
         with np.errstate(invalid="ignore"):
             return np.where(pos_q, np.where(pos_q & pos_h, inner, q * f0), off)
 
-    return Divergence(name, term, f, f_second_at_one, math.isfinite(slope_at_infinity),
-                      "user-supplied generator f")
+    return Divergence(
+        name, term, f, f_second_at_one, math.isfinite(slope_at_infinity), "user-supplied generator f"
+    )
 
 
 def get_divergence(name) -> Divergence:

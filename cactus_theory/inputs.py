@@ -45,7 +45,9 @@ def parse_probs(text: str, name: str) -> np.ndarray:
     try:
         vals = [float(x) for x in str(text).replace(" ", "").split(",") if x != ""]
     except ValueError:
-        raise ValueError(f"{name}: expected comma-separated numbers such as 0.5,0.3,0.2, got {text!r}") from None
+        raise ValueError(
+            f"{name}: expected comma-separated numbers such as 0.5,0.3,0.2, got {text!r}"
+        ) from None
     if not vals:
         raise ValueError(f"{name}: empty probability row")
     return np.asarray(vals, dtype=np.float64)
@@ -56,8 +58,9 @@ def _from_mapping(obj, where: str):
         if kq in obj and kp in obj:
             return obj[kq], obj[kp]
     keys = ", ".join(sorted(map(str, obj.keys()))) or "none"
-    raise ValueError(f"{where}: expected arrays 'target_probs' and 'draft_probs' (or 'q' and 'p'); "
-                     f"found {keys}")
+    raise ValueError(
+        f"{where}: expected arrays 'target_probs' and 'draft_probs' (or 'q' and 'p'); found {keys}"
+    )
 
 
 def _read_json(path: Path):
@@ -71,8 +74,10 @@ def _read_json(path: Path):
     if isinstance(obj, list) and obj and all(isinstance(r, dict) for r in obj):
         qs, ps = zip(*(_from_mapping(r, f"{where}: row {i}") for i, r in enumerate(obj)))
         return list(qs), list(ps)
-    raise ValueError(f"{where}: expected an object with 'target_probs' and 'draft_probs', or a non-empty "
-                     "list of such objects")
+    raise ValueError(
+        f"{where}: expected an object with 'target_probs' and 'draft_probs', or a non-empty "
+        "list of such objects"
+    )
 
 
 def _read_npz(path: Path):
@@ -99,8 +104,9 @@ def _read_npy(path: Path):
     except (OSError, EOFError, ValueError) as exc:
         raise ValueError(f"{where}: not a readable .npy array ({exc})") from None
     if arr.ndim not in (2, 3) or arr.shape[0] != 2:
-        raise ValueError(f"{where}: expected an array of shape (2, V) or (2, N, V) holding q then p; "
-                         f"got shape {arr.shape}")
+        raise ValueError(
+            f"{where}: expected an array of shape (2, V) or (2, N, V) holding q then p; got shape {arr.shape}"
+        )
     return arr[0], arr[1]
 
 
@@ -128,14 +134,16 @@ def load_pairs(source) -> tuple[np.ndarray, np.ndarray]:
     path = Path(text)
     if not path.exists():
         names = shipped_pair_names()
-        name = text[len(_PREFIX):] if text.startswith(_PREFIX) else text
+        name = text[len(_PREFIX) :] if text.startswith(_PREFIX) else text
         if name in names:
             from .logits.loader import REAL_DIR
 
             path = REAL_DIR / f"{_PREFIX}{name}.npz"
         else:
-            raise ValueError(f"source: {text!r} is neither an existing file nor a shipped recording "
-                             f"({', '.join(names) or 'none shipped'})")
+            raise ValueError(
+                f"source: {text!r} is neither an existing file nor a shipped recording "
+                f"({', '.join(names) or 'none shipped'})"
+            )
     if path.is_dir():
         raise ValueError(f"{path}: is a folder, expected a .npy, .npz or .json file")
     suffix = path.suffix.lower()

@@ -90,14 +90,8 @@ class Check:
 
     def line(self) -> str:
         """One line: ``[pass] statement: value <= threshold``."""
-        tag = (
-            ("pass" if self.passed else "FAIL")
-            if self.of_paper
-            else ("true" if self.passed else "false")
-        )
-        return (
-            f"[{tag}] {self.statement}: {self.value:.6g} {self.op} {self.threshold:.6g}"
-        )
+        tag = ("pass" if self.passed else "FAIL") if self.of_paper else ("true" if self.passed else "false")
+        return f"[{tag}] {self.statement}: {self.value:.6g} {self.op} {self.threshold:.6g}"
 
 
 #: The verdict words and the criterion of each (:func:`verdict_word` applies them).
@@ -170,14 +164,10 @@ def verdict_word(definitions) -> str:
         raise ValueError("definitions: a verdict needs at least one definition tried")
     stated = [d for d in definitions if d.stated]
     if len(stated) > 1:
-        raise ValueError(
-            f"definitions: {len(stated)} are marked stated; the paper states at most one"
-        )
+        raise ValueError(f"definitions: {len(stated)} are marked stated; the paper states at most one")
     if stated:
         if stated[0].word is None:
-            raise ValueError(
-                f"definitions: the stated definition {stated[0].name!r} is not computable"
-            )
+            raise ValueError(f"definitions: the stated definition {stated[0].name!r} is not computable")
         return stated[0].word
     words = {d.word for d in definitions}
     if len(words) == 1 and None not in words:
@@ -216,11 +206,7 @@ class Verdict:
     unstated: str = ""
 
     def __post_init__(self):
-        if (
-            not self.unstated
-            and not any(d.stated for d in self.definitions)
-            and self.definitions
-        ):
+        if not self.unstated and not any(d.stated for d in self.definitions) and self.definitions:
             raise ValueError(
                 f"unstated: claim {self.number} names no stated definition, so it must say "
                 "what the paper leaves unstated"
@@ -229,9 +215,7 @@ class Verdict:
     @property
     def checks(self) -> tuple:
         """Every check: the definitions' (graded) and the findings (not graded)."""
-        return tuple(c for d in self.definitions for c in d.checks) + tuple(
-            self.findings
-        )
+        return tuple(c for d in self.definitions for c in d.checks) + tuple(self.findings)
 
     @property
     def verdict(self) -> str:
@@ -248,9 +232,7 @@ def _corpus(seed=0, n=300, V=48):
     for fam in ("dirichlet", "zipf", "logits", "noisy_copy"):
         q, p = synthetic_pairs(fam, n, V, seed)
         out.append((fam, q, p))
-        out.append(
-            (fam + "+trunc", truncate(q, **_PAPER_TRUNC), truncate(p, **_PAPER_TRUNC))
-        )
+        out.append((fam + "+trunc", truncate(q, **_PAPER_TRUNC), truncate(p, **_PAPER_TRUNC)))
     return out
 
 
@@ -260,11 +242,7 @@ def claim_delta_zero(corpus) -> Verdict:
         for name in ("cactus-taylor", "cactus-exact-kl"):
             worst = max(
                 worst,
-                float(
-                    np.abs(
-                        emitted_distribution(get_rule(name, delta=0.0), q, p) - q
-                    ).max()
-                ),
+                float(np.abs(emitted_distribution(get_rule(name, delta=0.0), q, p) - q).max()),
             )
     n = sum(len(q) for _, q, _ in corpus)
     return Verdict(
@@ -292,11 +270,7 @@ def claim_acceptance(corpus) -> Verdict:
             for d in (0.01, 0.5, 2.0):
                 worst = min(
                     worst,
-                    float(
-                        (
-                            acceptance_probabilities(get_rule(name, delta=d), q, p) - a0
-                        ).min()
-                    ),
+                    float((acceptance_probabilities(get_rule(name, delta=d), q, p) - a0).min()),
                 )
     return Verdict(
         2,
@@ -354,8 +328,7 @@ def claim_theorem2(seed=0) -> Verdict:
                     gap = max(gap, abs(res.value - root))
                     beats = max(
                         beats,
-                        res.value
-                        - float(exact_spike(np.array(q[n]), res.divergence, name)),
+                        res.value - float(exact_spike(np.array(q[n]), res.divergence, name)),
                     )
                     count += 1
     return Verdict(
@@ -424,15 +397,9 @@ def claim_corollary5() -> Verdict:
         nums[f"argmax_taylor_{d:g}"], nums[f"argmax_exact_{d:g}"] = arg, arg_exact
         nums[f"max_bonus_taylor_{d:g}"] = float(bonus.max())
         parts.append(
-            f"delta={d:g}: peak at q_n = {arg:.4f} (exact root {arg_exact:.4f}), max bonus "
-            f"{bonus.max():.3f}"
+            f"delta={d:g}: peak at q_n = {arg:.4f} (exact root {arg_exact:.4f}), max bonus {bonus.max():.3f}"
         )
-    end = float(
-        max(
-            abs(taylor_spike(s[[0, -1]], d) - s[[0, -1]]).max()
-            for d in COROLLARY5_DELTAS
-        )
-    )
+    end = float(max(abs(taylor_spike(s[[0, -1]], d) - s[[0, -1]]).max() for d in COROLLARY5_DELTAS))
     checks.append(Check("bonus at q_n = 0 and 1", end, "<=", _EXACT_TOL))
     formula.append(Check("sqrt(2 delta q(1-q)) at q_n = 0 and 1", 0.0, "<=", _EXACT_TOL))
     nums["bonus_at_ends"] = end
@@ -452,8 +419,7 @@ def claim_corollary5() -> Verdict:
                 tuple(formula),
             ),
         ),
-        "; ".join(parts)
-        + ". The realised bonus min(1, gamma) - q_n = min(1 - q_n, sqrt(2 delta "
+        "; ".join(parts) + ". The realised bonus min(1, gamma) - q_n = min(1 - q_n, sqrt(2 delta "
         "q_n (1-q_n))) is capped once q_n >= 1/(1+2 delta), so for delta > 1/2 it peaks at "
         "1/(1+2 delta), not 1/2 ("
         + ", ".join(f"{v:.3f} at delta {k:g}" for k, v in cap.items())
@@ -527,9 +493,7 @@ def _family_qstar(vocabs, delta, rule):
     target = 1.0 / (np.asarray(vocabs, dtype=np.float64) - 1.0)
     lo = np.full(target.shape, math.log(FAMILY_FLOOR))
     hi = np.log(target)
-    for _ in range(
-        80
-    ):  # the log bracket is < 700 wide: 700 / 2**80 is far below float64's step
+    for _ in range(80):  # the log bracket is < 700 wide: 700 / 2**80 is far below float64's step
         mid = 0.5 * (lo + hi)
         ok = np.asarray(r.spike(np.exp(mid))) >= target
         hi = np.where(ok, mid, hi)
@@ -563,9 +527,7 @@ def theorem3_family(vocab_size: int, delta: float, rule: str = "cactus-taylor"):
         raise ValueError(f"vocab_size: must be >= 3, got {vocab_size}")
     qs = float(_family_qstar([V], delta, rule)[0])
     if not np.isfinite(qs):
-        raise ValueError(
-            f"vocab_size: q* < {FAMILY_FLOOR:g} at V = {V}, delta = {delta} ({rule})"
-        )
+        raise ValueError(f"vocab_size: q* < {FAMILY_FLOOR:g} at V = {V}, delta = {delta} ({rule})")
     q = np.full(V, qs)
     q[0] = 1.0 - (V - 1) * qs
     p = np.full(V, 1.0 / (V - 1))
@@ -587,9 +549,7 @@ def claim_theorem3(corpus) -> Verdict:
                         worst_ratio,
                         float(np.max(np.where(ok, lhs / np.where(ok, rhs, 1), 0))),
                     )
-                gamma_ratio.append(
-                    float(np.max(get_divergence("kl").unchecked(e, q)) / d)
-                )
+                gamma_ratio.append(float(np.max(get_divergence("kl").unchecked(e, q)) / d))
     n = sum(len(q) for _, q, _ in corpus)
     fam, nums = {}, {}
     for rule in ("cactus-taylor", "cactus-exact-kl"):
@@ -603,9 +563,7 @@ def claim_theorem3(corpus) -> Verdict:
                 vals.append(float(get_divergence("kl").unchecked(h, q)))
             fam[(rule, d)] = (vals, dev)
             nums[f"family_{rule}_{d:g}"] = vals
-    growth = min(
-        v[-1] - v[-2] for v, _ in fam.values()
-    )  # the last decade of V available
+    growth = min(v[-1] - v[-2] for v, _ in fam.values())  # the last decade of V available
     dev = max(x for _, x in fam.values())
     nums.update(
         max_ratio=worst_ratio,
@@ -686,9 +644,7 @@ def claim_tas_cross_entropy() -> Verdict:
     delta = H - math.log(alpha)  # the budget that makes e^-delta = alpha e^-H(q)
     c = -np.log(q)
     gap = c - c.min()
-    hn = np.where(
-        c <= delta, 1.0, np.clip((delta - c.min()) / np.where(gap > 0, gap, 1.0), 0, 1)
-    )
+    hn = np.where(c <= delta, 1.0, np.clip((delta - c.min()) / np.where(gap > 0, gap, 1.0), 0, 1))
     fractional = int(np.sum((hn > 0) & (hn < 1)))
     tas_accepts = q >= alpha * math.exp(-H)  # TAS's threshold without its eps cap
     mismatch = int(np.sum((hn >= 1) != tas_accepts))
@@ -758,34 +714,22 @@ def readme_example_readings(step: float = README_DELTA_STEP):
             "h_decode = .16": q[0] * c,
             "h_output = .18": q[2] * c,
             "acceptance 82%": gam / p[n],
-            "KL(h||q) = 0.20 nats": get_divergence("kl").two_point(
-                gam, np.full(gam.shape, q[n])
-            ),
+            "KL(h||q) = 0.20 nats": get_divergence("kl").two_point(gam, np.full(gam.shape, q[n])),
         }
         res, every = {}, np.ones(deltas.shape, bool)
         for label, (lo, hi) in README_PRINTED.items():
             ok = (vals[label] >= lo) & (vals[label] < hi)
             every &= ok
-            res[label] = (
-                (float(deltas[ok].min()), float(deltas[ok].max())) if ok.any() else None
-            )
-        res["all"] = (
-            (float(deltas[every].min()), float(deltas[every].max()))
-            if every.any()
-            else None
-        )
+            res[label] = (float(deltas[ok].min()), float(deltas[ok].max())) if ok.any() else None
+        res["all"] = (float(deltas[every].min()), float(deltas[every].max())) if every.any() else None
         out[rule] = res
     return out
 
 
 def _spike_grid(rule, q_n, deltas):
     if rule == "cactus-taylor":
-        return np.asarray(
-            taylor_spike(np.full(deltas.shape, q_n), deltas), dtype=np.float64
-        )
-    return np.asarray(
-        exact_spike(np.full(deltas.shape, q_n), deltas, "kl"), dtype=np.float64
-    )
+        return np.asarray(taylor_spike(np.full(deltas.shape, q_n), deltas), dtype=np.float64)
+    return np.asarray(exact_spike(np.full(deltas.shape, q_n), deltas, "kl"), dtype=np.float64)
 
 
 def claim_readme_example() -> Verdict:
@@ -799,11 +743,7 @@ def claim_readme_example() -> Verdict:
         )
         allr = f"[{v['all'][0]:.4f}, {v['all'][1]:.4f}]" if v["all"] else "none"
         parts.append(f"{rule}: every number fits for delta in {allr} ({per})")
-        n_fit = (
-            0
-            if v["all"] is None
-            else round((v["all"][1] - v["all"][0]) / README_DELTA_STEP) + 1
-        )
+        n_fit = 0 if v["all"] is None else round((v["all"][1] - v["all"][0]) / README_DELTA_STEP) + 1
         defs.append(
             Definition(
                 f"{rule}, delta on [0.1, 0.4] (step {README_DELTA_STEP:g})",
@@ -918,9 +858,7 @@ def rej_readings(m: int = 20, table=None) -> list[dict]:
                     gap=gap,
                 )
             )
-        out.append(
-            dict(name=name, rows=rows, agree=sum(row["gap"] == 0 for row in rows))
-        )
+        out.append(dict(name=name, rows=rows, agree=sum(row["gap"] == 0 for row in rows)))
     return out
 
 
@@ -942,9 +880,7 @@ def per_prompt_sps_spread(m: int = 20, table=None) -> list[dict]:
             continue
         r0 = ref[task]
         var = (r(al) / (1 + rej / 100) - r(r0)) * (r0 + 1) ** 3 / (m + 1)
-        out.append(
-            dict(task=task, method=method, sd=math.sqrt(var) if var >= 0 else math.nan)
-        )
+        out.append(dict(task=task, method=method, sd=math.sqrt(var) if var >= 0 else math.nan))
     return out
 
 
@@ -977,9 +913,7 @@ def claim_table_consistency(m: int = 20) -> Verdict:
             )
         )
         nums[f"agree_{k}"] = rd["agree"]
-        nums[f"max_gap_{k}"] = max(
-            abs(row["implied"] - row["printed"]) for row in rd["rows"]
-        )
+        nums[f"max_gap_{k}"] = max(abs(row["implied"] - row["printed"]) for row in rd["rows"])
         parts.append(f"{rd['name']}: {rd['agree']} of {len(rd['rows'])} rows")
     spread = per_prompt_sps_spread(m)
     sd = [x["sd"] for x in spread]
@@ -1023,10 +957,7 @@ def _rej_summary(readings) -> str:
         f"{best['agree']} of {n} (misses {', '.join(miss)})"
     )
     lo, hi = readings[0], readings[4]  # per generated token, per accepted token
-    between = all(
-        b["implied"] < a["printed"] < a["implied"]
-        for a, b in zip(lo["rows"], hi["rows"])
-    )
+    between = all(b["implied"] < a["printed"] < a["implied"] for a, b in zip(lo["rows"], hi["rows"]))
     return head + (
         f"; the printed Rej lies strictly between the implied values of {lo['name'].split(', ')[-1]} "
         f"and {hi['name'].split(', ')[-1]} on every row"
@@ -1124,9 +1055,7 @@ def format_verdicts(verdicts) -> str:
         for d in v.definitions:
             word = d.word if d.computable else "not computable"
             tag = "definition (stated)" if d.stated else "definition tried"
-            out.append(
-                f"    {tag}: {d.name} -> {word}" + (f" ({d.note})" if d.note else "")
-            )
+            out.append(f"    {tag}: {d.name} -> {word}" + (f" ({d.note})" if d.note else ""))
             out += [f"      {c.line()}" for c in d.checks]
         out += [f"    finding {c.line()}" for c in v.findings]
         out.append(f"    evidence: {v.evidence}")

@@ -15,5 +15,11 @@ from .figures import (
     write_figures,
 )
 
-__all__ = ["figure_gamma", "figure_taylor_overshoot", "figure_per_draft_vs_emitted",
-           "figure_frontier", "FIGURES", "write_figures"]
+__all__ = [
+    "figure_gamma",
+    "figure_taylor_overshoot",
+    "figure_per_draft_vs_emitted",
+    "figure_frontier",
+    "FIGURES",
+    "write_figures",
+]

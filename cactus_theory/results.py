@@ -40,8 +40,12 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "SpikeSolution", "TaylorExactComparison", "FrontierResult", "CalibrationResult",
-    "RuleTable", "ChainResult",
+    "SpikeSolution",
+    "TaylorExactComparison",
+    "FrontierResult",
+    "CalibrationResult",
+    "RuleTable",
+    "ChainResult",
 ]
 
 
@@ -77,8 +81,9 @@ class _Result:
 
     def to_dict(self) -> dict:
         """Every exported field as plain data (json.dumps accepts it)."""
-        return {f.name: _to_plain(getattr(self, f.name)) for f in fields(self)
-                if f.metadata.get("export", True)}
+        return {
+            f.name: _to_plain(getattr(self, f.name)) for f in fields(self) if f.metadata.get("export", True)
+        }
 
 
 def _internal(**kw):
@@ -137,11 +142,13 @@ class SpikeSolution(_Result):
     solver_info: dict
 
     def __repr__(self) -> str:
-        return (f"SpikeSolution({self.method}, {self.divergence}, n={self.token}, "
-                f"delta={_g(self.delta)}: q_n={_g(self.target_prob)} -> gamma={_g(self.gamma, '.6g')}, "
-                f"D(h||q)={_g(self.per_draft_divergence)}, acceptance={_g(self.acceptance)}, "
-                f"{'budget binds' if self.budget_hit else 'capped at 1'}"
-                f"{'' if self.within_budget else ', OVER BUDGET'})")
+        return (
+            f"SpikeSolution({self.method}, {self.divergence}, n={self.token}, "
+            f"delta={_g(self.delta)}: q_n={_g(self.target_prob)} -> gamma={_g(self.gamma, '.6g')}, "
+            f"D(h||q)={_g(self.per_draft_divergence)}, acceptance={_g(self.acceptance)}, "
+            f"{'budget binds' if self.budget_hit else 'capped at 1'}"
+            f"{'' if self.within_budget else ', OVER BUDGET'})"
+        )
 
 
 @dataclass(frozen=True, repr=False)
@@ -198,12 +205,14 @@ class TaylorExactComparison(_Result):
         return [_to_plain(dict(r)) for r in self.table]
 
     def __repr__(self) -> str:
-        return (f"TaylorExactComparison({self.divergence}, delta={_g(self.delta)}, "
-                f"{self.n_positions} position(s): acceptance taylor={_g(self.acceptance_taylor)} "
-                f"exact={_g(self.acceptance_exact)} sps={_g(self.acceptance_sps)}; per-draft max "
-                f"taylor={_g(self.per_draft_max_taylor)} exact={_g(self.per_draft_max_exact)}; "
-                f"emitted taylor={_g(self.emitted_taylor)} exact={_g(self.emitted_exact)}; "
-                f"taylor overshoot={_g(self.taylor_overshoot)})")
+        return (
+            f"TaylorExactComparison({self.divergence}, delta={_g(self.delta)}, "
+            f"{self.n_positions} position(s): acceptance taylor={_g(self.acceptance_taylor)} "
+            f"exact={_g(self.acceptance_exact)} sps={_g(self.acceptance_sps)}; per-draft max "
+            f"taylor={_g(self.per_draft_max_taylor)} exact={_g(self.per_draft_max_exact)}; "
+            f"emitted taylor={_g(self.emitted_taylor)} exact={_g(self.emitted_exact)}; "
+            f"taylor overshoot={_g(self.taylor_overshoot)})"
+        )
 
 
 @dataclass(frozen=True, repr=False)
@@ -241,15 +250,23 @@ class FrontierResult(_Result):
 
     def rows(self) -> list[dict]:
         """One dict per eps: ``eps``, ``acceptance``, ``emitted_divergence``, ``divergence``."""
-        return [{"divergence": self.divergence, "eps": float(e), "acceptance": float(a),
-                 "emitted_divergence": float(d)}
-                for e, a, d in zip(self.eps, self.acceptance, self.emitted_divergence)]
+        return [
+            {
+                "divergence": self.divergence,
+                "eps": float(e),
+                "acceptance": float(a),
+                "emitted_divergence": float(d),
+            }
+            for e, a, d in zip(self.eps, self.acceptance, self.emitted_divergence)
+        ]
 
     def __repr__(self) -> str:
         e, a = self.eps, self.acceptance
-        return (f"FrontierResult({self.divergence}, {len(e)} eps in [{_g(e.min())}, {_g(e.max())}], "
-                f"{self.n_positions} position(s): acceptance {_g(a.min())} .. {_g(a.max())}, "
-                f"SpS {_g(self.sps_acceptance)}, saturates at eps={_g(self.saturation_eps)})")
+        return (
+            f"FrontierResult({self.divergence}, {len(e)} eps in [{_g(e.min())}, {_g(e.max())}], "
+            f"{self.n_positions} position(s): acceptance {_g(a.min())} .. {_g(a.max())}, "
+            f"SpS {_g(self.sps_acceptance)}, saturates at eps={_g(self.saturation_eps)})"
+        )
 
 
 @dataclass(frozen=True, repr=False)
@@ -287,22 +304,39 @@ class CalibrationResult(_Result):
 
     def rows(self) -> list[dict]:
         """One dict per position: ``position``, ``delta``, ``emitted_divergence``, ..."""
-        cols = [np.ravel(np.asarray(getattr(self, k)))
-                for k in ("delta", "emitted_divergence", "acceptance", "saturated")]
-        return [_to_plain({"position": i, "rule": self.rule, "divergence": self.divergence,
-                          "eps": self.eps, "delta": d, "emitted_divergence": e,
-                          "acceptance": a, "saturated": s})
-                for i, (d, e, a, s) in enumerate(zip(*cols))]
+        cols = [
+            np.ravel(np.asarray(getattr(self, k)))
+            for k in ("delta", "emitted_divergence", "acceptance", "saturated")
+        ]
+        return [
+            _to_plain(
+                {
+                    "position": i,
+                    "rule": self.rule,
+                    "divergence": self.divergence,
+                    "eps": self.eps,
+                    "delta": d,
+                    "emitted_divergence": e,
+                    "acceptance": a,
+                    "saturated": s,
+                }
+            )
+            for i, (d, e, a, s) in enumerate(zip(*cols))
+        ]
 
     def __repr__(self) -> str:
         if np.ndim(self.delta) == 0:
-            body = (f"delta={_g(self.delta)}, emitted={_g(self.emitted_divergence)}, "
-                    f"acceptance={_g(self.acceptance)}{', saturated' if self.saturated else ''}")
+            body = (
+                f"delta={_g(self.delta)}, emitted={_g(self.emitted_divergence)}, "
+                f"acceptance={_g(self.acceptance)}{', saturated' if self.saturated else ''}"
+            )
         else:
-            body = (f"{self.n_positions} positions: median delta={_g(np.median(self.delta))}, "
-                    f"mean emitted={_g(np.mean(self.emitted_divergence))}, "
-                    f"mean acceptance={_g(np.mean(self.acceptance))}, "
-                    f"{int(np.sum(self.saturated))} saturated")
+            body = (
+                f"{self.n_positions} positions: median delta={_g(np.median(self.delta))}, "
+                f"mean emitted={_g(np.mean(self.emitted_divergence))}, "
+                f"mean acceptance={_g(np.mean(self.acceptance))}, "
+                f"{int(np.sum(self.saturated))} saturated"
+            )
         return f"CalibrationResult({self.rule}, {self.divergence}, eps={_g(self.eps)}: {body})"
 
 
@@ -348,9 +382,11 @@ class RuleTable(_Result):
 
     def __repr__(self) -> str:
         best = max(self.table, key=lambda r: r["acceptance"])
-        return (f"RuleTable({len(self.table)} rules, {self.n_positions} position(s)"
-                f"{'' if self.delta is None else f', delta={_g(self.delta)}'}: highest acceptance "
-                f"{best['rule']} {_g(best['acceptance'])})")
+        return (
+            f"RuleTable({len(self.table)} rules, {self.n_positions} position(s)"
+            f"{'' if self.delta is None else f', delta={_g(self.delta)}'}: highest acceptance "
+            f"{best['rule']} {_g(best['acceptance'])})"
+        )
 
 
 @dataclass(frozen=True, repr=False)
@@ -392,12 +428,16 @@ class ChainResult(_Result):
 
     def rows(self) -> list[dict]:
         """One dict per metric: ``metric``, ``value``."""
-        return [{"rule": self.rule, "m": self.m, "metric": k, "value": _to_plain(v)}
-                for k, v in self.metrics.items()]
+        return [
+            {"rule": self.rule, "m": self.m, "metric": k, "value": _to_plain(v)}
+            for k, v in self.metrics.items()
+        ]
 
     def __repr__(self) -> str:
         mt = self.metrics
-        return (f"ChainResult({self.rule}, m={self.m}, T={self.length}: "
-                f"AL={_g(mt['al_paper'])}, tokens/call={_g(mt['tokens_per_call'])}, "
-                f"prefix acceptance={_g(mt['prefix_acceptance_rate'])}, "
-                f"sequence KL <= {_g(self.sequence_kl_upper)})")
+        return (
+            f"ChainResult({self.rule}, m={self.m}, T={self.length}: "
+            f"AL={_g(mt['al_paper'])}, tokens/call={_g(mt['tokens_per_call'])}, "
+            f"prefix acceptance={_g(mt['prefix_acceptance_rate'])}, "
+            f"sequence KL <= {_g(self.sequence_kl_upper)})"
+        )

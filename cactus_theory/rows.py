@@ -61,8 +61,9 @@ def _npy_rows(path: Path):
     if arr.ndim == 2 and arr.shape[0] == 2:
         arr = arr[:, None, :]
     if arr.ndim != 3 or arr.shape[0] != 2:
-        raise ValueError(f"{path}: expected an array of shape (2, V) or (2, N, V) holding q then p; "
-                         f"got shape {arr.shape}")
+        raise ValueError(
+            f"{path}: expected an array of shape (2, V) or (2, N, V) holding q then p; got shape {arr.shape}"
+        )
     return arr
 
 
@@ -93,8 +94,9 @@ def _npz_rows_count(path: Path, kind: str) -> tuple[int, int | None]:
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError) as exc:
         raise ValueError(f"{path}: not a readable .npz archive ({exc})") from None
     keys = ", ".join(sorted(np.load(path, allow_pickle=False).files)) or "none"
-    raise ValueError(f"{path}: expected arrays 'target_probs' and 'draft_probs' (or 'q' and 'p'); "
-                     f"found {keys}")
+    raise ValueError(
+        f"{path}: expected arrays 'target_probs' and 'draft_probs' (or 'q' and 'p'); found {keys}"
+    )
 
 
 class FileRows(RowSource):
@@ -152,14 +154,19 @@ class FileRows(RowSource):
             with np.load(self.path, allow_pickle=False) as z:
                 pair = next(((kq, kp) for kq, kp in _KEYS if kq in z.files and kp in z.files), None)
                 if pair is None:
-                    raise ValueError(f"{where}: expected arrays 'target_probs' and 'draft_probs' "
-                                     f"(or 'q' and 'p'); found {', '.join(sorted(z.files))}")
+                    raise ValueError(
+                        f"{where}: expected arrays 'target_probs' and 'draft_probs' "
+                        f"(or 'q' and 'p'); found {', '.join(sorted(z.files))}"
+                    )
                 q, p = z[pair[0]], z[pair[1]]
             if q.shape != p.shape:
-                raise ValueError(f"{where}: draft_probs: shape {p.shape} does not match "
-                                 f"target_probs' shape {q.shape}")
-            yield from (RowChunk(c.start, c.target_probs, c.draft_probs, where=where)
-                        for c in ArrayRows(q, p).chunks(rows_for_width))
+                raise ValueError(
+                    f"{where}: draft_probs: shape {p.shape} does not match target_probs' shape {q.shape}"
+                )
+            yield from (
+                RowChunk(c.start, c.target_probs, c.draft_probs, where=where)
+                for c in ArrayRows(q, p).chunks(rows_for_width)
+            )
             return
         if self.kind == "full_vocab":
             from .logits.format import (
@@ -172,7 +179,9 @@ class FileRows(RowSource):
 
             arrays, meta = read_arrays(self.path, FULL_REQUIRED)
             if meta.get("format") != FULL_VOCAB_FORMAT:
-                raise DumpFormatError(f"{where}: format {meta.get('format')!r}, expected {FULL_VOCAB_FORMAT!r}")
+                raise DumpFormatError(
+                    f"{where}: format {meta.get('format')!r}, expected {FULL_VOCAB_FORMAT!r}"
+                )
             lq, lp = arrays["logp16_q"], arrays["logp16_p"]
             if lq.shape != lp.shape:
                 raise DumpFormatError(f"{where}: logp16_q and logp16_p differ in shape")
@@ -209,8 +218,7 @@ class ShardRows(RowSource):
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise ValueError(f"source: {str(folder)!r} is not a folder")
-        files = sorted(f for f in self.folder.iterdir()
-                       if f.is_file() and f.suffix.lower() in SHARD_SUFFIXES)
+        files = sorted(f for f in self.folder.iterdir() if f.is_file() and f.suffix.lower() in SHARD_SUFFIXES)
         if not files:
             raise ValueError(f"{self.folder}: no .npy or .npz shards in this folder")
         self.shards = [FileRows(f) for f in files]
@@ -232,14 +240,19 @@ class ShardRows(RowSource):
         offset = 0
         for s in self.shards:
             for c in s.chunks(rows_for_width):
-                yield RowChunk(offset + c.start, c.target_probs, c.draft_probs, c.raw_target_probs,
-                               c.raw_draft_probs, c.where)
-                del c                   # a chunk is a view: it would keep its shard alive
+                yield RowChunk(
+                    offset + c.start,
+                    c.target_probs,
+                    c.draft_probs,
+                    c.raw_target_probs,
+                    c.raw_draft_probs,
+                    c.where,
+                )
+                del c  # a chunk is a view: it would keep its shard alive
             offset += s.n_rows
 
 
-def as_row_source(target_probs, draft_probs=None, raw_target_probs=None,
-                  raw_draft_probs=None) -> RowSource:
+def as_row_source(target_probs, draft_probs=None, raw_target_probs=None, raw_draft_probs=None) -> RowSource:
     """A :class:`RowSource` from a source, a path (file or folder) or arrays.
 
     Parameters
@@ -254,8 +267,10 @@ def as_row_source(target_probs, draft_probs=None, raw_target_probs=None,
     is_path = isinstance(target_probs, (str, Path))
     if isinstance(target_probs, RowSource) or is_path:
         if draft_probs is not None or raw_target_probs is not None or raw_draft_probs is not None:
-            raise ValueError("draft_probs: give either a row source (or a path) alone, or "
-                             "target_probs and draft_probs arrays")
+            raise ValueError(
+                "draft_probs: give either a row source (or a path) alone, or "
+                "target_probs and draft_probs arrays"
+            )
         if isinstance(target_probs, RowSource):
             return target_probs
         path = Path(target_probs)

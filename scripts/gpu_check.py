@@ -66,7 +66,7 @@ def law_check(name, device, n):
     if counts[h == 0].sum() > 0:
         return 0.0
     exp = n * h
-    big = exp >= 5                      # pool cells with expected count < 5 (chi-square rule)
+    big = exp >= 5  # pool cells with expected count < 5 (chi-square rule)
     obs_c = np.append(counts[big], counts[~big].sum())
     exp_c = np.append(exp[big], exp[~big].sum())
     keep = exp_c > 0
@@ -100,6 +100,7 @@ def sync_check(name, device):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     import warnings
+
     gens = {i: torch.Generator(device=device).manual_seed(i) for i in range(0, 8, 2)}
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -152,7 +153,7 @@ def speed(name, device, B, k, V, reps):
 
     fused = make_sampler(name, fused=True)
 
-    def forward_fused():   # the compiled core (torch.compile; compiled by the first call)
+    def forward_fused():  # the compiled core (torch.compile; compiled by the first call)
         return fused(q, bonus, p, ids)
 
     for f in (accept_path, forward, forward_fused):
@@ -162,7 +163,7 @@ def speed(name, device, B, k, V, reps):
         torch.cuda.reset_peak_memory_stats()
     t_acc = timed(accept_path, device, reps)
     t_fwd = timed(forward, device, reps)
-    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if device.type == "cuda" else float("nan")
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
     t_fused = timed(forward_fused, device, reps)
     return t_acc, t_fwd, peak, t_fused
 
@@ -180,8 +181,11 @@ def analysis_check(device, V_small=1000, V_big=151_936, batch=64, reps=3, rules=
         got = analyze(name, torch.tensor(q, device=device), torch.tensor(p, device=device))
         err = float(np.max(np.abs(got.emitted.cpu().numpy() - ref.emitted)))
         acc = float(np.max(np.abs(got.acceptance.cpu().numpy() - ref.acceptance)))
-        out["rules"][name] = {"emitted_max_abs_diff": err, "acceptance_max_abs_diff": acc,
-                              "ok": err <= 1e-12 and acc <= 1e-12}
+        out["rules"][name] = {
+            "emitted_max_abs_diff": err,
+            "acceptance_max_abs_diff": acc,
+            "ok": err <= 1e-12 and acc <= 1e-12,
+        }
     g = rng.gumbel(size=(batch, V_big))
     qb = np.exp(g - g.max(-1, keepdims=True))
     lp = 0.8 * g + 0.6 * rng.gumbel(size=g.shape)
@@ -199,14 +203,18 @@ def analysis_check(device, V_small=1000, V_big=151_936, batch=64, reps=3, rules=
 
         got = run()
         t_torch = statistics.median(_wall(run) for _ in range(reps))
-        ref_rows = min(batch, 4)   # numpy on the host: a few rows suffice for the rate
+        ref_rows = min(batch, 4)  # numpy on the host: a few rows suffice for the rate
         t0 = time.perf_counter()
         ref = analyze(rule, qb[:ref_rows], pb[:ref_rows])
         t_np = (time.perf_counter() - t0) / ref_rows
         err = float(np.max(np.abs(got.emitted[:ref_rows].cpu().numpy() - ref.emitted)))
         # V-term prefix sums in different orders: V * eps of the row mass
-        out["speed"][name] = {"torch_rows_per_s": batch / t_torch, "numpy_rows_per_s": 1 / t_np,
-                              "emitted_max_abs_diff": err, "ok": err <= V_big * 2.3e-16}
+        out["speed"][name] = {
+            "torch_rows_per_s": batch / t_torch,
+            "numpy_rows_per_s": 1 / t_np,
+            "emitted_max_abs_diff": err,
+            "ok": err <= V_big * 2.3e-16,
+        }
     return out
 
 
@@ -222,8 +230,10 @@ def _write_out(summary, lines):
     if not out:
         return
     os.makedirs(out, exist_ok=True)
-    for fname, text in (("gpu_check.json", json.dumps(summary, indent=2, default=str)),
-                        ("gpu_check.txt", "\n".join(lines) + "\n")):
+    for fname, text in (
+        ("gpu_check.json", json.dumps(summary, indent=2, default=str)),
+        ("gpu_check.txt", "\n".join(lines) + "\n"),
+    ):
         tmp = os.path.join(out, fname + ".tmp")
         with open(tmp, "w") as f:
             f.write(text)
@@ -235,17 +245,33 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--draws", type=int, default=50_000)
     ap.add_argument("--rules", nargs="*", default=None, help="default: every registered rule")
-    ap.add_argument("--speed-rules", nargs="*",
-                    default=["sps", "cactus-taylor", "cactus-exact-kl", "tas", "topk",
-                             "mentored-kl", "cascade-opt", "fuzzy"])
+    ap.add_argument(
+        "--speed-rules",
+        nargs="*",
+        default=[
+            "sps",
+            "cactus-taylor",
+            "cactus-exact-kl",
+            "tas",
+            "topk",
+            "mentored-kl",
+            "cascade-opt",
+            "fuzzy",
+        ],
+    )
     ap.add_argument("--B", type=int, default=64)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--V", type=int, default=151_936)
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--budget-s", type=float, default=200.0,
-                    help="stop starting new checks after this many seconds (device time is scarce)")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="small CPU run of every check (tests the script, not the GPU)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=200.0,
+        help="stop starting new checks after this many seconds (device time is scarce)",
+    )
+    ap.add_argument(
+        "--dry-run", action="store_true", help="small CPU run of every check (tests the script, not the GPU)"
+    )
     args = ap.parse_args(argv)
     lines = []
     summary = {"law": {}, "speed": {}, "analysis": None}
@@ -267,8 +293,10 @@ def main(argv=None):
         log("gpu_check: CUDA is not available (use --device cpu for a dry run)")
         return 2
     names = args.rules or list(RULES)
-    log(f"gpu_check on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
-          f"torch {torch.__version__}, {len(names)} rules")
+    log(
+        f"gpu_check on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
+        f"torch {torch.__version__}, {len(names)} rules"
+    )
     log(f"law: chi-square of the emitted token vs exact h_alg, n = {args.draws}, false alarm {ALPHA}")
     failed = False
     log(f"{'rule':<26} {'law p-value':>12} {'bf16==f32':>10}  {'no seeded rows':<22} seeded rows")
@@ -288,10 +316,17 @@ def main(argv=None):
             continue
         ok = pval > ALPHA and bf
         failed |= not ok
-        summary["law"][name] = {"law_pvalue": pval, "bf16_equal": bf, "sync_unseeded": sy,
-                                "sync_seeded": sy_seeded, "ok": ok}
-        log(f"{name:<26} {pval:>12.3g} {str(bf):>10}  {sy:<22} {sy_seeded}"
-              f"{'' if ok else '  <-- FAIL'}  ({time.perf_counter() - t0:.1f}s)")
+        summary["law"][name] = {
+            "law_pvalue": pval,
+            "bf16_equal": bf,
+            "sync_unseeded": sy,
+            "sync_seeded": sy_seeded,
+            "ok": ok,
+        }
+        log(
+            f"{name:<26} {pval:>12.3g} {str(bf):>10}  {sy:<22} {sy_seeded}"
+            f"{'' if ok else '  <-- FAIL'}  ({time.perf_counter() - t0:.1f}s)"
+        )
     log(f"\nspeed at B={args.B}, k={args.k}, V={args.V} (median of {args.reps}, ms):")
     log(f"{'rule':<26} {'accept path':>12} {'forward':>10} {'peak GiB':>9} {'fused':>8}")
     for name in args.speed_rules:
@@ -303,8 +338,12 @@ def main(argv=None):
         try:
             t_acc, t_fwd, peak, t_fused = speed(name, device, args.B, args.k, args.V, args.reps)
             log(f"{name:<26} {t_acc:>12.2f} {t_fwd:>10.2f} {peak:>9.2f} {t_fused:>8.2f}")
-            summary["speed"][name] = {"accept_ms": t_acc, "forward_ms": t_fwd, "peak_gib": peak,
-                                      "forward_fused_ms": t_fused}
+            summary["speed"][name] = {
+                "accept_ms": t_acc,
+                "forward_ms": t_fwd,
+                "peak_gib": peak,
+                "forward_fused_ms": t_fused,
+            }
         except Exception as e:
             log(f"{name:<26} ERROR {type(e).__name__}: {str(e)[:100]}")
         if device.type == "cuda":
@@ -323,9 +362,11 @@ def main(argv=None):
                 log(f"{name:<26} {r['emitted_max_abs_diff']:>10.1e}{'' if r['ok'] else '  <-- FAIL'}")
             for name, r in an["speed"].items():
                 failed |= not r["ok"]
-                log(f"{name:<26} torch {r['torch_rows_per_s']:.1f} rows/s, numpy "
+                log(
+                    f"{name:<26} torch {r['torch_rows_per_s']:.1f} rows/s, numpy "
                     f"{r['numpy_rows_per_s']:.2f} rows/s, diff {r['emitted_max_abs_diff']:.1e}"
-                    f"{'' if r['ok'] else '  <-- FAIL'}")
+                    f"{'' if r['ok'] else '  <-- FAIL'}"
+                )
         except Exception as e:
             log(f"analysis ERROR {type(e).__name__}: {str(e)[:200]}")
             failed = True
@@ -333,8 +374,10 @@ def main(argv=None):
     summary["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     summary["seconds"] = time.perf_counter() - start
     summary["passed"] = not failed
-    log(f"\nsummary ({time.perf_counter() - start:.0f} s):",
-        "FAIL (or skipped)" if failed else "all law, bf16 and analysis checks passed")
+    log(
+        f"\nsummary ({time.perf_counter() - start:.0f} s):",
+        "FAIL (or skipped)" if failed else "all law, bf16 and analysis checks passed",
+    )
     _write_out(summary, lines)
     return 1 if failed else 0
 

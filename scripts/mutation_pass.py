@@ -45,10 +45,18 @@ TARGETS = {
 }
 
 _SWAPS = [
-    (r"(?<=\s)\+(?=\s)", "-"), (r"(?<=\s)-(?=\s)", "+"), (r"(?<=\s)\*(?=\s)", "/"),
-    (r"(?<=\s)/(?=\s)", "*"), (r"(?<=\s)<=(?=\s)", "<"), (r"(?<=\s)<(?=\s)", "<="),
-    (r"(?<=\s)>=(?=\s)", ">"), (r"(?<=\s)>(?=\s)", ">="), (r"\bminimum\b", "maximum"),
-    (r"\bmaximum\b", "minimum"), (r"\bmin\(", "max("), (r"\bmax\(", "min("),
+    (r"(?<=\s)\+(?=\s)", "-"),
+    (r"(?<=\s)-(?=\s)", "+"),
+    (r"(?<=\s)\*(?=\s)", "/"),
+    (r"(?<=\s)/(?=\s)", "*"),
+    (r"(?<=\s)<=(?=\s)", "<"),
+    (r"(?<=\s)<(?=\s)", "<="),
+    (r"(?<=\s)>=(?=\s)", ">"),
+    (r"(?<=\s)>(?=\s)", ">="),
+    (r"\bminimum\b", "maximum"),
+    (r"\bmaximum\b", "minimum"),
+    (r"\bmin\(", "max("),
+    (r"\bmax\(", "min("),
     (r"\bclamp_min\b", "clamp_max"),
 ]
 _NUMBER = re.compile(r"(?<![\w.])(\d+\.\d*|\d+)(?![\w.])")
@@ -71,7 +79,7 @@ def _code_lines(text: str):
             continue
         if quotes or not stripped or _SKIP.match(line) or not line.startswith("    "):
             continue
-        if "ValueError" in line or "f\"" in line or "warn" in line:
+        if "ValueError" in line or 'f"' in line or "warn" in line:
             continue
         out.append(i)
     return lines, out
@@ -85,13 +93,13 @@ def mutants(path: str, root: Path = ROOT):
         code = lines[i].split("#", 1)[0]
         for pattern, repl in _SWAPS:
             for m in re.finditer(pattern, code):
-                new = code[: m.start()] + repl + code[m.end():]
-                found.append((i, lines[i], new + lines[i][len(code):]))
+                new = code[: m.start()] + repl + code[m.end() :]
+                found.append((i, lines[i], new + lines[i][len(code) :]))
         for m in _NUMBER.finditer(code):
             val = m.group(1)
             rep = str(float(val) + 1) if "." in val else str(int(val) + 1)
-            new = code[: m.start()] + rep + code[m.end():]
-            found.append((i, lines[i], new + lines[i][len(code):]))
+            new = code[: m.start()] + rep + code[m.end() :]
+            found.append((i, lines[i], new + lines[i][len(code) :]))
     return found
 
 
@@ -105,9 +113,13 @@ def run_one(scratch: Path, path: str, line_no: int, new_line: str, tests, timeou
     env = dict(os.environ, MPLBACKEND="Agg", HYPOTHESIS_PROFILE="ci", PYTHONDONTWRITEBYTECODE="1")
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-n", "0",
-                               "-p", "no:cacheprovider", *tests], cwd=scratch, env=env,
-                              capture_output=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *tests],
+            cwd=scratch,
+            env=env,
+            capture_output=True,
+            timeout=timeout,
+        )
         verdict = "survived" if proc.returncode == 0 else "killed"
     except subprocess.TimeoutExpired:
         verdict = "timeout"
@@ -140,12 +152,22 @@ def main(argv=None) -> int:
             if args.only and args.only not in path:
                 continue
             found = mutants(path, scratch)  # the copy under test, not the live file
-            chosen = found if args.per_file == 0 or len(found) <= args.per_file else \
-                sorted(rng.sample(found, args.per_file))
+            chosen = (
+                found
+                if args.per_file == 0 or len(found) <= args.per_file
+                else sorted(rng.sample(found, args.per_file))
+            )
             for line_no, old, new in chosen:
                 verdict, secs = run_one(scratch, path, line_no, new, tests, args.timeout)
-                rec = dict(file=path, line=line_no + 1, original=old.strip(), mutant=new.strip(),
-                           verdict=verdict, seconds=round(secs, 1), of=len(found))
+                rec = dict(
+                    file=path,
+                    line=line_no + 1,
+                    original=old.strip(),
+                    mutant=new.strip(),
+                    verdict=verdict,
+                    seconds=round(secs, 1),
+                    of=len(found),
+                )
                 results.append(rec)
                 print(f"{verdict:8s} {path}:{line_no + 1}  {new.strip()}  ({secs:.0f} s)", flush=True)
                 if args.json:

@@ -39,8 +39,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_theory.solvers.cvx import (CVX_DIVERGENCES, SolverFailure,  # noqa: E402
-                                       max_draft_probability_cvxpy)
+from cactus_theory.solvers.cvx import (
+    CVX_DIVERGENCES,
+    SolverFailure,  # noqa: E402
+    max_draft_probability_cvxpy,
+)
 from cactus_theory.solvers.cvx_frontier import max_acceptance_cvxpy  # noqa: E402
 from cactus_theory.solvers.mentored import max_acceptance  # noqa: E402
 from cactus_theory.solvers.spike import exact_spike  # noqa: E402
@@ -92,8 +95,9 @@ def instance(i: int, seed: int = 0) -> dict:
 def run_instance(inst: dict, tol: float = TOL) -> dict:
     """Solve one instance with the oracle and the exact solver; return the verdict."""
     q, p, n, b, name = inst["q"], inst["p"], inst["n"], inst["budget"], inst["divergence"]
-    out = dict(index=inst["index"], kind=inst["kind"], divergence=name, family=inst["family"],
-               V=len(q), budget=b)
+    out = dict(
+        index=inst["index"], kind=inst["kind"], divergence=name, family=inst["family"], V=len(q), budget=b
+    )
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -107,8 +111,13 @@ def run_instance(inst: dict, tol: float = TOL) -> dict:
         except SolverFailure as exc:
             out.update(verdict="failure", error=str(exc)[:2000], seconds=time.perf_counter() - t0)
             return out
-    out.update(value=value, exact=exact, solver=res.solver, attempts=[list(a) for a in res.attempts],
-               seconds=time.perf_counter() - t0)
+    out.update(
+        value=value,
+        exact=exact,
+        solver=res.solver,
+        attempts=[list(a) for a in res.attempts],
+        seconds=time.perf_counter() - t0,
+    )
     if value < exact - 10 * tol:
         out["verdict"] = "wrong: below the exact optimum"
     elif value > exact + 10 * tol:
@@ -126,17 +135,22 @@ def summarize(results) -> dict:
     wrong = [r for r in results if r["verdict"].startswith("wrong")]
     by = {}
     for r in results:
-        key = f'{r["kind"]}/{r["family"]}'
+        key = f"{r['kind']}/{r['family']}"
         c = by.setdefault(key, [0, 0])
         c[0] += 1
         c[1] += r["verdict"] != "failure"
     fallback = sum(1 for r in results if r.get("attempts") and len(r["attempts"]) > 1)
-    return dict(instances=n, certified=ok, failures=len(fail), wrong=len(wrong),
-                success_rate=(n - len(fail)) / n if n else math.nan,
-                needed_fallback=fallback,
-                by_family={k: f"{v[1]}/{v[0]}" for k, v in sorted(by.items())},
-                failing=[dict(r, error=r.get("error", "")[:400]) for r in fail],
-                wrong_answers=wrong)
+    return dict(
+        instances=n,
+        certified=ok,
+        failures=len(fail),
+        wrong=len(wrong),
+        success_rate=(n - len(fail)) / n if n else math.nan,
+        needed_fallback=fallback,
+        by_family={k: f"{v[1]}/{v[0]}" for k, v in sorted(by.items())},
+        failing=[dict(r, error=r.get("error", "")[:400]) for r in fail],
+        wrong_answers=wrong,
+    )
 
 
 def main(argv=None) -> int:
@@ -159,18 +173,24 @@ def main(argv=None) -> int:
             _write(args.json, dict(summarize(results), partial=True, results=results))
     summary = summarize(results)
     summary["seconds"] = round(time.perf_counter() - t0, 1)
-    print(f"{summary['instances']} instances: success rate {summary['success_rate']:.5f} "
-          f"({summary['failures']} failures), {summary['wrong']} wrong certified answers, "
-          f"{summary['needed_fallback']} needed a fallback solver, {summary['seconds']} s")
+    print(
+        f"{summary['instances']} instances: success rate {summary['success_rate']:.5f} "
+        f"({summary['failures']} failures), {summary['wrong']} wrong certified answers, "
+        f"{summary['needed_fallback']} needed a fallback solver, {summary['seconds']} s"
+    )
     for k, v in summary["by_family"].items():
         print(f"  {k:24s} {v}")
     if not args.quiet:
         for r in summary["failing"]:
-            print(f"FAILURE #{r['index']} {r['kind']} {r['divergence']} {r['family']} V={r['V']} "
-                  f"budget={r['budget']:.3g}: {r['error'][:300]}")
+            print(
+                f"FAILURE #{r['index']} {r['kind']} {r['divergence']} {r['family']} V={r['V']} "
+                f"budget={r['budget']:.3g}: {r['error'][:300]}"
+            )
         for r in summary["wrong_answers"]:
-            print(f"WRONG #{r['index']} {r['kind']} {r['divergence']} {r['family']}: "
-                  f"{r['value']!r} vs exact {r['exact']!r} ({r['solver']})")
+            print(
+                f"WRONG #{r['index']} {r['kind']} {r['divergence']} {r['family']}: "
+                f"{r['value']!r} vs exact {r['exact']!r} ({r['solver']})"
+            )
     if args.json:
         _write(args.json, dict(summary, results=results))
     return 0

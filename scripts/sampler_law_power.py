@@ -37,8 +37,11 @@ def configurations():
     yield "make_sampler cactus-taylor (correct)", lambda: ct.make_sampler(cactus), cactus
     for defect in ("recovery-from-q", "bonus-off-by-one", "swapped-ratio"):
         yield f"sps with {defect}", lambda d=defect: reference_sampler("sps", defect=d), sps
-    yield ("cactus-taylor with cactus-no-rescale",
-           lambda: reference_sampler("cactus-taylor", delta=DELTA, defect="cactus-no-rescale"), cactus)
+    yield (
+        "cactus-taylor with cactus-no-rescale",
+        lambda: reference_sampler("cactus-taylor", delta=DELTA, defect="cactus-no-rescale"),
+        cactus,
+    )
 
 
 def _failed(result, name):
@@ -57,17 +60,29 @@ def main(argv=None):
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     for name, make, rule in configurations():
         t0 = time.perf_counter()
-        results = [check_sampler_law(make(), rule, seed=s, num_samples=args.num_samples,
-                                     invariants=args.invariants) for s in seeds]
+        results = [
+            check_sampler_law(make(), rule, seed=s, num_samples=args.num_samples, invariants=args.invariants)
+            for s in seeds
+        ]
         mins = np.array([r.min_p_value for r in results])
-        print(json.dumps({
-            "sampler": name, "num_samples": args.num_samples, "alpha": DEFAULT_ALPHA,
-            "seeds": len(results), "failed": int(sum(not r.passed for r in results)),
-            "detection_rate": float(np.mean([not r.passed for r in results])),
-            "failed_by_law": int(sum(_failed(r, "law") for r in results)),
-            "failed_by_acceptance": int(sum(_failed(r, "acceptance") for r in results)),
-            "median_min_p": float(np.median(mins)), "max_min_p": float(mins.max()),
-            "seconds": round(time.perf_counter() - t0, 1)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "sampler": name,
+                    "num_samples": args.num_samples,
+                    "alpha": DEFAULT_ALPHA,
+                    "seeds": len(results),
+                    "failed": int(sum(not r.passed for r in results)),
+                    "detection_rate": float(np.mean([not r.passed for r in results])),
+                    "failed_by_law": int(sum(_failed(r, "law") for r in results)),
+                    "failed_by_acceptance": int(sum(_failed(r, "acceptance") for r in results)),
+                    "median_min_p": float(np.median(mins)),
+                    "max_min_p": float(mins.max()),
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +57,9 @@ def teacher(args):
     out_dir.mkdir(parents=True, exist_ok=True)
     lm = load_smollm2()
     tok = lm.tokenizer
-    prompts = load_prompts("spec_bench", "train") + load_prompts("gsm8k", "train") + load_prompts("ifeval", "train")
+    prompts = (
+        load_prompts("spec_bench", "train") + load_prompts("gsm8k", "train") + load_prompts("ifeval", "train")
+    )
     random.Random(0).shuffle(prompts)
     sp = SamplingParams()
     g = torch.Generator().manual_seed(args.seed)
@@ -71,7 +72,7 @@ def teacher(args):
             continue
         if time.time() > t_end:
             break
-        batch = prompts[b * B:(b + 1) * B]
+        batch = prompts[b * B : (b + 1) * B]
         seqs = [chat_ids(tok, p.text, max_prompt_tokens=args.max_prompt_tokens) for p in batch]
         r = BatchRunner(lm.model, pad_id=tok.pad_token_id)
         logits = r.prefill(seqs).logits[:, -1]
@@ -99,11 +100,21 @@ def teacher(args):
             n = len(g_i)
             if tok.eos_token_id in g_i:
                 n = g_i.index(tok.eos_token_id) + 1
-            rows.append({"prompt": s, "gen": g_i[:n], "topk_ids": tk_ids[i, :n].clone(), "topk_lp": tk_lp[i, :n].clone()})
+            rows.append(
+                {
+                    "prompt": s,
+                    "gen": g_i[:n],
+                    "topk_ids": tk_ids[i, :n].clone(),
+                    "topk_lp": tk_lp[i, :n].clone(),
+                }
+            )
         tmp = out_dir / f".tmp_batch_{b}.pt"
         torch.save(rows, tmp)
         tmp.replace(out_dir / f"batch_{b}.pt")
-        print(f"batch {b}/{nb}: {sum(len(r['gen']) for r in rows)} tokens, {time.strftime('%H:%M:%S')}", flush=True)
+        print(
+            f"batch {b}/{nb}: {sum(len(r['gen']) for r in rows)} tokens, {time.strftime('%H:%M:%S')}",
+            flush=True,
+        )
 
 
 def teacher_forced(args):
@@ -122,7 +133,7 @@ def teacher_forced(args):
 
     gs = [json.loads(x) for x in gzip.open(PROMPT_DIR / "gsm8k" / "test.jsonl.gz", "rt")][200:]
     items = []
-    for i, r in enumerate(gs):
+    for r in gs:
         sol = re.sub(r"<<[^>]*>>", "", r["answer"])
         body, ans = sol.rsplit("####", 1)
         sol = body.strip() + f"\nThe answer is {ans.strip()}."
@@ -137,7 +148,7 @@ def teacher_forced(args):
         gen = tok(sol, add_special_tokens=False).input_ids + [tok.eos_token_id]
         rows_in.append((ctx, gen))
     for p in load_prompts("spec_bench", "train") + load_prompts("ifeval", "train"):
-        ids = tok(p.text, add_special_tokens=False).input_ids[:args.max_prompt_tokens]
+        ids = tok(p.text, add_special_tokens=False).input_ids[: args.max_prompt_tokens]
         if len(ids) > 16:
             rows_in.append((ids[:4], ids[4:]))
     random.Random(2).shuffle(rows_in)
@@ -149,21 +160,23 @@ def teacher_forced(args):
             continue
         if time.time() > t_end:
             break
-        batch = rows_in[b:b + B]
+        batch = rows_in[b : b + B]
         seqs = [c + g[:-1] for c, g in batch]
         L = max(len(s) for s in seqs)
         ids = torch.zeros((len(seqs), L), dtype=torch.long)
         mask = torch.zeros((len(seqs), L), dtype=torch.long)
         for i, s in enumerate(seqs):
-            ids[i, :len(s)] = torch.as_tensor(s)
-            mask[i, :len(s)] = 1
+            ids[i, : len(s)] = torch.as_tensor(s)
+            mask[i, : len(s)] = 1
         with torch.no_grad():
             z = lm.model(input_ids=ids, attention_mask=mask).logits
         rows = []
         for i, (c, g) in enumerate(batch):
-            lp = torch.log_softmax(z[i, len(c) - 1:len(c) - 1 + len(g)].double(), -1)
+            lp = torch.log_softmax(z[i, len(c) - 1 : len(c) - 1 + len(g)].double(), -1)
             v, k = lp.topk(TOPK, -1)
-            rows.append({"prompt": c, "gen": g, "topk_ids": k.to(torch.int32), "topk_lp": v.to(torch.float16)})
+            rows.append(
+                {"prompt": c, "gen": g, "topk_ids": k.to(torch.int32), "topk_lp": v.to(torch.float16)}
+            )
         tmp = out_dir / f".tmp_tf_{b // B}.pt"
         torch.save(rows, tmp)
         tmp.replace(f)
@@ -186,19 +199,26 @@ def train(args):
     random.Random(1).shuffle(rows)
     n_val = min(48, max(8, len(rows) // 20))
     val, tr = rows[:n_val], rows[n_val:]
-    print(f"{len(tr)} train / {len(val)} val sequences, {sum(len(r['gen']) for r in tr)} train tokens", flush=True)
+    print(
+        f"{len(tr)} train / {len(val)} val sequences, {sum(len(r['gen']) for r in tr)} train tokens",
+        flush=True,
+    )
     # Sub-vocabulary: the tokens carrying the most teacher top-32 probability mass (plus specials).
     V = lm.vocab_size
     mass = torch.zeros(V, dtype=torch.float64)
     for r in tr:
         mass.index_add_(0, r["topk_ids"].reshape(-1).long(), r["topk_lp"].reshape(-1).double().exp())
-        mass.index_add_(0, torch.as_tensor(r["prompt"]).long(), torch.full((len(r["prompt"]),), 1e-3, dtype=torch.float64))
+        mass.index_add_(
+            0, torch.as_tensor(r["prompt"]).long(), torch.full((len(r["prompt"]),), 1e-3, dtype=torch.float64)
+        )
     for t in (lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id, lm.tokenizer.bos_token_id):
         if t is not None:
             mass[t] += 1e9
     sub = torch.sort(torch.topk(mass, args.sub_vocab).indices).values
     cover = mass[sub].sum() / mass.sum()
-    print(f"sub-vocabulary of {args.sub_vocab} covers {float(cover):.4f} of the teacher top-32 mass (specials weighted up)")
+    print(
+        f"sub-vocabulary of {args.sub_vocab} covers {float(cover):.4f} of the teacher top-32 mass (specials weighted up)"
+    )
     if args.init:
         # continue from saved weights (their sub-vocabulary and layer counts win)
         from cactus_theory.logits.drafters import load_distilled
@@ -209,7 +229,9 @@ def train(args):
         model.train()
         print(f"continuing from {args.init} ({model.meta})", flush=True)
     else:
-        model = DistilledDrafter.from_verifier(lm.model, sub, n_frozen=args.n_frozen, n_trained=args.n_trained)
+        model = DistilledDrafter.from_verifier(
+            lm.model, sub, n_frozen=args.n_frozen, n_trained=args.n_trained
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     print(f"trainable params: {sum(p.numel() for p in params) / 1e6:.2f} M", flush=True)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
@@ -231,8 +253,8 @@ def train(args):
         ids = torch.zeros((B, L), dtype=torch.long)
         mask = torch.zeros((B, L), dtype=torch.long)
         for i, x in enumerate(seqs):
-            ids[i, :len(x)] = torch.as_tensor(x)
-            mask[i, :len(x)] = 1
+            ids[i, : len(x)] = torch.as_tensor(x)
+            mask[i, : len(x)] = 1
         bi, ti, tj, tp = [], [], [], []
         for i, (s0, r) in enumerate(spans):
             n = len(r["gen"])
@@ -243,7 +265,10 @@ def train(args):
                 pos = s0 + k
                 if pos < 0:
                     continue
-                bi.append(i); ti.append(pos); tj.append(j[k].clamp_min(0)); tp.append(pr[k])
+                bi.append(i)
+                ti.append(pos)
+                tj.append(j[k].clamp_min(0))
+                tp.append(pr[k])
         bi, ti = torch.tensor(bi), torch.tensor(ti)
         tj, tp = torch.stack(tj), torch.stack(tp)
         if max_positions is not None and len(bi) > max_positions:
@@ -260,7 +285,7 @@ def train(args):
         acc, n = 0.0, 0
         with torch.no_grad():
             for k in range(0, len(val), 8):
-                loss, (logits, tj, tp) = batch_loss(val[k:k + 8])
+                loss, (logits, tj, tp) = batch_loss(val[k : k + 8])
                 p = torch.softmax(logits.float(), -1).gather(-1, tj)
                 a = torch.minimum(p, tp).sum(-1)  # T=1 acceptance vs the teacher top-32 (restricted)
                 acc += float(a.sum())
@@ -272,7 +297,6 @@ def train(args):
     t_end = time.time() + 60 * args.minutes
     step = 0
     model.train()
-    total_steps_guess = args.max_steps
     while time.time() < t_end and step < args.max_steps:
         random.shuffle(tr)
         for k in range(0, len(tr), args.batch):
@@ -281,7 +305,7 @@ def train(args):
             lr = args.lr * min(1.0, (step + 1) / 50)
             for gp in opt.param_groups:
                 gp["lr"] = lr
-            loss, _ = batch_loss(tr[k:k + args.batch], args.positions)
+            loss, _ = batch_loss(tr[k : k + args.batch], args.positions)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -295,9 +319,18 @@ def train(args):
     va = val_acceptance()
     print(f"final val acceptance (T=1, vs teacher top-32): {va:.4f} after {step} steps", flush=True)
     prev = int(getattr(model, "meta", {}).get("steps", 0)) if args.init else 0
-    save_distilled(model, args.out, meta={"steps": prev + step, "val_acceptance_T1_top32": va,
-                                           "train_sequences": len(tr), "n_frozen": args.n_frozen,
-                                           "n_trained": args.n_trained, "sub_vocab": args.sub_vocab})
+    save_distilled(
+        model,
+        args.out,
+        meta={
+            "steps": prev + step,
+            "val_acceptance_T1_top32": va,
+            "train_sequences": len(tr),
+            "n_frozen": args.n_frozen,
+            "n_trained": args.n_trained,
+            "sub_vocab": args.sub_vocab,
+        },
+    )
     print(f"saved {args.out}")
 
 
@@ -318,7 +351,9 @@ def main(argv=None):
     ap.add_argument("--init", default=None, help="continue training from these saved weights")
     ap.add_argument("--max-len", type=int, default=320, help="training sequence length cap (tokens)")
     ap.add_argument("--positions", type=int, default=768, help="loss positions sampled per step")
-    ap.add_argument("--out", default=str(REPO / "cactus_theory" / "data" / "drafters" / "smollm2-distilled.pt"))
+    ap.add_argument(
+        "--out", default=str(REPO / "cactus_theory" / "data" / "drafters" / "smollm2-distilled.pt")
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

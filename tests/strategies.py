@@ -20,7 +20,7 @@ def simplex(draw, vocab_size, *, zeros: bool = True):
     if kind == "uniform":
         return np.full(V, 1.0 / V)
     w = draw(hnp.arrays(np.float64, V, elements=st.floats(0.0, 1.0, allow_subnormal=False)))
-    w = w ** 3  # peaked rows, as language models have
+    w = w**3  # peaked rows, as language models have
     if kind == "truncated" or (zeros and draw(st.booleans())):
         keep = draw(hnp.arrays(np.bool_, V))
         w = np.where(keep, w, 0.0)

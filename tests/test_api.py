@@ -18,8 +18,7 @@ from cactus_theory.analysis.calibration import calibrate_delta as calibrate_raw
 from cactus_theory.analysis.comparison import taylor_vs_exact_pairs
 from cactus_theory.analysis.one_step import acceptance_rate, analyze, emitted_distribution
 from cactus_theory.analysis.rule_table import rule_table
-from cactus_theory.distributions import (process_sorted_logits, sampling_transform,
-                                         top_candidates, truncate)
+from cactus_theory.distributions import process_sorted_logits, sampling_transform, top_candidates, truncate
 from cactus_theory.divergences import get_divergence
 from cactus_theory.logits import loader
 from cactus_theory.logits.runner import SamplingParams, processed_dense, processed_sparse
@@ -63,6 +62,7 @@ def _check_repr(result):
 # solve_spike
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("token", [0, 1, 5])
 @pytest.mark.parametrize("delta", [0.02, 0.3])
 def test_solve_spike_exact_is_theorem_2(token, delta):
@@ -78,8 +78,13 @@ def test_solve_spike_exact_is_theorem_2(token, delta):
     np.testing.assert_allclose(s.h, expected, rtol=0, atol=EXACT)
     assert abs(float(kl.unchecked(s.h, Q)) - s.per_draft_divergence) < EXACT
     assert s.acceptance == min(1.0, s.gamma / P[token])
-    assert (s.method, s.divergence, s.token, s.target_prob, s.draft_prob) == \
-        ("exact", "kl", token, Q[token], P[token])
+    assert (s.method, s.divergence, s.token, s.target_prob, s.draft_prob) == (
+        "exact",
+        "kl",
+        token,
+        Q[token],
+        P[token],
+    )
 
 
 @pytest.mark.parametrize("divergence", ["kl", "reverse_kl", "hellinger"])
@@ -107,9 +112,14 @@ def test_solve_spike_taylor_is_corollary_5_and_can_exceed_the_budget():
 
 
 def test_solve_spike_bad_input_names_the_argument():
-    for kwargs, name in [(dict(token=8), "token"), (dict(token=True), "token"),
-                         (dict(token=1.5), "token"), (dict(delta=-0.1), "delta"),
-                         (dict(method="newton"), "method"), (dict(divergence="l2"), "divergence")]:
+    for kwargs, name in [
+        (dict(token=8), "token"),
+        (dict(token=True), "token"),
+        (dict(token=1.5), "token"),
+        (dict(delta=-0.1), "delta"),
+        (dict(method="newton"), "method"),
+        (dict(divergence="l2"), "divergence"),
+    ]:
         args = dict(token=1, delta=0.1) | kwargs
         with pytest.raises(ValueError, match=name):
             ct.solve_spike(Q, P, args.pop("token"), args.pop("delta"), **args)
@@ -123,6 +133,7 @@ def test_solve_spike_bad_input_names_the_argument():
 # compare_taylor_exact
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("qp", [(Q, P), (QB, PB)], ids=["one", "batch"])
 def test_compare_taylor_exact_matches_the_family_comparison(qp):
     q, p = qp
@@ -131,9 +142,17 @@ def test_compare_taylor_exact_matches_the_family_comparison(qp):
     assert c.rows() == rows
     assert c.acceptance_taylor == rows[1]["acceptance"] and c.acceptance_exact == rows[2]["acceptance"]
     # independent of the comparison module: the one-step analysis of each rule
-    for rule, acc in [("sps", c.acceptance_sps), ("cactus-taylor", c.acceptance_taylor),
-                      ("cactus-exact", c.acceptance_exact)]:
-        assert acc == pytest.approx(float(np.mean(acceptance_rate(get_rule(rule, **({} if rule == "sps" else {"delta": 0.05})), q, p))), abs=EXACT)
+    for rule, acc in [
+        ("sps", c.acceptance_sps),
+        ("cactus-taylor", c.acceptance_taylor),
+        ("cactus-exact", c.acceptance_exact),
+    ]:
+        assert acc == pytest.approx(
+            float(
+                np.mean(acceptance_rate(get_rule(rule, **({} if rule == "sps" else {"delta": 0.05})), q, p))
+            ),
+            abs=EXACT,
+        )
     em = analyze(get_rule("cactus-exact", delta=0.05), q, p).divergences["kl"]
     assert c.emitted_exact == pytest.approx(float(np.mean(em)), abs=EXACT)
     assert c.per_draft_max_exact <= 0.05
@@ -153,6 +172,7 @@ def test_compare_taylor_exact_reports_the_overshoot():
 # optimal_frontier
 # --------------------------------------------------------------------------------------------
 
+
 def test_optimal_frontier_matches_the_solver_and_the_cvxpy_oracle():
     eps = [0.0, 0.01, 0.05, 0.2]
     f = ct.optimal_frontier(Q, P, eps=eps)
@@ -167,7 +187,7 @@ def test_optimal_frontier_matches_the_solver_and_the_cvxpy_oracle():
     grid, acc = frontier_curve(Q, P)
     np.testing.assert_allclose(default.eps, grid, rtol=EXACT)
     np.testing.assert_allclose(default.acceptance, acc, atol=EXACT)
-    assert default.acceptance[-1] == pytest.approx(1.0, abs=1e-9)   # saturated: p is within reach
+    assert default.acceptance[-1] == pytest.approx(1.0, abs=1e-9)  # saturated: p is within reach
 
 
 def test_optimal_frontier_batch_is_the_mean_of_the_positions():
@@ -183,6 +203,7 @@ def test_optimal_frontier_batch_is_the_mean_of_the_positions():
 # calibrate_delta
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("rule", ["cactus-taylor", "cactus-exact"])
 def test_calibrate_delta_meets_eps_by_recomputation(rule):
     c = ct.calibrate_delta(Q, P, 0.05, rule=rule)
@@ -192,7 +213,7 @@ def test_calibrate_delta_meets_eps_by_recomputation(rule):
     a = analyze(get_rule(rule, delta=c.delta), Q, P)
     assert float(a.divergences["kl"]) == pytest.approx(c.emitted_divergence, abs=EXACT)
     assert c.emitted_divergence <= 0.05
-    assert c.emitted_divergence == pytest.approx(0.05, rel=1e-6)   # a crossing, refined
+    assert c.emitted_divergence == pytest.approx(0.05, rel=1e-6)  # a crossing, refined
     assert float(a.acceptance) == pytest.approx(c.acceptance, abs=EXACT)
 
 
@@ -210,13 +231,21 @@ def test_calibrate_delta_batch_rows_and_bad_rule():
 # analyze_rules
 # --------------------------------------------------------------------------------------------
 
+
 def test_analyze_rules_matches_the_rule_table_and_adds_per_draft_kl():
     names = ["sps", "cactus-taylor", "cactus-exact", "cactus-exact-tv", "tas", "mentored"]
     t = ct.analyze_rules(Q, P, names, delta=0.1, knobs={"mentored": {"D": 0.05}})
-    base = rule_table(Q, P, rules=names, knobs={"cactus-taylor": {"delta": 0.1},
-                                                "cactus-exact": {"delta": 0.1},
-                                                "cactus-exact-tv": {"delta": 0.1},
-                                                "mentored": {"D": 0.05}})
+    base = rule_table(
+        Q,
+        P,
+        rules=names,
+        knobs={
+            "cactus-taylor": {"delta": 0.1},
+            "cactus-exact": {"delta": 0.1},
+            "cactus-exact-tv": {"delta": 0.1},
+            "mentored": {"D": 0.05},
+        },
+    )
     for row, b in zip(t.table, base):
         assert row["rule"] == b["rule"] and row["acceptance"] == b["acceptance"]
         assert (row["emitted_kl"], row["emitted_tv"], row["gap_kl"]) == (b["kl"], b["tv"], b["gap_kl"])
@@ -224,7 +253,7 @@ def test_analyze_rules_matches_the_rule_table_and_adds_per_draft_kl():
     ex = t.row("cactus-exact")
     assert ex["per_draft_kl_max"] == pytest.approx(0.1, abs=1e-12)
     assert t.row("sps")["per_draft_kl_max"] == 0.0
-    assert t.row("tas")["per_draft_kl_mean"] is None        # a decision rule: no per-draft target
+    assert t.row("tas")["per_draft_kl_mean"] is None  # a decision rule: no per-draft target
     assert t.row("mentored")["knobs"] == {"D": 0.05, "divergence": "kl"}
     assert t.row("cactus-exact-tv")["knobs"]["divergence"] == "tv"
     assert [r["rule"] for r in t.rows()] == names
@@ -242,6 +271,7 @@ def test_analyze_rules_default_is_every_rule():
 # --------------------------------------------------------------------------------------------
 # exact_chain, make_sampler
 # --------------------------------------------------------------------------------------------
+
 
 def test_exact_chain_matches_brute_force_enumeration():
     traj = ct.Trajectory(QB, PB)
@@ -263,19 +293,25 @@ def test_make_sampler_is_the_rule_sampler():
     assert isinstance(s, RuleSampler) and s.rule.knobs == {"delta": 0.5, "divergence": "kl"}
     q = torch.full((1, 3, 4), 0.25)
     out = s(q, torch.tensor([[3]]), torch.full((1, 2, 4), 0.25), torch.tensor([[1, 2]]))
-    assert out.tolist() == [[1, 2, 3]]                     # p = q: every draft accepted
+    assert out.tolist() == [[1, 2, 3]]  # p = q: every draft accepted
 
 
 # --------------------------------------------------------------------------------------------
 # result types
 # --------------------------------------------------------------------------------------------
 
+
 def _all_results():
-    return [ct.solve_spike(Q, P, 1, 0.1), ct.solve_spike(Q, P, 1, 0.1, method="taylor"),
-            ct.compare_taylor_exact(Q, P, 0.1), ct.optimal_frontier(Q, P, eps=[0, 0.1]),
-            ct.calibrate_delta(Q, P, 0.05), ct.calibrate_delta(QB, PB, 0.05),
-            ct.analyze_rules(Q, P, ["sps", "cactus-taylor", "tas"]),
-            ct.exact_chain("sps", (QB, PB), 2)]
+    return [
+        ct.solve_spike(Q, P, 1, 0.1),
+        ct.solve_spike(Q, P, 1, 0.1, method="taylor"),
+        ct.compare_taylor_exact(Q, P, 0.1),
+        ct.optimal_frontier(Q, P, eps=[0, 0.1]),
+        ct.calibrate_delta(Q, P, 0.05),
+        ct.calibrate_delta(QB, PB, 0.05),
+        ct.analyze_rules(Q, P, ["sps", "cactus-taylor", "tas"]),
+        ct.exact_chain("sps", (QB, PB), 2),
+    ]
 
 
 def test_results_are_frozen_readable_and_json_ready():
@@ -289,25 +325,29 @@ def test_results_are_frozen_readable_and_json_ready():
         if hasattr(res, "rows"):
             rows = res.rows()
             assert rows and all(isinstance(r, dict) for r in rows)
-            assert all(set(r) == set(rows[0]) for r in rows)      # one table: the same columns
+            assert all(set(r) == set(rows[0]) for r in rows)  # one table: the same columns
             assert json.loads(json.dumps(rows)) == rows
-    json.dumps(ct.solve_spike(Q, P, 1, 0.1).to_dict(), allow_nan=False)   # all finite: strict JSON
+    json.dumps(ct.solve_spike(Q, P, 1, 0.1).to_dict(), allow_nan=False)  # all finite: strict JSON
     gamma = float(exact_spike(np.asarray(Q[1]), 0.1))
     assert repr(ct.solve_spike(Q, P, 1, 0.1)) == (
         f"SpikeSolution(exact, kl, n=1, delta=0.1: q_n=0.21 -> gamma={gamma:.6g}, D(h||q)=0.1, "
-        f"acceptance={min(1, gamma / P[1]):.4g}, budget binds)")
+        f"acceptance={min(1, gamma / P[1]):.4g}, budget binds)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # rule identity
 # --------------------------------------------------------------------------------------------
 
+
 def test_divergence_is_a_knob_and_old_names_are_aliases():
     assert "cactus-exact" in rule_names() and "mentored" in rule_names()
     assert not any(n.startswith(("cactus-exact-", "mentored-")) for n in rule_names())
-    for alias, canonical, div in [("cactus-exact-tv", "cactus-exact", "tv"),
-                                  ("cactus-exact-reverse-kl", "cactus-exact", "reverse_kl"),
-                                  ("mentored-js", "mentored", "js")]:
+    for alias, canonical, div in [
+        ("cactus-exact-tv", "cactus-exact", "tv"),
+        ("cactus-exact-reverse-kl", "cactus-exact", "reverse_kl"),
+        ("mentored-js", "mentored", "js"),
+    ]:
         assert alias in RULES and alias not in list(RULES) and alias in rule_names(aliases=True)
         a = get_rule(alias) if canonical == "mentored" else get_rule(alias, delta=0.2)
         b = get_rule(canonical, divergence=div, **({} if canonical == "mentored" else {"delta": 0.2}))
@@ -316,7 +356,7 @@ def test_divergence_is_a_knob_and_old_names_are_aliases():
         assert RULES[alias].defaults["divergence"] == div
         with pytest.raises(ValueError, match="divergence"):
             get_rule(alias, divergence="chi2")
-    get_rule("cactus-exact-tv", divergence="tv")          # the preset value itself is fine
+    get_rule("cactus-exact-tv", divergence="tv")  # the preset value itself is fine
     with pytest.raises(ValueError, match="rule"):
         get_rule("cactus-exact-l2")
 
@@ -325,15 +365,17 @@ def test_calibrated_rule_registered_by_importing_the_rules():
     # The rule calibrates delta with the emitted-distribution analysis, so it lives (and registers)
     # in cactus_theory.analysis.calibration, which the package imports: importing the rules alone
     # (which imports the package first) still registers it.
-    code = ("import numpy as np; import cactus_theory.rules as r; "
-            "assert 'cactus-calibrated' in r.RULES; "
-            "assert type(r.get_rule('cactus-calibrated')).__module__ == 'cactus_theory.analysis.calibration'; "
-            "rule = r.get_rule('cactus-calibrated', eps=0.05); "
-            "pl = rule.plan(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.6, 0.2]])); "
-            "print(float(pl.spike[0, 1]))")
+    code = (
+        "import numpy as np; import cactus_theory.rules as r; "
+        "assert 'cactus-calibrated' in r.RULES; "
+        "assert type(r.get_rule('cactus-calibrated')).__module__ == 'cactus_theory.analysis.calibration'; "
+        "rule = r.get_rule('cactus-calibrated', eps=0.05); "
+        "pl = rule.plan(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.6, 0.2]])); "
+        "print(float(pl.spike[0, 1]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert 0.3 < float(out.stdout) < 1.0                  # boosted above q_1 = 0.3
+    assert 0.3 < float(out.stdout) < 1.0  # boosted above q_1 = 0.3
 
 
 def test_fast_accept_is_declared_and_equals_the_plan():
@@ -354,6 +396,7 @@ def test_fast_accept_is_declared_and_equals_the_plan():
 # --------------------------------------------------------------------------------------------
 # one sampling transform, one Trajectory
 # --------------------------------------------------------------------------------------------
+
 
 def _reference_transform(z, temperature, top_k, top_p):
     """Independent per-row transform: python sort by (-logit, id), then the module's steps."""
@@ -378,8 +421,8 @@ def _reference_transform(z, temperature, top_k, top_p):
 @pytest.mark.parametrize("t,k,p", [(0.6, 20, 0.95), (1.0, 3, None), (0.7, None, 0.5), (1.3, 2, 0.9)])
 def test_one_transform_everywhere_with_ties_by_lower_id(t, k, p):
     rng = np.random.default_rng(1)
-    z = np.round(rng.normal(size=(6, 40)), 1)         # rounding makes many ties
-    z[0, :] = 0.0                                      # all tied
+    z = np.round(rng.normal(size=(6, 40)), 1)  # rounding makes many ties
+    z[0, :] = 0.0  # all tied
     ref = _reference_transform(z, t, k, p)
     dense = sampling_transform(z, temperature=t, top_k=k, top_p=p)
     np.testing.assert_allclose(dense, ref, rtol=0, atol=EXACT)
@@ -406,8 +449,7 @@ def test_torch_topk_ties_resolved_by_lower_id():
 
 def test_one_trajectory_type():
     assert loader.Trajectory is ct.Trajectory
-    tr = ct.Trajectory(QB, PB, columns=np.tile(np.arange(8), (3, 1)), token_ids=[0, 1, 2],
-                       prompt_id="x")
+    tr = ct.Trajectory(QB, PB, columns=np.tile(np.arange(8), (3, 1)), token_ids=[0, 1, 2], prompt_id="x")
     assert len(tr) == tr.length == 3 and tr.token_ids.dtype == np.int64
     np.testing.assert_allclose(tr.acceptance, np.minimum(QB, PB).sum(-1))
     with pytest.raises(ValueError, match="token_ids"):
@@ -419,9 +461,15 @@ def test_one_trajectory_type():
 
 
 def test_transform_bad_input_names_the_argument():
-    for kwargs, name in [(dict(temperature=0), "temperature"), (dict(temperature=float("nan")), "temperature"),
-                         (dict(top_k=0), "top_k"), (dict(top_k=1.5), "top_k"), (dict(top_k=True), "top_k"),
-                         (dict(top_p=0), "top_p"), (dict(top_p=1.5), "top_p")]:
+    for kwargs, name in [
+        (dict(temperature=0), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_k=1.5), "top_k"),
+        (dict(top_k=True), "top_k"),
+        (dict(top_p=0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+    ]:
         with pytest.raises(ValueError, match=name):
             truncate(Q, **kwargs)
-    np.testing.assert_array_equal(truncate(Q, top_k=8), Q)       # k = V keeps the row as is
+    np.testing.assert_array_equal(truncate(Q, top_k=8), Q)  # k = V keeps the row as is

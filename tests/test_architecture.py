@@ -28,16 +28,23 @@ def _lint(cwd, *args, pythonpath=None):
         import os
 
         env = {**os.environ, "PYTHONPATH": str(pythonpath)}
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def _contracts():
-    tomllib = pytest.importorskip("tomllib")   # Python >= 3.11
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 
 
 # --------------------------------------------------------------------------- the layer contract
+
 
 def test_the_layer_contract_is_kept():
     res = _lint(ROOT)
@@ -70,14 +77,18 @@ def _plant(tmp_path, files, contract):
 
 
 def test_the_check_fails_on_a_function_local_import_up_the_layers(tmp_path):
-    res = _plant(tmp_path, {
-        "__init__.py": "",
-        "high.py": "X = 1\n",
-        "low.py": """
+    res = _plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "high.py": "X = 1\n",
+            "low.py": """
             def f():
                 from .high import X   # function-local: still an import of the higher layer
                 return X
-        """}, """
+        """,
+        },
+        """
         [tool.importlinter]
         root_package = "planted"
 
@@ -87,21 +98,26 @@ def test_the_check_fails_on_a_function_local_import_up_the_layers(tmp_path):
         containers = ["planted"]
         exhaustive = true
         layers = ["high", "low"]
-    """)
+    """,
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     assert "planted.low -> planted.high" in res.stdout
 
 
 def test_the_check_fails_on_a_circle_inside_a_package(tmp_path):
-    res = _plant(tmp_path, {
-        "__init__.py": "",
-        "sub/__init__.py": "",
-        "sub/a.py": "from . import b\n",
-        "sub/b.py": """
+    res = _plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "sub/__init__.py": "",
+            "sub/a.py": "from . import b\n",
+            "sub/b.py": """
             def g():
                 from . import a
                 return a
-        """}, """
+        """,
+        },
+        """
         [tool.importlinter]
         root_package = "planted"
 
@@ -109,7 +125,8 @@ def test_the_check_fails_on_a_circle_inside_a_package(tmp_path):
         name = "no circles"
         type = "acyclic_siblings"
         ancestors = ["planted"]
-    """)
+    """,
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     assert "planted.sub" in res.stdout
 
@@ -165,13 +182,14 @@ def test_the_circle_finder_finds_a_package_and_its_child():
 
 
 def test_no_module_imports_itself_through_others():
-    grimp = pytest.importorskip("grimp")   # installed with import-linter
+    grimp = pytest.importorskip("grimp")  # installed with import-linter
     graph = grimp.build_graph("cactus_theory", cache_dir=None)
     imports = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
     assert _circles(imports) == []
 
 
 # --------------------------------------------------------------------------- samplers' privacy
+
 
 def _sampler_private_names():
     """Private names of ``cactus_theory/samplers/``: ``(methods, module_level)``.
@@ -184,16 +202,25 @@ def _sampler_private_names():
     for f in SAMPLERS.rglob("*.py"):
         tree = ast.parse(f.read_text())
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-            methods |= {n.name for n in cls.body
-                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and private(n.name)}
-        methods |= {n.attr for n in ast.walk(tree)
-                    if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
-                    and isinstance(n.value, ast.Name) and n.value.id == "self" and private(n.attr)}
+            methods |= {
+                n.name
+                for n in cls.body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and private(n.name)
+            }
+        methods |= {
+            n.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ast.Store)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+            and private(n.attr)
+        }
         for n in tree.body:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and private(n.name):
                 module_level.add(n.name)
             elif isinstance(n, (ast.Assign, ast.AnnAssign)):
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
                     if isinstance(t, ast.Name) and private(t.id):
                         module_level.add(t.id)
     return methods, module_level - methods
@@ -217,15 +244,18 @@ def _outside_files():
 
 
 def _uses_outside(names: set) -> list:
-    return sorted(f"{p.relative_to(ROOT)}:{line} {name}" for p in _outside_files()
-                  for line, name in _uses(p.read_text(), names))
+    return sorted(
+        f"{p.relative_to(ROOT)}:{line} {name}"
+        for p in _outside_files()
+        for line, name in _uses(p.read_text(), names)
+    )
 
 
 def test_the_privacy_scan_finds_a_planted_use():
     methods, module_level = _sampler_private_names()
     planted = "from cactus_theory.samplers.fused import _secret\ns._accept_path(q, p)\nx.public()\n"
     assert _uses(planted, {"_accept_path", "_secret"}) == [(1, "_secret"), (2, "_accept_path")]
-    assert methods and module_level   # the scan reads the samplers (a sampler has private helpers)
+    assert methods and module_level  # the scan reads the samplers (a sampler has private helpers)
 
 
 def test_no_code_outside_the_samplers_calls_a_private_sampler_method():

@@ -32,12 +32,22 @@ def _code_lines(path):
     with open(path, "rb") as f:
         tokens = list(tokenize.tokenize(f.readline))
     for tok in tokens:
-        if tok.type in (tokenize.STRING, tokenize.COMMENT, tokenize.ENCODING, tokenize.NL,
-                        tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                        tokenize.ENDMARKER):
+        if tok.type in (
+            tokenize.STRING,
+            tokenize.COMMENT,
+            tokenize.ENCODING,
+            tokenize.NL,
+            tokenize.NEWLINE,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENDMARKER,
+        ):
             continue
         if getattr(tokenize, "FSTRING_START", None) is not None and tok.type in (
-                tokenize.FSTRING_START, tokenize.FSTRING_MIDDLE, tokenize.FSTRING_END):
+            tokenize.FSTRING_START,
+            tokenize.FSTRING_MIDDLE,
+            tokenize.FSTRING_END,
+        ):
             continue
         row = tok.start[0]
         lines[row] = lines.get(row, "") + (" " if lines.get(row) else "") + tok.string
@@ -59,8 +69,17 @@ RULE_FILES = sorted(RULES_DIR.glob("*.py"))
 
 def test_the_rule_modules_are_found():
     names = {p.name for p in RULE_FILES}
-    assert {"plans.py", "registry.py", "cactus.py", "tas.py", "fuzzy.py", "cascades.py",
-            "topk.py", "interpolation.py", "sps.py"} <= names
+    assert {
+        "plans.py",
+        "registry.py",
+        "cactus.py",
+        "tas.py",
+        "fuzzy.py",
+        "cascades.py",
+        "topk.py",
+        "interpolation.py",
+        "sps.py",
+    } <= names
 
 
 @pytest.mark.parametrize("path", RULE_FILES, ids=[p.name for p in RULE_FILES])
@@ -72,12 +91,14 @@ def test_the_check_sees_what_it_forbids(tmp_path):
     """Each forbidden form in code is reported; the same words in a docstring or a comment
     are not."""
     bad = tmp_path / "bad.py"
-    bad.write_text('"""torch.cond and hasattr( in a docstring."""\n'
-                   "import torch  # torch.compile\n"
-                   "x = torch.zeros(3)\n"
-                   "if hasattr(x, 'clamp_min_'):\n"
-                   "    y = torch.compiler.is_compiling()\n"
-                   "z = x.device\n")
+    bad.write_text(
+        '"""torch.cond and hasattr( in a docstring."""\n'
+        "import torch  # torch.compile\n"
+        "x = torch.zeros(3)\n"
+        "if hasattr(x, 'clamp_min_'):\n"
+        "    y = torch.compiler.is_compiling()\n"
+        "z = x.device\n"
+    )
     found = _violations(bad)
     assert [f.split(":")[1] for f in found] == ["2", "3", "4", "5", "5", "6"]
     assert any("is_compiling" in f for f in found)

@@ -14,9 +14,8 @@ import torch
 
 from cactus_theory.rules.plans import RowTarget, residual_weights
 from cactus_theory.samplers import inverse_cdf_sample
+from cactus_theory.samplers.blocked import BlockWeights, point_mass_weights, residual_block_weights
 from cactus_theory.samplers.fused import block_sums as _block_sums
-from cactus_theory.samplers.blocked import (BlockWeights, point_mass_weights,
-                                            residual_block_weights)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -57,8 +56,7 @@ def test_block_weights_equal_the_dense_residual(V):
     dense = _dense(t, x, y)
     mass = dense.sum(-1, keepdim=True)
     torch.testing.assert_close(bw.dense() / mass, dense / mass, rtol=0, atol=1e-6)
-    torch.testing.assert_close(bw.block_sums / mass, _block_sums(dense, 256) / mass,
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(bw.block_sums / mass, _block_sums(dense, 256) / mass, rtol=0, atol=1e-6)
     assert bw.block_sums.shape == (B, -(-V // 256))
 
 
@@ -66,16 +64,16 @@ def test_empty_residual_rows_draw_from_h():
     """Where h = p the residual is empty (convention 3): the weights are h itself, while the
     other rows keep their residual."""
     x, y = _rows(4, 700, seed=1)
-    y[1] = x[1]                             # p = q on row 1, bit for bit
+    y[1] = x[1]  # p = q on row 1, bit for bit
     # SpS, h = q = x / s_q by division, as the driver divides y by s_p: bit for bit p on row 1
-    t = RowTarget(lambda xv, yv, s=x.sum(-1, keepdim=True): xv / s)
+    s_q = x.sum(-1, keepdim=True)
+    t = RowTarget(lambda xv, yv: xv / s_q)
     bw = residual_block_weights(t, x, y, y.sum(-1))
     w = bw.dense()
     q1 = x[1] / x[1].sum()
     torch.testing.assert_close(w[1], q1, rtol=0, atol=1e-7)
-    assert (w[0] < q1.max()).all() and w[0].sum() < 1.0      # a residual, not h
-    torch.testing.assert_close(bw.block_sums[1], _block_sums(q1[None], 256)[0],
-                               rtol=0, atol=1e-6)
+    assert (w[0] < q1.max()).all() and w[0].sum() < 1.0  # a residual, not h
+    torch.testing.assert_close(bw.block_sums[1], _block_sums(q1[None], 256)[0], rtol=0, atol=1e-6)
 
 
 def test_a_target_without_finite_mass_falls_back_to_q():
@@ -108,7 +106,7 @@ def test_the_draw_from_block_weights_follows_the_dense_weights():
         b = inverse_cdf_sample(dense, uniforms=uu)
         # equal unless u lands within float32 rounding of a CDF step (these quantiles do not)
         assert torch.equal(a, b), float(u)
-        assert (torch.gather(dense, -1, a[:, None]) > 0).all()   # never a zero weight
+        assert (torch.gather(dense, -1, a[:, None]) > 0).all()  # never a zero weight
 
 
 def test_compiled_block_weights_equal_eager():
@@ -126,8 +124,7 @@ def test_compiled_block_weights_equal_eager():
     compiled = torch.compile(f, dynamic=False)(x, y, ids, gamma)
     for a, b in zip(eager, compiled):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    assert isinstance(residual_block_weights(_spike_target(x, ids, gamma), x, y, y.sum(-1)),
-                      BlockWeights)
+    assert isinstance(residual_block_weights(_spike_target(x, ids, gamma), x, y, y.sum(-1)), BlockWeights)
 
 
 @pytest.mark.parametrize("V", [1, 255, 256, 1000])

@@ -5,16 +5,21 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import pairs
 
-from cactus_theory.analysis.calibration import (DELTA_CAP, calibrate_delta, compare_with_mentored,
-                                                corpus_divergence_distribution,
-                                                emitted_divergence_curve, global_delta,
-                                                saturation_delta)
+from cactus_theory.analysis.calibration import (
+    DELTA_CAP,
+    calibrate_delta,
+    compare_with_mentored,
+    corpus_divergence_distribution,
+    emitted_divergence_curve,
+    global_delta,
+    saturation_delta,
+)
 from cactus_theory.analysis.one_step import analyze
 from cactus_theory.distributions import synthetic_pairs, truncate
 from cactus_theory.rules import get_rule
 from cactus_theory.solvers.mentored import solve_mentored
-from strategies import pairs
 
 README_Q = np.array([0.30, 0.35, 0.35])
 README_P = np.array([0.05, 0.80, 0.15])
@@ -50,10 +55,10 @@ def test_gamma_is_nondecreasing_in_delta(pair, base):
 def test_calibrated_delta_meets_eps_at_its_first_crossing(pair, eps):
     q, p = pair
     res = calibrate_delta(q, p, eps)
-    assert res.divergence <= eps + 1e-12          # the bisection keeps the feasible end
+    assert res.divergence <= eps + 1e-12  # the bisection keeps the feasible end
     if not res.saturated:
         D_above, _ = emitted_divergence_curve(q, p, [float(res.delta) * (1 + 1e-6) + 1e-15])
-        assert D_above[0] > eps - 1e-9            # just above the crossing: over (or at) eps
+        assert D_above[0] > eps - 1e-9  # just above the crossing: over (or at) eps
     else:
         # the scan reaches the saturation delta, or DELTA_CAP where that is infinite (it
         # overflows for a subnormal q_n, or never saturates)
@@ -75,11 +80,23 @@ def test_grids_of_all_rows_are_the_per_row_grids():
     at DELTA_CAP where infinite, at least 10 DELTA_MIN), ties and extremes included."""
     from cactus_theory.analysis.calibration import DELTA_MIN, GRID_POINTS, _grids
 
-    tops = np.concatenate([10.0 ** np.random.default_rng(1).uniform(-9, 5, 200),
-                           [np.inf, 0.0, 1e-9, 10 * DELTA_MIN, DELTA_CAP, 2 * DELTA_CAP]])
-    want = [np.concatenate([[0.0], np.geomspace(DELTA_MIN, max(t if np.isfinite(t) else DELTA_CAP,
-                                                                10 * DELTA_MIN), GRID_POINTS - 1)])
-            for t in tops]
+    tops = np.concatenate(
+        [
+            10.0 ** np.random.default_rng(1).uniform(-9, 5, 200),
+            [np.inf, 0.0, 1e-9, 10 * DELTA_MIN, DELTA_CAP, 2 * DELTA_CAP],
+        ]
+    )
+    want = [
+        np.concatenate(
+            [
+                [0.0],
+                np.geomspace(
+                    DELTA_MIN, max(t if np.isfinite(t) else DELTA_CAP, 10 * DELTA_MIN), GRID_POINTS - 1
+                ),
+            ]
+        )
+        for t in tops
+    ]
     assert np.array_equal(_grids(tops), np.stack(want))
 
 
@@ -90,7 +107,7 @@ def test_mentored_dominates_calibrated_cactus(pair, eps):
     q, p = pair
     res = calibrate_delta(q, p, eps)
     ment = solve_mentored(q, p, eps, "kl", return_target=False)
-    assert res.acceptance <= float(ment.acceptance) + 1e-9   # bisection ends, rounding
+    assert res.acceptance <= float(ment.acceptance) + 1e-9  # bisection ends, rounding
 
 
 def test_the_readme_pair_calibrated_to_its_own_budget():

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rule_configs import FUSED_SHAPE, QUICK_GROUP
 
 from cactus_theory import cli
 from cactus_theory.cli import SUBCOMMANDS, main, parse_knobs
 from cactus_theory.inputs import load_pairs
-from rule_configs import FUSED_SHAPE, QUICK_GROUP
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,6 +38,7 @@ def run_json(capsys, *argv):
 
 
 # --------------------------------------------------------------------------- the table itself
+
 
 def test_every_subcommand_has_a_handler_and_help_shows_defaults(capsys):
     parser = cli.build_parser()
@@ -65,13 +66,18 @@ def test_version_and_report_help_list_sections(capsys):
 
 def test_parse_knobs_values_and_errors():
     assert parse_knobs(["delta=0.75", "divergence=kl", "topk=3", "flag=true"]) == {
-        "delta": 0.75, "divergence": "kl", "topk": 3, "flag": True}
+        "delta": 0.75,
+        "divergence": "kl",
+        "topk": 3,
+        "flag": True,
+    }
     for bad in ("delta", "=1", "delta="):
         with pytest.raises(ValueError, match="knob"):
             parse_knobs([bad])
 
 
 # --------------------------------------------------------------------------- analysis subcommands
+
 
 def test_solve_side_by_side_and_json(capsys):
     status, out, err = run(capsys, "solve", *QP, "-n", "1", "--delta", "0.5")
@@ -106,7 +112,9 @@ def test_analyze_text_and_json(tmp_path, capsys):
     q, p = np.array([float(x) for x in Q.split(",")]), np.array([float(x) for x in P.split(",")])
     assert rows["sps"]["acceptance"] == pytest.approx(np.minimum(q, p).sum(), abs=1e-12)  # sum min(q, p)
     assert rows["cactus-taylor"]["acceptance"] > rows["sps"]["acceptance"]
-    knobbed = run_json(capsys, "analyze", *QP, "--rules", "interpolation,cactus-taylor", "--knob", "alpha=0.3")
+    knobbed = run_json(
+        capsys, "analyze", *QP, "--rules", "interpolation,cactus-taylor", "--knob", "alpha=0.3"
+    )
     by = {r["rule"]: r for r in knobbed["table"]}
     assert by["interpolation"]["knobs"]["alpha"] == 0.3  # the knob reached the rule that has it
     assert "alpha" not in by["cactus-taylor"]["knobs"]
@@ -154,8 +162,20 @@ def test_rules_text_json_csv(capsys):
 
 
 def test_simulate_text_and_json(capsys):
-    small = ["simulate", "--length", "16", "--trajectories", "1", "--runs", "5", "-m", "2", "--no-progress",
-             "--knob", "delta=0.5"]
+    small = [
+        "simulate",
+        "--length",
+        "16",
+        "--trajectories",
+        "1",
+        "--runs",
+        "5",
+        "-m",
+        "2",
+        "--no-progress",
+        "--knob",
+        "delta=0.5",
+    ]
     status, out, _ = run(capsys, *small)
     assert status == 0 and "AL_m" in out and "delta=0.5" in out
     data = run_json(capsys, *small)
@@ -198,9 +218,12 @@ def test_benchmark_json(capsys):
     shape = "[{},{},{}]".format(*QUICK_SAMPLER_SHAPE)
     samplers = [g for g in goals if g["goal"].startswith("sampler ")]
     assert samplers and all(shape in g["goal"] for g in samplers)
-    checks = [g for g in samplers if "read pass" in g["goal"] and "validation" not in g["goal"]
-              and "fused, " not in g["goal"]]
-    assert len(checks) == 2 * len(QUICK_RULES)          # each rule fused (the goal) and eager
+    checks = [
+        g
+        for g in samplers
+        if "read pass" in g["goal"] and "validation" not in g["goal"] and "fused, " not in g["goal"]
+    ]
+    assert len(checks) == 2 * len(QUICK_RULES)  # each rule fused (the goal) and eager
     assert {g["goal"].split()[1] for g in checks} == set(QUICK_RULES)
     for g in checks:
         assert g["check"].startswith("ok") and "recovery" in g["check"], g
@@ -212,7 +235,7 @@ def test_benchmark_json(capsys):
     assert [g["goal"].split(" [")[0] for g in other] == ["sampler cascade-token-v3 fused, alpha 0.999"]
     assert other[0]["check"].startswith("ok") and other[0]["target"] == "reported"
     vals = [g for g in samplers if "validation" in g["goal"]]
-    assert len(vals) == 2                               # eager and fused
+    assert len(vals) == 2  # eager and fused
     assert all(v["check"].startswith("ok") and v["target"] == "reported" for v in vals)
     ratio = [g for g in samplers if g["goal"].startswith("sampler exact-kl / taylor")]
     assert len(ratio) == 2 and all(g["target"] == "<= 1.5 (full run)" for g in ratio)
@@ -222,6 +245,7 @@ def test_benchmark_json(capsys):
 
 
 # --------------------------------------------------------------------------- errors
+
 
 class ModelLoaded(AssertionError):
     pass
@@ -293,10 +317,16 @@ def test_unwritable_output_folder_is_found_before_the_run(tmp_path, capsys, monk
     assert ran == []
 
 
-@pytest.mark.parametrize("bad,what", [
-    ("shape.npy", "shape"), ("keys.npz", "target_probs"), ("bad.json", "JSON"),
-    ("norm.json", "sum to 1"), ("x.txt", "file type"),
-])
+@pytest.mark.parametrize(
+    "bad,what",
+    [
+        ("shape.npy", "shape"),
+        ("keys.npz", "target_probs"),
+        ("bad.json", "JSON"),
+        ("norm.json", "sum to 1"),
+        ("x.txt", "file type"),
+    ],
+)
 def test_bad_files_name_the_file(tmp_path, bad, what):
     path = tmp_path / bad
     if bad == "shape.npy":
@@ -354,8 +384,9 @@ def test_module_entries_parse_their_arguments(capsys):
     # --help must print help and exit 0 without running anything (it once regenerated shipped data).
     # Run from the repository root so that this checkout's package is the one imported.
     for mod in ("cactus_theory.logits.decode", "cactus_theory.logits.dump"):
-        res = subprocess.run([sys.executable, "-m", mod, "--help"], capture_output=True, text=True,
-                             timeout=120, cwd=ROOT)
+        res = subprocess.run(
+            [sys.executable, "-m", mod, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
         assert res.returncode == 0, res.stderr
         assert "usage: cactus-theory" in res.stdout and "--seed" in res.stdout
     from cactus_theory.logits.cli import decode_main
@@ -366,6 +397,7 @@ def test_module_entries_parse_their_arguments(capsys):
 
 
 # --------------------------------------------------------------------------- real models (tiny)
+
 
 def test_models_text_and_json(capsys):
     status, out, _ = run(capsys, "models")
@@ -390,8 +422,20 @@ def smollm2():
 def test_dump_tiny_run_text_and_json(smollm2, tmp_path, capsys):
     from cactus_theory.logits import load_dump
 
-    argv = ["dump", "--prompts", "gsm8k", "--per-category", "1", "--new-tokens", "3", "--batch-size", "1",
-            "--drafter", "early-exit:20", "--no-progress"]
+    argv = [
+        "dump",
+        "--prompts",
+        "gsm8k",
+        "--per-category",
+        "1",
+        "--new-tokens",
+        "3",
+        "--batch-size",
+        "1",
+        "--drafter",
+        "early-exit:20",
+        "--no-progress",
+    ]
     status, out, _ = run(capsys, *argv, "-o", str(tmp_path / "a"))
     assert status == 0
     path = out.strip().splitlines()[-1]
@@ -406,11 +450,25 @@ def test_dump_tiny_run_text_and_json(smollm2, tmp_path, capsys):
 def test_decode_tiny_run_json_and_text(smollm2, tmp_path, capsys):
     from cactus_theory.logits.cli import _decode_text
 
-    argv = ["decode", "--n-prompts", "1", "--max-new-tokens", "3", "-m", "2", "--no-progress", "--repeats", "2",
-            "--rule", "cactus-taylor", "--knob", "delta=0.75"]
+    argv = [
+        "decode",
+        "--n-prompts",
+        "1",
+        "--max-new-tokens",
+        "3",
+        "-m",
+        "2",
+        "--no-progress",
+        "--repeats",
+        "2",
+        "--rule",
+        "cactus-taylor",
+        "--knob",
+        "delta=0.75",
+    ]
     data = run_json(capsys, *argv, "-o", str(tmp_path / "r.json"))
     assert json.loads((tmp_path / "r.json").read_text()) == data  # -o writes the same results
-    (label, c), = data["configs"].items()
+    ((label, c),) = data["configs"].items()
     assert label == "distilled|m=2|cactus-taylor(delta=0.75)"
     assert 0 <= c["al"] <= 2 and c["tokens"] <= 3
     sp = c["speedup_spread"]

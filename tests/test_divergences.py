@@ -5,12 +5,12 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from conftest import assert_close
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import pairs
 
 from cactus_theory.divergences import DIVERGENCES, divergence, f_divergence, get_divergence
-from strategies import pairs
-from conftest import assert_close
 
 
 def _mp_reference(name, h, q):
@@ -56,7 +56,7 @@ def test_matches_high_precision_definition(name, pair):
 def test_zero_conventions_never_nan():
     h = np.array([0.5, 0.5, 0.0])
     q = np.array([0.0, 0.5, 0.5])
-    assert divergence(h, q, "kl") == math.inf          # h > 0 where q = 0
+    assert divergence(h, q, "kl") == math.inf  # h > 0 where q = 0
     assert divergence(h, q, "reverse_kl") == math.inf  # q > 0 where h = 0
     assert divergence(h, q, "chi2") == math.inf
     assert divergence(h, q, "neyman_chi2") == math.inf

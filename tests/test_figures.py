@@ -19,7 +19,11 @@ matplotlib = pytest.importorskip("matplotlib")
 
 from cactus_theory import figures as F  # noqa: E402
 from cactus_theory.figures.data import (  # noqa: E402
-    dump_trajectories, real_data, real_dump, synthetic_data, synthetic_trajectories,
+    dump_trajectories,
+    real_data,
+    real_dump,
+    synthetic_data,
+    synthetic_trajectories,
 )
 from cactus_theory.figures.sequence_budget import figure_sequence_budget  # noqa: E402
 from cactus_theory.figures.style import DOUBLE_COLUMN  # noqa: E402
@@ -34,23 +38,26 @@ def _small_cases():
     dump = real_dump("requant-4")
     return {
         "gamma": lambda: F.figure_gamma(deltas=(0.1, 1.0), q_values=np.linspace(0, 1, 21)),
-        "taylor_overshoot": lambda: F.figure_taylor_overshoot(deltas=np.geomspace(1e-2, 5, 6),
-                                                              q_values=np.linspace(0, 1, 51)),
+        "taylor_overshoot": lambda: F.figure_taylor_overshoot(
+            deltas=np.geomspace(1e-2, 5, 6), q_values=np.linspace(0, 1, 51)
+        ),
         "taylor_exact_acceptance": lambda: F.figure_taylor_exact_acceptance(
-            {"synthetic": syn, "real": real}, deltas=np.geomspace(1e-2, 2, 4)),
+            {"synthetic": syn, "real": real}, deltas=np.geomspace(1e-2, 2, 4)
+        ),
         "worked_example": lambda: F.figure_worked_example(),
         "per_draft_vs_emitted": lambda: F.figure_per_draft_vs_emitted(
-            syn.target_probs, syn.draft_probs, deltas=np.geomspace(0.01, 2, 4)),
+            syn.target_probs, syn.draft_probs, deltas=np.geomspace(0.01, 2, 4)
+        ),
         "acceptance_vs_delta": lambda: F.figure_acceptance_vs_delta(trajs, deltas=[0.1, 1.0], ms=(2, 4)),
         "frontier": lambda: F.figure_frontier(syn),
         "calibration": lambda: F.figure_calibration(syn, eps_values=[0.05, 0.2]),
         "real_per_draft_vs_emitted": lambda: F.figure_per_draft_vs_emitted(real, deltas=[0.1, 1.0]),
         "real_frontier": lambda: F.figure_frontier(real),
         "real_acceptance_by_category": lambda: F.figure_acceptance_by_category({"4-bit": dump}),
-        "real_al_by_m": lambda: F.figure_al_by_m({"4-bit": dump_trajectories(dump)[:2]},
-                                                 ms=(1, 2)),
+        "real_al_by_m": lambda: F.figure_al_by_m({"4-bit": dump_trajectories(dump)[:2]}, ms=(1, 2)),
         "sequence_budget": lambda: figure_sequence_budget(
-            synthetic_trajectories(n=3, length=8, vocab_size=12), eps=0.05),
+            synthetic_trajectories(n=3, length=8, vocab_size=12), eps=0.05
+        ),
     }
 
 
@@ -67,9 +74,19 @@ def test_every_registered_figure_has_a_small_case():
     # the registry's figures draw real data through the same functions as their synthetic twins
     twins = {name.replace("real_", "") for name in F.FIGURES}
     assert twins <= set(CASES) | {name.replace("real_", "") for name in CASES}
-    for required in ("gamma", "taylor_overshoot", "per_draft_vs_emitted", "acceptance_vs_delta",
-                     "frontier", "calibration", "worked_example", "real_per_draft_vs_emitted",
-                     "real_frontier", "real_acceptance_vs_delta", "real_calibration"):
+    for required in (
+        "gamma",
+        "taylor_overshoot",
+        "per_draft_vs_emitted",
+        "acceptance_vs_delta",
+        "frontier",
+        "calibration",
+        "worked_example",
+        "real_per_draft_vs_emitted",
+        "real_frontier",
+        "real_acceptance_vs_delta",
+        "real_calibration",
+    ):
         assert required in F.FIGURES
 
 
@@ -132,6 +149,7 @@ def _legends(fig):
 @pytest.mark.parametrize("name", list(CASES))
 def test_figure_legends_are_short_and_no_rule_is_dropped_silently(name):
     import matplotlib.pyplot as plt
+
     from cactus_theory.figures.notes import NOTE_GID, rule_record
 
     fig = CASES[name]()
@@ -161,6 +179,7 @@ def test_figure_legends_are_short_and_no_rule_is_dropped_silently(name):
 
 def test_record_rules_refuses_a_silent_drop():
     import matplotlib.pyplot as plt
+
     from cactus_theory.figures.notes import NOTE_GID, record_rules, rule_record
 
     fig, ax = plt.subplots()
@@ -185,8 +204,14 @@ def test_frontier_shows_gaps_on_a_scale_where_0001_is_visible():
     fig = CASES["frontier"]()
     try:
         # the rules' lines carry their names; the frontier's zero line is unlabelled ("_child...")
-        gaps = np.concatenate([np.asarray(ln.get_ydata(), float) for ax in fig.axes for ln in ax.lines
-                               if not ln.get_label().startswith("_")])
+        gaps = np.concatenate(
+            [
+                np.asarray(ln.get_ydata(), float)
+                for ax in fig.axes
+                for ln in ax.lines
+                if not ln.get_label().startswith("_")
+            ]
+        )
         # the gap to the per-position frontier is exact: >= 0 up to float64 rounding of sums
         assert gaps.min() >= -1e-12
         for ax in fig.axes:
@@ -309,8 +334,14 @@ def test_pooled_frontier_bounds_cactus_and_mentored_means():
     d = synthetic_data(16, 32)
     eps, G = F.pooled_frontier(d.target_probs, d.draft_probs)
     for name in ("cactus-taylor", "cactus-exact-kl"):
-        op = operating_points(name, d.target_probs, d.draft_probs, knob="delta",
-                              values=[0.01, 0.1, 0.5, 1.0], divergences=("kl",))
+        op = operating_points(
+            name,
+            d.target_probs,
+            d.draft_probs,
+            knob="delta",
+            values=[0.01, 0.1, 0.5, 1.0],
+            divergences=("kl",),
+        )
         kl, acc = op.divergences["kl"].mean(0), op.acceptance.mean(0)
         bound = np.interp(kl, eps, G)
         assert np.all(acc <= bound + 1e-3), (name, acc - bound)

@@ -6,15 +6,20 @@ import time
 import numpy as np
 import pytest
 
-from cactus_theory.analysis.frontier import default_sweep, gap_to_frontier, operating_points
+from cactus_theory.analysis.frontier import default_sweep, operating_points
 from cactus_theory.analysis.rule_table import format_rule_table, rule_table
 from cactus_theory.distributions import synthetic_pairs, truncate
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import RULES
 from cactus_theory.solvers.cvx import SolverFailure
 from cactus_theory.solvers.cvx_frontier import max_acceptance_cvxpy
-from cactus_theory.solvers.frontier import (LARGEST_FINITE, frontier, frontier_curve,
-                                            min_divergence_for_acceptance, saturation_budget)
+from cactus_theory.solvers.frontier import (
+    LARGEST_FINITE,
+    frontier,
+    frontier_curve,
+    min_divergence_for_acceptance,
+    saturation_budget,
+)
 
 DIVS = list(DIVERGENCES)
 
@@ -25,7 +30,7 @@ def _instances():
     for i in range(4):
         V = int(rng.integers(3, 12))
         q, p = rng.dirichlet(np.full(V, 0.6)), rng.dirichlet(np.full(V, 0.6))
-        if i % 2:                       # truncated verifier (and a drafter zero)
+        if i % 2:  # truncated verifier (and a drafter zero)
             q[np.argsort(q)[: V // 3]] = 0.0
             q /= q.sum()
             p[int(np.argmax(q))] = 0.0
@@ -59,7 +64,7 @@ def test_fast_solver_beats_the_clip_form_for_reverse_kl_with_truncated_q_as_cvxp
     ref = max_acceptance_cvxpy(q, p, 0.5, "reverse_kl")
     fast = float(frontier(q, p, 0.5, "reverse_kl").acceptance[0])
     assert fast == pytest.approx(0.4 + 1 - math.exp(-0.5), abs=1e-12)
-    assert abs(ref.acceptance - fast) <= 1e-6      # cvxpy puts the same mass off supp(q)
+    assert abs(ref.acceptance - fast) <= 1e-6  # cvxpy puts the same mass off supp(q)
     assert ref.target[2] > 0.39
 
 
@@ -71,7 +76,7 @@ def test_frontier_endpoints(div):
     q /= q.sum()
     F = frontier(q, p, [0.0, LARGEST_FINITE, math.inf], div).acceptance
     assert F[0] == pytest.approx(np.minimum(p, q).sum(), abs=1e-15)
-    assert F[2] == 1.0          # an infinite budget admits o = p
+    assert F[2] == 1.0  # an infinite budget admits o = p
     d = get_divergence(div)
     if d.finite_off_support and math.isfinite(float(d.unchecked(p, q))):
         assert F[1] == pytest.approx(1.0, abs=1e-12)
@@ -87,8 +92,9 @@ def test_tv_frontier_closed_form_and_interpolation_lies_on_it():
     q, p = rng.dirichlet(np.ones(10)), rng.dirichlet(np.ones(10))
     sps = np.minimum(p, q).sum()
     eps = np.array([0.0, 0.05, 0.2, 0.9])
-    np.testing.assert_allclose(frontier(q, p, eps, "tv").acceptance,
-                               np.minimum(1, sps + eps), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        frontier(q, p, eps, "tv").acceptance, np.minimum(1, sps + eps), rtol=0, atol=1e-15
+    )
     op = operating_points("interpolation", q, p)
     # a - a_SpS = alpha TV(p, q) = TV(h, q): interpolation attains the TV frontier exactly
     np.testing.assert_allclose(op.gap["tv"], 0.0, atol=1e-12)
@@ -117,7 +123,7 @@ def test_inverse_frontier():
             assert float(frontier(q, p, D * (1 - 1e-6), "kl").acceptance[0]) < A
     q[:5] = 0
     q /= q.sum()
-    assert min_divergence_for_acceptance(q, p, 1.0, "kl") == math.inf   # KL forbids q = 0 mass
+    assert min_divergence_for_acceptance(q, p, 1.0, "kl") == math.inf  # KL forbids q = 0 mass
 
 
 def test_operating_points_report_inf_not_nan():
@@ -142,15 +148,20 @@ def test_default_sweep_values_are_valid(name):
 
 def test_rule_table_runs_untruncated_and_truncated():
     q, p = synthetic_pairs("noisy_copy", 3, 300, 0)
-    for qq, pp, raw in ((q, p, (None, None)),
-                        (truncate(q, temperature=0.6, top_k=20, top_p=0.95),
-                         truncate(p, temperature=0.6, top_k=20, top_p=0.95), (q, p))):
+    for qq, pp, raw in (
+        (q, p, (None, None)),
+        (
+            truncate(q, temperature=0.6, top_k=20, top_p=0.95),
+            truncate(p, temperature=0.6, top_k=20, top_p=0.95),
+            (q, p),
+        ),
+    ):
         rows = rule_table(qq, pp, raw_target_probs=raw[0], raw_draft_probs=raw[1])
         assert [r["rule"] for r in rows] == list(RULES)
         for r in rows:
             for k in ("acceptance", "kl", "reverse_kl", "tv", "gap_kl", "gap_tv"):
                 assert not math.isnan(r[k]), (r["rule"], k)
-            assert r["gap_kl"] >= -1e-9 and r["gap_tv"] >= -1e-9   # frontier dominance
+            assert r["gap_kl"] >= -1e-9 and r["gap_tv"] >= -1e-9  # frontier dominance
         text = format_rule_table(rows)
         assert "sps" in text and "nan" not in text
 

@@ -10,13 +10,13 @@ Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token.
 
 import pytest
 import torch
+from rule_configs import FUSED_SHAPE, QUICK_GROUP, fused_params
 
 from cactus_theory.samplers import fused as fused_kernels
 from cactus_theory.samplers import make_sampler
+from cactus_theory.samplers.blocked import BlockWeights
 from cactus_theory.samplers.entry import eager_row_stats
 from cactus_theory.samplers.fused import block_sums as _block_sums
-from cactus_theory.samplers.blocked import BlockWeights
-from rule_configs import FUSED_SHAPE, QUICK_GROUP, fused_params
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -32,8 +32,7 @@ def _batch(B=6, k=3, V=1000, seed=0, dtype=torch.float32):
 
 # Each (dtype, V) pair is a kernel of its own (20-60 s of a cold test run for all nine): each
 # dtype once and each vocabulary case once (a Latin square), and float32 at V = 151,936 below.
-@pytest.mark.parametrize("dtype, V", [(torch.float32, 1000), (torch.bfloat16, 100),
-                                      (torch.float16, 256)])
+@pytest.mark.parametrize("dtype, V", [(torch.float32, 1000), (torch.bfloat16, 100), (torch.float16, 256)])
 def test_row_stats_sums_and_the_eager_flags(dtype, V):
     """Sums: within the error bound of the two-level sum (float32 sums of blocks of
     SUM_BLOCK = 256 non-negative terms, in any order: relative error at most 255 u,
@@ -54,7 +53,7 @@ def test_row_stats_sums_and_the_eager_flags(dtype, V):
     (s_x, bad_x), (s_p, bad_p) = fused_kernels.row_stats(x, p)
     assert s_x.dtype == torch.float32 and bad_x.dtype == torch.bool
     ok = ~bad_x
-    u = 2.0 ** -24
+    u = 2.0**-24
     for s, ref in ((s_x[ok], x.double().sum(-1)[ok]), (s_p, p.double().sum(-1))):
         assert torch.all((s.double() - ref).abs() <= 256 * u * ref + 1e-300)
     assert torch.equal(bad_x, eager_row_stats(x)[1])
@@ -70,24 +69,35 @@ def test_row_stats_sums_at_a_real_vocabulary_size():
     along the row errs by tens of eps at this length, so this bound is what the two levels
     buy."""
     g = torch.Generator().manual_seed(5)
-    x = torch.softmax(3.0 * torch.randn(4, 2, 151936, generator=g), -1) \
-        * (0.5 + torch.rand(4, 2, 1, generator=g))
-    (s, bad), = fused_kernels.row_stats(x)
+    x = torch.softmax(3.0 * torch.randn(4, 2, 151936, generator=g), -1) * (
+        0.5 + torch.rand(4, 2, 1, generator=g)
+    )
+    ((s, bad),) = fused_kernels.row_stats(x)
     ref = x.double().sum(-1)
     assert not bad.any()
     assert float(((s.double() - ref).abs() / ref).max()) <= 2 * torch.finfo(torch.float32).eps
 
 
-@pytest.mark.parametrize("name, knobs", [("sps", {}), ("cactus-taylor", {"delta": 0.3}),
-                                         ("cactus-exact-kl", {"delta": 0.3}), ("topk", {}),
-                                         ("tas", {}), ("cascade-token-v3", {}), ("fuzzy", {}),
-                                         ("interpolation", {}), ("cascade-opt", {}),
-                                         # alpha 0.1: a set A short of the whole
-                                         # vocabulary (at 0.5 some rows have pi = p up
-                                         # to rounding, where the residual is rounding
-                                         # noise in either form: an empty residual only
-                                         # in exact arithmetic)
-                                         ("cascade-token-v1", {"alpha": 0.1})])
+@pytest.mark.parametrize(
+    "name, knobs",
+    [
+        ("sps", {}),
+        ("cactus-taylor", {"delta": 0.3}),
+        ("cactus-exact-kl", {"delta": 0.3}),
+        ("topk", {}),
+        ("tas", {}),
+        ("cascade-token-v3", {}),
+        ("fuzzy", {}),
+        ("interpolation", {}),
+        ("cascade-opt", {}),
+        # alpha 0.1: a set A short of the whole
+        # vocabulary (at 0.5 some rows have pi = p up
+        # to rounding, where the residual is rounding
+        # noise in either form: an empty residual only
+        # in exact arithmetic)
+        ("cascade-token-v1", {"alpha": 0.1}),
+    ],
+)
 def test_fused_recovery_weights_and_block_sums_equal_eager(name, knobs):
     """The fused recovery kernel returns the eager hooks' weights up to a factor per row
     (float32, same formulas, different operation order: 1e-6 of a row's mass) and their block sums (the float32 block
@@ -105,20 +115,21 @@ def test_fused_recovery_weights_and_block_sums_equal_eager(name, knobs):
     w_f, fb, w_sums, fb_sums = fused.recovery_weights(q, p, ids, pos, state, sq, sp)
     lazy = isinstance(w_f, BlockWeights)
     # a row target: a spike, an elementwise target, or the rule's kernel (a point mass too)
-    assert lazy == (fused.kernels.recovery_target_from_rows is not None
-                    or fused.kernels.recovery_token_from_rows is not None
-                    or fused.rule.elementwise_target is not None
-                    or getattr(fused.rule, "samples_from_spike", False))
+    assert lazy == (
+        fused.kernels.recovery_target_from_rows is not None
+        or fused.kernels.recovery_token_from_rows is not None
+        or fused.rule.elementwise_target is not None
+        or getattr(fused.rule, "samples_from_spike", False)
+    )
     if lazy:
         w_f, w_sums = w_f.dense(), w_f.block_sums
     # un-normalized weights: the law is the weights over their sum (interpolation's row
     # target scales the eager residual by 1 - alpha)
     mass, mass_f = w_e.sum(-1, keepdim=True), w_f.sum(-1, keepdim=True)
     torch.testing.assert_close(w_f / mass_f, w_e / mass, rtol=0, atol=1e-6)
-    torch.testing.assert_close(w_sums / mass_f, _block_sums(w_f, 256) / mass_f, rtol=0,
-                               atol=1e-6)
-    assert w_sums.shape == (8, 6)           # 1500 = 5 blocks of 256 and one of 220
-    if fb is not None:                      # q's normalized rows, the fallback
+    torch.testing.assert_close(w_sums / mass_f, _block_sums(w_f, 256) / mass_f, rtol=0, atol=1e-6)
+    assert w_sums.shape == (8, 6)  # 1500 = 5 blocks of 256 and one of 220
+    if fb is not None:  # q's normalized rows, the fallback
         torch.testing.assert_close(fb_sums, _block_sums(fb, 256), rtol=0, atol=1e-6)
 
 
@@ -164,7 +175,7 @@ def test_cond_graphs_are_stored_in_the_fx_graph_cache():
     false branch here), not the cached graph's."""
     from torch._dynamo.utils import counters
 
-    x = -torch.linspace(0.1, 1.0, 16)          # sum < 0: the false branch
+    x = -torch.linspace(0.1, 1.0, 16)  # sum < 0: the false branch
     c = counters["inductor"]
     bypass = c["fxgraph_cache_bypass"]
     first = fused_kernels.CompiledKernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
@@ -192,7 +203,7 @@ def test_each_kernel_copy_keeps_its_own_shape_memory():
     seen = {}
     for V in (3, 5):
         x = torch.full((2, V), 1.0 / V)
-        (s, bad), = fused_kernels.row_stats(x)
+        ((s, bad),) = fused_kernels.row_stats(x)
         torch.testing.assert_close(s, torch.ones(2))
         code = fused_kernels.compiled_for(None, fused_kernels.row_stats_core, V).eager.__code__
         seen[V] = pgo.get_code_state()[pgo.CodeId.make(code)].automatic_dynamic
@@ -202,8 +213,7 @@ def test_each_kernel_copy_keeps_its_own_shape_memory():
         shown = (V, {n: e.render() for n, e in state.items()})
         assert (2, V) in sizes, shown
         assert all(isinstance(d, int) for size in sizes for d in size), shown
-    names = {fused_kernels.compiled_for(None, fused_kernels.row_stats_core, V).eager.__name__
-             for V in seen}
+    names = {fused_kernels.compiled_for(None, fused_kernels.row_stats_core, V).eager.__name__ for V in seen}
     assert len(names) == 2
 
 
@@ -223,7 +233,7 @@ def test_kernel_options_by_vocabulary_size():
 def test_fused_invalid_rows_are_flagged_as_eager():
     """NaN, negative and all-zero rows, and an out-of-range id: the same rows emit only -1 and
     are flagged, fused and eager; the other rows emit."""
-    B, k, V = FUSED_SHAPE                   # the kernel of the whole-call test
+    B, k, V = FUSED_SHAPE  # the kernel of the whole-call test
     q, p, ids, bonus = _batch(B=B, k=k, V=V, seed=6)
     q[0, 1, 3] = float("nan")
     p[1, 2, 9] = -1e-6
@@ -246,6 +256,7 @@ def test_compile_failure_falls_back_to_eager_once(monkeypatch):
     def broken_compile(fn, **kw):
         def run(*args):
             raise RuntimeError("no C++ compiler")
+
         return run
 
     monkeypatch.setattr(torch, "compile", broken_compile)
@@ -253,7 +264,7 @@ def test_compile_failure_falls_back_to_eager_once(monkeypatch):
     with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
         assert kernel(torch.tensor(3.0)).item() == 6.0
     assert "no C++ compiler" in fused_kernels.compile_failure()
-    assert kernel(torch.tensor(4.0)).item() == 8.0            # eager from now on, no warning
+    assert kernel(torch.tensor(4.0)).item() == 8.0  # eager from now on, no warning
 
     def bad(x):
         raise ValueError("x: bad")
@@ -287,8 +298,9 @@ def test_fused_ragged_layout_equals_eager():
     out = {}
     for fused in (False, True):
         torch.manual_seed(3)
-        out[fused] = ragged_forward(make_sampler("cactus-taylor", delta=0.5, fused=fused), ids,
-                                    counts, draft, target, bonus)
+        out[fused] = ragged_forward(
+            make_sampler("cactus-taylor", delta=0.5, fused=fused), ids, counts, draft, target, bonus
+        )
     assert torch.equal(out[False], out[True])
     assert (out[True][:, 0] != -1).all()
 
@@ -318,8 +330,7 @@ def test_fused_half_precision_inputs_equal_eager(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("name", ["cascade-token-v3", "cascade-opt", "topk", "cactus-taylor",
-                                  "tas"])
+@pytest.mark.parametrize("name", ["cascade-token-v3", "cascade-opt", "topk", "cactus-taylor", "tas"])
 def test_fused_recovery_on_half_precision_rows_is_the_float32_one(name, dtype):
     """bf16 / fp16 inputs: the fused recovery (row targets, point masses) reads the rows cast
     to float32, as the eager recovery does (no half-precision sums inside the rule hooks):
@@ -335,8 +346,9 @@ def test_fused_recovery_on_half_precision_rows_is_the_float32_one(name, dtype):
     w_f = fused.recovery_weights(q, p, ids, pos, state, sq, sp)[0]
     w_f = w_f.dense() if isinstance(w_f, BlockWeights) else w_f
     assert w_f.dtype == torch.float32
-    torch.testing.assert_close(w_f / w_f.sum(-1, keepdim=True), w_e / w_e.sum(-1, keepdim=True),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        w_f / w_f.sum(-1, keepdim=True), w_e / w_e.sum(-1, keepdim=True), rtol=0, atol=1e-6
+    )
 
 
 @pytest.mark.xdist_group(QUICK_GROUP)

@@ -14,14 +14,18 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rule_configs import FUSED_SHAPE, fused_group
 from scipy.special import rel_entr
 
 from cactus_theory.rules import get_rule
-from cactus_theory.samplers._kernels import fuzzy as fuzzy_kernels
-from cactus_theory.samplers._kernels.fuzzy import (JS_BOUND_MARGIN, JS_SUM_RATIO_TOL,
-                                                   js_bounds_from_rows, js_bounds_in_sum_pass)
 from cactus_theory.samplers import make_sampler
-from rule_configs import FUSED_SHAPE, fused_group
+from cactus_theory.samplers._kernels import fuzzy as fuzzy_kernels
+from cactus_theory.samplers._kernels.fuzzy import (
+    JS_BOUND_MARGIN,
+    JS_SUM_RATIO_TOL,
+    js_bounds_from_rows,
+    js_bounds_in_sum_pass,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -51,7 +55,7 @@ def _pair(draw, V):
     w = st.floats(0.0, 1.0, allow_subnormal=False)
     q = np.array(draw(st.lists(w, min_size=V, max_size=V)))
     p = np.array(draw(st.lists(w, min_size=V, max_size=V)))
-    q[draw(st.integers(0, V - 1))] += 1e-3       # never all zero
+    q[draw(st.integers(0, V - 1))] += 1e-3  # never all zero
     p[draw(st.integers(0, V - 1))] += 1e-3
     return q, p
 
@@ -95,12 +99,12 @@ def test_js_bounds_in_the_sum_pass_enclose_the_divergence(data, V, sq, r):
     lo, hi, off = (float(v) for v in js_bounds_in_sum_pass(xt, yt, xt.sum(-1), yt.sum(-1)))
     assert off == pytest.approx(abs(r - 1.0), rel=1e-12, abs=1e-15)
     slack = 0.5 * math.log(2.0) * abs(r - 1.0)
-    assert abs(js - _d64(y, x) / sq) <= slack * (1 + RTOL64) + ATOL64   # the Gibbs bound
+    assert abs(js - _d64(y, x) / sq) <= slack * (1 + RTOL64) + ATOL64  # the Gibbs bound
     assert lo <= js * (1 + RTOL64) + ATOL64, (lo, js)
     assert js <= hi * (1 + RTOL64) + ATOL64, (js, hi)
-    if r == 1.0:   # the normalized bounds, up to the 16-eps allowance for the sums' rounding
+    if r == 1.0:  # the normalized bounds, up to the 16-eps allowance for the sums' rounding
         lo_n, hi_n = (float(v) for v in js_bounds_from_rows(xt, yt, xt.sum(-1), yt.sum(-1)))
-        allowance = 0.5 * math.log(2.0) * 16 * 2.0 ** -52
+        allowance = 0.5 * math.log(2.0) * 16 * 2.0**-52
         assert lo == pytest.approx(lo_n - allowance, rel=1e-12, abs=1e-15)
         assert hi == pytest.approx(hi_n + allowance, rel=1e-12, abs=1e-15)
 
@@ -124,8 +128,9 @@ def _rows(B=6, k=3, V=3000, seed=0):
     g = torch.Generator().manual_seed(seed)
     logits = 3.0 * torch.randn(B, k + 1, V, generator=g)
     q = torch.softmax(logits, -1) * (0.5 + torch.rand(B, k + 1, 1, generator=g))
-    p = torch.softmax(0.8 * logits[:, :k] + 1.8 * torch.randn(B, k, V, generator=g), -1) \
-        * (0.5 + torch.rand(B, k, 1, generator=g))
+    p = torch.softmax(0.8 * logits[:, :k] + 1.8 * torch.randn(B, k, V, generator=g), -1) * (
+        0.5 + torch.rand(B, k, 1, generator=g)
+    )
     ids = torch.randint(0, V, (B, k), generator=g)
     return q, p, ids
 
@@ -184,7 +189,7 @@ def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
     sq, sp = q[:, :k].sum(-1), p.sum(-1)
     accept, undecided = fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids, sq, sp)
     at_t = np.abs(js - T) <= 1e-5
-    assert at_t.any() and undecided.numpy()[at_t].all()          # the exact test runs there
+    assert at_t.any() and undecided.numpy()[at_t].all()  # the exact test runs there
     assert not undecided.numpy()[np.abs(js - T) > 0.2 * T].any()  # the bounds decide the rest
     ref = js <= T
     decided = ~undecided.numpy()
@@ -212,29 +217,30 @@ def test_exact_test_runs_on_the_undecided_rows_only(monkeypatch):
     eager = make_sampler("fuzzy")
     exact, rows = eager.kernels.accept_from_rows, []
     eager.kernels = dataclasses.replace(
-        eager.kernels, accept_from_rows=lambda r, x, *a: (rows.append(x.shape[:-1].numel()),
-                                                          exact(r, x, *a))[1])
+        eager.kernels,
+        accept_from_rows=lambda r, x, *a: (rows.append(x.shape[:-1].numel()), exact(r, x, *a))[1],
+    )
     eager(q, bonus, p, ids)
     assert rows == [ids.numel()]
     seen = []
     for T in (0.0, math.log(2.0), None):
         s = make_sampler("fuzzy", fused=True, fsd_div_threshold=0.4 if T is None else T)
         rule = s.rule
-        if T is None:   # on a row's own divergence (bounds computed as the sampler does)
+        if T is None:  # on a row's own divergence (bounds computed as the sampler does)
             lo, hi = js_bounds_from_rows(q[:, :k], p, q[:, :k].sum(-1), p.sum(-1))
             rule.fsd_div_threshold = float(0.5 * (lo[0, 0] + hi[0, 0]))
         exact = s.kernels.accept_from_rows
         rows = []
         s.kernels = dataclasses.replace(
-            s.kernels, accept_from_rows=lambda r, x, *a, _e=exact, _r=rows: (
-                _r.append(x.shape[0]), _e(r, x, *a))[1])
+            s.kernels,
+            accept_from_rows=lambda r, x, *a, _e=exact, _r=rows: (_r.append(x.shape[0]), _e(r, x, *a))[1],
+        )
         s(q, bonus, p, ids)
         seen.append(sum(rows))
-    assert seen[0] == 0 and seen[1] == 0   # T = 0 rejects, T = log 2 accepts: all decided
+    assert seen[0] == 0 and seen[1] == 0  # T = 0 rejects, T = log 2 accepts: all decided
     assert seen[2] >= 1
     # what the bounds leave open is what the sampler evaluated exactly
-    _, undecided = fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids,
-                                                          q[:, :k].sum(-1), p.sum(-1))
+    _, undecided = fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1))
     assert seen[2] == int(undecided.sum())
 
 
@@ -245,6 +251,8 @@ def test_other_divergences_and_cuda_keep_the_exact_test():
     k = ids.shape[1]
     for kind in ("kl_div", "kl_div_reversed", "tv_div"):
         rule = get_rule("fuzzy", fsd_div_type=kind)
-        assert fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids, q[:, :k].sum(-1),
-                                                      p.sum(-1)) is None
+        assert (
+            fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1))
+            is None
+        )
     assert 0.0 < JS_BOUND_MARGIN < 0.01 * GAP

@@ -27,7 +27,7 @@ from cactus_theory.solvers.spike import exact_spike, lambert_w
 KL = get_divergence("kl")
 EPS = np.finfo(np.float64).eps
 
-unit = st.one_of(st.floats(0.0, 1.0), st.floats(-300.0, 0.0).map(lambda e: 10.0 ** e))
+unit = st.one_of(st.floats(0.0, 1.0), st.floats(-300.0, 0.0).map(lambda e: 10.0**e))
 
 
 def _mp_kl(g, s):
@@ -35,8 +35,7 @@ def _mp_kl(g, s):
     with mpmath.workdps(50):
         g, s = mpmath.mpf(g), mpmath.mpf(s)
         first = 0 if g == 0 else (mpmath.inf if s == 0 else g * mpmath.log(g / s))
-        second = 0 if g == 1 else (mpmath.inf if s == 1 else
-                                   (1 - g) * (mpmath.log1p(-g) - mpmath.log1p(-s)))
+        second = 0 if g == 1 else (mpmath.inf if s == 1 else (1 - g) * (mpmath.log1p(-g) - mpmath.log1p(-s)))
         return first + second, abs(first) + abs(second)
 
 
@@ -63,7 +62,7 @@ def test_small_gamma_root_is_accurate():
     assert abs(g - float(root)) <= 2 * np.spacing(float(root))
 
 
-@given(s=st.floats(-280.0, -1e-12).map(lambda e: 10.0 ** e), t=st.floats(0.0, 1.0))
+@given(s=st.floats(-280.0, -1e-12).map(lambda e: 10.0**e), t=st.floats(0.0, 1.0))
 @settings(max_examples=300, deadline=None)
 def test_interior_form_is_kl_two_point_bit_for_bit(s, t):
     x = s + (1.0 - s) * t
@@ -77,8 +76,14 @@ def test_interior_form_is_kl_two_point_bit_for_bit(s, t):
 
 def _wide_domain(seed, n):
     rng = np.random.default_rng(seed)
-    s = np.concatenate([10.0 ** rng.uniform(-280, -1e-3, n), 10.0 ** rng.uniform(-8, -1e-4, n),
-                        rng.uniform(0, 1, n // 2), 1 - 10.0 ** rng.uniform(-16, -1, n // 4)])
+    s = np.concatenate(
+        [
+            10.0 ** rng.uniform(-280, -1e-3, n),
+            10.0 ** rng.uniform(-8, -1e-4, n),
+            rng.uniform(0, 1, n // 2),
+            1 - 10.0 ** rng.uniform(-16, -1, n // 4),
+        ]
+    )
     d = 10.0 ** rng.uniform(-12, 2.5, s.size)
     return s, d
 
@@ -87,10 +92,10 @@ def test_every_numpy_root_carries_its_certificate():
     s, d = _wide_domain(0, 20_000)
     g = exact_spike(s, d)
     assert np.all((g >= s) & (g <= 1))
-    assert np.all(KL.two_point(g, s) <= d)                       # feasible as computed
+    assert np.all(KL.two_point(g, s) <= d)  # feasible as computed
     inner = (g < 1) & (d > 0) & (g > s)
     nxt = np.nextafter(g[inner], 2.0)
-    assert np.all(KL.two_point(nxt, s[inner]) > d[inner])          # the next float is not
+    assert np.all(KL.two_point(nxt, s[inner]) > d[inner])  # the next float is not
     capped = g == 1
     assert np.all(KL.two_point(np.ones(capped.sum()), s[capped]) <= d[capped])
 
@@ -118,8 +123,7 @@ def test_walk_and_bisection_fallback_are_exercised_and_certified(monkeypatch, wa
     assert np.all(KL.two_point(np.nextafter(g[inner], 2.0), s[inner]) > d[inner])
 
 
-@pytest.mark.parametrize("divergence", ["kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger",
-                                        "js"])
+@pytest.mark.parametrize("divergence", ["kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "js"])
 def test_bisection_of_the_floats_closes_any_bracket(divergence):
     """The fallback alone, from the widest bracket [q_n, 1] (every entry bisected, q_n down
     to 1e-280): adjacent floats after at most 64 halvings, the lower one feasible and the
@@ -163,7 +167,7 @@ def test_kl_start_is_inside_and_sharp_for_small_roots():
     with np.errstate(divide="ignore", invalid="ignore"):
         solve = (s >= 1e-280) & (s < 1) & (d > 0) & (spike._kl_at_one(s) > d)
     s, d = s[solve], d[solve]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):    # as the solver calls it
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # as the solver calls it
         x0 = spike._kl_start(np, s, d)
     assert np.all((x0 > s) & (x0 < 1.0))
     root = exact_spike(s, d)
@@ -176,7 +180,7 @@ def test_kl_start_is_inside_and_sharp_for_small_roots():
 @pytest.mark.parametrize("device_path", [False, True])
 def test_torch_float32_root_is_feasible_and_close(monkeypatch, device_path):
     torch = pytest.importorskip("torch")
-    if device_path:   # the fixed-step path of CUDA tensors, run on the CPU
+    if device_path:  # the fixed-step path of CUDA tensors, run on the CPU
         monkeypatch.setattr(spike, "_host_tensor", lambda t: False)
     s, d = _wide_domain(3, 3000)
     s32 = torch.tensor(s, dtype=torch.float32)
@@ -185,7 +189,7 @@ def test_torch_float32_root_is_feasible_and_close(monkeypatch, device_path):
     s32, d32 = s32[keep], d32[keep]
     g = exact_spike(s32, d32)
     assert g.dtype == torch.float32
-    assert bool(torch.all(KL.two_point(g, s32) <= d32))           # feasible in float32
+    assert bool(torch.all(KL.two_point(g, s32) <= d32))  # feasible in float32
     ref = exact_spike(s32.double().numpy(), d32.double().numpy())
     ulps = np.abs(g.double().numpy() - ref) / np.spacing(ref.astype(np.float32)).astype(float)
     # the float64 root rounded to float32, stepped down where float32's g says infeasible:
@@ -226,33 +230,48 @@ def test_torch_roots_of_both_routes_are_certified(monkeypatch, dtype, tensor_del
         assert host.dtype == dev.dtype == tt
         for g in (host, dev):
             assert bool(torch.all(KL.two_point(g, q) <= delta)) and bool(torch.all(g >= q))
-            assert g[-2] == 0.0                                    # the NaN entry
+            assert g[-2] == 0.0  # the NaN entry
         if dtype == "float64":
             inner = (dev > q) & (dev < 1)
-            assert bool(torch.all(KL.two_point(torch.nextafter(dev[inner], torch.tensor(2.0,
-                        dtype=tt)), q[inner]) > (delta[inner] if tensor_delta else delta)))
+            assert bool(
+                torch.all(
+                    KL.two_point(torch.nextafter(dev[inner], torch.tensor(2.0, dtype=tt)), q[inner])
+                    > (delta[inner] if tensor_delta else delta)
+                )
+            )
             # both certified at a sign change of their library's form: a few ulps of the
             # root's conditioning apart at most (the forms differ by an ulp of their terms)
             rel = (dev - host).abs() / host.clamp_min(1e-300)
             assert float(rel.max()) <= 1e-9
         else:
             gap = (dev.double() - host.double()).abs()
-            assert bool(torch.all(gap <= torch.nextafter(host, torch.tensor(2.0, dtype=tt))
-                                  .double() - host.double()))
+            assert bool(
+                torch.all(gap <= torch.nextafter(host, torch.tensor(2.0, dtype=tt)).double() - host.double())
+            )
 
 
 class _NoHostReads(__import__("torch").overrides.TorchFunctionMode):
     """Fails on any call that reads a tensor's values on the host or moves it there."""
 
-    FORBIDDEN = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__",
-                 "__index__", "nonzero", "masked_select", "unique")
+    FORBIDDEN = (
+        "item",
+        "tolist",
+        "numpy",
+        "cpu",
+        "__bool__",
+        "__float__",
+        "__int__",
+        "__index__",
+        "nonzero",
+        "masked_select",
+        "unique",
+    )
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
         if name in self.FORBIDDEN:
             raise AssertionError(f"host read: {name}")
-        if name == "to" and any(str(a) == "cpu" for a in list(args[1:])
-                                + list((kwargs or {}).values())):
+        if name == "to" and any(str(a) == "cpu" for a in list(args[1:]) + list((kwargs or {}).values())):
             raise AssertionError("host transfer: to('cpu')")
         index = args[1] if name in ("__getitem__", "__setitem__") and len(args) > 1 else None
         for i in index if isinstance(index, tuple) else (index,):
@@ -285,10 +304,12 @@ def test_torch_solver_reads_nothing_on_the_host(monkeypatch, divergence, dtype):
     assert meta.device.type == "meta" and meta.shape == q_n.shape and meta.dtype == tt
 
 
-@pytest.mark.parametrize("divergence, walk, bisected", [("kl", 3, False), ("kl", 0, True),
-                                                      ("reverse_kl", 3, True)])
-def test_rounding_to_the_dtype_bisects_where_the_walk_does_not_suffice(monkeypatch, divergence,
-                                                                       walk, bisected):
+@pytest.mark.parametrize(
+    "divergence, walk, bisected", [("kl", 3, False), ("kl", 0, True), ("reverse_kl", 3, True)]
+)
+def test_rounding_to_the_dtype_bisects_where_the_walk_does_not_suffice(
+    monkeypatch, divergence, walk, bisected
+):
     """float32: the rounded float64 root is stepped down while float32's form rejects it;
     where three steps do not suffice, the floats down to q_n are bisected. On the wide
     domain the KL's float32 form (log1p throughout) never needs the bisection; reverse KL's
@@ -305,8 +326,9 @@ def test_rounding_to_the_dtype_bisects_where_the_walk_does_not_suffice(monkeypat
     monkeypatch.setattr(spike, "_DTYPE_WALK", walk)
     calls = []
     real = spike._bisect_floats_torch
-    monkeypatch.setattr(spike, "_bisect_floats_torch",
-                        lambda v, s, *a: calls.append(s.numel()) or real(v, s, *a))
+    monkeypatch.setattr(
+        spike, "_bisect_floats_torch", lambda v, s, *a: calls.append(s.numel()) or real(v, s, *a)
+    )
     host = spike._round_to_dtype(root, q_n, delta, d, host=True)
     assert bool(calls) == bisected
     device = spike._round_to_dtype(root, q_n, delta, d)
@@ -326,13 +348,12 @@ def test_root_in_chunks_on_threads_is_the_same_floats(monkeypatch, divergence, t
     monkeypatch.setattr(spike, "PARALLEL_MIN", 8192)
     monkeypatch.setattr(spike, "ROOT_BLOCK", block)
     s, d = _wide_domain(7, 12_000)
-    d = np.where(np.arange(s.size) % 7 == 0, 0.0, d)           # delta = 0 entries too
-    assert s.size >= threads * spike.PARALLEL_MIN                # the split is taken
+    d = np.where(np.arange(s.size) % 7 == 0, 0.0, d)  # delta = 0 entries too
+    assert s.size >= threads * spike.PARALLEL_MIN  # the split is taken
     div = spike.get_divergence(divergence)
     one = spike._exact_numpy(s, d, div, split=False)
     assert np.array_equal(spike._exact_numpy(s, d, div), one)
-    assert np.array_equal(exact_spike(s.reshape(-1, 2), d.reshape(-1, 2), divergence),
-                          one.reshape(-1, 2))
+    assert np.array_equal(exact_spike(s.reshape(-1, 2), d.reshape(-1, 2), divergence), one.reshape(-1, 2))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -353,7 +374,7 @@ def test_torch_kl_form_is_kl_two_point_bit_for_bit(dtype):
     x_t[:10] = s_t[:10]
     assert bool(((s_t <= x_t) & (x_t < 1.0) & (s_t > 0)).all())
     upper = (x_t - s_t) > 0.5 * (1.0 - s_t)
-    assert bool(upper.any()) and bool((~upper).any())          # both branches of b
+    assert bool(upper.any()) and bool((~upper).any())  # both branches of b
     got = spike._kl_evaluate(torch, x_t, s_t)[0]
     assert torch.equal(got, kl_two_point(torch, x_t, s_t))
 
@@ -363,8 +384,15 @@ def _caps_around_the_screen(s, d, rng):
     computed root and a float either side of it, below q_n, at q_n, and uniform in [0, 1]."""
     bound = np.sqrt(d * s * (1 - s))
     g = exact_spike(s, d)
-    picks = [s + bound * rng.uniform(0.99, 1.01, s.size), g, np.nextafter(g, 0.0),
-             np.nextafter(g, 2.0), s * rng.uniform(0, 1, s.size), s, rng.uniform(0, 1, s.size)]
+    picks = [
+        s + bound * rng.uniform(0.99, 1.01, s.size),
+        g,
+        np.nextafter(g, 0.0),
+        np.nextafter(g, 2.0),
+        s * rng.uniform(0, 1, s.size),
+        s,
+        rng.uniform(0, 1, s.size),
+    ]
     which = rng.integers(0, len(picks), s.size)
     return np.clip(np.choose(which, picks), 0.0, 1.0)
 
@@ -392,8 +420,7 @@ def test_capped_root_edge_values_and_other_divergences():
             want = np.minimum(exact_spike(s, d, div), cap)
             assert np.array_equal(spike.capped_exact_spike(s, cap, d, div), want), (d, div)
     d_row = np.array([0.0, math.inf, 0.1, 0.0, 2.0, 0.1, 1e-9, 9.0, 0.5, 1.0])
-    assert np.array_equal(spike.capped_exact_spike(s, cap, d_row),
-                          np.minimum(exact_spike(s, d_row), cap))
+    assert np.array_equal(spike.capped_exact_spike(s, cap, d_row), np.minimum(exact_spike(s, d_row), cap))
 
 
 def test_capped_root_solves_only_the_unscreened_entries(monkeypatch):
@@ -404,8 +431,7 @@ def test_capped_root_solves_only_the_unscreened_entries(monkeypatch):
     q, p = correlated_pair(20_000, seed=4)
     solved = []
     real = spike._exact_numpy
-    monkeypatch.setattr(spike, "_exact_numpy",
-                        lambda s, *a, **k: solved.append(s.size) or real(s, *a, **k))
+    monkeypatch.setattr(spike, "_exact_numpy", lambda s, *a, **k: solved.append(s.size) or real(s, *a, **k))
     spike.capped_exact_spike(q, p, 0.1)
     assert sum(solved) < 0.02 * q.size, solved
 

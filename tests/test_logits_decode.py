@@ -15,7 +15,10 @@ pytest.importorskip("transformers")
 from scipy import stats  # noqa: E402
 
 from cactus_theory.logits.decode import (  # noqa: E402
-    expected_accepted, records_to_dump, speculative_decode, verifier_decode,
+    expected_accepted,
+    records_to_dump,
+    speculative_decode,
+    verifier_decode,
 )
 from cactus_theory.logits.runner import SamplingParams  # noqa: E402
 
@@ -27,9 +30,17 @@ def tiny_llama(seed):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                      initializer_range=0.1, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        initializer_range=0.1,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -70,14 +81,14 @@ def exact_sequence_probs(model, prompt):
     with torch.no_grad():
         lp = torch.log_softmax(model(x).logits.double(), -1)
     P = len(prompt)
-    tot = sum(lp[:, P - 1 + t].gather(-1, x[:, P + t:P + t + 1])[:, 0] for t in range(L))
+    tot = sum(lp[:, P - 1 + t].gather(-1, x[:, P + t : P + t + 1])[:, 0] for t in range(L))
     return seqs, tot.exp().numpy()
 
 
 def sample_counts(verifier, drafter, sampler, n, prompt):
     torch.manual_seed(123)  # the samplers' own randomness
     g = torch.Generator().manual_seed(7)
-    counts = np.zeros(V ** L)
+    counts = np.zeros(V**L)
     for _ in range(n):
         r = speculative_decode(verifier, drafter, prompt, sampler, M, L, PLAIN, g)
         counts[np.ravel_multi_index(tuple(r.tokens), (V,) * L)] += 1
@@ -146,7 +157,9 @@ def test_counters_records_and_expected_al(pair, tmp_path):
     from cactus_theory.logits import load_dump
     from cactus_theory.logits.prompts import Prompt
 
-    path = records_to_dump([res], [Prompt("user/0", "user", "user", "x")], tmp_path / "rec.npz", {"rule": "sps"})
+    path = records_to_dump(
+        [res], [Prompt("user/0", "user", "user", "x")], tmp_path / "rec.npz", {"rule": "sps"}
+    )
     d = load_dump(path)
     (t,) = list(d.trajectories())
     assert len(t) == res.drafted
@@ -195,8 +208,11 @@ def _fake_run(speedups, als):
 
     def run(prompts, configs, *args, **kwargs):
         sp, al = next(runs)
-        return {"settings": {"n_prompts": 1}, "verifier": {"ms_per_token": 10.0 / sp},
-                "configs": {"x|m=2|sps": {"speedup": sp, "al": al, "ms_per_token": 5.0 / sp}}}
+        return {
+            "settings": {"n_prompts": 1},
+            "verifier": {"ms_per_token": 10.0 / sp},
+            "configs": {"x|m=2|sps": {"speedup": sp, "al": al, "ms_per_token": 5.0 / sp}},
+        }
 
     return run
 

@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from cactus_theory.logits import load_dump  # noqa: E402
 from cactus_theory.logits import dump as dump_mod  # noqa: E402
+from cactus_theory.logits import load_dump  # noqa: E402
 from cactus_theory.logits.dump import DumpConfig, dump_pairs  # noqa: E402
 from cactus_theory.logits.models import LoadedModel  # noqa: E402
 from cactus_theory.logits.prompts import Prompt  # noqa: E402
@@ -37,13 +37,21 @@ def tiny_lm():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                      initializer_range=0.3, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=V,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=128,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
+    )
     return LoadedModel(LlamaForCausalLM(cfg).eval(), StubTokenizer(), "tiny", "random")
 
 
-PROMPTS = [Prompt(f"user/{i}", "user", "cat" + str(i % 2), "prompt number %d" % i + "x" * i) for i in range(5)]
+PROMPTS = [Prompt(f"user/{i}", "user", "cat" + str(i % 2), f"prompt number {i}" + "x" * i) for i in range(5)]
 CFG = DumpConfig(sampling=SamplingParams(0.6, 0.95, 20), new_tokens=6, batch_size=2, top_k_raw=8)
 
 

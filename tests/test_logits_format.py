@@ -6,9 +6,14 @@ import zipfile
 import numpy as np
 import pytest
 
-from cactus_theory.logits import DumpFormatError, TAIL_ID, load_dump, load_full_vocab, shipped_dumps
+from cactus_theory.logits import TAIL_ID, DumpFormatError, load_dump, load_full_vocab, shipped_dumps
 from cactus_theory.logits.format import (
-    COMPACT_REQUIRED, FORMAT, FULL_VOCAB_FORMAT, compact_columns, read_arrays, write_arrays,
+    COMPACT_REQUIRED,
+    FORMAT,
+    FULL_VOCAB_FORMAT,
+    compact_columns,
+    read_arrays,
+    write_arrays,
 )
 
 
@@ -31,20 +36,31 @@ def make_dump(path, rng, n_traj=3, V=200, T=(4, 0, 7), top_k_raw=8):
             pq, pp = _random_dist(rng, V, 5), _random_dist(rng, V, 6)
             qi, pi = np.nonzero(pq)[0], np.nonzero(pp)[0]
             c, a, b, ra, rb = compact_columns(qi, pq[qi], pi, pp[pi], raw_q, raw_p, top_k_raw)
-            cols.append(c); q.append(a); p.append(b); rq.append(ra); rp.append(rb); widths.append(len(c))
+            cols.append(c)
+            q.append(a)
+            p.append(b)
+            rq.append(ra)
+            rp.append(rb)
+            widths.append(len(c))
             toks.append(int(rng.integers(V)))
             full.append((pq, pp, raw_q, raw_p))
     arrays = {
-        "columns": np.concatenate(cols).astype(np.int32), "target_probs": np.concatenate(q),
-        "draft_probs": np.concatenate(p), "raw_target_probs": np.concatenate(rq).astype(np.float32),
-        "raw_draft_probs": np.concatenate(rp).astype(np.float32), "token_ids": np.asarray(toks, np.int32),
+        "columns": np.concatenate(cols).astype(np.int32),
+        "target_probs": np.concatenate(q),
+        "draft_probs": np.concatenate(p),
+        "raw_target_probs": np.concatenate(rq).astype(np.float32),
+        "raw_draft_probs": np.concatenate(rp).astype(np.float32),
+        "token_ids": np.asarray(toks, np.int32),
         "row_offsets": np.concatenate([[0], np.cumsum(widths)]).astype(np.int64),
         "traj_offsets": np.concatenate([[0], np.cumsum(T)]).astype(np.int64),
         "prompt_offsets": np.arange(n_traj + 1, dtype=np.int64) * 2,
         "prompt_token_ids": np.arange(2 * n_traj, dtype=np.int32),
         "x_round": np.arange(sum(T), dtype=np.int32),
     }
-    meta = {"format": FORMAT, "trajectories": [{"prompt_id": f"u/{i}", "category": "c"} for i in range(n_traj)]}
+    meta = {
+        "format": FORMAT,
+        "trajectories": [{"prompt_id": f"u/{i}", "category": "c"} for i in range(n_traj)],
+    }
     write_arrays(path, arrays, meta)
     return full
 
@@ -73,14 +89,18 @@ def test_round_trip_exact_processed_and_raw(tmp_path):
             # The tail column holds exactly the raw mass outside the columns (same tolerance).
             tail = c == TAIL_ID
             assert tail.sum() == 1
-            np.testing.assert_allclose(t.raw_draft_probs[i, tail].sum(), 1 - raw_p[c[real]].sum(), rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(
+                t.raw_draft_probs[i, tail].sum(), 1 - raw_p[c[real]].sum(), rtol=1e-6, atol=1e-9
+            )
             # Raw max exact (to float32 rounding): the maximizer is always a stored column.
             assert t.raw_target_probs[i, real].max() == pytest.approx(raw_q.max(), rel=1e-6)
             k += 1
         # rows sum to 1: 1e-9 is the interface's promise (float64 renormalization gives ~1e-16)
         for a in (t.target_probs, t.draft_probs, t.raw_target_probs, t.raw_draft_probs):
             np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-9)
-        assert np.all((t.columns == -1) == (np.arange(t.columns.shape[1]) >= (t.columns != -1).sum(1)[:, None]))
+        assert np.all(
+            (t.columns == -1) == (np.arange(t.columns.shape[1]) >= (t.columns != -1).sum(1)[:, None])
+        )
     assert np.array_equal(trajs[1].extras["round"], np.arange(4, 11))
 
 
@@ -163,15 +183,25 @@ def test_full_vocab_round_trip(tmp_path):
     z = rng.normal(scale=3, size=(3, V))
     lse = np.log(np.exp(z).sum(-1))
     lp = z - lse[:, None]
-    write_arrays(tmp_path / "fv.npz", {"logp16_q": lp.astype(np.float16), "logp16_p": (lp / 2).astype(np.float16),
-                                       "lse_q": lse, "lse_p": lse}, {"format": FULL_VOCAB_FORMAT})
+    write_arrays(
+        tmp_path / "fv.npz",
+        {
+            "logp16_q": lp.astype(np.float16),
+            "logp16_p": (lp / 2).astype(np.float16),
+            "lse_q": lse,
+            "lse_p": lse,
+        },
+        {"format": FULL_VOCAB_FORMAT},
+    )
     q, p, meta = load_full_vocab(tmp_path / "fv.npz")
     np.testing.assert_allclose(q.sum(-1), 1, atol=1e-12)
     exact = np.exp(lp)
     # The documented bound: relative error <= 2^-11 |log p_x| per entry, plus the renormalization
     # factor (itself within the TV bound); 2x margin.
     rel = np.abs(q / exact - 1)
-    assert np.all(rel <= 2 * (2.0 ** -11 * np.abs(lp) + 2.0 ** -11 * np.sum(exact * np.abs(lp), -1, keepdims=True)))
+    assert np.all(
+        rel <= 2 * (2.0**-11 * np.abs(lp) + 2.0**-11 * np.sum(exact * np.abs(lp), -1, keepdims=True))
+    )
 
 
 @pytest.mark.skipif(not shipped_dumps(), reason="no shipped real data yet")

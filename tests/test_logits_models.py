@@ -27,7 +27,7 @@ def test_rtn_quantize_levels_and_error():
     w = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
     q = rtn_quantize_(w.clone(), bits=3)
     for g in range(2):
-        blk, orig = q[:, 32 * g:32 * (g + 1)], w[:, 32 * g:32 * (g + 1)]
+        blk, orig = q[:, 32 * g : 32 * (g + 1)], w[:, 32 * g : 32 * (g + 1)]
         for r in range(4):
             assert len(torch.unique(blk[r])) <= 8  # 3 bits: at most 8 levels per group
             step = (orig[r].max() - orig[r].min()) / 7
@@ -54,9 +54,12 @@ def test_dump_matches_direct_forward(smollm2, tmp_path):
         seq = torch.tensor([list(t.prompt_token_ids) + list(t.token_ids)])
         P = len(t.prompt_token_ids)
         with torch.no_grad():
-            zq = smollm2.model(seq).logits[0, P - 1:P - 1 + len(t)]
-            zp = ee(seq).logits[0, P - 1:P - 1 + len(t)]
-        for z, proc, raw in ((zq, t.target_probs, t.raw_target_probs), (zp, t.draft_probs, t.raw_draft_probs)):
+            zq = smollm2.model(seq).logits[0, P - 1 : P - 1 + len(t)]
+            zp = ee(seq).logits[0, P - 1 : P - 1 + len(t)]
+        for z, proc, raw in (
+            (zq, t.target_probs, t.raw_target_probs),
+            (zp, t.draft_probs, t.raw_draft_probs),
+        ):
             full_raw = torch.softmax(z.double(), -1).numpy()
             full_proc = processed_dense(z, sp).numpy()
             c = t.columns

@@ -7,21 +7,28 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import pairs
 
 from cactus_theory.analysis.one_step import acceptance_rate, emitted_distribution
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import get_rule
 from cactus_theory.solvers.frontier import LARGEST_FINITE, frontier
 from cactus_theory.solvers.mentored import mentored_target, slope_at_infinity, solve_mentored
-from strategies import pairs
 
 DIVS = list(DIVERGENCES)
 SMOOTH = [d for d in DIVS if d != "tv"]
 
 
 def test_slopes_at_infinity():
-    expected = {"kl": math.inf, "reverse_kl": 0.0, "chi2": math.inf, "neyman_chi2": 1.0,
-                "hellinger": 0.5, "tv": 0.5, "js": 0.5 * math.log(2)}
+    expected = {
+        "kl": math.inf,
+        "reverse_kl": 0.0,
+        "chi2": math.inf,
+        "neyman_chi2": 1.0,
+        "hellinger": 0.5,
+        "tv": 0.5,
+        "js": 0.5 * math.log(2),
+    }
     for d, v in expected.items():
         assert slope_at_infinity(d) == pytest.approx(v, rel=1e-12)
 
@@ -34,7 +41,7 @@ def test_target_is_feasible_and_attains_the_reported_acceptance(div, pair, eps):
     sol = solve_mentored(q, p, eps, div)
     pi = sol.target
     d = get_divergence(div)
-    assert np.all(pi >= 0) and abs(pi.sum() - 1) <= 1e-12   # V <= 40 terms, renormalized
+    assert np.all(pi >= 0) and abs(pi.sum() - 1) <= 1e-12  # V <= 40 terms, renormalized
     D = float(d.unchecked(pi, q))
     # The bisection keeps the feasible end. Recomputing D from pi (rounded to ~1 ulp per
     # entry by the renormalization) adds up to ~ulp * sum_x pi_x |d term/d pi_x|, and
@@ -42,7 +49,7 @@ def test_target_is_feasible_and_attains_the_reported_acceptance(div, pair, eps):
     b = float(sol.upper) if np.isfinite(sol.upper) and sol.upper < 1e6 else 1e6
     assert D <= eps + 1e-14 * (1 + b) * q.size + 1e-13
     np.testing.assert_allclose(np.minimum(p, pi).sum(), sol.acceptance, rtol=0, atol=1e-12)
-    assert sol.acceptance >= np.minimum(p, q).sum() - 1e-12       # >= SpS
+    assert sol.acceptance >= np.minimum(p, q).sum() - 1e-12  # >= SpS
     assert sol.acceptance <= 1 + 1e-12
 
 
@@ -59,8 +66,10 @@ def test_budget_is_hit_unless_saturated(div, pair, eps):
         # ~1e-8 in D but still ~1e-16 in acceptance (dA/db = Q(r>b) <= 1). So: D hits eps,
         # or the remaining slack buys no acceptance.
         more = solve_mentored(q, p, eps * (1 + 1e-6), div, return_target=False)
-        assert (abs(sol.divergence - eps) <= 1e-9 * max(1.0, eps)
-                or float(more.acceptance) - float(sol.acceptance) <= 1e-9)
+        assert (
+            abs(sol.divergence - eps) <= 1e-9 * max(1.0, eps)
+            or float(more.acceptance) - float(sol.acceptance) <= 1e-9
+        )
     else:
         assert sol.acceptance == pytest.approx(float(sat.acceptance), abs=1e-12)
 
@@ -103,7 +112,7 @@ def test_reverse_kl_puts_mass_off_the_support_of_q():
     np.testing.assert_allclose(sol.target, [(1 - m) / 2, (1 - m) / 2, m], rtol=0, atol=1e-12)
     assert sol.acceptance == pytest.approx(0.4 + m, abs=1e-12)
     assert float(sol.off_support_mass) == pytest.approx(m, abs=1e-12)
-    clip_only = solve_mentored(q, p, 0.5, "kl")            # KL forbids that mass
+    clip_only = solve_mentored(q, p, 0.5, "kl")  # KL forbids that mass
     assert clip_only.acceptance == pytest.approx(0.4, abs=1e-12)
 
 
@@ -165,8 +174,7 @@ def test_torch_float32_matches_numpy(div):
     q[1, :10] = 0
     q /= q.sum(-1, keepdims=True)
     a = solve_mentored(q, p, 0.1, div).acceptance
-    t = solve_mentored(torch.tensor(q, dtype=torch.float32), torch.tensor(p, dtype=torch.float32),
-                       0.1, div)
+    t = solve_mentored(torch.tensor(q, dtype=torch.float32), torch.tensor(p, dtype=torch.float32), 0.1, div)
     # float32 rounding of the prefix sums and of the bisection's end point
     np.testing.assert_allclose(t.acceptance.double().numpy(), a, rtol=0, atol=2e-5)
 

@@ -13,17 +13,16 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import pairs
 
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.solvers.cvx import SolverFailure
 from cactus_theory.solvers.cvx_frontier import max_acceptance_cvxpy
 from cactus_theory.solvers.frontier import LARGEST_FINITE, frontier
 from cactus_theory.solvers.mentored import METHODS, solve_mentored
-from strategies import pairs
 
 SMOOTH = [d for d in DIVERGENCES if d != "tv"]
 BUDGETS = [0.0, 1e-300, 1e-8, 1e-3, 0.05, 0.3, 2.0, 40.0, LARGEST_FINITE, math.inf]
-
 
 
 def _acc_tol(eps):
@@ -74,9 +73,15 @@ def test_fast_agrees_with_bisection(div, pair, eps):
 
 @pytest.mark.parametrize("div", SMOOTH)
 def test_vocabularies_of_one_and_two(div):
-    rows = [([1.0], [1.0]), ([0.5, 0.5], [0.5, 0.5]), ([1.0, 0.0], [0.0, 1.0]),
-            ([0.0, 1.0], [0.3, 0.7]), ([0.9, 0.1], [0.1, 0.9]), ([0.25, 0.75], [1.0, 0.0]),
-            ([1 - 1e-12, 1e-12], [0.5, 0.5])]
+    rows = [
+        ([1.0], [1.0]),
+        ([0.5, 0.5], [0.5, 0.5]),
+        ([1.0, 0.0], [0.0, 1.0]),
+        ([0.0, 1.0], [0.3, 0.7]),
+        ([0.9, 0.1], [0.1, 0.9]),
+        ([0.25, 0.75], [1.0, 0.0]),
+        ([1 - 1e-12, 1e-12], [0.5, 0.5]),
+    ]
     for q, p in rows:
         for eps in BUDGETS:
             _check_against_reference(np.array(q), np.array(p), eps, div)
@@ -87,8 +92,8 @@ def _tied_pair(rng, V):
     q = rng.dirichlet(np.ones(V))
     ratio = rng.choice([0.0, 0.5, 1.0, 2.0, 4.0], size=V)
     p = q * ratio
-    p[rng.integers(V)] += 0.3                       # not all tied
-    q[rng.choice(V, V // 5, replace=False)] = 0.0   # and some mass off supp(q)
+    p[rng.integers(V)] += 0.3  # not all tied
+    q[rng.choice(V, V // 5, replace=False)] = 0.0  # and some mass off supp(q)
     return q / q.sum(), p / p.sum()
 
 
@@ -195,7 +200,7 @@ def test_fast_agrees_with_cvxpy(div):
                 ref = max_acceptance_cvxpy(q, p, eps, div)
             except SolverFailure:
                 continue
-            tol = 1e-6 if ref.status == "optimal" else 1e-4    # as in test_frontier
+            tol = 1e-6 if ref.status == "optimal" else 1e-4  # as in test_frontier
             assert abs(fast - ref.acceptance) <= tol, (q, p, eps, fast, ref)
             checked += 1
     assert checked >= 4

@@ -30,8 +30,13 @@ DRAWS = re.compile(r"\bfigure_[a-z_]+\(|\bFigure\(|\bplot_[a-z_]+\(")
 
 def test_notebooks_found():
     names = [p.stem for p in NOTEBOOKS]
-    for stem in ("1_delta_tradeoff", "2_taylor_vs_exact", "3_emitted_distribution",
-                 "4_rules_and_frontier", "5_real_logits"):
+    for stem in (
+        "1_delta_tradeoff",
+        "2_taylor_vs_exact",
+        "3_emitted_distribution",
+        "4_rules_and_frontier",
+        "5_real_logits",
+    ):
         assert stem in names
 
 
@@ -61,8 +66,9 @@ def test_notebook_uses_no_pyplot(path):
     nb = nbformat.read(path, as_version=4)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            assert not re.search(r"matplotlib\.pyplot|import pyplot|\bplt\.", cell.source), \
+            assert not re.search(r"matplotlib\.pyplot|import pyplot|\bplt\.", cell.source), (
                 f"{path.name} cell {i} uses pyplot"
+            )
 
 
 def test_figure_functions_leave_pyplot_alone():
@@ -85,12 +91,14 @@ def test_notebook_runs_in_a_kernel(path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     client.execute()  # raises CellExecutionError with the failing cell's traceback
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert "import cactus_theory as ct" in "\n".join(c.source for c in code), \
+    assert "import cactus_theory as ct" in "\n".join(c.source for c in code), (
         f"{path.name}: does not go through the front door"
+    )
     # the widget state nbclient keeps: what the Output widgets (sliders' plots) displayed
     state = json.dumps(nb.metadata.get("widgets", {}))
     drawing = [c for c in code if DRAWS.search(c.source) and not re.search(r"^\s*def ", c.source, re.M)]

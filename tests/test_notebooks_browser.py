@@ -39,9 +39,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CHROMIUM = os.environ.get("CACTUS_THEORY_CHROMIUM", "/usr/bin/chromium")
 #: Chromium flags for a headless run as root in a container without network.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 #: Hang guards, not speed tests: a notebook runs in about 10 s, a slider redraw in 1-3 s.
 SERVER_START_S = 60
 RUN_ALL_S = 240
@@ -81,9 +88,13 @@ def lab(tmp_path_factory):
     work = tmp / "notebooks"
     shutil.copytree(ROOT / "notebooks", work)
     env = dict(os.environ)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_RUNTIME_DIR", "runtime"),
-                     ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
-                     ("IPYTHONDIR", "ipython")):
+    for var, sub in (
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+        ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
+        ("IPYTHONDIR", "ipython"),
+    ):
         (tmp / sub).mkdir()
         env[var] = str(tmp / sub)
     # the kernel inherits this environment: the worktree's package, the inline backend
@@ -91,9 +102,18 @@ def lab(tmp_path_factory):
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     env["OMP_NUM_THREADS"] = "1"
     port, token = _free_port(), secrets.token_hex(16)
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
-           "--ServerApp.port_retries=0", "--LabApp.expose_app_in_browser=True"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={work}",
+        "--ServerApp.port_retries=0",
+        "--LabApp.expose_app_in_browser=True",
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     log = open(tmp / "lab.log", "wb")
@@ -148,8 +168,10 @@ def _png_rows_complete(src: str) -> str | None:
     alpha = np.asarray(img)[..., 3]
     empty = np.flatnonzero(alpha.max(axis=1) < 255)
     if empty.size:
-        return (f"{img.size[0]}x{img.size[1]} PNG with {empty.size} rows lacking an opaque pixel "
-                f"(first {empty[0]}, last {empty[-1]})")
+        return (
+            f"{img.size[0]}x{img.size[1]} PNG with {empty.size} rows lacking an opaque pixel "
+            f"(first {empty[0]}, last {empty[-1]})"
+        )
     return None
 
 
@@ -198,17 +220,20 @@ def _wait_settled(page, timeout_s: float, settle_s: float = 1.0, until=None, wha
         if time.monotonic() > deadline:
             texts = page.evaluate(
                 "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'))"
-                ".map((c) => c.innerText.slice(-1500))")
-            raise AssertionError(f"{what}: not settled after {timeout_s} s (kernel {status}); cells:\n"
-                                 + "\n---\n".join(texts))
+                ".map((c) => c.innerText.slice(-1500))"
+            )
+            raise AssertionError(
+                f"{what}: not settled after {timeout_s} s (kernel {status}); cells:\n" + "\n---\n".join(texts)
+            )
         page.wait_for_timeout(200)
 
 
 def _check_outputs(name: str, cells, where: str):
     for i, cell in enumerate(cells):
         for text in cell["stderr"]:
-            assert not any(w in text for w in ("Traceback", "Error", "Warning")), \
+            assert not any(w in text for w in ("Traceback", "Error", "Warning")), (
                 f"{name} cell {i} {where}: error output\n{text[-2000:]}"
+            )
         for j, src in enumerate(cell["images"]):
             problem = _png_rows_complete(src)
             assert problem is None, f"{name} cell {i} image {j} {where}: {problem}"
@@ -228,7 +253,9 @@ def test_notebook_in_jupyterlab(path, lab, browser):
                  return !!(w && w.context && w.context.path.endsWith(name) && w.sessionContext
                            && w.sessionContext.session && w.sessionContext.session.kernel
                            && w.sessionContext.session.kernel.status === 'idle'); }""",
-            arg=path.name, timeout=SERVER_START_S * 1000)
+            arg=path.name,
+            timeout=SERVER_START_S * 1000,
+        )
         # Run All, as the Run menu does
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
         cells = _wait_settled(page, RUN_ALL_S, settle_s=1.5, what=f"{path.name} Run All")
@@ -253,15 +280,20 @@ def test_notebook_in_jupyterlab(path, lab, browser):
                 handle.press("ArrowRight")
                 if handle.get_attribute("aria-valuenow") == value:  # at its maximum
                     handle.press("ArrowLeft")
-                assert handle.get_attribute("aria-valuenow") != value, \
+                assert handle.get_attribute("aria-valuenow") != value, (
                     f"{path.name} cell {i} slider {k}: the key did not move it"
-                cells = _wait_settled(page, SLIDER_S,
-                                      until=lambda c: c[i]["images"] and c[i]["images"] != short(before),
-                                      what=f"{path.name} cell {i} slider {k}: the plot's redraw")
+                )
+                cells = _wait_settled(
+                    page,
+                    SLIDER_S,
+                    until=lambda c, i=i, before=before: c[i]["images"] and c[i]["images"] != short(before),
+                    what=f"{path.name} cell {i} slider {k}: the plot's redraw",
+                )
                 _check_outputs(path.name, cells, f"after moving slider {k} of cell {i}")
                 moved += 1
-        print(f"{path.name}: run all {ran:.1f} s, {moved} slider(s), total "
-              f"{time.monotonic() - started:.1f} s")
+        print(
+            f"{path.name}: run all {ran:.1f} s, {moved} slider(s), total {time.monotonic() - started:.1f} s"
+        )
     finally:
         context.close()
         _shut_down_kernels(base, token)

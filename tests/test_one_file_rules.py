@@ -12,19 +12,18 @@ import math
 
 import numpy as np
 import pytest
+import test_rule_invariants as invariants
 import torch
 from array_api_compat import array_namespace
+from test_sampler_kernels import _chisquare_ok, _pair
 
-import test_rule_invariants as invariants
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.integrations.vllm.rows import target_rows
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.rules.plans import DecisionPlan, TargetPlan
-from cactus_theory.rules.registry import (ElementwiseTargetRule, Knob, Rule, RuleSpec, SpikeRule,
-                                          register)
+from cactus_theory.rules.registry import ElementwiseTargetRule, Knob, Rule, RuleSpec, SpikeRule, register
 from cactus_theory.samplers import make_sampler
 from cactus_theory.samplers._kernels import KERNELS, NO_KERNELS
-from test_sampler_kernels import _chisquare_ok, _pair
 
 
 class Blend(ElementwiseTargetRule):
@@ -64,19 +63,44 @@ class RelativeThreshold(Rule):
 
 
 SPECS = [
-    RuleSpec(name="test-blend", factory=Blend, knobs=(Knob("w", 0.3, 0.0, 1.0, doc="weight of p"),),
-             sps_knobs={"w": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
-             family="target", summary="test: h = (1 - w) q + w p", reference="this test"),
-    RuleSpec(name="test-sqrt-bonus", factory=SqrtBonus,
-             knobs=(Knob("c", 0.5, 0.0, math.inf, doc="bonus scale"),), sps_knobs={"c": 0.0},
-             deterministic=False, reads_draft=True, needs_raw=False, family="spike",
-             fast_accept=True, summary="test: gamma = min(1, q_n + c sqrt(q_n (1 - q_n)))",
-             reference="this test"),
-    RuleSpec(name="test-threshold", factory=RelativeThreshold,
-             knobs=(Knob("t", 0.5, 0.0, 1.0, doc="fraction of max q"),), sps_knobs=None,
-             sps_note="0/1 acceptance", deterministic=True, reads_draft=False, needs_raw=False,
-             family="decision", summary="test: accept iff q_n >= t max q; else sample q",
-             reference="this test"),
+    RuleSpec(
+        name="test-blend",
+        factory=Blend,
+        knobs=(Knob("w", 0.3, 0.0, 1.0, doc="weight of p"),),
+        sps_knobs={"w": 0.0},
+        deterministic=False,
+        reads_draft=True,
+        needs_raw=False,
+        family="target",
+        summary="test: h = (1 - w) q + w p",
+        reference="this test",
+    ),
+    RuleSpec(
+        name="test-sqrt-bonus",
+        factory=SqrtBonus,
+        knobs=(Knob("c", 0.5, 0.0, math.inf, doc="bonus scale"),),
+        sps_knobs={"c": 0.0},
+        deterministic=False,
+        reads_draft=True,
+        needs_raw=False,
+        family="spike",
+        fast_accept=True,
+        summary="test: gamma = min(1, q_n + c sqrt(q_n (1 - q_n)))",
+        reference="this test",
+    ),
+    RuleSpec(
+        name="test-threshold",
+        factory=RelativeThreshold,
+        knobs=(Knob("t", 0.5, 0.0, 1.0, doc="fraction of max q"),),
+        sps_knobs=None,
+        sps_note="0/1 acceptance",
+        deterministic=True,
+        reads_draft=False,
+        needs_raw=False,
+        family="decision",
+        summary="test: accept iff q_n >= t max q; else sample q",
+        reference="this test",
+    ),
 ]
 NAMES = [s.name for s in SPECS]
 
@@ -150,8 +174,7 @@ def test_the_analysis_the_simulator_and_the_rule_table(name):
     (mean accepted length per round within 4 standard errors: a 6e-5 false-failure rate)."""
     import cactus_theory as ct
     from cactus_theory.analysis.rule_table import rule_table
-    from cactus_theory.simulate import compute_metrics, exact_chain, simulate_chain
-    from cactus_theory.simulate import synthetic_trajectory
+    from cactus_theory.simulate import compute_metrics, exact_chain, simulate_chain, synthetic_trajectory
 
     q, p = _pair(5, V=12)
     rule = get_rule(name)

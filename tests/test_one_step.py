@@ -1,6 +1,5 @@
 """Exact one-step analysis: fast vs dense vs sampling; SpS and Cactus properties; conventions."""
 
-import math
 import os
 import time
 
@@ -8,12 +7,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import deltas, pairs
 
 import cactus_theory as ct
 from cactus_theory.analysis.one_step import make_plan
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import TargetPlan
-from strategies import deltas, pairs
 
 CACTUS = ["cactus-taylor"] + [f"cactus-exact-{d.replace('_', '-')}" for d in DIVERGENCES]
 
@@ -124,6 +123,7 @@ def test_full_vocabulary_runs_and_is_a_distribution():
 
 # --- the conventions of cactus_theory.conventions, one test each --------------------------
 
+
 def test_convention_p_zero_at_drafted_token():
     q = np.array([0.5, 0.5, 0.0])
     p = np.array([0.0, 1.0, 0.0])
@@ -169,14 +169,17 @@ def test_convention_normalization_tolerance_and_renormalization():
     assert ct.acceptance_rate("sps", q32, [0.5, 0.5]) > 0
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(target_probs=[0.5, np.nan]), "target_probs.*NaN"),
-    (dict(target_probs=[0.5, np.inf]), "target_probs.*NaN or infinite"),
-    (dict(draft_probs=[1.2, -0.2]), "draft_probs.*negative"),
-    (dict(draft_probs=[0.3, 0.3]), "draft_probs.*sum to 1"),
-    (dict(draft_probs=[0.2, 0.3, 0.5]), "draft_probs.*vocabulary"),
-    (dict(target_probs=[]), "target_probs.*empty"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(target_probs=[0.5, np.nan]), "target_probs.*NaN"),
+        (dict(target_probs=[0.5, np.inf]), "target_probs.*NaN or infinite"),
+        (dict(draft_probs=[1.2, -0.2]), "draft_probs.*negative"),
+        (dict(draft_probs=[0.3, 0.3]), "draft_probs.*sum to 1"),
+        (dict(draft_probs=[0.2, 0.3, 0.5]), "draft_probs.*vocabulary"),
+        (dict(target_probs=[]), "target_probs.*empty"),
+    ],
+)
 def test_bad_probabilities_raise_valueerror_naming_the_argument(bad, match):
     args = dict(target_probs=[0.5, 0.5], draft_probs=[0.5, 0.5])
     args.update(bad)
@@ -231,7 +234,7 @@ def test_sorted_search_in_chunks_on_threads_is_the_same(monkeypatch, threads):
     rng = np.random.default_rng(3)
     rows = np.sort(np.floor(rng.uniform(0, 500, (2, 60_000))), axis=-1)
     values = rng.uniform(-10, 510, (2, 50_000))
-    values[:, :100] = rows[:, :100]                       # exact ties: side="left"
+    values[:, :100] = rows[:, :100]  # exact ties: side="left"
     want = np.stack([np.searchsorted(r, v, side="left") for r, v in zip(rows, values)])
     monkeypatch.setattr(_threads, "thread_count", lambda: threads)
     assert np.array_equal(_searchsorted_rows(np, rows, values), want)
@@ -255,12 +258,13 @@ def test_sorted_search_of_short_rows_is_the_same(monkeypatch, V):
     rows = np.sort(np.floor(rng.uniform(0, 20, (3, 5, V))), axis=-1)
     for m in (1, V, 2 * V + 3):
         values = rng.uniform(-1, 21, (3, 5, m))
-        values[..., : min(m, V)] = rows[..., : min(m, V)]     # exact ties: side="left"
-        want = np.stack([np.searchsorted(r, v, side="left")
-                         for r, v in zip(rows.reshape(-1, V), values.reshape(-1, m))])
+        values[..., : min(m, V)] = rows[..., : min(m, V)]  # exact ties: side="left"
+        want = np.stack(
+            [np.searchsorted(r, v, side="left") for r, v in zip(rows.reshape(-1, V), values.reshape(-1, m))]
+        )
         got = one_step._searchsorted_rows(np, rows, values)
         assert got.shape == values.shape and np.array_equal(got.reshape(-1, m), want)
-        monkeypatch.setattr(one_step, "_COMPARE_ELEMENTS", 2 * V * m)   # two rows a chunk
+        monkeypatch.setattr(one_step, "_COMPARE_ELEMENTS", 2 * V * m)  # two rows a chunk
         assert np.array_equal(one_step._searchsorted_rows(np, rows, values), got)
         monkeypatch.undo()
 
@@ -276,7 +280,7 @@ def test_thread_chunks_work_in_a_forked_child(monkeypatch):
     monkeypatch.setattr(_threads, "thread_count", lambda: 2)
     assert _threads.in_chunks(lambda lo, hi: hi - lo, 40_000, 10_000) == [20_000, 20_000]
     pid = os.fork()
-    if pid == 0:                                        # the child: exit 0 only on success
+    if pid == 0:  # the child: exit 0 only on success
         ok = False
         try:
             ok = _threads.in_chunks(lambda lo, hi: hi - lo, 40_000, 10_000) == [20_000, 20_000]
@@ -297,6 +301,7 @@ def test_thread_chunks_work_in_a_forked_child(monkeypatch):
 
 # --- long numpy rows: the rejected drafts' c sorted instead of the V ratios t ---------------
 
+
 def _row_paths():
     """The long-row path and the array-agnostic path, both called under the public
     functions' error state (p_j/q_j overflowing to inf for subnormal q_j is intended)."""
@@ -306,6 +311,7 @@ def _row_paths():
         def call(*args):
             with np.errstate(over="ignore"):
                 return fn(*args)
+
         return call
 
     return quiet(one_step._emitted_spike_rows), quiet(one_step._emitted_spike_fast)
@@ -359,10 +365,9 @@ def test_long_row_path_matches_the_dense_oracle(name):
     q, p = q / q.sum(-1, keepdims=True), p / p.sum(-1, keepdims=True)
     plan = make_plan(_rule(name, 0.05), q, p)
     rejected = int(np.sum(plan.draft_probs > np.asarray(plan.spike)))
-    assert rejected > 200                     # the mixture is exercised, not a corner of it
+    assert rejected > 200  # the mixture is exercised, not a corner of it
     fast = ct.emitted_distribution(plan)
-    np.testing.assert_allclose(fast, ct.emitted_distribution(plan, method="dense"), rtol=0,
-                               atol=1e-15)
+    np.testing.assert_allclose(fast, ct.emitted_distribution(plan, method="dense"), rtol=0, atol=1e-15)
 
 
 def test_long_row_path_batches_and_takes_the_empty_residual_path():
@@ -379,7 +384,7 @@ def test_long_row_path_batches_and_takes_the_empty_residual_path():
     np.testing.assert_allclose(got, plain(*args), rtol=0, atol=300 * 2.3e-16)
     for i in np.ndindex(2, 3):
         assert np.array_equal(rows(*(x[i] for x in args)), got[i])
-    q, p = np.array([0.1, 0.1, 0.0]), np.array([0.5, 0.3, 0.2])   # h^(n) <= p: Z_n = 0
+    q, p = np.array([0.1, 0.1, 0.0]), np.array([0.5, 0.3, 0.2])  # h^(n) <= p: Z_n = 0
     gamma = q.copy()
     want = plain(q, p, gamma)
     np.testing.assert_allclose(rows(q, p, gamma), want, rtol=0, atol=1e-16)
@@ -425,5 +430,5 @@ def test_thread_chunks_with_a_largest_chunk_cover_the_range_in_order(monkeypatch
         assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
         assert all(0 < hi - lo <= hi_max for lo, hi in got)
     assert _threads.in_chunks(lambda lo, hi: (lo, hi), 30, 1, 30) == (
-        [(0, 30)] if threads == 1 else [(30 * i // threads, 30 * (i + 1) // threads)
-                                        for i in range(threads)])
+        [(0, 30)] if threads == 1 else [(30 * i // threads, 30 * (i + 1) // threads) for i in range(threads)]
+    )

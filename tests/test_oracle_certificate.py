@@ -14,16 +14,21 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import simplex
 
 from cactus_theory.conventions import tolerance
 from cactus_theory.divergences import get_divergence
 from cactus_theory.solvers.cvx import CVX_DIVERGENCES, SolverFailure, _constraint, solve_verified
-from cactus_theory.solvers.cvx_certificate import (certify_draft, certify_frontier,
-                                                   conjugate_nonneg, draft_bound,
-                                                   draft_dual_bound, frontier_dual_bound)
+from cactus_theory.solvers.cvx_certificate import (
+    certify_draft,
+    certify_frontier,
+    conjugate_nonneg,
+    draft_bound,
+    draft_dual_bound,
+    frontier_dual_bound,
+)
 from cactus_theory.solvers.mentored import max_acceptance
 from cactus_theory.solvers.spike import exact_spike
-from strategies import simplex
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "oracle_success_rate.py"
 
@@ -54,8 +59,13 @@ def test_conjugate_matches_brute_force(name):
 
 @pytest.mark.parametrize("name", CVX_DIVERGENCES)
 @settings(max_examples=15)
-@given(q=st.integers(2, 6).flatmap(simplex), n_seed=st.integers(0, 99),
-       delta=st.floats(1e-3, 5.0), lam=st.floats(1e-3, 1e3), nu=st.floats(-3.0, 3.0))
+@given(
+    q=st.integers(2, 6).flatmap(simplex),
+    n_seed=st.integers(0, 99),
+    delta=st.floats(1e-3, 5.0),
+    lam=st.floats(1e-3, 1e3),
+    nu=st.floats(-3.0, 3.0),
+)
 def test_weak_duality_against_the_exact_solver(name, q, n_seed, delta, lam, nu):
     """Any multipliers give a bound >= the optimum (Theorem 2's root, the clip-form frontier)."""
     n = n_seed % len(q)
@@ -94,17 +104,34 @@ def test_a_feasible_but_not_optimal_answer_is_rejected():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(SolverFailure, match="duality gap"):
-            solve_verified(wrong, h, q, d, 0.1, tol=1e-7, solvers=("CLARABEL",), context="test",
-                           dual=lambda a, b: draft_bound(q, 0, 0.1, "kl", a, b),
-                           value=lambda x: float(x[0]))
+            solve_verified(
+                wrong,
+                h,
+                q,
+                d,
+                0.1,
+                tol=1e-7,
+                solvers=("CLARABEL",),
+                context="test",
+                dual=lambda a, b: draft_bound(q, 0, 0.1, "kl", a, b),
+                value=lambda x: float(x[0]),
+            )
         # with the recovery, the answer is the certified optimum for token 0
         from cactus_theory.solvers.cvx_certificate import recover_draft
 
-        x, div, *_ = solve_verified(wrong, h, q, d, 0.1, tol=1e-7, solvers=("CLARABEL",),
-                                    context="test",
-                                    dual=lambda a, b: draft_bound(q, 0, 0.1, "kl", a, b),
-                                    value=lambda x: float(x[0]),
-                                    recover=lambda m: recover_draft(q, 0, "kl", *m))
+        x, div, *_ = solve_verified(
+            wrong,
+            h,
+            q,
+            d,
+            0.1,
+            tol=1e-7,
+            solvers=("CLARABEL",),
+            context="test",
+            dual=lambda a, b: draft_bound(q, 0, 0.1, "kl", a, b),
+            value=lambda x: float(x[0]),
+            recover=lambda m: recover_draft(q, 0, "kl", *m),
+        )
     assert abs(x[0] - float(exact_spike(np.array(0.2), 0.1, "kl"))) <= 1e-7  # the certificate's tol
     assert div <= 0.1 + 1e-7
 

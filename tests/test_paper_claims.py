@@ -39,9 +39,7 @@ def verdicts(fresh):
 
 
 def _run_module():
-    spec = importlib.util.spec_from_file_location(
-        "paper_checks_run", ROOT / "paper_checks" / "run.py"
-    )
+    spec = importlib.util.spec_from_file_location("paper_checks_run", ROOT / "paper_checks" / "run.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -49,9 +47,7 @@ def _run_module():
 
 def test_verdicts_md_matches_a_fresh_run(fresh):
     text = (ROOT / "paper_checks" / "verdicts.md").read_text()
-    assert text == _run_module().render(fresh), (
-        "paper_checks/verdicts.md is stale: run paper_checks/run.py"
-    )
+    assert text == _run_module().render(fresh), "paper_checks/verdicts.md is stale: run paper_checks/run.py"
 
 
 def test_grade_from_checks():
@@ -61,10 +57,7 @@ def test_grade_from_checks():
     assert grade([ok, bad]) == "partly"
     assert grade([bad, finding]) == "fails"
     assert grade([finding]) == NOT_CHECKED
-    assert (
-        Verdict(0, "x", (Definition("d", (ok, bad), stated=True),), "").verdict
-        == "partly"
-    )
+    assert Verdict(0, "x", (Definition("d", (ok, bad), stated=True),), "").verdict == "partly"
 
 
 OK, BAD = Check("a", 0.0, "<=", 1.0), Check("b", 2.0, "<=", 1.0)
@@ -76,13 +69,9 @@ def _d(*checks, stated=False, computable=True):
 
 def test_vocabulary_has_the_four_words_with_criteria():
     assert list(VERDICT_WORDS) == ["holds", "partly", "fails", "undetermined"]
-    assert all(
-        len(c) > 40 for c in VERDICT_WORDS.values()
-    )  # each word carries its written criterion
+    assert all(len(c) > 40 for c in VERDICT_WORDS.values())  # each word carries its written criterion
     text = (ROOT / "paper_checks" / "verdicts.md").read_text()
-    assert (
-        format_vocabulary() in text
-    )  # the criteria in verdicts.md are rendered from the code's
+    assert format_vocabulary() in text  # the criteria in verdicts.md are rendered from the code's
 
 
 def test_stated_definition_gives_the_word():
@@ -103,9 +92,7 @@ def test_unstated_quantity_gives_undetermined_unless_every_definition_agrees():
     assert verdict_word([_d(OK, BAD), _d(BAD, OK)]) == "partly"
     assert verdict_word([_d(OK), _d(BAD)]) == "undetermined"
     assert verdict_word([_d(OK), _d(OK, BAD)]) == "undetermined"
-    assert (
-        verdict_word([_d(OK), _d(computable=False)]) == "undetermined"
-    )  # one reading not computable
+    assert verdict_word([_d(OK), _d(computable=False)]) == "undetermined"  # one reading not computable
 
 
 def test_verdict_word_bad_input():
@@ -162,9 +149,7 @@ def test_exact_identities(verdicts):
     assert verdicts[1].numbers["max_abs_diff"] <= 1e-12
     assert verdicts[2].numbers["min_gain"] >= -1e-12
     assert verdicts[3].numbers["max_abs_diff"] <= 1e-12
-    assert (
-        verdicts[4].numbers["solves"] == 42 and verdicts[4].numbers["max_gap"] <= 1e-6
-    )
+    assert verdicts[4].numbers["solves"] == 42 and verdicts[4].numbers["max_gap"] <= 1e-6
 
 
 def test_corollary5_peak_moves_to_the_cap(verdicts):
@@ -173,9 +158,7 @@ def test_corollary5_peak_moves_to_the_cap(verdicts):
         # grid step 1e-4 on q_n
         assert abs(nums[f"argmax_taylor_{d:g}"] - min(0.5, 1 / (1 + 2 * d))) <= 1e-4
         if d > 0.5:
-            assert nums[f"max_bonus_taylor_{d:g}"] == pytest.approx(
-                2 * d / (1 + 2 * d), abs=1e-4
-            )
+            assert nums[f"max_bonus_taylor_{d:g}"] == pytest.approx(2 * d / (1 + 2 * d), abs=1e-4)
         # the exact root favours smaller q_n still
         assert nums[f"argmax_exact_{d:g}"] < nums[f"argmax_taylor_{d:g}"] + 1e-4
     failed = [c.statement for c in verdicts[5].checks if c.of_paper and not c.passed]
@@ -204,9 +187,7 @@ def test_theorem3_family_is_unbounded_in_v():
         for V in (10, 100, 1000):
             q, p = theorem3_family(V, d, rule)
             h = emitted_distribution(get_rule(rule, delta=d), q, p)
-            np.testing.assert_allclose(
-                h, p, atol=1e-12
-            )  # every draft accepted with certainty
+            np.testing.assert_allclose(h, p, atol=1e-12)  # every draft accepted with certainty
             kl = float(get_divergence("kl")(h, q))
             assert kl == pytest.approx(math.log(1 / ((V - 1) * q[1])), rel=1e-9)
             assert kl > prev + 1.5
@@ -243,9 +224,7 @@ def test_readme_readings_both_rules():
     assert e == pytest.approx((0.19501, 0.19831), abs=2e-5)
     assert t[0] <= 0.211 <= t[1]  # the delta inferred before (Taylor)
     # the exact root's KL is delta itself, so "0.20 nats" is delta in [0.195, 0.205)
-    assert rd["cactus-exact-kl"]["KL(h||q) = 0.20 nats"] == pytest.approx(
-        (0.195, 0.205), abs=2e-5
-    )
+    assert rd["cactus-exact-kl"]["KL(h||q) = 0.20 nats"] == pytest.approx((0.195, 0.205), abs=2e-5)
 
 
 def test_table_rej_under_each_definition(verdicts):
@@ -292,8 +271,10 @@ def test_docs_rej_prose_matches_the_computed_agreement():
     rd = rej_readings()
     best = max(rd, key=lambda r: r["agree"])
     assert best["name"].endswith("(m - AL - 1)/(AL + 1)")
-    assert (f"(m - AL - 1)/(AL + 1) agrees within rounding on {best['agree']} of {len(best['rows'])} rows, "
-            f"that of (m - AL)/(AL + 1) on {rd[0]['agree']}") in text
+    assert (
+        f"(m - AL - 1)/(AL + 1) agrees within rounding on {best['agree']} of {len(best['rows'])} rows, "
+        f"that of (m - AL)/(AL + 1) on {rd[0]['agree']}"
+    ) in text
     gaps = [r["implied"] - r["printed"] for r in rd[0]["rows"]]
     assert f"Rej is {min(gaps):.1f}-{max(gaps):.1f} points larger in magnitude" in text
     assert max(r["agree"] for r in rd[2:]) == 1 and "the rest on at most 1" in text

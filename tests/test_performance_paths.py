@@ -23,19 +23,20 @@ from cactus_theory.solvers.spike import exact_spike
 SMOOTH = sorted(n for n, d in DIVERGENCES.items() if math.isfinite(d.f_second_at_one))
 
 # q_n from subnormal-free tiny values up to 1, on a log scale too (language-model tails)
-qn = st.one_of(st.floats(0.0, 1.0), st.floats(-30.0, 0.0).map(lambda e: 10.0 ** e))
+qn = st.one_of(st.floats(0.0, 1.0), st.floats(-30.0, 0.0).map(lambda e: 10.0**e))
 budget = st.one_of(st.just(0.0), st.floats(1e-8, 20.0))
 
 
 def _mp_two_point(name, g, s):
     """Two-point divergence in mpmath (50 digits), with the 0 log 0 = 0 conventions."""
+
     def xlogy(a, b):
         if a == 0:
             return mpmath.mpf(0)
         return mpmath.inf if b == 0 else a * mpmath.log(a / b)
 
     if g >= 1 and name in ("reverse_kl", "neyman_chi2"):
-        return mpmath.inf   # roots within 1e-50 of 1 (reverse KL, q_n near 1, big budgets)
+        return mpmath.inf  # roots within 1e-50 of 1 (reverse KL, q_n near 1, big budgets)
 
     if name == "kl":
         return xlogy(g, s) + xlogy(1 - g, 1 - s)
@@ -46,8 +47,7 @@ def _mp_two_point(name, g, s):
     if name == "neyman_chi2":
         return (g - s) ** 2 / g + (s - g) ** 2 / (1 - g)
     if name == "hellinger":
-        return ((mpmath.sqrt(g) - mpmath.sqrt(s)) ** 2
-                + (mpmath.sqrt(1 - g) - mpmath.sqrt(1 - s)) ** 2) / 2
+        return ((mpmath.sqrt(g) - mpmath.sqrt(s)) ** 2 + (mpmath.sqrt(1 - g) - mpmath.sqrt(1 - s)) ** 2) / 2
     if name == "js":
         m1, m2 = (g + s) / 2, (2 - g - s) / 2
         return (xlogy(g, m1) + xlogy(s, m1) + xlogy(1 - g, m2) + xlogy(1 - s, m2)) / 2
@@ -68,7 +68,10 @@ def _mp_root(name, s, delta):
         return float(lo)
 
 
-def _root_tolerance(name, s, g, eps=np.finfo(np.float64).eps):
+_EPS64 = np.finfo(np.float64).eps
+
+
+def _root_tolerance(name, s, g, eps=_EPS64):
     """How far two feasible-as-computed roots may lie apart: the float64 two-point form has an
     absolute rounding error of a few eps times (1 + |term 1| + |term 2|) (the logs of ratios
     carry ~eps absolute), which moves the computed root by that much over the slope g'(gamma).
@@ -78,15 +81,16 @@ def _root_tolerance(name, s, g, eps=np.finfo(np.float64).eps):
     s_, g_ = np.array(s, dtype=np.float64), np.array(g, dtype=np.float64)
     scale = 1.0 + abs(float(d.term(np, g_, s_))) + abs(float(d.term(np, 1 - g_, 1 - s_)))
     if not math.isfinite(scale) or g >= 1.0:
-        return 8 * eps + 2.0 ** -64
+        return 8 * eps + 2.0**-64
     if 1.0 - g < 1e-12:
-        return 64 * eps + 2.0 ** -64  # next to the cap at 1: a few ulps
+        return 64 * eps + 2.0**-64  # next to the cap at 1: a few ulps
     with mpmath.workdps(30):
-        slope = float(mpmath.diff(lambda x: _mp_two_point(name, x, mpmath.mpf(s)), mpmath.mpf(g),
-                                  direction=-1))  # one-sided: g may be 1 - ulp
+        slope = float(
+            mpmath.diff(lambda x: _mp_two_point(name, x, mpmath.mpf(s)), mpmath.mpf(g), direction=-1)
+        )  # one-sided: g may be 1 - ulp
     if not slope > 0:
         return 1.0  # flat to working precision: no resolution to demand (g = s edge)
-    return 32 * eps * scale / slope + 8 * eps * g + 2.0 ** -64
+    return 32 * eps * scale / slope + 8 * eps * g + 2.0**-64
 
 
 @pytest.mark.parametrize("name", SMOOTH)
@@ -97,7 +101,7 @@ def test_newton_root_is_feasible_and_agrees_with_bisection(name, s, delta):
     g = float(exact_spike(np.array(s), delta, name))
     ref = float(exact_spike(np.array(s), delta, name, method="bisect"))
     assert s <= g <= 1
-    assert float(d.two_point(np.array(g), np.array(s))) <= delta   # feasible as computed
+    assert float(d.two_point(np.array(g), np.array(s))) <= delta  # feasible as computed
     # both are feasible floats at a sign change of the computed form; they may differ by
     # the root's conditioning (see _root_tolerance) and the bisection's 2**-64 resolution
     if delta > 0 and g > s:
@@ -107,8 +111,10 @@ def test_newton_root_is_feasible_and_agrees_with_bisection(name, s, delta):
 
 
 @pytest.mark.parametrize("name", SMOOTH)
-@given(s=st.one_of(st.floats(1e-6, 1 - 1e-6), st.floats(-12.0, -6.0).map(lambda e: 10.0 ** e)),
-       delta=st.floats(1e-4, 5.0))
+@given(
+    s=st.one_of(st.floats(1e-6, 1 - 1e-6), st.floats(-12.0, -6.0).map(lambda e: 10.0**e)),
+    delta=st.floats(1e-4, 5.0),
+)
 @settings(max_examples=15, deadline=None)
 def test_newton_root_matches_mpmath(name, s, delta):
     g = float(exact_spike(np.array(s), delta, name))
@@ -123,7 +129,7 @@ def test_newton_root_matches_mpmath(name, s, delta):
 
 def test_newton_handles_edge_entries_in_one_array():
     """Zeros, subnormals, 1 - ulp, cap at 1, delta = 0 and inf, mixed in one batch."""
-    s = np.array([0.0, 5e-324, 1e-300, 1e-30, 0.3, 0.5, 1 - 2 ** -53, 1.0])
+    s = np.array([0.0, 5e-324, 1e-300, 1e-30, 0.3, 0.5, 1 - 2**-53, 1.0])
     for name in DIVERGENCES:
         d = get_divergence(name)
         for delta in (0.0, 1e-12, 0.3, math.inf):
@@ -189,9 +195,10 @@ def test_bad_method_names_the_argument():
 
 # --- the one-step analysis on torch -----------------------------------------------------------
 
+from strategies import pairs  # noqa: E402
+
 from cactus_theory.analysis import one_step as _one_step  # noqa: E402
 from cactus_theory.rules import RULES  # noqa: E402
-from strategies import pairs  # noqa: E402
 
 
 def _rows_close(a, b, tol):
@@ -276,6 +283,7 @@ def test_torch_analysis_bad_input_names_the_argument():
 
 # --- samplers: Cactus's recovery from gamma at the drafted token only --------------------------
 
+
 @pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-hellinger"])
 def test_cactus_recovery_hook_equals_the_full_plan(name):
     """rule.recovery_at (gamma at n only) == plan(...).recovery_at (gamma at every candidate)."""
@@ -299,6 +307,7 @@ def test_cactus_recovery_hook_equals_the_full_plan(name):
 
 # --- benchmark pieces (no timings) --------------------------------------------------------------
 
+
 def test_benchmark_floor_is_the_taylor_emitted_distribution():
     from cactus_theory.analysis.one_step import emitted_distribution
     from cactus_theory.benchmark import correlated_pair, floor_emitted_taylor
@@ -316,8 +325,10 @@ def test_benchmark_report_serializes_and_tabulates():
 
     from cactus_theory.benchmark import BenchmarkReport, GoalResult
 
-    g = (GoalResult("a / b", "a 1 ms, b 2 ms", 0.5, "<= 1", True, "ok: x"),
-         GoalResult("c", "3 ms", 3.0, "< 2", False, "ok: y"))
+    g = (
+        GoalResult("a / b", "a 1 ms, b 2 ms", 0.5, "<= 1", True, "ok: x"),
+        GoalResult("c", "3 ms", 3.0, "< 2", False, "ok: y"),
+    )
     rep = BenchmarkReport(g, 3, True, {"numpy": np.__version__})
     d = json.loads(json.dumps(rep.to_dict()))
     assert d["all_passed"] is False and len(d["goals"]) == 2 and d["goals"][0]["ratio"] == 0.5

@@ -34,7 +34,9 @@ def _check(names):
     current = upd.current_blocks(PAGES)
     fresh = upd.generate(names, pages=PAGES)
     stale = [n for n in names if current.get(n) != fresh[n]]
-    assert not stale, f"the pages disagree with a fresh report in {stale}; run python scripts/update_readme.py"
+    assert not stale, (
+        f"the pages disagree with a fresh report in {stale}; run python scripts/update_readme.py"
+    )
 
 
 def test_the_pages_are_the_readme_and_docs():
@@ -120,11 +122,15 @@ def test_no_stale_hand_written_claims():
         assert "bounds both" not in text, path  # the global-delta column beats Mentored on truncated rows
 
 
-_GENERATED = re.compile(r"<!-- BEGIN generated:([\w.-]+) \(scripts/update_readme\.py\) -->.*?"
-                        r"<!-- END generated:\1 -->", re.S)
+_GENERATED = re.compile(
+    r"<!-- BEGIN generated:([\w.-]+) \(scripts/update_readme\.py\) -->.*?"
+    r"<!-- END generated:\1 -->",
+    re.S,
+)
 #: A duration or a speed ratio: "15.8 ms", "2-3 s", "10 CPU minutes" is caught by "minutes", "1.7x".
-_TIMING = re.compile(r"(?<![:{\w.])\d[\d.,]*(?:-\d[\d.,]*)?\s*(?:ms|µs|us|ns|s|seconds?|min|minutes?|hours?|x)\b",
-                     re.I)
+_TIMING = re.compile(
+    r"(?<![:{\w.])\d[\d.,]*(?:-\d[\d.,]*)?\s*(?:ms|µs|us|ns|s|seconds?|min|minutes?|hours?|x)\b", re.I
+)
 
 
 def test_timings_appear_only_inside_generated_blocks():
@@ -136,7 +142,11 @@ def test_timings_appear_only_inside_generated_blocks():
     assert not found, found
     # the pattern does catch the prose timings it is meant for
     assert _TIMING.findall("took 15.8 ms, 2-3 s, 8.1 minutes, a 1.7x speedup") == [
-        "15.8 ms", "2-3 s", "8.1 minutes", "1.7x"]
+        "15.8 ms",
+        "2-3 s",
+        "8.1 minutes",
+        "1.7x",
+    ]
 
 
 def test_pages_speak_of_the_project_only():
@@ -155,7 +165,7 @@ def test_replace_blocks_names_a_missing_marker():
 def _section(text: str, heading: str) -> str:
     start = text.index(heading)
     nxt = text.find("\n## ", start + len(heading))
-    return text[start:nxt if nxt >= 0 else None]
+    return text[start : nxt if nxt >= 0 else None]
 
 
 def test_every_python_example_of_the_pages_runs():
@@ -165,10 +175,10 @@ def test_every_python_example_of_the_pages_runs():
     blocks = {path: upd._PYTHON_BLOCK.findall(text) for path, text in PAGES.items()}
     assert len(blocks[ROOT / "README.md"]) >= 1
     assert sum(map(len, blocks.values())) >= 3
-    for path, codes in blocks.items():
+    for codes in blocks.values():
         for code in codes:
-            if not upd.needs_vllm(code):   # those run in the vLLM environment
-                upd.run_example(code)      # (tests/test_vllm_testing_module.py)
+            if not upd.needs_vllm(code):  # those run in the vLLM environment
+                upd.run_example(code)  # (tests/test_vllm_testing_module.py)
 
 
 def test_command_line_examples_of_the_readme_run(capsys):
@@ -215,7 +225,9 @@ def test_every_relative_link_of_the_pages_exists():
     assert not missing, missing
     # the parser finds relative links and images, not web addresses or anchors
     assert _relative_links("[a](x.md) ![b](../f.png#p) [c](https://e.org) [d](#top) [e](mailto:a@b)") == [
-        "x.md", "../f.png#p"]
+        "x.md",
+        "../f.png#p",
+    ]
 
 
 def test_the_readme_links_every_docs_page():

@@ -26,7 +26,7 @@ def test_a_draft_length_beyond_the_trajectory_allocates_nothing_of_its_size(traj
     huge_exact = exact_chain("cactus-taylor", trajectory, 10**9)
     huge_run = simulate_chain("cactus-taylor", trajectory, 10**9, n_runs=50, rng=1)
     laws = position_laws("cactus-taylor", trajectory)
-    tokens = huge_run.tokens   # recorded by default
+    tokens = huge_run.tokens  # recorded by default
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     # a generous bound for these tiny inputs (T = 10, V = 8, 50 runs): an m-sized float64
@@ -39,8 +39,9 @@ def test_a_draft_length_beyond_the_trajectory_allocates_nothing_of_its_size(traj
         np.testing.assert_array_equal(getattr(huge_exact.totals, name), getattr(ref_exact.totals, name))
         np.testing.assert_array_equal(getattr(huge_run.totals(), name), getattr(ref_run.totals(), name))
     np.testing.assert_array_equal(huge_run.round_accepted, ref_run.round_accepted)
-    np.testing.assert_array_equal(sequence_log_prob(laws, 10**9, tokens),
-                                  sequence_log_prob(laws, T - 1, tokens))
+    np.testing.assert_array_equal(
+        sequence_log_prob(laws, 10**9, tokens), sequence_log_prob(laws, T - 1, tokens)
+    )
 
 
 def test_pooled_totals_of_trajectories_of_different_lengths(trajectory):

@@ -47,12 +47,17 @@ def test_write_atomic_leaves_nothing_half_written(tmp_path, monkeypatch):
 
 
 def test_console_script_runs():
-    res = subprocess.run([sys.executable, "-m", "cactus_theory.cli", "report", "--sections", "taylor"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "cactus_theory.cli", "report", "--sections", "taylor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0 and "Corollary 6 holds" in res.stdout
 
 
 # --------------------------------------------------------------------------- report as data
+
 
 def test_report_sections_are_data_and_text_json_agree():
     import json
@@ -74,8 +79,12 @@ def test_report_sections_are_data_and_text_json_agree():
 def test_formatter_styles():
     from cactus_theory.report import Column, Table, format_table
 
-    t = Table("x/y", "title", (Column("rule", "rule", "s"), Column("a", "accept"), Column("k", "knobs", "knobs")),
-              ({"rule": "sps", "a": 0.5, "k": {}}, {"rule": "cactus", "a": float("inf"), "k": {"delta": 0.75}}))
+    t = Table(
+        "x/y",
+        "title",
+        (Column("rule", "rule", "s"), Column("a", "accept"), Column("k", "knobs", "knobs")),
+        ({"rule": "sps", "a": 0.5, "k": {}}, {"rule": "cactus", "a": float("inf"), "k": {"delta": 0.75}}),
+    )
     text = format_table(t).splitlines()
     assert text[0] == "title" and text[1].split() == ["rule", "accept", "knobs"]
     assert text[4].split() == ["cactus", "inf", "delta=0.75"]

@@ -14,16 +14,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from strategies import pairs
 
 import cactus_theory.analysis.calibration  # noqa: F401  (registers cactus-calibrated)
-from cactus_theory.analysis.one_step import (acceptance_probabilities, acceptance_rate,
-                                             emitted_distribution, make_plan)
+from cactus_theory.analysis.one_step import (
+    acceptance_probabilities,
+    acceptance_rate,
+    emitted_distribution,
+    make_plan,
+)
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import RULES, SpikePlan, get_rule
 from cactus_theory.solvers.frontier import frontier
-from strategies import pairs
 
-NAMES = list(RULES.all_names())   # every rule, and every alias (a preset of a knob)
+NAMES = list(RULES.all_names())  # every rule, and every alias (a preset of a knob)
 # Rules run at their defaults and, where a knob is numeric, at a second value inside its range:
 # enough to exercise both sides of the deterministic tests without multiplying the run time.
 SPS_RULES = [n for n in NAMES if RULES[n].sps_knobs is not None]
@@ -135,7 +139,7 @@ def _knob_settings(name):
     spec = RULES[name]
     out = [dict(spec.defaults)]
     for k in spec.knobs:
-        if k.name in spec.preset:       # fixed by the alias
+        if k.name in spec.preset:  # fixed by the alias
             continue
         if k.choices is not None:
             for c in k.choices:
@@ -160,7 +164,7 @@ def test_frontier_dominance(name, pair, seed, truncate_q):
     """sum_n p_n a_n <= F(D(h_alg||q)) for every divergence: Theorem 1 + coupling inequality."""
     q, p = pair
     if truncate_q and q.size > 2:
-        keep = np.argsort(-q)[: max(1, q.size // 3)]   # top-k truncation of the verifier
+        keep = np.argsort(-q)[: max(1, q.size // 3)]  # top-k truncation of the verifier
         qt = np.zeros_like(q)
         qt[keep] = q[keep]
         q = qt / qt.sum()
@@ -213,7 +217,7 @@ def _pairs_for_sampling():
     q = rng.dirichlet(np.full(V, 0.7))
     p = rng.dirichlet(np.full(V, 0.7))
     qt = q.copy()
-    qt[np.argsort(q)[:3]] = 0.0          # a truncated verifier
+    qt[np.argsort(q)[:3]] = 0.0  # a truncated verifier
     qt /= qt.sum()
     return [(q, p), (qt, p)]
 
@@ -248,6 +252,7 @@ def test_exact_analysis_matches_sampling(name):
 # bad knobs
 # ---------------------------------------------------------------------------------------
 
+
 def _bad_values(name):
     out = [("__not_a_knob__", 1.0)]
     for k in RULES[name].knobs:
@@ -265,19 +270,24 @@ def _bad_values(name):
     return out
 
 
-@pytest.mark.parametrize("name,knob,value",
-                         [(n, k, v) for n in NAMES for k, v in _bad_values(n)])
+@pytest.mark.parametrize("name,knob,value", [(n, k, v) for n in NAMES for k, v in _bad_values(n)])
 def test_bad_knobs_raise(name, knob, value):
     with pytest.raises(ValueError, match=knob if knob != "__not_a_knob__" else "not a knob"):
         get_rule(name, **{knob: value})
 
 
 def test_named_bad_knobs_from_the_issue():
-    for name, knobs in [("mentored-kl", {"D": -0.1}), ("topk", {"topk": 0}),
-                        ("interpolation", {"alpha": 1.5}), ("interpolation", {"alpha": -0.1}),
-                        ("cascade-chow", {"alpha": 2.0}), ("tas", {"posterior_alpha": -1}),
-                        ("tas", {"posterior_threshold": 1.5}), ("fuzzy", {"fsd_div_threshold": -1}),
-                        ("cactus-calibrated", {"eps": -1.0})]:
+    for name, knobs in [
+        ("mentored-kl", {"D": -0.1}),
+        ("topk", {"topk": 0}),
+        ("interpolation", {"alpha": 1.5}),
+        ("interpolation", {"alpha": -0.1}),
+        ("cascade-chow", {"alpha": 2.0}),
+        ("tas", {"posterior_alpha": -1}),
+        ("tas", {"posterior_threshold": 1.5}),
+        ("fuzzy", {"fsd_div_threshold": -1}),
+        ("cactus-calibrated", {"eps": -1.0}),
+    ]:
         with pytest.raises(ValueError):
             get_rule(name, **knobs)
 
@@ -285,6 +295,7 @@ def test_named_bad_knobs_from_the_issue():
 # ---------------------------------------------------------------------------------------
 # numpy float64 vs torch float32 (the samplers call plan() on torch tensors)
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_torch_plan_matches_numpy(name):
@@ -335,11 +346,12 @@ def test_tas_threshold_and_recoveries():
     assert float(tas_threshold(q, 0.09, 0.3)[0]) == pytest.approx(tau, rel=1e-15)
     H = -np.sum(q * np.log(q))
     assert float(tas_threshold(q, 0.09, 0.3, "exact")[0]) == pytest.approx(
-        min(0.09, 0.3 * np.exp(-H)), rel=1e-15)
+        min(0.09, 0.3 * np.exp(-H)), rel=1e-15
+    )
     p = np.array([0.1, 0.2, 0.3, 0.4])
     plan = make_plan(get_rule("tas"), q, p)
     np.testing.assert_array_equal(plan.accept_probs(), (q > tau).astype(float))
-    np.testing.assert_array_equal(plan.recovery, [1, 0, 0, 0])           # vLLM: argmax q
+    np.testing.assert_array_equal(plan.recovery, [1, 0, 0, 0])  # vLLM: argmax q
     med = make_plan(get_rule("tas", recovery="truncated"), q, p)
     keep = q >= tau
     np.testing.assert_allclose(med.recovery, np.where(keep, q, 0) / q[keep].sum(), rtol=1e-15)
@@ -352,7 +364,7 @@ def test_topk_ties_and_truncated_q():
     q = np.array([0.4, 0.2, 0.2, 0.2])
     p = np.array([0.1, 0.1, 0.1, 0.7])
     a = make_plan(get_rule("topk", topk=2), q, p).accept_probs()
-    np.testing.assert_array_equal(a, [1, 1, 1, 1])     # ties at the k-th value are accepted
+    np.testing.assert_array_equal(a, [1, 1, 1, 1])  # ties at the k-th value are accepted
     # k beyond supp(q): the k-th largest q is 0 and every token passes, zeros of q included
     qt = np.array([0.5, 0.5, 0.0, 0.0])
     r = emitted_distribution(get_rule("topk", topk=3), qt, p)
@@ -381,10 +393,10 @@ def test_cascade_sps_ends_are_their_own():
     q = np.array([0.5, 0.3, 0.2])
     onehot = np.array([0.0, 1.0, 0.0])
     h = emitted_distribution(get_rule("cascade-chow", alpha=0.0), q, onehot)
-    np.testing.assert_allclose(h, onehot)                         # max p = 1 >= 1 - 0: defer to p
+    np.testing.assert_allclose(h, onehot)  # max p = 1 >= 1 - 0: defer to p
     p = np.array([0.1, 0.6, 0.3])
     h = emitted_distribution(get_rule("cascade-opt", alpha=0.0), q, p)
-    np.testing.assert_allclose(h, p)                              # max p >= max q
+    np.testing.assert_allclose(h, p)  # max p >= max q
     for name in ("cascade-token-v2", "cascade-token-v3"):
         h = emitted_distribution(get_rule(name, alpha=0.0), q, p)
         # A = {argmax q} = {0}: pi = p_0 e_0 + (1 - p_0) q, not q
@@ -396,16 +408,18 @@ def test_cascade_sps_ends_are_their_own():
 
 def test_cascades_decide_on_raw_distributions():
     """Diff: pick p iff max p~ >= max q~ - alpha on the raw rows; pi uses the processed ones."""
-    q, p = np.array([0.9, 0.1, 0.0]), np.array([0.2, 0.7, 0.1])        # processed
+    q, p = np.array([0.9, 0.1, 0.0]), np.array([0.2, 0.7, 0.1])  # processed
     raw_q, raw_p = np.array([0.5, 0.3, 0.2]), np.array([0.4, 0.35, 0.25])
     rule = get_rule("cascade-diff", alpha=0.05)
     # processed: 0.7 >= 0.9 - 0.05 is false (q); raw: 0.4 >= 0.5 - 0.05 is false too
-    np.testing.assert_allclose(emitted_distribution(rule, q, p, raw_target_probs=raw_q,
-                                                    raw_draft_probs=raw_p), q, atol=1e-15)
+    np.testing.assert_allclose(
+        emitted_distribution(rule, q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p), q, atol=1e-15
+    )
     rule = get_rule("cascade-diff", alpha=0.15)
     # raw: 0.4 >= 0.35 -> p, although processed 0.7 >= 0.75 would say q
-    np.testing.assert_allclose(emitted_distribution(rule, q, p, raw_target_probs=raw_q,
-                                                    raw_draft_probs=raw_p), p, atol=1e-15)
+    np.testing.assert_allclose(
+        emitted_distribution(rule, q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p), p, atol=1e-15
+    )
 
 
 def test_fuzzy_emits_p_or_q():
@@ -415,13 +429,14 @@ def test_fuzzy_emits_p_or_q():
     assert js == pytest.approx(float(get_divergence("js").unchecked(README_P, README_Q)))
     for T, expected in ((js + 1e-9, README_P), (js - 1e-9, README_Q)):
         rule = get_rule("fuzzy", fsd_div_threshold=T)
-        np.testing.assert_allclose(emitted_distribution(rule, README_Q, README_P), expected,
-                                   atol=1e-15)
+        np.testing.assert_allclose(emitted_distribution(rule, README_Q, README_P), expected, atol=1e-15)
     # kl_div is KL(p || q), kl_div_reversed KL(q || p)
     assert float(fsd_divergence("kl_div", README_Q, README_P)) == pytest.approx(
-        float(np.sum(README_P * np.log(README_P / README_Q))))
+        float(np.sum(README_P * np.log(README_P / README_Q)))
+    )
     assert float(fsd_divergence("kl_div_reversed", README_Q, README_P)) == pytest.approx(
-        float(np.sum(README_Q * np.log(README_Q / README_P))))
+        float(np.sum(README_Q * np.log(README_Q / README_P)))
+    )
 
 
 def test_token_cascade_can_accept_less_than_sps():
@@ -450,9 +465,9 @@ def _against_solved_spike(name, q, p, delta):
     emitted = np.asarray(emitted_distribution(plan))
     accept = np.asarray(acceptance_probabilities(plan))
     step = max(1, q.shape[-1] // 16)
-    ids = [np.array(n) for n in range(0, q.shape[-1], step)]     # a drafted token at a time
+    ids = [np.array(n) for n in range(0, q.shape[-1], step)]  # a drafted token at a time
     at = [(plan.accept_probs_at(n), np.asarray(plan.recovery_at(n))) for n in ids]
-    gamma = np.asarray(plan.spike)              # the whole vocabulary's, solved now
+    gamma = np.asarray(plan.spike)  # the whole vocabulary's, solved now
     pq, pp = plan.target_probs, plan.draft_probs
     assert np.array_equal(eff, np.where(pp > 0, np.minimum(gamma, pp), (gamma > 0) * 1.0))
     solved = SpikePlan(pq, pp, gamma)
@@ -495,8 +510,7 @@ def test_exact_kl_emitted_law_solves_few_roots(monkeypatch):
     q, p = correlated_pair(20_000, seed=5)
     solved = []
     real = spike._exact_numpy
-    monkeypatch.setattr(spike, "_exact_numpy",
-                        lambda s, *a, **k: solved.append(s.size) or real(s, *a, **k))
+    monkeypatch.setattr(spike, "_exact_numpy", lambda s, *a, **k: solved.append(s.size) or real(s, *a, **k))
     plan = make_plan(get_rule("cactus-exact-kl", delta=0.1), q, p)
     emitted_distribution(plan)
     acceptance_rate(plan)

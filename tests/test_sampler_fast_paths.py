@@ -8,16 +8,16 @@ Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token.
 import numpy as np
 import pytest
 import torch
+from rule_configs import FAST_IDS, FAST_RULES, FUSED_SHAPE, fused_params
 from scipy import stats
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
-from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.rules.plans import spike_residual_weights
 from cactus_theory.rules.tas import tas_threshold
+from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.samplers._kernels import kernels_for
 from cactus_theory.solvers.spike import exact_spike
-from rule_configs import FAST_IDS, FAST_RULES, FUSED_SHAPE, fused_params
 
 #: False-alarm rate of each chi-square test (seeds fixed: deterministic outcome; a correct
 #: sampler with an arbitrary seed fails at this rate).
@@ -38,12 +38,13 @@ def _chisquare_ok(counts, expected_probs, n):
     obs_c = np.append(counts[big], counts[~big].sum())
     exp_c = np.append(exp[big], exp[~big].sum())
     keep = exp_c > 0
-    if keep.sum() < 2:                      # a point mass: every draw on it
+    if keep.sum() < 2:  # a point mass: every draw on it
         return obs_c[keep].sum() == n
     return stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue > ALPHA
 
 
 # --- inverse CDF ------------------------------------------------------------------------------
+
 
 def test_inverse_cdf_sample_law_and_zero_weights():
     """Index j w.p. w_j / sum w (un-normalized weights); zero weights, first and last
@@ -62,11 +63,11 @@ def test_inverse_cdf_sample_law_across_blocks():
     cells (n = 60,000, ALPHA); zero weights never drawn; seeded rows reproduce."""
     V = 700
     w = torch.zeros(V)
-    w[256:260] = torch.tensor([1.0, 0.0, 2.0, 0.5])       # block 1 starts; block 0 is all zero
-    w[500:512] = 0.25                                      # runs into the tail block at 512
+    w[256:260] = torch.tensor([1.0, 0.0, 2.0, 0.5])  # block 1 starts; block 0 is all zero
+    w[500:512] = 0.25  # runs into the tail block at 512
     w[513] = 3.0
-    w[V - 1] = 1.5                                         # the last token
-    w[300] = 1e-3                                          # a small weight
+    w[V - 1] = 1.5  # the last token
+    w[300] = 1e-3  # a small weight
     torch.manual_seed(4)
     n = 60_000
     idx = inverse_cdf_sample(w.expand(n, V))
@@ -79,12 +80,11 @@ def test_inverse_cdf_sample_law_across_blocks():
 
 
 def test_inverse_cdf_sample_point_masses_and_tiny_weights():
-    rows = torch.tensor([[0.0, 0.0, 1e-30], [5.0, 0.0, 0.0], [0.0, 1e-38, 0.0],
-                         [1.0, 1e-7, 0.0]])
+    rows = torch.tensor([[0.0, 0.0, 1e-30], [5.0, 0.0, 0.0], [0.0, 1e-38, 0.0], [1.0, 1e-7, 0.0]])
     wide = torch.zeros(3, 1000)
-    wide[0, 999] = 1e-30       # the last token, in the tail block
-    wide[1, 256] = 2.0         # the first token of a block
-    wide[2, 255] = 1e-38       # the last token of a block (subnormal weight)
+    wide[0, 999] = 1e-30  # the last token, in the tail block
+    wide[1, 256] = 2.0  # the first token of a block
+    wide[2, 255] = 1e-38  # the last token of a block (subnormal weight)
     torch.manual_seed(0)
     for _ in range(50):
         idx = inverse_cdf_sample(rows)
@@ -98,11 +98,11 @@ def test_inverse_cdf_sample_fallback_rows():
     net: q); the other rows ignore it."""
     V = 600
     w = torch.zeros(4, V)
-    w[0, 10] = 1.0                          # a valid row: always 10
+    w[0, 10] = 1.0  # a valid row: always 10
     w[2, 5] = float("nan")
     w[3, 7] = float("inf")
     fb = torch.zeros(4, V)
-    fb[:, 590] = 1.0                        # the fallback: always 590 (in the tail block)
+    fb[:, 590] = 1.0  # the fallback: always 590 (in the tail block)
     torch.manual_seed(1)
     for _ in range(20):
         assert inverse_cdf_sample(w, fallback=fb).tolist() == [10, 590, 590, 590]
@@ -129,6 +129,7 @@ def test_inverse_cdf_sample_seeded_rows():
 
 # --- the recovery draw of the sampler against the exact analysis ------------------------------
 
+
 def _pair(seed, V=6, conc=0.8):
     rng = np.random.default_rng(seed)
     return rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
@@ -146,7 +147,7 @@ def test_recovery_draw_law_matches_exact_analysis(name, knobs, fused):
     s = make_sampler(rule, fused=fused)
     plan = rule.plan(q, p)
     rng = np.random.default_rng(1)
-    scale_q, scale_p = 1.7, 0.6            # un-normalized rows: the sums are folded in
+    scale_q, scale_p = 1.7, 0.6  # un-normalized rows: the sums are folded in
     for n_tok in (int(np.argmax(p)), int(rng.integers(V))):
         r = np.asarray(plan.recovery_at(np.array(n_tok)), dtype=np.float64)
         tq = torch.tensor(q * scale_q, dtype=torch.float32).expand(N, 1, V)
@@ -210,26 +211,36 @@ def test_fused_emitted_law(name, knobs):
     rule = get_rule(name, **knobs)
     pairs = _law_pairs(V)
     half = B // 2
-    qt = torch.cat([torch.tensor(q * 2.5, dtype=torch.float32).expand(half, k + 1, V)
-                    for q, _ in pairs]).contiguous()
-    pt = torch.cat([torch.tensor(p * 0.4, dtype=torch.float32).expand(half, k, V)
-                    for _, p in pairs]).contiguous()
+    qt = torch.cat(
+        [torch.tensor(q * 2.5, dtype=torch.float32).expand(half, k + 1, V) for q, _ in pairs]
+    ).contiguous()
+    pt = torch.cat(
+        [torch.tensor(p * 0.4, dtype=torch.float32).expand(half, k, V) for _, p in pairs]
+    ).contiguous()
     calls = 10_000 // half
     g = torch.Generator().manual_seed(11)
-    ids = torch.cat([torch.multinomial(torch.tensor(p), calls * half * k, replacement=True,
-                                       generator=g).reshape(calls, half, k) for _, p in pairs], 1)
+    ids = torch.cat(
+        [
+            torch.multinomial(torch.tensor(p), calls * half * k, replacement=True, generator=g).reshape(
+                calls, half, k
+            )
+            for _, p in pairs
+        ],
+        1,
+    )
     bonus = torch.zeros(B, 1, dtype=torch.int64)
     s = make_sampler(rule, fused=True)
     torch.manual_seed(12)
     first = torch.stack([s(qt, bonus, pt, ids[c])[:, 0] for c in range(calls)])
     for i, (q, p) in enumerate(pairs):
         h = emitted_distribution(rule, q, p)
-        tokens = first[:, i * half:(i + 1) * half].reshape(-1)
+        tokens = first[:, i * half : (i + 1) * half].reshape(-1)
         counts = np.bincount(tokens.numpy(), minlength=V).astype(float)
         assert _chisquare_ok(counts, h, calls * half), f"{name}, pair {i}"
 
 
 # --- accept paths and hooks against the full plan ---------------------------------------------
+
 
 def _rows(B=12, k=3, V=60, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -256,9 +267,10 @@ def test_accept_path_equals_the_plan(name, knobs, fused):
     decisions = set()
     for seed in range(4):
         x, y, ids = _rows(seed=seed)
-        if seed == 3:   # zeros: KL infinite off the support, 0 log 0 = 0, top-k ties at 0
-            x = torch.where(torch.rand(x.shape, generator=torch.Generator().manual_seed(5)) < 0.3,
-                            torch.zeros_like(x), x)
+        if seed == 3:  # zeros: KL infinite off the support, 0 log 0 = 0, top-k ties at 0
+            x = torch.where(
+                torch.rand(x.shape, generator=torch.Generator().manual_seed(5)) < 0.3, torch.zeros_like(x), x
+            )
         sq, sp = x.sum(-1), y.sum(-1)
         fast, _ = s.accept_probs_at_drafts(x, y, ids, sq, sp)
         q, p = x / sq[..., None], y / sp[..., None]
@@ -270,7 +282,7 @@ def test_accept_path_equals_the_plan(name, knobs, fused):
             ratio = torch.gather(q, -1, ids[..., None])[..., 0] / torch.gather(p, -1, ids[..., None])[..., 0]
             bound = x.shape[-1] * eps * (1.0 + ratio)
             assert bool(((fast - ref).abs() <= bound).all()), ((fast - ref).abs() / bound).max()
-    if RULES[name].deterministic:   # the rows exercise both decisions
+    if RULES[name].deterministic:  # the rows exercise both decisions
         assert decisions == {0.0, 1.0}, (name, decisions)
 
 
@@ -284,8 +296,10 @@ def test_recovery_hooks_equal_the_plan(name, knobs):
     q, p, n = x[:, 0] / x[:, 0].sum(-1, keepdim=True), y[:, 0] / y[:, 0].sum(-1, keepdim=True), ids[:, 0]
     ref = rule.plan(q, p).recovery_at(n)
     hook = kernels_for(rule).recovery_weights
-    for w in (rule.recovery_weights_at(q, p, n),
-              None if hook is None else hook(rule, q.clone(), p.clone(), n)):
+    for w in (
+        rule.recovery_weights_at(q, p, n),
+        None if hook is None else hook(rule, q.clone(), p.clone(), n),
+    ):
         if w is not None:
             torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
 
@@ -303,7 +317,7 @@ def test_cactus_recovery_from_spike_with_row_sums(name):
     gamma = rule.spike_at_tokens(torch.gather(q, -1, n[:, None])[:, 0])
     kernel = kernels_for(rule).spike_recovery_weights
     w = kernel(rule, x.clone(), y.clone(), n, gamma, sq, sp, overwrite=True)
-    w_keep = kernel(rule, x, y, n, gamma, sq, sp)     # inputs kept
+    w_keep = kernel(rule, x, y, n, gamma, sq, sp)  # inputs kept
     assert torch.equal(w, w_keep) and torch.equal(x / sq[:, None], q)
     ref = rule.recovery_at(q, p, n)
     torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
@@ -374,13 +388,15 @@ def test_empty_residual_falls_back_to_h_on_the_fast_paths(name):
     g = torch.Generator().manual_seed(3)
     q = torch.softmax(torch.randn(2, 50, generator=g), -1)
     p = q.clone()
-    p[1] = torch.softmax(torch.randn(50, generator=g), -1)       # row 1: a real residual
+    p[1] = torch.softmax(torch.randn(50, generator=g), -1)  # row 1: a real residual
     n = torch.tensor([7, 7])
     ref = rule.plan(q, p).recovery_at(n)
     kernels = kernels_for(rule)
     hook = kernels.recovery_weights
-    for w in (rule.recovery_weights_at(q, p, n),
-              None if hook is None else hook(rule, q.clone(), p.clone(), n)):
+    for w in (
+        rule.recovery_weights_at(q, p, n),
+        None if hook is None else hook(rule, q.clone(), p.clone(), n),
+    ):
         if w is not None:
             torch.testing.assert_close(w[0] / w[0].sum(), q[0], rtol=0, atol=1e-7)
             torch.testing.assert_close(w[1] / w[1].sum(), ref[1], rtol=0, atol=1e-6)
@@ -400,9 +416,12 @@ def test_kth_largest_equals_topk(V, k):
     from cactus_theory.samplers._kernels.topk import kth_largest
 
     g = torch.Generator().manual_seed(V + k)
-    for x in ((torch.rand(3, V, generator=g) * 50).floor(), torch.rand(3, V, generator=g),
-              torch.softmax(3.0 * torch.randn(3, V, generator=g), -1)):
-        x[1, -1] = 2.0 * x.max()                  # the largest entry in the tail block
+    for x in (
+        (torch.rand(3, V, generator=g) * 50).floor(),
+        torch.rand(3, V, generator=g),
+        torch.softmax(3.0 * torch.randn(3, V, generator=g), -1),
+    ):
+        x[1, -1] = 2.0 * x.max()  # the largest entry in the tail block
         ref = x.topk(k, dim=-1).values.amin(-1, keepdim=True)
         assert torch.equal(kth_largest(x, k), ref)
 
@@ -417,12 +436,14 @@ def test_first_argmax_equals_torch_argmax(V, compiled):
     from cactus_theory.samplers._kernels._blocks import first_argmax
     from cactus_theory.samplers.fused import INDUCTOR_OPTIONS
 
-    fn = torch.compile(first_argmax, dynamic=False, options=INDUCTOR_OPTIONS) if compiled \
-        else first_argmax
+    fn = torch.compile(first_argmax, dynamic=False, options=INDUCTOR_OPTIONS) if compiled else first_argmax
     g = torch.Generator().manual_seed(V)
-    for x in ((torch.rand(2, 3, V, generator=g) * 5).floor(), torch.rand(2, 3, V, generator=g),
-              torch.softmax(3.0 * torch.randn(2, 3, V, generator=g), -1)):
-        x[0, 1, -1] = 2.0 * x.max()                   # the largest entry in the tail block
+    for x in (
+        (torch.rand(2, 3, V, generator=g) * 5).floor(),
+        torch.rand(2, 3, V, generator=g),
+        torch.softmax(3.0 * torch.randn(2, 3, V, generator=g), -1),
+    ):
+        x[0, 1, -1] = 2.0 * x.max()  # the largest entry in the tail block
         x[1, 2, V // 2] = x[1, 2, -1] = 3.0 * x.max()  # tied: the lower index wins
         assert torch.equal(fn(x), torch.argmax(x, dim=-1))
 
@@ -438,8 +459,11 @@ def test_two_level_sum_equals_the_float64_sum(V):
     x = torch.softmax(3.0 * torch.randn(2, 3, V, generator=g), -1)
     fn = lambda z: torch.log(z + 1e-5) * z  # noqa: E731 - TAS's vLLM entropy terms
     ref = (torch.log(x.double() + 1e-5) * x.double()).sum(-1)
-    bound = (256 + V / 256) * torch.finfo(torch.float32).eps * (torch.log(x.double() + 1e-5)
-                                                               * x.double()).abs().sum(-1)
+    bound = (
+        (256 + V / 256)
+        * torch.finfo(torch.float32).eps
+        * (torch.log(x.double() + 1e-5) * x.double()).abs().sum(-1)
+    )
     got = two_level_sum(x, fn)
     assert got.shape == (2, 3) and bool(((got.double() - ref).abs() <= bound).all())
     assert torch.equal(two_level_sum(x, None), two_level_sum(x, lambda z: z))
@@ -462,13 +486,13 @@ def test_split_blocks_and_block_reduce(V):
     assert (whole is None) == (nb == 0) and (tail is None) == (rest == 0)
     parts = ([] if whole is None else [whole.flatten(-2)]) + ([] if tail is None else [tail])
     assert torch.equal(torch.cat(parts, -1), x)
-    for part in parts:                       # views of x's storage
+    for part in parts:  # views of x's storage
         assert part.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-    slices = [x[..., i:i + 256] for i in range(0, V, 256)]
+    slices = [x[..., i : i + 256] for i in range(0, V, 256)]
     assert torch.equal(block_reduce(x, "amax"), torch.stack([s.amax(-1) for s in slices], -1))
     sums = torch.stack([s.sum(-1) for s in slices], -1)
     # 256 terms in [0, 1) summed in another order: at most 255 float32 eps of their sum
-    torch.testing.assert_close(block_reduce(x, "sum"), sums, rtol=255 * 2.0 ** -23, atol=0)
+    torch.testing.assert_close(block_reduce(x, "sum"), sums, rtol=255 * 2.0**-23, atol=0)
     assert torch.equal(block_sums(x), block_reduce(x, "sum"))
 
 
@@ -488,9 +512,9 @@ def test_tas_vllm_entropy_on_unnormalized_rows(s, compiled):
     q = torch.softmax(3.0 * torch.randn(V, generator=g, dtype=torch.float64), -1)
     # half-integer steps: no draft exactly at the threshold (a tie that rounding decides)
     band = 1.0 + 1e-5 * (torch.arange(-(n // 2), n // 2 + 1, dtype=torch.float64) + 0.5)
-    for _ in range(10):     # the drafts' q straddle the threshold they move (fixed point)
+    for _ in range(10):  # the drafts' q straddle the threshold they move (fixed point)
         tau = float(tas_threshold(q, 0.09, 0.3)[0])
-        q[1:n + 1] = tau * band
+        q[1 : n + 1] = tau * band
         q = q / q.sum()
     ids = torch.arange(1, n + 1)[None]
     rows = q.expand(1, n, V)
@@ -516,20 +540,23 @@ def test_masked_sum_by_blocks_equals_the_full_masked_sum(V, compiled):
     bound). Thresholds: (1 - alpha) max for alpha = 0.5 (few blocks: the gathered path), 0.999
     (most blocks reach it: the full sum), a negative one (every entry), and a row whose set
     spans more than 16 blocks beside rows that need few; the tail block holds a set entry."""
-    from cactus_theory.samplers._kernels.cascades import masked_sum_by_blocks
     from cactus_theory.samplers._kernels._blocks import block_maxima
+    from cactus_theory.samplers._kernels.cascades import masked_sum_by_blocks
     from cactus_theory.samplers.fused import INDUCTOR_OPTIONS
 
     g = torch.Generator().manual_seed(V)
     z = torch.softmax(3.0 * torch.randn(4, 3, V, generator=g), -1)
     w = torch.softmax(3.0 * torch.randn(4, 3, V, generator=g), -1)
-    z[0, 0, -1] = z[0, 0].max()                      # a maximum in the short last block
-    w[0, 0, -1] = 0.3                                # with weight there
+    z[0, 0, -1] = z[0, 0].max()  # a maximum in the short last block
+    w[0, 0, -1] = 0.3  # with weight there
     spread = z.clone()
-    spread[1, 2, ::1000] = spread[1, 2].max()        # a set spread over many blocks
-    w[1, 2, ::1000] = 0.01                           # with weight on each of its entries
-    fn = torch.compile(masked_sum_by_blocks, dynamic=False, options=INDUCTOR_OPTIONS) \
-        if compiled else masked_sum_by_blocks
+    spread[1, 2, ::1000] = spread[1, 2].max()  # a set spread over many blocks
+    w[1, 2, ::1000] = 0.01  # with weight on each of its entries
+    fn = (
+        torch.compile(masked_sum_by_blocks, dynamic=False, options=INDUCTOR_OPTIONS)
+        if compiled
+        else masked_sum_by_blocks
+    )
     eps = torch.finfo(torch.float32).eps
     paths = set()
     for zz in (z, spread):
@@ -543,4 +570,4 @@ def test_masked_sum_by_blocks_equals_the_full_masked_sum(V, compiled):
             assert got.shape == ref.shape
             bound = V * eps * w.double().sum(-1, keepdim=True)
             assert bool(((got.double() - ref).abs() <= bound).all()), (alpha, zz is spread)
-    assert paths == ({True, False} if V >= 16_384 else {False})   # both paths where they apply
+    assert paths == ({True, False} if V >= 16_384 else {False})  # both paths where they apply

@@ -6,13 +6,13 @@ the paths derived from the rule's declaration, with the same law."""
 import numpy as np
 import pytest
 import torch
+from rule_configs import FAST_IDS, FAST_RULES
 from scipy import stats
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import _kernels, make_sampler
 from cactus_theory.samplers._kernels import NO_KERNELS, RuleKernels, kernels_for
-from rule_configs import FAST_IDS, FAST_RULES
 
 #: False alarm rate of each chi-square test.
 ALPHA = 1e-3
@@ -26,10 +26,9 @@ def _chisquare_ok(counts, expected_probs, n):
     obs_c = np.append(counts[big], counts[~big].sum())
     exp_c = np.append(exp[big], exp[~big].sum())
     keep = exp_c > 0
-    if keep.sum() < 2:                      # a point mass: every draw on it
+    if keep.sum() < 2:  # a point mass: every draw on it
         return obs_c[keep].sum() == n
-    return stats.chisquare(obs_c[keep],
-                           exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue > ALPHA
+    return stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue > ALPHA
 
 
 def _pair(seed, V=6, conc=0.8):
@@ -52,10 +51,17 @@ def test_every_kernel_belongs_to_a_registered_rule():
     for cls, kernels in _kernels.KERNELS.items():
         assert isinstance(kernels, RuleKernels)
         assert any(issubclass(c, cls) for c in classes), cls
-    for name in ("tas", "topk", "fuzzy", "cascade-token-v3", "interpolation", "cactus-taylor",
-                 "cactus-exact"):
+    for name in (
+        "tas",
+        "topk",
+        "fuzzy",
+        "cascade-token-v3",
+        "interpolation",
+        "cactus-taylor",
+        "cactus-exact",
+    ):
         assert kernels_for(get_rule(name)) is not NO_KERNELS, name
-    assert kernels_for(get_rule("sps")) is NO_KERNELS       # derived paths only
+    assert kernels_for(get_rule("sps")) is NO_KERNELS  # derived paths only
 
 
 def test_register_kernels_checks_its_argument():
@@ -74,10 +80,12 @@ def test_a_missing_or_broken_kernel_gives_the_derived_paths(monkeypatch, broken)
     if broken == "dropped":
         del registry[cls]
     else:
+
         def guard():
             if broken == "guard-raises":
                 raise AttributeError("module 'torch' has no attribute 'cond'")
             return False
+
         registry[cls] = RuleKernels(**{**entry.__dict__, "guard": guard})
     assert kernels_for(rule) is entry
     sub = type("Sub", (cls,), {})

@@ -10,16 +10,21 @@ import math
 import numpy as np
 import pytest
 import torch
+from rule_configs import CONFIGS  # every rule at its defaults and halfway to SpS
 from scipy import stats
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
-from cactus_theory.samplers import (RuleSampler, V1Stats, exponential_race, make_sampler,
-                                    parse_output, ragged_forward)
+from cactus_theory.samplers import (
+    RuleSampler,
+    V1Stats,
+    exponential_race,
+    make_sampler,
+    parse_output,
+    ragged_forward,
+)
 
-from rule_configs import CONFIGS  # every rule at its defaults and halfway to SpS
-
-ALL_RULES = list(RULES.all_names())   # every rule, and every alias
+ALL_RULES = list(RULES.all_names())  # every rule, and every alias
 
 
 #: False-alarm rate of each chi-square test below under a correct sampler (seeds are fixed, so
@@ -51,7 +56,7 @@ def _check_layout(out, ids, bonus, accepted):
         assert out[b, n] >= 0
         if n == k:
             assert out[b, k] == bonus[b, 0]
-        assert torch.all(out[b, n + 1:] == -1)
+        assert torch.all(out[b, n + 1 :] == -1)
     assert int((out != -1).sum()) == int((n_acc + 1).sum())
 
 
@@ -66,13 +71,13 @@ def test_layout_and_counters_every_rule(name):
     out = s(q, bonus, p, ids)
     acc = s.last_accepted
     _check_layout(out, ids, bonus, acc)
-    assert int(s.num_accepted_tokens) == int(acc.sum())          # non-causal, as vLLM V0
+    assert int(s.num_accepted_tokens) == int(acc.sum())  # non-causal, as vLLM V0
     assert int(s.num_accepted_prefix_tokens) == int(acc.long().cumprod(-1).sum())
     assert int(s.num_emitted_tokens) == int((out != -1).sum())
     assert s.num_draft_tokens == 16 * 4 and isinstance(s.num_draft_tokens, int)
     assert int(out.max()) < 12 and int(out.min()) >= -1
     s(q, bonus, p, ids)
-    assert s.num_draft_tokens == 2 * 16 * 4                       # counters accumulate
+    assert s.num_draft_tokens == 2 * 16 * 4  # counters accumulate
 
 
 def test_num_accepted_counts_after_first_rejection():
@@ -80,13 +85,13 @@ def test_num_accepted_counts_after_first_rejection():
     V = 4
     q = torch.tensor([[[0.0, 0.5, 0.5, 0.0], [0.25] * 4, [0.25] * 4]])
     p = torch.tensor([[[1.0, 0.0, 0.0, 0.0], [0.25] * 4]])
-    ids = torch.tensor([[0, 2]])           # position 0: q_n = 0, always rejected; position 1: p = q
+    ids = torch.tensor([[0, 2]])  # position 0: q_n = 0, always rejected; position 1: p = q
     bonus = torch.tensor([[3]])
     s = make_sampler("sps")
     out = s(q, bonus, p, ids)
     assert s.last_accepted.tolist() == [[False, True]]
-    assert int(s.num_accepted_tokens) == 1          # vLLM V0 semantics
-    assert int(s.num_accepted_prefix_tokens) == 0   # the causal count (vLLM V1)
+    assert int(s.num_accepted_tokens) == 1  # vLLM V0 semantics
+    assert int(s.num_accepted_prefix_tokens) == 0  # the causal count (vLLM V1)
     assert int(s.num_emitted_tokens) == 1
     assert out[0, 0] in (1, 2) and out[0, 1:].tolist() == [-1, -1]
     assert int(out.max()) < V
@@ -122,13 +127,16 @@ def test_init_tensors_like_vllm():
     assert s.probs_dtype == torch.float32 and s.token_id_dtype == torch.int64
 
 
-@pytest.mark.parametrize("bad, arg", [
-    (lambda q, b, p, i: (q[:, :1], b, p, i), "target_with_bonus_probs"),
-    (lambda q, b, p, i: (q, b, p[:, :2], i), "draft_probs"),
-    (lambda q, b, p, i: (q, b, p, i[:, :2]), "draft_token_ids"),
-    (lambda q, b, p, i: (q, b[:, 0], p, i), "bonus_token_ids"),
-    (lambda q, b, p, i: (q, b, p, i.float()), "draft_token_ids"),
-])
+@pytest.mark.parametrize(
+    "bad, arg",
+    [
+        (lambda q, b, p, i: (q[:, :1], b, p, i), "target_with_bonus_probs"),
+        (lambda q, b, p, i: (q, b, p[:, :2], i), "draft_probs"),
+        (lambda q, b, p, i: (q, b, p, i[:, :2]), "draft_token_ids"),
+        (lambda q, b, p, i: (q, b[:, 0], p, i), "bonus_token_ids"),
+        (lambda q, b, p, i: (q, b, p, i.float()), "draft_token_ids"),
+    ],
+)
 def test_bad_shapes_raise(bad, arg):
     q, bonus, p, ids = _batch(2, 3, 5)
     with pytest.raises(ValueError, match=arg):
@@ -200,7 +208,7 @@ def test_emitted_law_matches_exact_analysis(name, knobs, case):
     obs_c = np.append(counts[big], counts[~big].sum())
     exp_c = np.append(exp[big], exp[~big].sum())
     keep = exp_c > 0
-    if keep.sum() < 2:     # a point mass: every draw must land on it (no chi-square possible)
+    if keep.sum() < 2:  # a point mass: every draw must land on it (no chi-square possible)
         assert obs_c[keep].sum() == n, f"{name}/{case}: {counts} vs a point mass {exp}"
         return
     pval = stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue
@@ -231,15 +239,20 @@ def test_seeded_rows_reproduce_bit_for_bit(name):
         return s(q[rows], bonus[rows], p[rows], ids[rows], seeded_seqs=gens)
 
     a = run([0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15])
-    torch.manual_seed(99)                       # the default generator must not matter
+    torch.manual_seed(99)  # the default generator must not matter
     b = run([0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15])
     assert torch.equal(a, b)
     # a seeded row's output depends only on its inputs and its generator, not on its batch
     gens = {0: torch.Generator().manual_seed(12)}
     alone = s(q[2:3], bonus[2:3], p[2:3], ids[2:3], seeded_seqs=gens)
     assert torch.equal(alone[0], a[2])
-    mixed = s(q[[2, 0, 1]], bonus[[2, 0, 1]], p[[2, 0, 1]], ids[[2, 0, 1]],
-              seeded_seqs={0: torch.Generator().manual_seed(12)})
+    mixed = s(
+        q[[2, 0, 1]],
+        bonus[[2, 0, 1]],
+        p[[2, 0, 1]],
+        ids[[2, 0, 1]],
+        seeded_seqs={0: torch.Generator().manual_seed(12)},
+    )
     assert torch.equal(mixed[0], a[2])
 
 
@@ -310,8 +323,12 @@ def test_q_n_zero_is_rejected_and_recovered_in_support():
     """q_n = 0 under SpS: always rejected, the recovery lies in supp(q) (never token 0 by default)."""
     q, p, ids = _edge_inputs()["q_n=0"]
     B = 200
-    out = make_sampler("sps")(q.expand(B, 3, 5), torch.zeros(B, 1, dtype=torch.int64),
-                              p.expand(B, 2, 5), torch.tensor(ids).expand(B, 2))
+    out = make_sampler("sps")(
+        q.expand(B, 3, 5),
+        torch.zeros(B, 1, dtype=torch.int64),
+        p.expand(B, 2, 5),
+        torch.tensor(ids).expand(B, 2),
+    )
     assert torch.all(out[:, 0] == 4) and torch.all(out[:, 1:] == -1)
 
 
@@ -325,26 +342,37 @@ def test_v1_adapter_agrees_with_v0_layout(name):
     s = make_sampler(name)
     gens = lambda: {i: torch.Generator().manual_seed(100 + i) for i in range(B)}  # noqa: E731
     v0 = s(q, bonus, p, ids, seeded_seqs=gens())
-    v1 = ragged_forward(s, ids.reshape(-1), [k] * B, p.reshape(-1, V), q[:, :k].reshape(-1, V),
-                        bonus, generators=gens())
+    v1 = ragged_forward(
+        s, ids.reshape(-1), [k] * B, p.reshape(-1, V), q[:, :k].reshape(-1, V), bonus, generators=gens()
+    )
     assert v1.dtype == torch.int32 and torch.equal(v1.long(), v0)
     # ragged: request i with k_i drafts = V0 on that request alone with the same generator
     ks = [3, 0, 1, 2, 3]
-    flat = torch.cat([ids[i, :ks[i]] for i in range(B)])
-    fq = torch.cat([q[i, :ks[i]] for i in range(B)])
-    fp = torch.cat([p[i, :ks[i]] for i in range(B)])
-    out = ragged_forward(s, flat, None, fp, fq, bonus, cu_num_draft_tokens=np.cumsum(ks).tolist(),
-                         generators=gens(), max_spec_len=4)
+    flat = torch.cat([ids[i, : ks[i]] for i in range(B)])
+    fq = torch.cat([q[i, : ks[i]] for i in range(B)])
+    fp = torch.cat([p[i, : ks[i]] for i in range(B)])
+    out = ragged_forward(
+        s,
+        flat,
+        None,
+        fp,
+        fq,
+        bonus,
+        cu_num_draft_tokens=np.cumsum(ks).tolist(),
+        generators=gens(),
+        max_spec_len=4,
+    )
     assert out.shape == (B, 5)
     for i, ki in enumerate(ks):
         if ki == 0:
             assert out[i].tolist() == [int(bonus[i])] + [-1] * 4
             continue
         g = {0: torch.Generator().manual_seed(100 + i)}
-        alone = s(q[i:i + 1, :ki + 1], bonus[i:i + 1], p[i:i + 1, :ki], ids[i:i + 1, :ki],
-                  seeded_seqs=g)
-        assert out[i, :ki + 1].tolist() == alone[0].tolist()
-        assert torch.all(out[i, ki + 1:] == -1)
+        alone = s(
+            q[i : i + 1, : ki + 1], bonus[i : i + 1], p[i : i + 1, :ki], ids[i : i + 1, :ki], seeded_seqs=g
+        )
+        assert out[i, : ki + 1].tolist() == alone[0].tolist()
+        assert torch.all(out[i, ki + 1 :] == -1)
     stats_ = V1Stats.from_output(out, ks, V)
     parsed = parse_output(out, V)
     assert stats_.num_drafts == 4 and stats_.num_draft_tokens == sum(ks)
@@ -358,8 +386,7 @@ def test_v1_no_draft_probs_is_point_mass():
     q, bonus, _, ids = _batch(B, k, V, seed=6)
     s = make_sampler("sps")
     gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(B)}  # noqa: E731
-    a = ragged_forward(s, ids.reshape(-1), [k] * B, None, q[:, :k].reshape(-1, V), bonus,
-                       generators=gens())
+    a = ragged_forward(s, ids.reshape(-1), [k] * B, None, q[:, :k].reshape(-1, V), bonus, generators=gens())
     onehot = torch.nn.functional.one_hot(ids, V).float()
     b = s(q, bonus, onehot, ids, seeded_seqs=gens())
     assert torch.equal(a.long(), b)
@@ -423,9 +450,9 @@ def test_optional_accept_hook_agrees_with_plan_path():
         calls.clear()
         hooked = configured(cls)
         via_hook = make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens())
-        assert calls == [(kind, (32, 5))]           # the hook ran, on the drafted tokens only
+        assert calls == [(kind, (32, 5))]  # the hook ran, on the drafted tokens only
         assert torch.equal(plan_path, via_hook)
-        hooked.scale = 0.5                          # a wrong hook is seen in the output
+        hooked.scale = 0.5  # a wrong hook is seen in the output
         assert not torch.equal(plan_path, make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens()))
 
 
@@ -465,8 +492,9 @@ def test_accepted_prefix_length_law(name, knobs):
     g = torch.Generator().manual_seed(22)
     qt = torch.tensor(q, dtype=torch.float32).expand(n, k + 1, V)
     pt = torch.tensor(p, dtype=torch.float32).expand(n, k, V)
-    ids = torch.stack([torch.multinomial(pt[:, i], 1, replacement=True, generator=g)[:, 0]
-                       for i in range(k)], dim=1)
+    ids = torch.stack(
+        [torch.multinomial(pt[:, i], 1, replacement=True, generator=g)[:, 0] for i in range(k)], dim=1
+    )
     torch.manual_seed(23)
     out = make_sampler(rule)(qt, torch.zeros(n, 1, dtype=torch.int64), pt, ids)
     N = ((out != -1).sum(1) - 1).numpy()
@@ -477,7 +505,7 @@ def test_accepted_prefix_length_law(name, knobs):
     obs_c = np.append(counts[big], counts[~big].sum())
     exp_c = np.append(exp[big], exp[~big].sum())
     keep = exp_c > 0
-    if keep.sum() < 2:     # a point mass: every draw must land on it (no chi-square possible)
+    if keep.sum() < 2:  # a point mass: every draw must land on it (no chi-square possible)
         assert obs_c[keep].sum() == n, f"{name}: {counts} vs a point mass {exp}"
         return
     pval = stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue
@@ -492,8 +520,17 @@ def test_no_host_sync_on_cuda():
     """forward without seeded rows runs under torch.cuda.set_sync_debug_mode('error')."""
     dev = torch.device("cuda")
     q, bonus, p, ids = (t.to(dev) for t in _batch(8, 4, 1000, seed=9))
-    for name in ("sps", "cactus-taylor", "cactus-exact-kl", "cactus-exact", "tas", "topk", "interpolation",
-                 "cascade-opt", "fuzzy"):
+    for name in (
+        "sps",
+        "cactus-taylor",
+        "cactus-exact-kl",
+        "cactus-exact",
+        "tas",
+        "topk",
+        "interpolation",
+        "cascade-opt",
+        "fuzzy",
+    ):
         s = make_sampler(name)
         s(q, bonus, p, ids)
         torch.cuda.synchronize()

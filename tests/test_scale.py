@@ -31,8 +31,7 @@ def pairs(n, V, seed=0, conc=0.3):
 def same_result(a, b):
     """Every field of two OneStepResults equal bit for bit (None where not kept)."""
     assert a.rule == b.rule
-    for x, y in ((a.acceptance, b.acceptance), (a.accept_probs, b.accept_probs),
-                 (a.emitted, b.emitted)):
+    for x, y in ((a.acceptance, b.acceptance), (a.accept_probs, b.accept_probs), (a.emitted, b.emitted)):
         if x is None or y is None:
             assert x is None or y is None
             continue
@@ -43,6 +42,7 @@ def same_result(a, b):
 
 
 # --------------------------------------------------------------------------- chunk rule, bad input
+
 
 def test_parse_memory_units():
     assert chunked.parse_memory("256MB") == 256 * 10**6
@@ -63,10 +63,12 @@ def test_bad_memory_string_names_max_memory(bad):
 @pytest.mark.parametrize("bad", [0, -3, 2.5, "10", True])
 def test_bad_chunk_rows_names_chunk_rows(bad):
     q, p = pairs(3, 4)
-    for call in (lambda: ct.analyze("sps", q, p, chunk_rows=bad),
-                 lambda: ct.analyze_rules(q, p, ["sps"], chunk_rows=bad),
-                 lambda: ct.optimal_frontier(q, p, eps=0.1, chunk_rows=bad),
-                 lambda: ct.calibrate_delta(q, p, 0.1, chunk_rows=bad)):
+    for call in (
+        lambda: ct.analyze("sps", q, p, chunk_rows=bad),
+        lambda: ct.analyze_rules(q, p, ["sps"], chunk_rows=bad),
+        lambda: ct.optimal_frontier(q, p, eps=0.1, chunk_rows=bad),
+        lambda: ct.calibrate_delta(q, p, 0.1, chunk_rows=bad),
+    ):
         with pytest.raises(ValueError, match="^chunk_rows"):
             call()
 
@@ -81,14 +83,16 @@ def test_default_chunk_fits_the_default_bound():
     rule = chunked.rows_per_chunk("analyze")
     # V = 1,000: the default 256 MiB over 34 float64 arrays of V per row
     assert rule(1000) == chunked.DEFAULT_MAX_MEMORY // (8 * chunked.WORK_ARRAYS["analyze"] * 1000)
-    assert rule(10**9) == 1      # one row at least, whatever V
+    assert rule(10**9) == 1  # one row at least, whatever V
     assert chunked.rows_per_chunk("analyze", chunk_rows=7)(10**6) == 7
 
 
 # --------------------------------------------------------------------------- analyze, bit for bit
 
-@pytest.mark.parametrize("rule", ["cactus-exact", "cactus-taylor", "sps", "interpolation", "topk",
-                                  "cascade-token-v3"])
+
+@pytest.mark.parametrize(
+    "rule", ["cactus-exact", "cactus-taylor", "sps", "interpolation", "topk", "cascade-token-v3"]
+)
 def test_analyze_in_chunks_equals_one_block(rule):
     q, p = pairs(90, 24, seed=1)
     rq, rp = pairs(90, 24, seed=2)
@@ -112,8 +116,8 @@ def test_analyze_equals_thousand_row_chunks_one_by_one():
     # bound's chunks give the numbers of fixed 1,000-row blocks analysed one at a time
     q, p = pairs(2600, 40, seed=4)
     got = ct.analyze("cactus-exact", q, p, per_token=False, max_memory="2MB")
-    assert chunked.rows_per_chunk("analyze", max_memory="2MB")(40) < 1000     # several chunks
-    blocks = [analyze_block("cactus-exact", q[a:a + 1000], p[a:a + 1000]) for a in (0, 1000, 2000)]
+    assert chunked.rows_per_chunk("analyze", max_memory="2MB")(40) < 1000  # several chunks
+    blocks = [analyze_block("cactus-exact", q[a : a + 1000], p[a : a + 1000]) for a in (0, 1000, 2000)]
     assert got.emitted is None and got.accept_probs is None
     assert np.array_equal(got.acceptance, np.concatenate([b.acceptance for b in blocks]))
     for k in got.divergences:
@@ -141,7 +145,7 @@ def test_working_memory_stays_under_the_bound():
     # analyze stays under max_memory plus its per-row results, where one block holds ~30
     # input-sized arrays
     q, p = pairs(2000, 200, seed=7)
-    results = 2000 * 8 * 4                       # acceptance and three divergences per row
+    results = 2000 * 8 * 4  # acceptance and three divergences per row
 
     def peak(fn):
         tracemalloc.start()
@@ -160,10 +164,11 @@ def test_working_memory_stays_under_the_bound():
     # keeping accept_probs and emitted: their N x V outputs, written chunk by chunk, on top
     tok_peak = peak(lambda: ct.analyze("cactus-exact", q, p, max_memory=bound))
     assert tok_peak <= q.nbytes + p.nbytes + bound + results
-    assert block_peak > 10 * (q.nbytes + p.nbytes)     # what chunking avoids: ~15x the input
+    assert block_peak > 10 * (q.nbytes + p.nbytes)  # what chunking avoids: ~15x the input
 
 
 # --------------------------------------------------------------------------- the other analyses
+
 
 def test_analyze_rules_in_chunks_equals_in_memory():
     q, p = pairs(60, 16, seed=8)
@@ -180,8 +185,11 @@ def test_optimal_frontier_in_chunks_equals_in_memory():
         got = ct.optimal_frontier(q, p, eps=eps, chunk_rows=7)
         for f in ("eps", "acceptance", "emitted_divergence", "per_position_acceptance"):
             assert np.array_equal(getattr(got, f), getattr(ref, f)), f
-        assert (got.sps_acceptance, got.saturation_eps, got.n_positions) == \
-            (ref.sps_acceptance, ref.saturation_eps, ref.n_positions)
+        assert (got.sps_acceptance, got.saturation_eps, got.n_positions) == (
+            ref.sps_acceptance,
+            ref.saturation_eps,
+            ref.n_positions,
+        )
 
 
 @pytest.mark.parametrize("rule", ["cactus-taylor", "cactus-exact"])
@@ -206,15 +214,17 @@ def test_global_delta_in_chunks_equals_in_memory(statistic):
 
 # --------------------------------------------------------------------------- row sources
 
+
 def test_npy_file_is_memory_mapped_and_equal(tmp_path):
     q, p = pairs(70, 20, seed=12)
     np.save(tmp_path / "rows.npy", np.stack([q, p]))
     src = rows.as_row_source(tmp_path / "rows.npy")
     assert src.n_rows == 70 and src.widths() == [(70, 20)]
     got = ct.analyze("cactus-exact", src, chunk_rows=9)
-    assert got.emitted is None                   # a source keeps per-row values only by default
-    same_result(analyze_block("cactus-exact", q, p), ct.analyze("cactus-exact", src, chunk_rows=9,
-                                                                 per_token=True))
+    assert got.emitted is None  # a source keeps per-row values only by default
+    same_result(
+        analyze_block("cactus-exact", q, p), ct.analyze("cactus-exact", src, chunk_rows=9, per_token=True)
+    )
 
 
 def test_compact_dump_source_equals_its_pairs():
@@ -249,7 +259,7 @@ def test_folder_of_shards_is_read_lazily(tmp_path):
     src = rows.as_row_source(tmp_path)
     assert isinstance(src, rows.ShardRows) and src.n_rows == 1600 and len(src.parts()) == 4
     bound = 600_000
-    ct.analyze("cactus-exact", src.parts()[0], max_memory=bound)   # first call's imports/caches
+    ct.analyze("cactus-exact", src.parts()[0], max_memory=bound)  # first call's imports/caches
 
     def peak(source):
         tracemalloc.start()
@@ -305,15 +315,17 @@ def test_bad_sources(tmp_path):
 
 # --------------------------------------------------------------------------- command line
 
+
 def test_cli_analyze_folder_of_shards(tmp_path, capsys):
     parts = _shard_folder(tmp_path, n_shards=3, n=40, V=12)
     q = np.concatenate([a for a, _ in parts])
     p = np.concatenate([b for _, b in parts])
-    status = main(["analyze", "--input", str(tmp_path), "--rules", "sps,cactus-exact",
-                   "--max-memory", "64kB", "--json"])
+    status = main(
+        ["analyze", "--input", str(tmp_path), "--rules", "sps,cactus-exact", "--max-memory", "64kB", "--json"]
+    )
     out, err = capsys.readouterr()
     assert status == 0, err
-    assert "chunk" in err                           # the progress bar over chunks
+    assert "chunk" in err  # the progress bar over chunks
     data = json.loads(out)
     ref = ct.analyze_rules(q, p, ["sps", "cactus-exact"]).to_dict()
     assert data == json.loads(json.dumps(ref))
@@ -324,6 +336,7 @@ def test_cli_analyze_folder_of_shards(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- Dask
 
+
 def test_dask_local_cluster_matches_in_memory(tmp_path):
     da = pytest.importorskip("dask.array")
     distributed = pytest.importorskip("distributed")
@@ -333,8 +346,12 @@ def test_dask_local_cluster_matches_in_memory(tmp_path):
     parts = _shard_folder(tmp_path, n_shards=3, n=40, V=16)
     sq = np.concatenate([a for a, _ in parts])
     sp = np.concatenate([b for _, b in parts])
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster),
+    ):
         dq, dp = da.from_array(q, chunks=(45, 16)), da.from_array(p, chunks=(60, 8))
         ref = analyze_block("cactus-exact", q, p)
         got = on_dask.analyze("cactus-exact", dq, dp)
@@ -351,8 +368,9 @@ def test_dask_local_cluster_matches_in_memory(tmp_path):
         assert np.array_equal(c_got.delta, c_ref.delta)
         # one Dask computation per pass over the rows: two blocks of rows
         g_ref = global_delta(q, p, 0.02, statistic=0.9)
-        g_got = on_dask.global_delta(da.from_array(q, chunks=(60, 16)), da.from_array(p, chunks=(60, 16)),
-                                     0.02, statistic=0.9)
+        g_got = on_dask.global_delta(
+            da.from_array(q, chunks=(60, 16)), da.from_array(p, chunks=(60, 16)), 0.02, statistic=0.9
+        )
         assert g_got.delta == g_ref.delta and g_got.value == g_ref.value
         # shards as a bag: each worker reads its own shards
         shards = on_dask.analyze_rules(rows.as_row_source(tmp_path), None, names, chunk_rows=16)

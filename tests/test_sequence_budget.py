@@ -7,22 +7,26 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import simplex
 
 from cactus_theory.analysis.one_step import emitted_distribution
-from cactus_theory.report import format_sequence_budget
-from cactus_theory.simulate.sequence_budget import (
-    METHODS, compare_sequence_budget,
-)
 from cactus_theory.divergences import get_divergence
+from cactus_theory.report import format_sequence_budget
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.simulate.chain import Trajectory
+from cactus_theory.simulate.sequence_budget import (
+    METHODS,
+    compare_sequence_budget,
+)
 from cactus_theory.simulate.synthetic import synthetic_trajectory
 from cactus_theory.solvers.mentored import solve_mentored
 from cactus_theory.solvers.sequence import (
-    budget_account, budgeted_multiplier_step, multiplier_step, sequence_budget_cvxpy,
+    budget_account,
+    budgeted_multiplier_step,
+    multiplier_step,
+    sequence_budget_cvxpy,
     solve_sequence_budget,
 )
-from strategies import simplex
 
 KL = get_divergence("kl")
 
@@ -33,8 +37,11 @@ def _kl(o, q):
 
 def _F(q, p, e):
     """The per-step frontier F_t(e_t) (exact solver, one budget per row)."""
-    return np.asarray(solve_mentored(q, p, np.maximum(np.asarray(e, dtype=np.float64), 0.0), "kl",
-                                     return_target=False).acceptance)
+    return np.asarray(
+        solve_mentored(
+            q, p, np.maximum(np.asarray(e, dtype=np.float64), 0.0), "kl", return_target=False
+        ).acceptance
+    )
 
 
 @st.composite
@@ -55,7 +62,7 @@ def test_multiplier_step_is_on_the_frontier_and_maximises_the_lagrangian(traj, l
     q, p = traj
     o = multiplier_step(q, p, lam)
     np.testing.assert_allclose(o.sum(-1), 1.0, atol=1e-12)
-    assert np.all(o[q == 0] == 0)                      # KL forbids mass off supp(q)
+    assert np.all(o[q == 0] == 0)  # KL forbids mass off supp(q)
     A, e = np.minimum(p, o).sum(-1), _kl(o, q)
     # on the frontier at its own divergence: 1e-7 covers the frontier solver's bisection and
     # the sqrt-steep frontier near e = 0 (where 1e-16 of divergence is worth 1e-8 of acceptance)
@@ -77,7 +84,7 @@ def test_exact_solver_matches_cvxpy(T, V, seed, eps):
     q = rng.dirichlet(np.full(V, 0.5), T)
     p = rng.dirichlet(np.full(V, 0.5), T)
     if seed % 2:
-        q[0, 0] = 0.0                                  # a zero of q: the support constraint
+        q[0, 0] = 0.0  # a zero of q: the support constraint
         q /= q.sum(-1, keepdims=True)
     exact = solve_sequence_budget(q, p, eps)
     oracle = sequence_budget_cvxpy(q, p, eps)
@@ -97,8 +104,8 @@ def test_fixed_multiplier_spends_its_budget_optimally_per_trajectory(traj, lam, 
     total = float(e.sum())
     rng = np.random.default_rng(seed)
     for _ in range(5):
-        share = rng.dirichlet(np.ones(len(q))) * total   # another split of the same budget
-        assert _F(q, p, share).sum() <= A.sum() + 1e-7   # 1e-7: frontier solver, per step
+        share = rng.dirichlet(np.ones(len(q))) * total  # another split of the same budget
+        assert _F(q, p, share).sum() <= A.sum() + 1e-7  # 1e-7: frontier solver, per step
     if total > 0:
         best = solve_sequence_budget(q, p, total / len(q))
         assert best.total_acceptance == pytest.approx(A.sum(), abs=1e-7)
@@ -110,7 +117,7 @@ def test_account_never_overspends_teacher_forced(traj, lam, eps):
     q, p = traj
     o, B = budget_account(q, p, lam, eps)
     spent = _kl(o, q)
-    assert spent.sum() <= len(q) * eps * (1 + 1e-9) + 1e-12   # rounding of the frontier's divergence
+    assert spent.sum() <= len(q) * eps * (1 + 1e-9) + 1e-12  # rounding of the frontier's divergence
     assert np.all(np.diff(B) <= 1e-15) and B[-1] >= 0
 
 
@@ -122,7 +129,7 @@ def test_account_guarantee_per_realised_sequence_with_feedback(seed, lam, eps):
     and the sequence KL(P||Q) equals E_P of it (chain rule), so it is <= T eps too."""
     V, T = 3, 3
     rng = np.random.default_rng(seed)
-    qtab = rng.dirichlet(np.full(V, 0.7), V + 1)      # row V: the first position
+    qtab = rng.dirichlet(np.full(V, 0.7), V + 1)  # row V: the first position
     ptab = rng.dirichlet(np.full(V, 0.7), V + 1)
     rule_cache = {}
     P_path, Q_path, spent_path = {}, {}, {}
@@ -135,7 +142,7 @@ def test_account_guarantee_per_realised_sequence_with_feedback(seed, lam, eps):
             key = (prev, round(left, 15))
             if key not in rule_cache:
                 rule = get_rule("sequence-budget-kl", lam=lam, cap=left)
-                h = emitted_distribution(rule, q, p)     # what the rule emits (Theorem 1)
+                h = emitted_distribution(rule, q, p)  # what the rule emits (Theorem 1)
                 np.testing.assert_allclose(h, budgeted_multiplier_step(q, p, lam, left), atol=1e-12)
                 rule_cache[key] = h
             h = rule_cache[key]
@@ -149,9 +156,11 @@ def test_account_guarantee_per_realised_sequence_with_feedback(seed, lam, eps):
         assert spent <= T * eps * (1 + 1e-9) + 1e-12
     Pv = np.array(list(P_path.values()))
     Qv = np.array(list(Q_path.values()))
-    seq_kl = float(np.sum(np.where(Pv > 0, Pv * np.log(np.where(Pv > 0, Pv, 1) / np.where(Qv > 0, Qv, 1)), 0)))
+    seq_kl = float(
+        np.sum(np.where(Pv > 0, Pv * np.log(np.where(Pv > 0, Pv, 1) / np.where(Qv > 0, Qv, 1)), 0))
+    )
     expected_spent = float(np.dot(Pv, list(spent_path.values())))
-    assert seq_kl == pytest.approx(expected_spent, abs=1e-10)   # chain rule, float64 sums of 27 terms
+    assert seq_kl == pytest.approx(expected_spent, abs=1e-10)  # chain rule, float64 sums of 27 terms
     assert seq_kl <= T * eps * (1 + 1e-9) + 1e-12
 
 
@@ -159,10 +168,12 @@ def test_rule_registered_with_its_sps_end():
     spec = RULES["sequence-budget-kl"]
     assert spec.sps_knobs == {"lam": math.inf} and spec.family == "target"
     q, p = np.array([0.3, 0.35, 0.35]), np.array([0.05, 0.8, 0.15])
-    np.testing.assert_allclose(emitted_distribution(get_rule("sequence-budget-kl", lam=math.inf), q, p), q,
-                               atol=1e-15)
-    np.testing.assert_allclose(emitted_distribution(get_rule("sequence-budget-kl", cap=0.0), q, p), q,
-                               atol=1e-9)   # the frontier solver's bisection at budget 0
+    np.testing.assert_allclose(
+        emitted_distribution(get_rule("sequence-budget-kl", lam=math.inf), q, p), q, atol=1e-15
+    )
+    np.testing.assert_allclose(
+        emitted_distribution(get_rule("sequence-budget-kl", cap=0.0), q, p), q, atol=1e-9
+    )  # the frontier solver's bisection at budget 0
     with pytest.raises(ValueError, match="lam"):
         get_rule("sequence-budget-kl", lam=-1.0)
     with pytest.raises(ValueError, match="cap"):
@@ -206,12 +217,12 @@ def test_comparison_is_at_equal_divergence_and_the_pooled_optimum_wins(compariso
         # calibrated to the mean: global delta's Illinois refinement / level bisections (1e-3)
         assert r[name]["kl_per_token"] == pytest.approx(0.1, rel=1e-3), name
     for name in (METHODS[3], METHODS[5]):
-        assert r[name]["kl_worst_trajectory"] <= 0.1 + 1e-9   # T eps on every trajectory
+        assert r[name]["kl_worst_trajectory"] <= 0.1 + 1e-9  # T eps on every trajectory
     pooled = r[METHODS[4]]["acceptance"]
     for name, row in r.items():
         # Theorem 1 + Lagrangian sufficiency: nothing within N eps accepts more (1e-9 rounding)
         assert row["acceptance"] <= pooled + 1e-9, name
-    assert r[METHODS[3]]["acceptance"] >= r[METHODS[2]]["acceptance"] - 1e-9   # per-trajectory optimum
+    assert r[METHODS[3]]["acceptance"] >= r[METHODS[2]]["acceptance"] - 1e-9  # per-trajectory optimum
     d = comparison.to_dict()
     assert d["positions"] == 40 and len(d["rows"]) == len(METHODS) and "al_4" in d["rows"][0]
     text = format_sequence_budget(comparison)

@@ -10,26 +10,43 @@ import argparse
 
 import numpy as np
 import pytest
-
-from cactus_theory.rules import RULES, get_rule
-from cactus_theory.simulate import (Estimate, Trajectory, brute_force_chain, compute_metrics,
-                                    exact_chain, position_laws, rej_relative,
-                                    sequence_divergence, sequence_kl_brute_force,
-                                    sequence_kl_monte_carlo, sequence_log_prob, simulate_chain,
-                                    synthetic_trajectory)
-from cactus_theory.simulate import cli
-
 from rule_configs import CONFIGS  # every rule at its defaults and halfway to SpS
 
-ALL_RULES = list(RULES.all_names())   # every rule, and every alias
+from cactus_theory.rules import RULES, get_rule
+from cactus_theory.simulate import (
+    Estimate,
+    Trajectory,
+    brute_force_chain,
+    cli,
+    compute_metrics,
+    exact_chain,
+    position_laws,
+    rej_relative,
+    sequence_divergence,
+    sequence_kl_brute_force,
+    sequence_kl_monte_carlo,
+    sequence_log_prob,
+    simulate_chain,
+    synthetic_trajectory,
+)
 
-TOTAL_FIELDS = ("rounds", "tokens", "accepted", "drafts", "noncausal", "exposure",
-                "accepted_pos", "reached", "hist")
+ALL_RULES = list(RULES.all_names())  # every rule, and every alias
+
+TOTAL_FIELDS = (
+    "rounds",
+    "tokens",
+    "accepted",
+    "drafts",
+    "noncausal",
+    "exposure",
+    "accepted_pos",
+    "reached",
+    "hist",
+)
 
 
 def _tiny(T, V, seed, truncated=False):
-    return synthetic_trajectory("dirichlet", T, V, seed, top_k=2 if truncated else None,
-                                concentration=0.7)
+    return synthetic_trajectory("dirichlet", T, V, seed, top_k=2 if truncated else None, concentration=0.7)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,11 +61,12 @@ def test_dp_equals_brute_force(name):
         bf = brute_force_chain(name, traj, m, laws=laws)
         for f in TOTAL_FIELDS:
             # both are sums of at most 2^7 products of probabilities: rounding ~1e-15
-            np.testing.assert_allclose(getattr(dp.totals, f), getattr(bf.totals, f),
-                                       rtol=1e-12, atol=1e-12, err_msg=f"{name} {f}")
+            np.testing.assert_allclose(
+                getattr(dp.totals, f), getattr(bf.totals, f), rtol=1e-12, atol=1e-12, err_msg=f"{name} {f}"
+            )
         np.testing.assert_allclose(dp.bonus_prob, bf.bonus_prob, atol=1e-12)
         np.testing.assert_allclose(dp.round_start[:T], bf.round_start[:T], atol=1e-12)
-        assert dp.round_start[T] == pytest.approx(1.0, abs=1e-12)   # every run ends at T
+        assert dp.round_start[T] == pytest.approx(1.0, abs=1e-12)  # every run ends at T
         assert float(dp.totals.tokens[0]) == pytest.approx(T, abs=1e-12)
         assert dp.bonus_prob[T - 1] == pytest.approx(1.0, abs=1e-12)  # the last token is a bonus
 
@@ -61,7 +79,7 @@ def test_dp_matches_leviathan_iid_formula():
     """
     a, m, T = 0.6, 4, 4000
     q = np.array([[0.6, 0.4]] * T)
-    p = np.array([[1.0, 0.0]] * T)          # SpS acceptance = min(p, q) summed = 0.6
+    p = np.array([[1.0, 0.0]] * T)  # SpS acceptance = min(p, q) summed = 0.6
     ex = exact_chain("sps", Trajectory(q, p), m)
     tpc = compute_metrics(ex.totals)["tokens_per_call"].value
     assert tpc == pytest.approx((1 - a ** (m + 1)) / (1 - a), abs=1e-3)
@@ -84,8 +102,14 @@ def test_simulated_metrics_within_5_se_of_exact(name, knobs):
     run = simulate_chain(rule, traj, 4, n_runs=400, rng=5, laws=laws, record_tokens=False)
     sim = compute_metrics(run.totals(), cost_ratio=0.1)
     ex = compute_metrics(exact_chain(rule, traj, 4, laws=laws).totals, cost_ratio=0.1)
-    checks = ["al_paper", "tokens_per_call", "v0_acceptance_rate", "prefix_acceptance_rate",
-              "rejected_per_token", "speedup"]
+    checks = [
+        "al_paper",
+        "tokens_per_call",
+        "v0_acceptance_rate",
+        "prefix_acceptance_rate",
+        "rejected_per_token",
+        "speedup",
+    ]
     for key in checks:
         s, e = sim[key], ex[key]
         assert abs(s.value - e.value) <= 5 * s.se + 1e-12, f"{name} {key}: {s} vs {e.value}"
@@ -101,7 +125,7 @@ def test_round_structure_invariants():
     for r in range(50):
         sel = run.round_run == r
         st, ms, N = run.round_start[sel], run.round_drafts[sel], run.round_accepted[sel]
-        assert st[0] == 0 and np.all(np.diff(st) == N[:-1] + 1)        # rounds tile the text
+        assert st[0] == 0 and np.all(np.diff(st) == N[:-1] + 1)  # rounds tile the text
         assert st[-1] + N[-1] + 1 == 40
         assert np.all(ms == np.minimum(m, 40 - 1 - st))
         assert np.all((N >= 0) & (N <= ms))
@@ -132,8 +156,20 @@ def test_emitted_marginal_matches_exact():
 # ---------------------------------------------------------------------------------------------
 # Sequence-level divergence
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["sps", "cactus-taylor", "cactus-exact-kl", "tas", "topk",
-                                  "interpolation", "mentored-kl", "cascade-opt", "fuzzy"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sps",
+        "cactus-taylor",
+        "cactus-exact-kl",
+        "tas",
+        "topk",
+        "interpolation",
+        "mentored-kl",
+        "cascade-opt",
+        "fuzzy",
+    ],
+)
 def test_sequence_kl_bounds_sandwich_exact(name):
     for seed, trunc in ((0, False), (1, True)):
         traj = _tiny(5, 3, seed=seed, truncated=trunc)
@@ -141,7 +177,7 @@ def test_sequence_kl_bounds_sandwich_exact(name):
         ex = exact_chain(name, traj, 2, laws=laws)
         texts = np.array(np.meshgrid(*[range(3)] * 5, indexing="ij")).reshape(5, -1).T
         total = np.exp(sequence_log_prob(laws, 2, texts)).sum()
-        assert total == pytest.approx(1.0, abs=1e-12)        # the forward algorithm is a law
+        assert total == pytest.approx(1.0, abs=1e-12)  # the forward algorithm is a law
         kl = sequence_kl_brute_force(laws, 2)
         sd = sequence_divergence(ex)
         # 1e-12: rounding of sums over 3^5 texts (the bounds are exact inequalities)
@@ -192,7 +228,7 @@ def test_sequence_kl_monte_carlo_matches_brute_force():
 def test_sps_sequence_kl_is_zero():
     traj = _tiny(5, 3, seed=4)
     laws = position_laws("sps", traj)
-    assert abs(sequence_kl_brute_force(laws, 3)) < 1e-12          # SpS emits q exactly
+    assert abs(sequence_kl_brute_force(laws, 3)) < 1e-12  # SpS emits q exactly
     sd = sequence_divergence(exact_chain("sps", traj, 3, laws=laws))
     assert abs(sd.kl_per_step_sum) < 1e-12
 
@@ -225,8 +261,21 @@ def _args(*extra):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd")
     cli.add_parser(sub)
-    return ap.parse_args(["simulate", "--no-progress", "--trajectories", "2", "--runs", "30",
-                          "--length", "40", "--vocab-size", "16", *extra])
+    return ap.parse_args(
+        [
+            "simulate",
+            "--no-progress",
+            "--trajectories",
+            "2",
+            "--runs",
+            "30",
+            "--length",
+            "40",
+            "--vocab-size",
+            "16",
+            *extra,
+        ]
+    )
 
 
 def test_cli_table():
@@ -237,11 +286,18 @@ def test_cli_table():
     assert "delta=0.5" in text
 
 
-@pytest.mark.parametrize("extra, arg", [
-    (("--runs", "0"), "runs"), (("--rule", "nope"), "rule"), (("--knob", "delta"), "knob"),
-    (("--top-p", "2"), "top-p"), (("--cost-ratio", "-1"), "cost-ratio"),
-    (("--family", "nope"), "family"), (("--knob", "delta=-1"), "delta"),
-])
+@pytest.mark.parametrize(
+    "extra, arg",
+    [
+        (("--runs", "0"), "runs"),
+        (("--rule", "nope"), "rule"),
+        (("--knob", "delta"), "knob"),
+        (("--top-p", "2"), "top-p"),
+        (("--cost-ratio", "-1"), "cost-ratio"),
+        (("--family", "nope"), "family"),
+        (("--knob", "delta=-1"), "delta"),
+    ],
+)
 def test_cli_bad_arguments_raise_value_error(extra, arg):
     with pytest.raises(ValueError, match=arg):
         cli.run(_args(*extra))

@@ -5,8 +5,10 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import simplex
 
 from cactus_theory.analysis.comparison import (
     TAYLOR_WITHIN_BUDGET_FROM,
@@ -16,8 +18,6 @@ from cactus_theory.analysis.comparison import (
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.solvers.cvx import CVX_DIVERGENCES, max_draft_probability_cvxpy
 from cactus_theory.solvers.spike import exact_spike, spike_scale, taylor_spike
-from conftest import assert_close
-from strategies import simplex
 
 qn = st.floats(0.0, 1.0)
 budget = st.one_of(st.just(0.0), st.floats(1e-8, 20.0))
@@ -150,8 +150,11 @@ def test_readme_worked_example():
 
 @pytest.mark.parametrize("name", CVX_DIVERGENCES)
 @settings(max_examples=6)
-@given(q=st.integers(2, 6).flatmap(lambda V: simplex(V)), n_seed=st.integers(0, 100),
-       delta=st.sampled_from([0.0, 0.02, 0.3, 2.0]))
+@given(
+    q=st.integers(2, 6).flatmap(lambda V: simplex(V)),
+    n_seed=st.integers(0, 100),
+    delta=st.sampled_from([0.0, 0.02, 0.3, 2.0]),
+)
 def test_cvxpy_over_whole_simplex_agrees_with_theorem2(name, q, n_seed, delta):
     """Theorem 2's reduction against an interior-point solve over the whole simplex.
 
@@ -166,8 +169,8 @@ def test_cvxpy_over_whole_simplex_agrees_with_theorem2(name, q, n_seed, delta):
     root = float(exact_spike(np.array(q[n]), delta, name))
     at_own_level = float(exact_spike(np.array(q[n]), res.divergence, name))
     assert res.value <= at_own_level + 1e-12  # rounding of the two-point sum only
-    assert res.value >= root - 1e-6           # interior-point accuracy
-    assert res.divergence <= delta + 1e-7     # the oracle's own verification tolerance
+    assert res.value >= root - 1e-6  # interior-point accuracy
+    assert res.divergence <= delta + 1e-7  # the oracle's own verification tolerance
 
 
 def test_grid_cvxpy_column_matches_root():
@@ -227,8 +230,7 @@ def test_spike_solvers_are_array_agnostic_torch_float32(name):
             np.testing.assert_allclose(t.numpy(), taylor_spike(s, delta), atol=1e-6)
 
 
-@pytest.mark.parametrize("name, f2", [("chi2", 2.0), ("hellinger", 0.25), ("js", 0.25),
-                                      ("neyman_chi2", 2.0)])
+@pytest.mark.parametrize("name, f2", [("chi2", 2.0), ("hellinger", 0.25), ("js", 0.25), ("neyman_chi2", 2.0)])
 def test_taylor_point_divides_by_f_second_at_one(name, f2):
     """Corollary 5 for a general f: gamma = min(1, q + sqrt(2 delta q (1-q) / f''(1)))."""
     s = np.linspace(0, 1, 41)

@@ -52,6 +52,7 @@ SPS = get_rule("sps")
 
 # ----------------------------------------------------------------------------- the exact law
 
+
 def test_exact_law_of_sps_is_lossless_and_accepts_sum_min():
     """SpS emits q at every position and accepts with sum_j min(p_j, q_j) (Leviathan et al.)."""
     for q, p in default_cases():
@@ -91,20 +92,30 @@ def test_dyadic_rows_sum_to_one_and_keep_the_support(w):
 
 # ----------------------------------------------------------------------------- correct samplers pass
 
-@pytest.mark.parametrize("rule", [SPS, CACTUS, get_rule("interpolation", alpha=0.3)],
-                         ids=["sps", "cactus-taylor", "interpolation"])
+
+@pytest.mark.parametrize(
+    "rule", [SPS, CACTUS, get_rule("interpolation", alpha=0.3)], ids=["sps", "cactus-taylor", "interpolation"]
+)
 def test_the_toolkits_samplers_pass(rule):
     res = assert_sampler_law(ct.make_sampler(rule), rule)
     assert res.interface == "vllm-v0" and res.num_samples == DEFAULT_NUM_SAMPLES
     names = {c.name for c in res.checks}
-    assert {"law", "acceptance", "layout", "bonus", "seeded",
-            "counter:num_accepted_tokens", "counter:num_emitted_tokens"} <= names
+    assert {
+        "law",
+        "acceptance",
+        "layout",
+        "bonus",
+        "seeded",
+        "counter:num_accepted_tokens",
+        "counter:num_emitted_tokens",
+    } <= names
     if rule.name == "interpolation":  # h mixes in p: one-hot q rows are not verified greedily
         assert "greedy" not in names and "not greedy verification" in res.skipped[0]
     else:
         assert "greedy" in names
-    assert res.num_tests == 2 * 9 + 1 and all(c.threshold == DEFAULT_ALPHA / res.num_tests
-                                              for c in res.checks if c.test != "exact")
+    assert res.num_tests == 2 * 9 + 1 and all(
+        c.threshold == DEFAULT_ALPHA / res.num_tests for c in res.checks if c.test != "exact"
+    )
 
 
 def _knobs(name):
@@ -118,8 +129,11 @@ def _knobs(name):
 
 # mentored and cactus-calibrated solve a root per row (seconds per call here): left to the
 # detection script; the three rules above run at the default size
-OTHER_RULES = [n for n in ct.rule_names() if n not in (
-    "sps", "cactus-taylor", "interpolation", "mentored", "cactus-calibrated")]
+OTHER_RULES = [
+    n
+    for n in ct.rule_names()
+    if n not in ("sps", "cactus-taylor", "interpolation", "mentored", "cactus-calibrated")
+]
 
 
 @pytest.mark.parametrize("name", OTHER_RULES)
@@ -137,10 +151,14 @@ def test_the_reference_sampler_passes(rule):
 
 # ----------------------------------------------------------------------------- broken samplers are caught
 
+
 @pytest.mark.parametrize("defect", DEFECTS)
 def test_each_planted_defect_is_caught_at_the_default_size(defect):
-    rule, sampler = (CACTUS, reference_sampler("cactus-taylor", delta=DELTA, defect=defect)) \
-        if defect == "cactus-no-rescale" else (SPS, reference_sampler("sps", defect=defect))
+    rule, sampler = (
+        (CACTUS, reference_sampler("cactus-taylor", delta=DELTA, defect=defect))
+        if defect == "cactus-no-rescale"
+        else (SPS, reference_sampler("sps", defect=defect))
+    )
     res = check_sampler_law(sampler, rule, seed=11, invariants=False)
     assert not res.passed
     failed = {c.name for c in res.failures}
@@ -165,8 +183,9 @@ def test_correct_samplers_do_not_fail_over_seeds_and_their_p_values_are_calibrat
     up to the shared row of drafts)."""
     pvals = []
     for seed in range(12):
-        res = check_sampler_law(reference_sampler("sps"), SPS, seed=100 + seed, num_samples=4000,
-                                invariants=False)
+        res = check_sampler_law(
+            reference_sampler("sps"), SPS, seed=100 + seed, num_samples=4000, invariants=False
+        )
         assert res.passed
         pvals += [c.p_value for c in res.checks if c.name == "law" and c.n > 50]
     pvals = np.array(pvals)
@@ -177,6 +196,7 @@ def test_correct_samplers_do_not_fail_over_seeds_and_their_p_values_are_calibrat
 
 
 # ----------------------------------------------------------------------------- the exact invariants
+
 
 class _Wrapped(torch.nn.Module):
     """A V0 sampler around the toolkit's, with one planted bug in its output or counters."""
@@ -192,33 +212,40 @@ class _Wrapped(torch.nn.Module):
         self.num_accepted_tokens = torch.zeros((), dtype=torch.long)
         self.num_emitted_tokens = torch.zeros((), dtype=torch.long)
 
-    def forward(self, target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids,
-                seeded_seqs=None):
+    def forward(
+        self, target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs=None
+    ):
         if self.bug == "seeds ignored":
             seeded_seqs = None
-        out = self.inner(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids,
-                         seeded_seqs=seeded_seqs).clone()
+        out = self.inner(
+            target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs=seeded_seqs
+        ).clone()
         k = draft_token_ids.shape[1]
         if self.bug == "bonus changed":
             v = target_with_bonus_probs.shape[-1]
             out[:, k] = torch.where(out[:, k] >= 0, (out[:, k] + 1) % v, out[:, k])
         present = out != -1
         causal = present[:, 1:].sum()
-        self.num_accepted_tokens += causal if self.bug == "causal counter" else \
-            self.inner.last_accepted.sum()
+        self.num_accepted_tokens += causal if self.bug == "causal counter" else self.inner.last_accepted.sum()
         self.num_emitted_tokens += present.sum()
         self.num_draft_tokens += draft_token_ids.numel()
         return out
 
 
-@pytest.mark.parametrize("bug, checks", [
-    ("bonus changed", ["bonus", "greedy"]),  # greedy rows emit the bonus token too
-    ("seeds ignored", ["seeded"]), ("causal counter", ["counter:num_accepted_tokens"]),
-    (None, [])])
+@pytest.mark.parametrize(
+    "bug, checks",
+    [
+        ("bonus changed", ["bonus", "greedy"]),  # greedy rows emit the bonus token too
+        ("seeds ignored", ["seeded"]),
+        ("causal counter", ["counter:num_accepted_tokens"]),
+        (None, []),
+    ],
+)
 def test_the_invariants_catch_what_they_check(bug, checks):
     res = check_sampler_law(_Wrapped(bug), SPS, num_samples=4000, seed=5)
-    assert sorted(c.name for c in res.failures
-                  if c.test == "exact" or c.name.startswith("counter")) == sorted(checks)
+    assert sorted(
+        c.name for c in res.failures if c.test == "exact" or c.name.startswith("counter")
+    ) == sorted(checks)
     assert res.passed == (bug is None)
 
 
@@ -235,18 +262,33 @@ def test_layout_and_greedy_violations_are_exact_failures():
 
 # ----------------------------------------------------------------------------- adapters
 
-def _v1_rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
-                         draft_probs, target_logits, bonus_token_ids, sampling_metadata):
+
+def _v1_rejection_sample(
+    draft_token_ids,
+    num_draft_tokens,
+    max_spec_len,
+    cu_num_draft_tokens,
+    draft_probs,
+    target_logits,
+    bonus_token_ids,
+    sampling_metadata,
+):
     """vLLM V1's ``rejection_sample`` signature over the toolkit's ragged sampler: SpS on the
     softmax of the logits, greedy requests (temperature 0) verified against the argmax."""
     probs = torch.softmax(target_logits, -1)
-    greedy = (sampling_metadata.temperature == 0).repeat_interleave(
-        torch.tensor(num_draft_tokens))
+    greedy = (sampling_metadata.temperature == 0).repeat_interleave(torch.tensor(num_draft_tokens))
     one_hot = torch.nn.functional.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)
     probs = torch.where(greedy[:, None], one_hot, probs)
-    return ragged_forward(ct.make_sampler("sps"), draft_token_ids, num_draft_tokens, draft_probs,
-                          probs, bonus_token_ids, generators=sampling_metadata.generators,
-                          max_spec_len=max_spec_len)
+    return ragged_forward(
+        ct.make_sampler("sps"),
+        draft_token_ids,
+        num_draft_tokens,
+        draft_probs,
+        probs,
+        bonus_token_ids,
+        generators=sampling_metadata.generators,
+        max_spec_len=max_spec_len,
+    )
 
 
 def test_the_v1_adapter_on_the_flat_layout():
@@ -264,18 +306,24 @@ def test_adapter_choice_and_a_numpy_callable():
 
     def numpy_sps(target_probs, draft_probs, draft_token_ids, bonus_token_ids):
         assert isinstance(target_probs, np.ndarray)
-        return reference_sampler("sps")(*(torch.as_tensor(a) for a in (
-            target_probs, draft_probs, draft_token_ids, bonus_token_ids))).numpy()
+        return reference_sampler("sps")(
+            *(torch.as_tensor(a) for a in (target_probs, draft_probs, draft_token_ids, bonus_token_ids))
+        ).numpy()
 
-    assert assert_sampler_law(callable_adapter(numpy_sps, array="numpy"), SPS,
-                              num_samples=4000).passed
+    assert assert_sampler_law(callable_adapter(numpy_sps, array="numpy"), SPS, num_samples=4000).passed
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_samples": 0}, "num_samples"), ({"alpha": 1.0}, "alpha"), ({"seed": -1}, "seed"),
-    ({"min_expected": 0}, "min_expected"),
-    ({"target_probs": np.full((2, 4), 0.25), "draft_probs": np.full((2, 4), 0.25)}, "target_probs"),
-    ({"target_probs": np.full((2, 4), 0.25)}, "target_probs")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_samples": 0}, "num_samples"),
+        ({"alpha": 1.0}, "alpha"),
+        ({"seed": -1}, "seed"),
+        ({"min_expected": 0}, "min_expected"),
+        ({"target_probs": np.full((2, 4), 0.25), "draft_probs": np.full((2, 4), 0.25)}, "target_probs"),
+        ({"target_probs": np.full((2, 4), 0.25)}, "target_probs"),
+    ],
+)
 def test_bad_arguments_raise_value_error_naming_them(kwargs, match):
     with pytest.raises(ValueError, match=match):
         check_sampler_law(reference_sampler(), "sps", **kwargs)
@@ -303,6 +351,7 @@ def test_a_sampler_output_of_the_wrong_shape_is_named():
 
 
 # ----------------------------------------------------------------------------- strategies
+
 
 def _kind_property(kind, q, p):
     if kind == "one_hot_p":
@@ -343,8 +392,7 @@ def test_exact_float32_pairs_are_their_float32_values(qp):
 def test_the_three_layouts_describe_the_same_batch(batch):
     v1 = batch.v1()
     counts = batch.num_draft_tokens
-    assert v1["num_draft_tokens"] == counts and v1["cu_num_draft_tokens"].tolist() == list(
-        np.cumsum(counts))
+    assert v1["num_draft_tokens"] == counts and v1["cu_num_draft_tokens"].tolist() == list(np.cumsum(counts))
     start = 0
     pad = batch.padded()
     cu = pad["cu_num_logits"].tolist()
@@ -359,8 +407,8 @@ def test_the_three_layouts_describe_the_same_batch(batch):
         start += k
         s = cu[r]
         assert cu[r + 1] - s == k + 1
-        assert pad["draft_sampled"][s + 1:s + k + 1].tolist() == n.tolist()
-        np.testing.assert_array_equal(pad["target_probs"][s:s + k + 1].numpy(), q.astype(np.float32))
+        assert pad["draft_sampled"][s + 1 : s + k + 1].tolist() == n.tolist()
+        np.testing.assert_array_equal(pad["target_probs"][s : s + k + 1].numpy(), q.astype(np.float32))
         assert not pad["draft_probs"][r, k:].any()
     if len(set(counts)) == 1:
         v0 = batch.v0()
@@ -371,8 +419,7 @@ def test_the_three_layouts_describe_the_same_batch(batch):
             batch.v0()
 
 
-@given(cts.draft_batches(max_requests=3, max_drafts=3, max_vocab=10, ragged=False,
-                         exact_float32=True))
+@given(cts.draft_batches(max_requests=3, max_drafts=3, max_vocab=10, ragged=False, exact_float32=True))
 def test_the_toolkits_sampler_verifies_every_generated_v0_batch(batch):
     """Generated batches are valid sampler input: the output keeps the V0 layout."""
     v0 = batch.v0()
@@ -386,7 +433,7 @@ def test_the_toolkits_sampler_verifies_every_generated_v0_batch(batch):
 
 # ----------------------------------------------------------------------------- the pytest plugin
 
-PLUGIN_TEST = '''
+PLUGIN_TEST = """
 import pytest
 import cactus_theory as ct
 from cactus_theory.testing import reference_sampler
@@ -405,7 +452,7 @@ def test_broken_recovery(sampler_law):
 
 def test_exact_law_fixture(exact_law):
     assert exact_law("sps", [[0.5, 0.5], [1.0, 0.0]], [[1.0, 0.0]]).acceptance.tolist() == [0.5]
-'''
+"""
 
 
 def _plugin_flags():
@@ -419,7 +466,8 @@ def _plugin_flags():
 def test_the_entry_point_is_declared():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert meta["project"]["entry-points"]["pytest11"] == {
-        "cactus_theory": "cactus_theory.testing.pytest_plugin"}
+        "cactus_theory": "cactus_theory.testing.pytest_plugin"
+    }
     for ep in importlib.metadata.entry_points(group="pytest11"):
         if ep.name == "cactus_theory":
             assert ep.value == "cactus_theory.testing.pytest_plugin"
@@ -451,10 +499,30 @@ def test_the_plugin_in_another_project(tmp_path):
     (tmp_path / "test_other.py").write_text(PLUGIN_TEST)
     (tmp_path / "test_docs_example.py").write_text(_docs_block("plugin"))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         *_plugin_flags(), "--sampler-law-seed", "7", "--strict-markers",
-         "--junitxml", str(tmp_path / "junit.xml"), "test_other.py", "test_docs_example.py"],
-        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            *_plugin_flags(),
+            "--sampler-law-seed",
+            "7",
+            "--strict-markers",
+            "--junitxml",
+            str(tmp_path / "junit.xml"),
+            "test_other.py",
+            "test_docs_example.py",
+        ],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "5 passed" in out and "1 failed" in out, out

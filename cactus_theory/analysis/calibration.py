@@ -40,8 +40,15 @@ import numpy as np
 from array_api_compat import array_namespace, to_device
 from array_api_compat import device as array_device
 
-from .._validation import (as_budget, as_budget_array, as_nonempty_values, as_prob_pair,
-                           as_probs, as_probs_or_tensor, choice)
+from .._validation import (
+    as_budget,
+    as_budget_array,
+    as_nonempty_values,
+    as_prob_pair,
+    as_probs,
+    as_probs_or_tensor,
+    choice,
+)
 from ..divergences import DIVERGENCES, get_divergence
 from ..rules.cactus import SMOOTH_DIVERGENCES
 from ..rules.plans import SpikePlan
@@ -51,9 +58,18 @@ from ..solvers.spike import exact_spike, taylor_spike
 from .one_step import emitted_distribution
 
 __all__ = [
-    "BASES", "spike_for", "emitted_divergence_curve", "saturation_delta", "calibrate_delta",
-    "CalibrationResult", "corpus_divergence_distribution", "global_delta", "GlobalDelta",
-    "compare_with_mentored", "MentoredComparison", "CalibratedCactus",
+    "BASES",
+    "spike_for",
+    "emitted_divergence_curve",
+    "saturation_delta",
+    "calibrate_delta",
+    "CalibrationResult",
+    "corpus_divergence_distribution",
+    "global_delta",
+    "GlobalDelta",
+    "compare_with_mentored",
+    "MentoredComparison",
+    "CalibratedCactus",
 ]
 
 #: How gamma is computed from delta: Corollary 5 (the paper's rule) or Theorem 2's root.
@@ -95,8 +111,9 @@ def _check(base, divergence):
     return get_divergence(divergence)
 
 
-def emitted_divergence_curve(target_probs, draft_probs, deltas, *, base="taylor",
-                             divergence="kl", measure=None):
+def emitted_divergence_curve(
+    target_probs, draft_probs, deltas, *, base="taylor", divergence="kl", measure=None
+):
     r""":math:`\Gamma(\delta) = D(h_{alg}(\delta)\|q)` exactly at each delta.
 
     Parameters
@@ -185,7 +202,7 @@ def saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray
         # tokens with q_n = 0 whose gamma can grow (finite cost off supp): never saturate
         if d.finite_off_support:
             zero_t = d.two_point(np.ones_like(q), np.zeros_like(q))
-            val = np.where(q == 0, zero_t, val)            # inf: gamma -> 1 only as delta -> inf
+            val = np.where(q == 0, zero_t, val)  # inf: gamma -> 1 only as delta -> inf
     return np.max(val, axis=-1)
 
 
@@ -239,7 +256,7 @@ def _illinois(excess, lo, hi, steps=REFINE_STEPS):
         x = np.clip(x, lo + 1e-3 * width, hi - 1e-3 * width)
         x = np.where(width > 0, x, lo)
         fx = excess(x)
-        up, down = run & (fx <= 0), run & ~(fx <= 0)      # converged lanes stay as they are
+        up, down = run & (fx <= 0), run & ~(fx <= 0)  # converged lanes stay as they are
         lo, f_lo = np.where(up, x, lo), np.where(up, fx, f_lo)
         hi, f_hi = np.where(down, x, hi), np.where(down, fx, f_hi)
         # Illinois: halve the stale end's value when the same end moved twice in a row
@@ -254,12 +271,14 @@ def _grids(tops):
     the row's top (``DELTA_CAP`` where infinite, at least ``10 DELTA_MIN``), shape (n, G);
     one vectorized ``geomspace`` (the same floats as a call per row)."""
     top = np.maximum(np.where(np.isfinite(tops), tops, DELTA_CAP), DELTA_MIN * 10)
-    return np.concatenate([np.zeros((top.shape[0], 1)),
-                           np.geomspace(DELTA_MIN, top, GRID_POINTS - 1, axis=-1)], axis=-1)
+    return np.concatenate(
+        [np.zeros((top.shape[0], 1)), np.geomspace(DELTA_MIN, top, GRID_POINTS - 1, axis=-1)], axis=-1
+    )
 
 
-def calibrate_delta(target_probs, draft_probs, eps, *, base="taylor", divergence="kl",
-                    measure=None) -> CalibrationResult:
+def calibrate_delta(
+    target_probs, draft_probs, eps, *, base="taylor", divergence="kl", measure=None
+) -> CalibrationResult:
     r"""Per position, the delta whose emitted divergence :math:`\Gamma(\delta)` meets eps.
 
     .. math:: \delta^*(q, p) = \sup\{\delta : D(h_{alg}(\delta')\|q) \le \epsilon
@@ -302,8 +321,8 @@ def calibrate_delta(target_probs, draft_probs, eps, *, base="taylor", divergence
     chunk = max(1, int(CHUNK_ELEMENTS // (GRID_POINTS * V)))
     for start in range(0, N if eps > 0 else 0, chunk):
         sl = slice(start, min(N, start + chunk))
-        grids = _grids(sat[sl])                                            # (n, G)
-        D = _curve_grid(qf[sl], pf[sl], grids, base, d.name, m)            # (n, G)
+        grids = _grids(sat[sl])  # (n, G)
+        D = _curve_grid(qf[sl], pf[sl], grids, base, d.name, m)  # (n, G)
         over = D > eps
         anyover = over.any(axis=-1)
         k = np.argmax(over, axis=-1)
@@ -325,13 +344,19 @@ def calibrate_delta(target_probs, draft_probs, eps, *, base="taylor", divergence
         lo[idx], hi[idx] = _illinois(excess, lo[idx], hi[idx])
     delta_eval = np.where(np.isfinite(lo), lo, DELTA_CAP)
     D, a, _ = _curve_rows(qf, pf, delta_eval, base, d.name, m)
-    return CalibrationResult(lo.reshape(batch), D.reshape(batch), a.reshape(batch),
-                             saturated.reshape(batch))
+    return CalibrationResult(lo.reshape(batch), D.reshape(batch), a.reshape(batch), saturated.reshape(batch))
 
 
-def corpus_divergence_distribution(target_probs, draft_probs, deltas, *, base="taylor",
-                                   divergence="kl", measure=None,
-                                   quantiles=(0.1, 0.5, 0.9, 0.99)):
+def corpus_divergence_distribution(
+    target_probs,
+    draft_probs,
+    deltas,
+    *,
+    base="taylor",
+    divergence="kl",
+    measure=None,
+    quantiles=(0.1, 0.5, 0.9, 0.99),
+):
     r"""Over a corpus of positions, the distribution of :math:`\Gamma(\delta)` at each delta.
 
     Parameters
@@ -353,14 +378,21 @@ def corpus_divergence_distribution(target_probs, draft_probs, deltas, *, base="t
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
     """
-    D, a = emitted_divergence_curve(target_probs, draft_probs, deltas, base=base,
-                                    divergence=divergence, measure=measure)
+    D, a = emitted_divergence_curve(
+        target_probs, draft_probs, deltas, base=base, divergence=divergence, measure=measure
+    )
     D = D.reshape(-1, D.shape[-1])
     a = a.reshape(-1, a.shape[-1])
     qs = np.array([np.quantile(D, lv, axis=0, method="higher") for lv in quantiles])
-    return {"deltas": np.atleast_1d(np.asarray(deltas, dtype=np.float64)), "divergences": D,
-            "mean": D.mean(axis=0), "quantiles": qs, "quantile_levels": tuple(quantiles),
-            "max": D.max(axis=0), "acceptance_mean": a.mean(axis=0)}
+    return {
+        "deltas": np.atleast_1d(np.asarray(deltas, dtype=np.float64)),
+        "divergences": D,
+        "mean": D.mean(axis=0),
+        "quantiles": qs,
+        "quantile_levels": tuple(quantiles),
+        "max": D.max(axis=0),
+        "acceptance_mean": a.mean(axis=0),
+    }
 
 
 @dataclass(frozen=True)
@@ -397,8 +429,9 @@ def _stat(D, statistic):
     return float(np.quantile(D, statistic, method="higher"))
 
 
-def global_delta(target_probs, draft_probs, eps, *, statistic="mean", base="taylor",
-                 divergence="kl", measure=None) -> GlobalDelta:
+def global_delta(
+    target_probs, draft_probs, eps, *, statistic="mean", base="taylor", divergence="kl", measure=None
+) -> GlobalDelta:
     r"""One delta for a corpus: the first crossing of ``statistic`` over positions of
     :math:`\Gamma(\delta)` with eps.
 
@@ -436,7 +469,7 @@ def global_delta(target_probs, draft_probs, eps, *, statistic="mean", base="tayl
         lo = 0.0
     else:
         grid = _grids(np.array([sat]))[0]
-        D, _ = _curve(q2, p2, grid, base, d.name, m)          # (N, G)
+        D, _ = _curve(q2, p2, grid, base, d.name, m)  # (N, G)
         vals = np.array([_stat(D[:, j], statistic) for j in range(grid.size)])
         over = np.flatnonzero(vals > eps)
         if over.size == 0:
@@ -445,6 +478,7 @@ def global_delta(target_probs, draft_probs, eps, *, statistic="mean", base="tayl
             k = over[0]
             lo, hi = (grid[k - 1] if k > 0 else 0.0), grid[k]
         if hi > lo:
+
             def excess(x):
                 Dm, _, _ = _curve_rows(q2, p2, np.full(q2.shape[0], float(x[0])), base, d.name, m)
                 return np.array([_stat(Dm, statistic) - eps])
@@ -482,8 +516,9 @@ class MentoredComparison:
     summary: dict
 
 
-def compare_with_mentored(target_probs, draft_probs, eps, *, base="taylor", divergence="kl",
-                          statistic="mean") -> MentoredComparison:
+def compare_with_mentored(
+    target_probs, draft_probs, eps, *, base="taylor", divergence="kl", statistic="mean"
+) -> MentoredComparison:
     r"""Per-position and global calibrated Cactus vs Mentored decoding, all at budget eps.
 
     Mentored decoding emits :math:`\pi` with :math:`D(\pi\|q) \le \epsilon` and the optimal
@@ -500,7 +535,9 @@ def compare_with_mentored(target_probs, draft_probs, eps, *, base="taylor", dive
     glob = global_delta(q2, p2, eps, statistic=statistic, base=base, divergence=d.name)
     ment = np.asarray(solve_mentored(q2, p2, float(eps), d, return_target=False).acceptance)
     summary = {
-        "eps": float(eps), "divergence": d.name, "base": base,
+        "eps": float(eps),
+        "divergence": d.name,
+        "base": base,
         "acceptance_sps": float(np.minimum(p2, q2).sum(-1).mean()),
         "acceptance_per_position": float(per.acceptance.mean()),
         "acceptance_global": float(glob.acceptance.mean()),
@@ -515,6 +552,7 @@ def compare_with_mentored(target_probs, draft_probs, eps, *, base="taylor", dive
 
 
 # --------------------------------------------------------------------------- the rule
+
 
 class CalibratedCactus(Rule):
     r"""Cactus with delta calibrated per position so that :math:`D(h_{alg}\|q) \le \epsilon`.
@@ -543,23 +581,30 @@ class CalibratedCactus(Rule):
         pn = pn / pn.sum(-1, keepdims=True)
         delta = calibrate_delta(qn, pn, self.eps, base=self.base, divergence=self.divergence).delta
         delta = np.where(np.isfinite(delta), delta, DELTA_CAP)
-        dt = xp.asarray(delta[..., None], dtype=target_probs.dtype,
-                        device=array_device(target_probs))
-        return SpikePlan(target_probs, draft_probs,
-                         spike_for(target_probs, dt, self.base, self.divergence))
+        dt = xp.asarray(delta[..., None], dtype=target_probs.dtype, device=array_device(target_probs))
+        return SpikePlan(target_probs, draft_probs, spike_for(target_probs, dt, self.base, self.divergence))
 
 
-register(RuleSpec(
-    name="cactus-calibrated",
-    factory=CalibratedCactus,
-    knobs=(
-        Knob("eps", 0.1, 0.0, math.inf, doc="budget on D(h_alg || q) of the emitted distribution"),
-        Knob("base", "taylor", choices=BASES, doc="gamma from delta: Corollary 5 or Theorem 2"),
-        Knob("divergence", "kl", choices=tuple(DIVERGENCES),
-             doc="divergence of the budget (and of the exact base's two-point form)"),
-    ),
-    sps_knobs={"eps": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
-    family="spike",
-    summary="Cactus with a per-position delta meeting D(h_alg||q) <= eps (first crossing)",
-    reference="this toolkit (issue 3); Cactus Theorem 3 for h_alg",
-))
+register(
+    RuleSpec(
+        name="cactus-calibrated",
+        factory=CalibratedCactus,
+        knobs=(
+            Knob("eps", 0.1, 0.0, math.inf, doc="budget on D(h_alg || q) of the emitted distribution"),
+            Knob("base", "taylor", choices=BASES, doc="gamma from delta: Corollary 5 or Theorem 2"),
+            Knob(
+                "divergence",
+                "kl",
+                choices=tuple(DIVERGENCES),
+                doc="divergence of the budget (and of the exact base's two-point form)",
+            ),
+        ),
+        sps_knobs={"eps": 0.0},
+        deterministic=False,
+        reads_draft=True,
+        needs_raw=False,
+        family="spike",
+        summary="Cactus with a per-position delta meeting D(h_alg||q) <= eps (first crossing)",
+        reference="this toolkit (issue 3); Cactus Theorem 3 for h_alg",
+    )
+)

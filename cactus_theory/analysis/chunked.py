@@ -49,8 +49,22 @@ DEFAULT_MAX_MEMORY = 256 * 2**20
 #: ``analyze`` at V = 151,936: one row at a time).
 WORK_ARRAYS = {"analyze": 34, "emitted": 34, "rules": 44, "frontier": 32, "calibrate": 768}
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_memory(value, name: str = "max_memory") -> int:
@@ -68,8 +82,9 @@ def parse_memory(value, name: str = "max_memory") -> int:
     elif isinstance(value, str):
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", value)
         if m is None or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"{name}: expected a size such as '256MB', '1.5GiB' or a number of bytes, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"{name}: expected a size such as '256MB', '1.5GiB' or a number of bytes, got {value!r}"
+            )
         nbytes = float(m.group(1)) * _UNITS[m.group(2).lower()]
     else:
         raise ValueError(f"{name}: expected a size such as '256MB' or a number of bytes, got {value!r}")
@@ -162,7 +177,7 @@ class LocalRunner:
         for c in chunks:
             res = with_file(kernel, c, *args)
             out.append(res if each is None else each(c, res))
-            del c, res              # a chunk is a view: it would keep its rows' file alive
+            del c, res  # a chunk is a view: it would keep its rows' file alive
         return out
 
 
@@ -191,11 +206,13 @@ def runner_for(source, kind, chunk_rows=None, max_memory=None, progress=False, r
     """``runner`` if given, else a :class:`LocalRunner` with the chunk rule of ``kind``."""
     if runner is not None:
         return runner
-    return LocalRunner(source, rows_per_chunk(kind, chunk_rows=chunk_rows, max_memory=max_memory),
-                       progress, desc=kind)
+    return LocalRunner(
+        source, rows_per_chunk(kind, chunk_rows=chunk_rows, max_memory=max_memory), progress, desc=kind
+    )
 
 
 # --------------------------------------------------------------------------- row sources
+
 
 @dataclass(frozen=True)
 class RowChunk:
@@ -288,12 +305,15 @@ class ArrayRows(RowSource):
         names = ("target_probs", "draft_probs", "raw_target_probs", "raw_draft_probs")
         for name, a in zip(names, arrays):
             if a is not None and (len(a.shape) == 0 or a.shape[-1] == 0):
-                raise ValueError(f"{name}: expected an array of shape (..., V) with V >= 1, "
-                                 f"got shape {tuple(a.shape)}")
+                raise ValueError(
+                    f"{name}: expected an array of shape (..., V) with V >= 1, got shape {tuple(a.shape)}"
+                )
         for name, a in zip(names[1:], arrays[1:]):
             if a is not None and tuple(a.shape) != tuple(arrays[0].shape):
-                raise ValueError(f"{name}: shape {tuple(a.shape)} does not match target_probs' "
-                                 f"shape {tuple(arrays[0].shape)}")
+                raise ValueError(
+                    f"{name}: shape {tuple(a.shape)} does not match target_probs' "
+                    f"shape {tuple(arrays[0].shape)}"
+                )
         self.arrays = tuple(arrays)
         self.batch_shape = tuple(arrays[0].shape[:-1])
         self._flat = tuple(None if a is None else _flat_rows(a) for a in arrays)
@@ -314,14 +334,14 @@ class ArrayRows(RowSource):
             yield RowChunk(a, q, p, rq, rp)
 
 
-
 def as_rows(target_probs, draft_probs=None, raw_target_probs=None, raw_draft_probs=None) -> RowSource:
     """A :class:`RowSource` as is, or :class:`ArrayRows` of arrays (files and folders:
     :func:`cactus_theory.rows.as_row_source`)."""
     if isinstance(target_probs, RowSource):
         if draft_probs is not None or raw_target_probs is not None or raw_draft_probs is not None:
-            raise ValueError("draft_probs: give either a row source alone, or target_probs and "
-                             "draft_probs arrays")
+            raise ValueError(
+                "draft_probs: give either a row source alone, or target_probs and draft_probs arrays"
+            )
         return target_probs
     if isinstance(target_probs, str) or hasattr(target_probs, "__fspath__"):
         raise ValueError("target_probs: a path; read it with cactus_theory.rows.as_row_source(path)")

@@ -186,9 +186,11 @@ def taylor_vs_exact_pairs(target_probs, draft_probs, deltas, divergence="kl") ->
     exact_name = f"cactus-exact-{d.name.replace('_', '-')}"
     rows = []
     for delta in as_budget_array(deltas, "deltas").ravel():
-        rules = [("sps", get_rule("sps")),
-                 ("cactus-taylor", get_rule("cactus-taylor", delta=delta, divergence=d.name)),
-                 (exact_name, get_rule(exact_name, delta=delta))]
+        rules = [
+            ("sps", get_rule("sps")),
+            ("cactus-taylor", get_rule("cactus-taylor", delta=delta, divergence=d.name)),
+            (exact_name, get_rule(exact_name, delta=delta)),
+        ]
         for label, rule in rules:
             plan = make_plan(rule, q, p)
             per = per_draft_divergence(plan, divergence=d.name)
@@ -198,26 +200,34 @@ def taylor_vs_exact_pairs(target_probs, draft_probs, deltas, divergence="kl") ->
             emitted = emitted_distribution(plan)
             ed = d.unchecked(emitted, q)
             ratio = ed / delta if delta > 0 else np.zeros_like(ed)
-            rows.append(dict(
-                rule=label, delta=float(delta),
-                acceptance=float(np.mean(acceptance_rate(plan))),
-                per_draft_mean=float(np.mean(per_mean)), per_draft_max=float(np.max(per_max)),
-                emitted_mean=float(np.mean(ed)), emitted_max=float(np.max(ed)),
-                emitted_over_delta_max=float(np.max(ratio)),
-                emitted_tv_mean=float(np.mean(tv.unchecked(emitted, q))),
-            ))
+            rows.append(
+                dict(
+                    rule=label,
+                    delta=float(delta),
+                    acceptance=float(np.mean(acceptance_rate(plan))),
+                    per_draft_mean=float(np.mean(per_mean)),
+                    per_draft_max=float(np.max(per_max)),
+                    emitted_mean=float(np.mean(ed)),
+                    emitted_max=float(np.max(ed)),
+                    emitted_over_delta_max=float(np.max(ratio)),
+                    emitted_tv_mean=float(np.mean(tv.unchecked(emitted, q))),
+                )
+            )
     return FamilyComparison(rows, d.name, q.shape[0])
 
 
 def format_family_comparison(result: FamilyComparison, title: str = "") -> str:
     """Plain-text table of a :class:`FamilyComparison` (for the report)."""
     d = result.divergence
-    head = (f"{'rule':<22}{'delta':>7}{'accept':>8}{'E_n ' + d + '(h^n||q)':>19}"
-            f"{'max_n':>9}{d + '(h_alg||q)':>16}{'max':>9}{'max/delta':>10}{'TV(h_alg,q)':>13}")
+    head = (
+        f"{'rule':<22}{'delta':>7}{'accept':>8}{'E_n ' + d + '(h^n||q)':>19}"
+        f"{'max_n':>9}{d + '(h_alg||q)':>16}{'max':>9}{'max/delta':>10}{'TV(h_alg,q)':>13}"
+    )
     lines = ([title] if title else []) + [head, "-" * len(head)]
     for r in result.rows:
         lines.append(
             f"{r['rule']:<22}{r['delta']:>7.3g}{r['acceptance']:>8.4f}{r['per_draft_mean']:>19.4f}"
             f"{r['per_draft_max']:>9.4f}{r['emitted_mean']:>16.4f}{r['emitted_max']:>9.4f}"
-            f"{r['emitted_over_delta_max']:>10.3f}{r['emitted_tv_mean']:>13.4f}")
+            f"{r['emitted_over_delta_max']:>10.3f}{r['emitted_tv_mean']:>13.4f}"
+        )
     return "\n".join(lines)

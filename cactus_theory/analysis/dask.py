@@ -85,9 +85,12 @@ class DaskRunner:
             arrays = [None if a is None else a.rechunk((q.chunks[0], -1)) for a in arrays]
             blocks = [None if a is None else a.to_delayed().ravel() for a in arrays]
             starts = np.concatenate([[0], np.cumsum(q.chunks[0])[:-1]]).astype(int)
-            return [dask.delayed(_block_result)(kernel, int(starts[i]),
-                                                *(None if b is None else b[i] for b in blocks), args)
-                    for i in range(len(blocks[0]))]
+            return [
+                dask.delayed(_block_result)(
+                    kernel, int(starts[i]), *(None if b is None else b[i] for b in blocks), args
+                )
+                for i in range(len(blocks[0]))
+            ]
         import dask.bag as db
 
         bag = db.from_sequence(src.parts(), npartitions=len(src.parts()))
@@ -100,9 +103,9 @@ class DaskRunner:
         out = []
         for res in dask.compute(*self._tasks(kernel, args)):
             if isinstance(self.source, ArrayRows):
-                out.extend(res)                 # a block: [its result]
+                out.extend(res)  # a block: [its result]
             else:
-                for shard in res:               # a bag partition: [results of each shard]
+                for shard in res:  # a bag partition: [results of each shard]
                     out.extend(shard)
         return out
 
@@ -110,18 +113,20 @@ class DaskRunner:
 def _source(target_probs, draft_probs, raw_target_probs=None, raw_draft_probs=None):
     if isinstance(target_probs, RowSource):
         if draft_probs is not None:
-            raise ValueError("draft_probs: give either a row source alone, or target_probs and "
-                             "draft_probs Dask arrays")
+            raise ValueError(
+                "draft_probs: give either a row source alone, or target_probs and draft_probs Dask arrays"
+            )
         return target_probs
     if not chunked.is_dask(target_probs):
-        raise ValueError("target_probs: expected a dask.array (with draft_probs) or a row source "
-                         "of shards")
+        raise ValueError("target_probs: expected a dask.array (with draft_probs) or a row source of shards")
     import dask.array as da
 
     if draft_probs is None:
         raise ValueError("draft_probs: required with a target_probs Dask array")
-    arrays = [None if a is None else da.asarray(a)
-              for a in (target_probs, draft_probs, raw_target_probs, raw_draft_probs)]
+    arrays = [
+        None if a is None else da.asarray(a)
+        for a in (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    ]
     return ArrayRows(*arrays)
 
 
@@ -129,8 +134,18 @@ def _runner(source, kind, chunk_rows, max_memory):
     return DaskRunner(source, rows_per_chunk(kind, chunk_rows=chunk_rows, max_memory=max_memory))
 
 
-def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None,
-            divergences=None, per_token=False, chunk_rows=None, max_memory=None):
+def analyze(
+    rule,
+    target_probs,
+    draft_probs=None,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    divergences=None,
+    per_token=False,
+    chunk_rows=None,
+    max_memory=None,
+):
     r"""Acceptance and the emitted distribution's divergences from q (Theorem 3) of every row
     of a Dask collection (see :func:`cactus_theory.analysis.scaled.analyze`).
 
@@ -140,8 +155,13 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
     Symbols: q verifier, p drafter. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3.
     """
     source = _source(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    return scaled.analyze(rule, source, divergences=divergences, per_token=per_token,
-                           runner=_runner(source, "analyze", chunk_rows, max_memory))
+    return scaled.analyze(
+        rule,
+        source,
+        divergences=divergences,
+        per_token=per_token,
+        runner=_runner(source, "analyze", chunk_rows, max_memory),
+    )
 
 
 def _emitted_block(q, p, rule, method):
@@ -174,20 +194,23 @@ def emitted_distribution(rule, target_probs, draft_probs, *, method="fast"):
     return da.map_blocks(_emitted_block, q, p, rule, method, dtype=np.float64)
 
 
-def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, knobs=None,
-                  chunk_rows=None, max_memory=None):
+def analyze_rules(
+    target_probs, draft_probs=None, rules=None, *, delta=None, knobs=None, chunk_rows=None, max_memory=None
+):
     r"""Rules side by side over a Dask collection (see :func:`cactus_theory.api.analyze_rules`).
 
     Symbols: q verifier, p drafter, delta per-draft budget. Source: Hao & Mou, ICLR 2026
     (arXiv 2604.04987), Theorems 1 and 3.
     """
     source = _source(target_probs, draft_probs)
-    return scaled.analyze_rules(source, None, rules, delta=delta, knobs=knobs,
-                                 runner=_runner(source, "rules", chunk_rows, max_memory))
+    return scaled.analyze_rules(
+        source, None, rules, delta=delta, knobs=knobs, runner=_runner(source, "rules", chunk_rows, max_memory)
+    )
 
 
-def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl", chunk_rows=None,
-                     max_memory=None):
+def optimal_frontier(
+    target_probs, draft_probs=None, *, eps=None, divergence="kl", chunk_rows=None, max_memory=None
+):
     r""":math:`F(\epsilon)` (Theorem 1) averaged over a Dask collection (see
     :func:`cactus_theory.api.optimal_frontier`).
 
@@ -195,12 +218,25 @@ def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl
     ICLR 2026 (arXiv 2604.04987), Theorem 1.
     """
     source = _source(target_probs, draft_probs)
-    return scaled.optimal_frontier(source, None, eps=eps, divergence=divergence,
-                                    runner=_runner(source, "frontier", chunk_rows, max_memory))
+    return scaled.optimal_frontier(
+        source,
+        None,
+        eps=eps,
+        divergence=divergence,
+        runner=_runner(source, "frontier", chunk_rows, max_memory),
+    )
 
 
-def calibrate_delta(target_probs, draft_probs=None, eps=0.0, *, rule="cactus-taylor", divergence="kl",
-                    chunk_rows=None, max_memory=None):
+def calibrate_delta(
+    target_probs,
+    draft_probs=None,
+    eps=0.0,
+    *,
+    rule="cactus-taylor",
+    divergence="kl",
+    chunk_rows=None,
+    max_memory=None,
+):
     r"""Per position of a Dask collection, the delta whose emitted divergence meets eps (see
     :func:`cactus_theory.api.calibrate_delta`).
 
@@ -208,12 +244,28 @@ def calibrate_delta(target_probs, draft_probs=None, eps=0.0, *, rule="cactus-tay
     divergence. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
     source = _source(target_probs, draft_probs)
-    return scaled.calibrate_delta(source, None, eps, rule=rule, divergence=divergence,
-                                   runner=_runner(source, "calibrate", chunk_rows, max_memory))
+    return scaled.calibrate_delta(
+        source,
+        None,
+        eps,
+        rule=rule,
+        divergence=divergence,
+        runner=_runner(source, "calibrate", chunk_rows, max_memory),
+    )
 
 
-def global_delta(target_probs, draft_probs=None, eps=0.0, *, statistic="mean", base="taylor",
-                 divergence="kl", measure=None, chunk_rows=None, max_memory=None):
+def global_delta(
+    target_probs,
+    draft_probs=None,
+    eps=0.0,
+    *,
+    statistic="mean",
+    base="taylor",
+    divergence="kl",
+    measure=None,
+    chunk_rows=None,
+    max_memory=None,
+):
     r"""One delta for a corpus held as a Dask collection (see
     :func:`cactus_theory.analysis.scaled.global_delta`: one Dask computation per pass).
 
@@ -221,6 +273,13 @@ def global_delta(target_probs, draft_probs=None, eps=0.0, *, statistic="mean", b
     divergence. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
     source = _source(target_probs, draft_probs)
-    return scaled.global_delta(source, None, eps, statistic=statistic, base=base,
-                                divergence=divergence, measure=measure,
-                                runner=_runner(source, "calibrate", chunk_rows, max_memory))
+    return scaled.global_delta(
+        source,
+        None,
+        eps,
+        statistic=statistic,
+        base=base,
+        divergence=divergence,
+        measure=measure,
+        runner=_runner(source, "calibrate", chunk_rows, max_memory),
+    )

@@ -33,8 +33,7 @@ from ..rules import RULES, get_rule
 from ..solvers.mentored import solve_mentored
 from .one_step import emitted_distribution, make_plan
 
-__all__ = ["OperatingPoints", "default_sweep", "operating_points", "all_operating_points",
-           "gap_to_frontier"]
+__all__ = ["OperatingPoints", "default_sweep", "operating_points", "all_operating_points", "gap_to_frontier"]
 
 _FRONTIER_DIVERGENCES = ("kl", "reverse_kl", "tv")
 
@@ -137,9 +136,18 @@ class OperatingPoints:
     gap: dict
 
 
-def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
-                     divergences=_FRONTIER_DIVERGENCES, raw_target_probs=None,
-                     raw_draft_probs=None, fixed_knobs=None) -> OperatingPoints:
+def operating_points(
+    rule,
+    target_probs,
+    draft_probs,
+    *,
+    knob=None,
+    values=None,
+    divergences=_FRONTIER_DIVERGENCES,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    fixed_knobs=None,
+) -> OperatingPoints:
     r"""Sweep a rule's knob and return its operating points and gaps to the frontier.
 
     Parameters
@@ -177,8 +185,9 @@ def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
     settings = [dict(fixed, **{knob: v}) for v in values] if knob else [fixed]
     accs, divs = [], {d: [] for d in divergences}
     for kn in settings:
-        plan = make_plan(get_rule(rule, **kn), q, p, raw_target_probs=raw_target_probs,
-                         raw_draft_probs=raw_draft_probs)
+        plan = make_plan(
+            get_rule(rule, **kn), q, p, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
+        )
         h = emitted_distribution(plan)
         accs.append(np.sum(plan.draft_probs * np.clip(plan.accept_probs(), 0, 1), axis=-1))
         for d in divergences:
@@ -191,9 +200,15 @@ def operating_points(rule, target_probs, draft_probs, *, knob=None, values=None,
     return OperatingPoints(rule, knob, values if knob else [None], acc, divs, front, gap)
 
 
-def all_operating_points(target_probs, draft_probs, *, rules=None,
-                         divergences=_FRONTIER_DIVERGENCES, raw_target_probs=None,
-                         raw_draft_probs=None) -> dict:
+def all_operating_points(
+    target_probs,
+    draft_probs,
+    *,
+    rules=None,
+    divergences=_FRONTIER_DIVERGENCES,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+) -> dict:
     r""":func:`operating_points` of every registered rule along its :func:`default_sweep`.
 
     Rules without a numeric knob (SpS) give one point. Returns ``{rule name: OperatingPoints}``.
@@ -204,7 +219,14 @@ def all_operating_points(target_probs, draft_probs, *, rules=None,
     names = list(RULES) if rules is None else list(rules)
     if not names:
         raise ValueError("rules: empty list; give at least one rule name (or None for all)")
-    return {name: operating_points(name, target_probs, draft_probs, divergences=divergences,
-                                   raw_target_probs=raw_target_probs,
-                                   raw_draft_probs=raw_draft_probs)
-            for name in names}
+    return {
+        name: operating_points(
+            name,
+            target_probs,
+            draft_probs,
+            divergences=divergences,
+            raw_target_probs=raw_target_probs,
+            raw_draft_probs=raw_draft_probs,
+        )
+        for name in names
+    }

@@ -115,15 +115,17 @@ def _as_pair(target_probs, draft_probs):
     if not (_is_torch(target_probs) or _is_torch(draft_probs)):
         return as_prob_pair(target_probs, draft_probs)
     if not (_is_torch(target_probs) and _is_torch(draft_probs)):
-        raise ValueError("draft_probs: target_probs and draft_probs must both be torch tensors "
-                         "or both be array-likes")
+        raise ValueError(
+            "draft_probs: target_probs and draft_probs must both be torch tensors or both be array-likes"
+        )
     if target_probs.device != draft_probs.device:
         raise ValueError(f"draft_probs: on {draft_probs.device}, target_probs on {target_probs.device}")
     q = _as_torch_probs(target_probs, "target_probs")
     p = _as_torch_probs(draft_probs, "draft_probs")
     if q.shape != p.shape:
-        raise ValueError(f"draft_probs: shape {tuple(p.shape)} does not match target_probs' "
-                         f"shape {tuple(q.shape)}")
+        raise ValueError(
+            f"draft_probs: shape {tuple(p.shape)} does not match target_probs' shape {tuple(q.shape)}"
+        )
     return q, p
 
 
@@ -157,13 +159,19 @@ def _as_plan(plan_or_rule, target_probs, draft_probs, raw_target_probs, raw_draf
         return plan_or_rule
     if target_probs is None or draft_probs is None:
         raise ValueError("target_probs: required together with draft_probs when a rule is given")
-    return make_plan(plan_or_rule, target_probs, draft_probs,
-                     raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
+    return make_plan(
+        plan_or_rule,
+        target_probs,
+        draft_probs,
+        raw_target_probs=raw_target_probs,
+        raw_draft_probs=raw_draft_probs,
+    )
 
 
 @_overflow_is_inf
-def acceptance_probabilities(rule, target_probs=None, draft_probs=None, *,
-                             raw_target_probs=None, raw_draft_probs=None) -> np.ndarray:
+def acceptance_probabilities(
+    rule, target_probs=None, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None
+) -> np.ndarray:
     r"""Per-draft acceptance :math:`a_n` for every candidate drafted token n.
 
     Parameters
@@ -184,8 +192,9 @@ def acceptance_probabilities(rule, target_probs=None, draft_probs=None, *,
 
 
 @_overflow_is_inf
-def acceptance_rate(rule, target_probs=None, draft_probs=None, *,
-                    raw_target_probs=None, raw_draft_probs=None) -> np.ndarray:
+def acceptance_rate(
+    rule, target_probs=None, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None
+) -> np.ndarray:
     r"""Overall acceptance :math:`\alpha = \sum_n p_n a_n` of one drafted token.
 
     Examples
@@ -233,8 +242,7 @@ def _searchsorted_rows(xp, sorted_rows, values):
         if V <= _COMPARE_MAX_V:
             step = max(1, _COMPARE_ELEMENTS // max(1, V * v2.shape[-1]))
             for a in range(0, s2.shape[0], step):
-                np.sum(s2[a:a + step, None, :] < v2[a:a + step, :, None], axis=-1,
-                       out=out[a:a + step])
+                np.sum(s2[a : a + step, None, :] < v2[a : a + step, :, None], axis=-1, out=out[a : a + step])
             return out.reshape(values.shape)
         if v2.shape[-1] < 2 * _SEARCH_CHUNK:
             # one call a row, nothing around it (the window and the chunking cost about
@@ -250,13 +258,15 @@ def _searchsorted_rows(xp, sorted_rows, values):
             hi = int(np.searchsorted(row, val.max(), side="right"))
             window, res = row[lo:hi], out[r]
 
-            def search(a, b):   # values a..b-1, written in place (numpy releases the GIL)
+            def search(a, b, res=res, lo=lo, window=window, val=val):
+                # values a..b-1, written in place (numpy releases the GIL)
                 res[a:b] = lo + np.searchsorted(window, val[a:b], side="left")
 
             # a long row's values in contiguous chunks on threads: the same indices
             in_chunks(search, val.size, _SEARCH_CHUNK)
         return out.reshape(values.shape)
     import torch
+
     return torch.searchsorted(sorted_rows.contiguous(), values.contiguous(), side="left")
 
 
@@ -266,8 +276,9 @@ def _bincount_rows(xp, idx, weights, length):
         V = idx.shape[-1]
         rows = idx.reshape(-1, V)
         offs = (np.arange(rows.shape[0]) * length)[:, None]
-        flat = np.bincount((rows + offs).ravel(), weights=weights.reshape(-1),
-                           minlength=rows.shape[0] * length)
+        flat = np.bincount(
+            (rows + offs).ravel(), weights=weights.reshape(-1), minlength=rows.shape[0] * length
+        )
         return flat.reshape(idx.shape[:-1] + (length,))
     out = xp.zeros(idx.shape[:-1] + (length,), dtype=weights.dtype, device=weights.device)
     return out.scatter_add_(-1, idx, weights)
@@ -289,7 +300,7 @@ def _emitted_spike_fast(q, p, gamma):
     V = q.shape[-1]
     zero, one = xp.zeros_like(q), xp.ones_like(q)
     a = xp.clip(ratio_acceptance(gamma, p), 0.0, 1.0)
-    w = xp.where(p > 0, xp.clip(p - gamma, 0.0, None), zero)          # p_n (1 - a_n)
+    w = xp.where(p > 0, xp.clip(p - gamma, 0.0, None), zero)  # p_n (1 - a_n)
     c = spike_scale_unchecked(q, gamma)
     pos_q = q > 0
     t = xp.where(pos_q, p / xp.where(pos_q, q, one), xp.full_like(q, math.inf))  # p_j / q_j
@@ -299,14 +310,12 @@ def _emitted_spike_fast(q, p, gamma):
     t_s = xp.take_along_axis(t, order, axis=-1)
     q_s = xp.take_along_axis(q, order, axis=-1)
     pad = xp.zeros_like(q[..., :1])
-    Q = xp.concat([pad, xp.cumulative_sum(q_s, axis=-1)], axis=-1)      # Q[k] = sum of k first
-    P = xp.concat([pad, xp.cumulative_sum(xp.take_along_axis(p, order, axis=-1), axis=-1)],
-                  axis=-1)
-    k = _searchsorted_rows(xp, t_s, c)                                  # #{j: t_j < c_n}
-    S = xp.clip(c * xp.take_along_axis(Q, k, axis=-1) - xp.take_along_axis(P, k, axis=-1),
-                0.0, None)
+    Q = xp.concat([pad, xp.cumulative_sum(q_s, axis=-1)], axis=-1)  # Q[k] = sum of k first
+    P = xp.concat([pad, xp.cumulative_sum(xp.take_along_axis(p, order, axis=-1), axis=-1)], axis=-1)
+    k = _searchsorted_rows(xp, t_s, c)  # #{j: t_j < c_n}
+    S = xp.clip(c * xp.take_along_axis(Q, k, axis=-1) - xp.take_along_axis(P, k, axis=-1), 0.0, None)
     own_c, own_g = xp.clip(c * q - p, 0.0, None), xp.clip(gamma - p, 0.0, None)
-    Z = S - own_c + own_g                     # correction at j = n: h_n = gamma_n, not c_n q_n
+    Z = S - own_c + own_g  # correction at j = n: h_n = gamma_n, not c_n q_n
     rejected = w > 0
     u = xp.where(rejected, w / xp.where(rejected & (Z > 0), Z, one), zero)
     empty = rejected & (Z <= 0)
@@ -315,7 +324,7 @@ def _emitted_spike_fast(q, p, gamma):
     u_at = _bincount_rows(xp, k, u, V + 1)
     suc = xp.flip(xp.cumulative_sum(xp.flip(uc_at, axis=-1), axis=-1), axis=-1)[..., 1:]
     su = xp.flip(xp.cumulative_sum(xp.flip(u_at, axis=-1), axis=-1), axis=-1)[..., 1:]
-    finite_t = t_s < math.inf   # t_j = inf (q_j = 0, or p_j/q_j overflowing): never in a residual
+    finite_t = t_s < math.inf  # t_j = inf (q_j = 0, or p_j/q_j overflowing): never in a residual
     t_fin = xp.where(finite_t, t_s, xp.zeros_like(t_s))
     mix_s = xp.where(finite_t, q_s * xp.clip(suc - t_fin * su, 0.0, None), xp.zeros_like(t_s))
     mix = _unsort(xp, mix_s, order)
@@ -342,8 +351,7 @@ def _emitted_spike_rows(q, p, gamma):
     """The numpy mixture of long rows, one row at a time
     (:func:`~cactus_theory.analysis.rejected_mixture.mixture_row`; batch axes flattened)."""
     V = q.shape[-1]
-    q2, p2, g2 = (np.ascontiguousarray(x, dtype=np.float64).reshape(-1, V)
-                  for x in (q, p, gamma))
+    q2, p2, g2 = (np.ascontiguousarray(x, dtype=np.float64).reshape(-1, V) for x in (q, p, gamma))
     out = np.empty_like(q2)
     for r in range(q2.shape[0]):
         with np.errstate(over="ignore"):
@@ -366,9 +374,15 @@ def _add_empty_residual_rows(xp, out, empty, q, gamma, c, w):
     r"""Add :math:`w_n\, \mathrm{normalize}(h^{(n)})` for the drafts with an empty residual."""
     if not isinstance(out, np.ndarray):
         dev = out.device
-        res = _add_empty_residual_rows(np, out.cpu().numpy(), empty.cpu().numpy(),
-                                       q.cpu().numpy(), gamma.cpu().numpy(), c.cpu().numpy(),
-                                       w.cpu().numpy())
+        res = _add_empty_residual_rows(
+            np,
+            out.cpu().numpy(),
+            empty.cpu().numpy(),
+            q.cpu().numpy(),
+            gamma.cpu().numpy(),
+            c.cpu().numpy(),
+            w.cpu().numpy(),
+        )
         return xp.asarray(res, device=dev)
     out = out.copy()
     for pos in np.argwhere(empty):
@@ -393,8 +407,15 @@ def _emitted_dense(plan):
 
 
 @_overflow_is_inf
-def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_target_probs=None,
-                         raw_draft_probs=None, method: str = "fast") -> np.ndarray:
+def emitted_distribution(
+    rule,
+    target_probs=None,
+    draft_probs=None,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    method: str = "fast",
+) -> np.ndarray:
     r"""The distribution of the emitted token, :math:`h_{alg}` (Theorem 3), exactly.
 
     .. math:: h_{alg}(j) = p_j a_j + \sum_n p_n (1 - a_n)\, r^{(n)}_j
@@ -442,8 +463,7 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
         # gamma, or min(gamma, p) where the plan has not solved gamma: the same law bit for bit
         spike = plan.spike_for_emission()
         if _is_torch(p) or q.shape[-1] < LONG_ROW_VOCAB:
-            return _emitted_spike_fast(q, p, spike if _is_torch(p)
-                                       else np.asarray(spike, dtype=np.float64))
+            return _emitted_spike_fast(q, p, spike if _is_torch(p) else np.asarray(spike, dtype=np.float64))
         return _emitted_spike_rows(q, p, np.asarray(spike, dtype=np.float64))
     a = xp.clip(plan.accept_probs(), 0.0, 1.0)
     if isinstance(plan, TargetPlan):
@@ -452,8 +472,9 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
 
 
 @_overflow_is_inf
-def per_draft_divergence(rule, target_probs=None, draft_probs=None, divergence="kl", *,
-                         raw_target_probs=None, raw_draft_probs=None):
+def per_draft_divergence(
+    rule, target_probs=None, draft_probs=None, divergence="kl", *, raw_target_probs=None, raw_draft_probs=None
+):
     r""":math:`D(h^{(n)} \| q)` of the rule's per-draft target for every candidate n.
 
     For a spike plan this is Theorem 2's two-point form at :math:`(\gamma_n, q_n)`; for a
@@ -502,8 +523,15 @@ class OneStepResult:
 
 
 @_overflow_is_inf
-def analyze(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None,
-            divergences=DEFAULT_DIVERGENCES) -> OneStepResult:
+def analyze(
+    rule,
+    target_probs,
+    draft_probs,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    divergences=DEFAULT_DIVERGENCES,
+) -> OneStepResult:
     """Acceptance, emitted distribution and its divergences from q in one call.
 
     Parameters
@@ -520,8 +548,9 @@ def analyze(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft
     OneStepResult
     """
     rule = get_rule(rule)
-    plan = make_plan(rule, target_probs, draft_probs, raw_target_probs=raw_target_probs,
-                     raw_draft_probs=raw_draft_probs)
+    plan = make_plan(
+        rule, target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
+    )
     a = acceptance_probabilities(plan)
     emitted = emitted_distribution(plan)
     xp = array_namespace(a)

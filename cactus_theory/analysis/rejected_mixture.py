@@ -66,15 +66,15 @@ def mixture_row(q, p, gamma, out):
     if m == 0:
         return None
     qr, pr, gr = q[rejected], p[rejected], gamma[rejected]
-    w = pr - gr                                               # > 0 on every rejected draft
+    w = pr - gr  # > 0 on every rejected draft
     c = spike_scale_unchecked(qr, gr)
     by_c = np.argsort(c)
     cs = c[by_c]
     pos_q = q > 0
-    t = np.where(pos_q, p / np.where(pos_q, q, 1.0), math.inf)          # p_j / q_j
+    t = np.where(pos_q, p / np.where(pos_q, q, 1.0), math.inf)  # p_j / q_j
     b = np.empty(V, dtype=np.int64)
 
-    def search(lo, hi):               # b_j = #{n in R: c_n <= t_j}
+    def search(lo, hi):  # b_j = #{n in R: c_n <= t_j}
         b[lo:hi] = np.searchsorted(cs, t[lo:hi], side="right")
 
     in_chunks(search, V, _SEARCH_CHUNK, _SEARCH_CHUNK)

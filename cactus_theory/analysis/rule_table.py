@@ -35,8 +35,9 @@ COLUMNS = (
 )
 
 
-def rule_table(target_probs, draft_probs, *, rules=None, raw_target_probs=None,
-               raw_draft_probs=None, knobs=None) -> list[dict]:
+def rule_table(
+    target_probs, draft_probs, *, rules=None, raw_target_probs=None, raw_draft_probs=None, knobs=None
+) -> list[dict]:
     r"""Every rule (default knobs) on (q, p): acceptance, emitted divergences, frontier gaps.
 
     Parameters
@@ -72,8 +73,7 @@ def rule_table(target_probs, draft_probs, *, rules=None, raw_target_probs=None,
     rows = []
     for name in names:
         rule = get_rule(name, **knobs.get(name, {}))
-        plan = make_plan(rule, q, p, raw_target_probs=raw_target_probs,
-                         raw_draft_probs=raw_draft_probs)
+        plan = make_plan(rule, q, p, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
         h = emitted_distribution(plan)
         acc = np.sum(plan.draft_probs * np.clip(plan.accept_probs(), 0, 1), axis=-1)
         row = {"rule": name, "knobs": dict(rule.knobs), "acceptance": float(np.mean(acc))}
@@ -114,7 +114,8 @@ def format_rule_table(rows, *, title: str | None = None, show_knobs: bool = True
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     fmt_line = lambda cells: "  ".join(  # noqa: E731
         (c.ljust(w) if i in (0, len(cells) - 1) and (i == 0 or show_knobs) else c.rjust(w))
-        for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        for i, (c, w) in enumerate(zip(cells, widths))
+    ).rstrip()
     out = [] if title is None else [title]
     out.append(fmt_line(head))
     out.append(fmt_line(["-" * w for w in widths]))

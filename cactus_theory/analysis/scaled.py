@@ -67,17 +67,33 @@ FRONTIER_POINTS = 65
 def _analyze_kernel(chunk, rule, divergences, per_token):
     from .one_step import analyze as analyze_block
 
-    res = analyze_block(rule, chunk.target_probs, chunk.draft_probs,
-                        raw_target_probs=chunk.raw_target_probs,
-                        raw_draft_probs=chunk.raw_draft_probs, divergences=divergences)
+    res = analyze_block(
+        rule,
+        chunk.target_probs,
+        chunk.draft_probs,
+        raw_target_probs=chunk.raw_target_probs,
+        raw_draft_probs=chunk.raw_draft_probs,
+        divergences=divergences,
+    )
     if per_token:
         return res
     return type(res)(res.rule, None, res.acceptance, None, res.divergences)
 
 
-def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None,
-            divergences=None, per_token=None, chunk_rows=None, max_memory=None, progress=False,
-            runner=None):
+def analyze(
+    rule,
+    target_probs,
+    draft_probs=None,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    divergences=None,
+    per_token=None,
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+    runner=None,
+):
     r"""Acceptance, emitted distribution and its divergences from q, chunk by chunk.
 
     :func:`cactus_theory.analysis.analyze` on every chunk of rows:
@@ -117,12 +133,21 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
 
     rule = get_rule(rule)
     divergences = tuple(DEFAULT_DIVERGENCES if divergences is None else divergences)
-    if runner is None and per_token is not False and not wants_chunks(
-            target_probs, "analyze", chunk_rows=chunk_rows, max_memory=max_memory):
+    if (
+        runner is None
+        and per_token is not False
+        and not wants_chunks(target_probs, "analyze", chunk_rows=chunk_rows, max_memory=max_memory)
+    ):
         if draft_probs is None:
             raise ValueError("draft_probs: required with a target_probs array")
-        return analyze_block(rule, target_probs, draft_probs, raw_target_probs=raw_target_probs,
-                             raw_draft_probs=raw_draft_probs, divergences=divergences)
+        return analyze_block(
+            rule,
+            target_probs,
+            draft_probs,
+            raw_target_probs=raw_target_probs,
+            raw_draft_probs=raw_draft_probs,
+            divergences=divergences,
+        )
     source = as_rows(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     if per_token is None:
         per_token = source.in_memory
@@ -135,17 +160,20 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
         if not rows_out:
             for key in ("accept_probs", "emitted"):
                 x = getattr(res, key)
-                rows_out[key] = (np.empty((run.n_rows, x.shape[-1]), dtype=x.dtype)
-                                 if isinstance(x, np.ndarray) else
-                                 x.new_empty((run.n_rows, x.shape[-1])))
+                rows_out[key] = (
+                    np.empty((run.n_rows, x.shape[-1]), dtype=x.dtype)
+                    if isinstance(x, np.ndarray)
+                    else x.new_empty((run.n_rows, x.shape[-1]))
+                )
         for key in ("accept_probs", "emitted"):
-            rows_out[key][chunk.start:chunk.start + chunk.n_rows] = getattr(res, key)
+            rows_out[key][chunk.start : chunk.start + chunk.n_rows] = getattr(res, key)
         return type(res)(res.rule, None, res.acceptance, None, res.divergences)
 
     # per-token rows are written as the chunks come (no second copy of the N x V outputs)
     stream = bool(per_token) and isinstance(run, LocalRunner)
-    parts = run.map(_analyze_kernel, rule, divergences, bool(per_token),
-                    **({"each": write} if stream else {}))
+    parts = run.map(
+        _analyze_kernel, rule, divergences, bool(per_token), **({"each": write} if stream else {})
+    )
 
     def join(xs, trailing=()):
         out = join_rows(list(xs))
@@ -153,8 +181,7 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
 
     if not parts:
         raise ValueError("target_probs: no rows")
-    V = (int(rows_out["emitted"].shape[-1]) if stream else
-         int(parts[0].emitted.shape[-1]) if per_token else 0)
+    V = int(rows_out["emitted"].shape[-1]) if stream else int(parts[0].emitted.shape[-1]) if per_token else 0
     acc = join(r.acceptance for r in parts)
     divs = {d: join(r.divergences[d] for r in parts) for d in divergences}
     if stream:
@@ -168,14 +195,29 @@ def analyze(rule, target_probs, draft_probs=None, *, raw_target_probs=None, raw_
 def _emitted_kernel(chunk, rule, method):
     from .one_step import emitted_distribution as _emitted
 
-    return _emitted(rule, chunk.target_probs, chunk.draft_probs,
-                    raw_target_probs=chunk.raw_target_probs, raw_draft_probs=chunk.raw_draft_probs,
-                    method=method)
+    return _emitted(
+        rule,
+        chunk.target_probs,
+        chunk.draft_probs,
+        raw_target_probs=chunk.raw_target_probs,
+        raw_draft_probs=chunk.raw_draft_probs,
+        method=method,
+    )
 
 
-def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_target_probs=None,
-                         raw_draft_probs=None, method="fast", chunk_rows=None, max_memory=None,
-                         progress=False, runner=None):
+def emitted_distribution(
+    rule,
+    target_probs=None,
+    draft_probs=None,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    method="fast",
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+    runner=None,
+):
     r""":math:`h_{alg}` (Theorem 3) of every row, chunk by chunk (shape batch + (V,)).
 
     .. math:: h_{alg}(j) = p_j a_j + \sum_n p_n (1 - a_n)\, r^{(n)}_j
@@ -198,10 +240,19 @@ def emitted_distribution(rule, target_probs=None, draft_probs=None, *, raw_targe
     from .one_step import emitted_distribution as _emitted
 
     is_plan = isinstance(rule, (TargetPlan, SpikePlan, DecisionPlan))
-    if runner is None and (is_plan or target_probs is None or not wants_chunks(
-            target_probs, "emitted", chunk_rows=chunk_rows, max_memory=max_memory)):
-        return _emitted(rule, target_probs, draft_probs, raw_target_probs=raw_target_probs,
-                        raw_draft_probs=raw_draft_probs, method=method)
+    if runner is None and (
+        is_plan
+        or target_probs is None
+        or not wants_chunks(target_probs, "emitted", chunk_rows=chunk_rows, max_memory=max_memory)
+    ):
+        return _emitted(
+            rule,
+            target_probs,
+            draft_probs,
+            raw_target_probs=raw_target_probs,
+            raw_draft_probs=raw_draft_probs,
+            method=method,
+        )
     rule = get_rule(rule)
     source = as_rows(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     run = runner_for(source, "emitted", chunk_rows, max_memory, progress, runner)
@@ -244,7 +295,7 @@ def _rules_kernel(chunk, names, per_rule):
         plan = make_plan(rule, q, p)
         try:
             per = per_draft_divergence(plan, divergence="kl")
-        except ValueError:            # a decision rule has no per-draft target
+        except ValueError:  # a decision rule has no per-draft target
             cols["per_sum"] = cols["per_max"] = None
         else:
             w = np.where(drafted, per, 0.0)
@@ -254,8 +305,18 @@ def _rules_kernel(chunk, names, per_rule):
     return out
 
 
-def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, knobs=None,
-                  chunk_rows=None, max_memory=None, progress=False, runner=None):
+def analyze_rules(
+    target_probs,
+    draft_probs=None,
+    rules=None,
+    *,
+    delta=None,
+    knobs=None,
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+    runner=None,
+):
     r"""Rules side by side, chunk by chunk: :func:`cactus_theory.api.analyze_rules` on a
     row source (means over all rows of the per-row values; maxima over all rows).
 
@@ -270,8 +331,11 @@ def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, kno
     from ..results import RuleTable
     from ..rules import RULES, get_rule
 
-    names = list(RULES) if rules is None else [choice(r, RULES.all_names(), "rules")
-                                               for r in ([rules] if isinstance(rules, str) else rules)]
+    names = (
+        list(RULES)
+        if rules is None
+        else [choice(r, RULES.all_names(), "rules") for r in ([rules] if isinstance(rules, str) else rules)]
+    )
     if delta is not None:
         delta = as_budget(delta, "delta")
     if knobs is not None and not isinstance(knobs, dict):
@@ -292,17 +356,26 @@ def analyze_rules(target_probs, draft_probs=None, rules=None, *, delta=None, kno
     for name in names:
         col = {k: ([r[name][k] for r in parts]) for k in parts[0][name]}
         row = {"rule": name, "knobs": dict(get_rule(name, **per_rule[name]).knobs)}
-        m = {k: float(np.mean(np.concatenate(v))) for k, v in col.items()
-             if k not in ("per_sum", "per_max")}
+        m = {k: float(np.mean(np.concatenate(v))) for k, v in col.items() if k not in ("per_sum", "per_max")}
         if col["per_sum"][0] is None:
             per_mean = per_max = None
         else:
             per_mean = float(np.mean(np.concatenate(col["per_sum"])))
             per_max = float(np.max(np.concatenate(col["per_max"])))
-        table.append({"rule": name, "knobs": row["knobs"], "acceptance": m["acceptance"],
-                      "per_draft_kl_mean": per_mean, "per_draft_kl_max": per_max,
-                      "emitted_kl": m["kl"], "emitted_reverse_kl": m["reverse_kl"],
-                      "emitted_tv": m["tv"], "gap_kl": m["gap_kl"], "gap_tv": m["gap_tv"]})
+        table.append(
+            {
+                "rule": name,
+                "knobs": row["knobs"],
+                "acceptance": m["acceptance"],
+                "per_draft_kl_mean": per_mean,
+                "per_draft_kl_max": per_max,
+                "emitted_kl": m["kl"],
+                "emitted_reverse_kl": m["reverse_kl"],
+                "emitted_tv": m["tv"],
+                "gap_kl": m["gap_kl"],
+                "gap_tv": m["gap_tv"],
+            }
+        )
     return RuleTable(table=tuple(table), delta=delta, n_positions=int(run.n_rows))
 
 
@@ -328,8 +401,17 @@ def _frontier_kernel(chunk, grid, divergence):
     return acc, div, np.sum(np.minimum(q, p), axis=-1)
 
 
-def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl", chunk_rows=None,
-                     max_memory=None, progress=False, runner=None):
+def optimal_frontier(
+    target_probs,
+    draft_probs=None,
+    *,
+    eps=None,
+    divergence="kl",
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+    runner=None,
+):
     r""":math:`F(\epsilon)` (Theorem 1) averaged over the rows of a source, chunk by chunk.
 
     :func:`cactus_theory.api.optimal_frontier` on a row source: with ``eps`` None a first
@@ -368,10 +450,16 @@ def optimal_frontier(target_probs, draft_probs=None, *, eps=None, divergence="kl
     per = flat.reshape(tuple(batch) + (grid.size,))
     if per.ndim == 1 + 1 and len(batch) == 0:
         per = per.reshape(grid.size)
-    return FrontierResult(divergence=d.name, eps=grid, acceptance=flat.mean(axis=0),
-                          emitted_divergence=div.mean(axis=0), sps_acceptance=sps,
-                          saturation_eps=sat, n_positions=flat.shape[0],
-                          per_position_acceptance=per)
+    return FrontierResult(
+        divergence=d.name,
+        eps=grid,
+        acceptance=flat.mean(axis=0),
+        emitted_divergence=div.mean(axis=0),
+        sps_acceptance=sps,
+        saturation_eps=sat,
+        n_positions=flat.shape[0],
+        per_position_acceptance=per,
+    )
 
 
 # --------------------------------------------------------------------------- calibration
@@ -383,12 +471,26 @@ def _calibrate_kernel(chunk, eps, base, divergence):
 
     q, p = as_prob_pair(chunk.target_probs, chunk.draft_probs)
     res = _calibrate(q, p, eps, base=base, divergence=divergence)
-    return (np.reshape(res.delta, -1), np.reshape(res.divergence, -1), np.reshape(res.acceptance, -1),
-            np.reshape(res.saturated, -1))
+    return (
+        np.reshape(res.delta, -1),
+        np.reshape(res.divergence, -1),
+        np.reshape(res.acceptance, -1),
+        np.reshape(res.saturated, -1),
+    )
 
 
-def calibrate_delta(target_probs, draft_probs=None, eps=0.0, *, rule="cactus-taylor", divergence="kl",
-                    chunk_rows=None, max_memory=None, progress=False, runner=None):
+def calibrate_delta(
+    target_probs,
+    draft_probs=None,
+    eps=0.0,
+    *,
+    rule="cactus-taylor",
+    divergence="kl",
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+    runner=None,
+):
     r"""Per position, the delta whose emitted divergence meets eps, chunk by chunk.
 
     .. math:: \delta^*(q, p) = \sup\{\delta : D(h_{alg}(\delta')\|q) \le \epsilon
@@ -421,12 +523,26 @@ def calibrate_delta(target_probs, draft_probs=None, eps=0.0, *, rule="cactus-tay
     batch = source.batch_shape if isinstance(source, ArrayRows) else (run.n_rows,)
     delta, div, acc, sat = (np.concatenate([r[i] for r in parts]).reshape(batch) for i in range(4))
     if len(batch) == 0:
-        return CalibrationResult(rule=rule, divergence=d.name, eps=eps, delta=float(delta),
-                                 emitted_divergence=float(div), acceptance=float(acc),
-                                 saturated=bool(sat), n_positions=1)
-    return CalibrationResult(rule=rule, divergence=d.name, eps=eps, delta=delta,
-                             emitted_divergence=div, acceptance=acc, saturated=sat,
-                             n_positions=int(run.n_rows))
+        return CalibrationResult(
+            rule=rule,
+            divergence=d.name,
+            eps=eps,
+            delta=float(delta),
+            emitted_divergence=float(div),
+            acceptance=float(acc),
+            saturated=bool(sat),
+            n_positions=1,
+        )
+    return CalibrationResult(
+        rule=rule,
+        divergence=d.name,
+        eps=eps,
+        delta=delta,
+        emitted_divergence=div,
+        acceptance=acc,
+        saturated=sat,
+        n_positions=int(run.n_rows),
+    )
 
 
 def _saturation_delta_kernel(chunk, base, divergence):
@@ -455,14 +571,26 @@ def _rows_kernel(chunk, delta, base, divergence, measure):
 
     q, p = as_prob_pair(chunk.target_probs, chunk.draft_probs)
     q2, p2 = q.reshape(-1, q.shape[-1]), p.reshape(-1, p.shape[-1])
-    D, a, _ = _curve_rows(q2, p2, np.full(q2.shape[0], float(delta)), base, divergence,
-                          get_divergence(measure))
+    D, a, _ = _curve_rows(
+        q2, p2, np.full(q2.shape[0], float(delta)), base, divergence, get_divergence(measure)
+    )
     return D, a
 
 
-def global_delta(target_probs, draft_probs=None, eps=0.0, *, statistic="mean", base="taylor",
-                 divergence="kl", measure=None, chunk_rows=None, max_memory=None, progress=False,
-                 runner=None):
+def global_delta(
+    target_probs,
+    draft_probs=None,
+    eps=0.0,
+    *,
+    statistic="mean",
+    base="taylor",
+    divergence="kl",
+    measure=None,
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+    runner=None,
+):
     r"""One delta for a corpus read chunk by chunk: the first crossing of ``statistic`` (the
     mean, or a quantile) over all positions of :math:`\Gamma(\delta) = D(h_{alg}(\delta)\|q)`
     with eps, exactly as :func:`cactus_theory.analysis.calibration.global_delta`.
@@ -519,6 +647,7 @@ def global_delta(target_probs, draft_probs=None, eps=0.0, *, statistic="mean", b
             k = over[0]
             lo, hi = (grid[k - 1] if k > 0 else 0.0), grid[k]
         if hi > lo:
+
             def excess(x):
                 return np.array([_stat(at(float(x[0]))[0], statistic) - eps])
 

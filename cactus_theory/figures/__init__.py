@@ -41,11 +41,23 @@ from .taylor import figure_gamma, figure_taylor_exact_acceptance, figure_taylor_
 from .tradeoff import figure_acceptance_vs_delta, figure_al_by_m
 
 __all__ = [
-    "figure_gamma", "figure_taylor_overshoot", "figure_taylor_exact_acceptance",
-    "figure_worked_example", "figure_per_draft_vs_emitted", "figure_acceptance_vs_delta",
-    "figure_al_by_m", "figure_frontier", "pooled_frontier", "figure_calibration",
-    "figure_acceptance_by_category", "FIGURES", "register_figure", "write_figures",
-    "figure_style", "save_figure", "FORMATS",
+    "figure_gamma",
+    "figure_taylor_overshoot",
+    "figure_taylor_exact_acceptance",
+    "figure_worked_example",
+    "figure_per_draft_vs_emitted",
+    "figure_acceptance_vs_delta",
+    "figure_al_by_m",
+    "figure_frontier",
+    "pooled_frontier",
+    "figure_calibration",
+    "figure_acceptance_by_category",
+    "FIGURES",
+    "register_figure",
+    "write_figures",
+    "figure_style",
+    "save_figure",
+    "FORMATS",
 ]
 
 

@@ -65,7 +65,9 @@ def figure_calibration(target_probs=None, draft_probs=None, *, eps_values=None, 
     ax.fill_between(eps, lo, hi, color=PALETTE[1], alpha=0.2, lw=0, label="per position, 10-90 %")
     ax.loglog(eps, glob_mean, color=PALETTE[2], ls="--", label="one $\\delta$: mean meets $\\epsilon$")
     ax.loglog(eps, glob_p90, color=PALETTE[3], ls="-.", label="one $\\delta$: 90 % meet $\\epsilon$")
-    ax.set(xlabel=r"target emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q) = \epsilon$",
-           ylabel=r"per-draft budget $\delta$ needed")
+    ax.set(
+        xlabel=r"target emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q) = \epsilon$",
+        ylabel=r"per-draft budget $\delta$ needed",
+    )
     ax.legend(loc="upper left")
     return fig

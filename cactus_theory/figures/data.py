@@ -21,8 +21,18 @@ import numpy as np
 
 from ..distributions import PAPER_TRUNCATION, synthetic_pairs, truncate
 
-__all__ = ["FigureData", "synthetic_data", "synthetic_trajectories", "real_dump", "real_data",
-           "real_trajectories", "dump_trajectories", "as_figure_data", "coerce_data", "DEFAULT_DRAFTER"]
+__all__ = [
+    "FigureData",
+    "synthetic_data",
+    "synthetic_trajectories",
+    "real_dump",
+    "real_data",
+    "real_trajectories",
+    "dump_trajectories",
+    "as_figure_data",
+    "coerce_data",
+    "DEFAULT_DRAFTER",
+]
 
 #: The shipped pair the real-data figures use by default.
 DEFAULT_DRAFTER = "distilled"
@@ -48,8 +58,14 @@ class FigureData(NamedTuple):
     label: str
 
 
-def synthetic_data(n_pairs: int = 200, vocab_size: int = 64, seed: int = 0, family: str = "noisy_copy",
-                   truncated: bool = True, **family_knobs) -> FigureData:
+def synthetic_data(
+    n_pairs: int = 200,
+    vocab_size: int = 64,
+    seed: int = 0,
+    family: str = "noisy_copy",
+    truncated: bool = True,
+    **family_knobs,
+) -> FigureData:
     """Synthetic (q, p) rows, truncated with the paper's setting unless ``truncated=False``."""
     q, p = synthetic_pairs(family, n_pairs, vocab_size, seed, **family_knobs)
     if not truncated:
@@ -58,8 +74,9 @@ def synthetic_data(n_pairs: int = 200, vocab_size: int = 64, seed: int = 0, fami
     return FigureData(tq, tp, q, p, f"{family}, V = {vocab_size}, truncated")
 
 
-def synthetic_trajectories(n: int = 4, length: int = 100, vocab_size: int = 64, seed: int = 0,
-                           family: str = "noisy_copy") -> list:
+def synthetic_trajectories(
+    n: int = 4, length: int = 100, vocab_size: int = 64, seed: int = 0, family: str = "noisy_copy"
+) -> list:
     """Teacher-forced synthetic trajectories (the report's chain section's recipe), truncated."""
     from ..simulate.synthetic import synthetic_trajectory
 
@@ -101,13 +118,29 @@ def dump_trajectories(dump, min_length: int = 2) -> list:
     """A dump's trajectories (at least ``min_length`` positions) for the exact chain DP."""
     from ..simulate.chain import Trajectory
 
-    return [Trajectory(t.target_probs, t.draft_probs, t.raw_target_probs, t.raw_draft_probs,
-                       f"{t.prompt_id} ({t.category})")
-            for t in dump.trajectories() if len(t) >= min_length]
+    return [
+        Trajectory(
+            t.target_probs,
+            t.draft_probs,
+            t.raw_target_probs,
+            t.raw_draft_probs,
+            f"{t.prompt_id} ({t.category})",
+        )
+        for t in dump.trajectories()
+        if len(t) >= min_length
+    ]
 
 
-def as_figure_data(target_probs, draft_probs=None, raw_target_probs=None, raw_draft_probs=None, *,
-                   max_positions: int | None = None, seed: int = 0, label: str = "") -> FigureData:
+def as_figure_data(
+    target_probs,
+    draft_probs=None,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    *,
+    max_positions: int | None = None,
+    seed: int = 0,
+    label: str = "",
+) -> FigureData:
     """Normalize a figure's data argument: a Dump, a FigureData, or arrays (q, p[, raw q, raw p]).
 
     Rows are validated (ValueError naming the argument) by the analysis that uses them; here
@@ -132,8 +165,13 @@ def as_figure_data(target_probs, draft_probs=None, raw_target_probs=None, raw_dr
         for name, arr in (("raw_target_probs", rq), ("raw_draft_probs", rp)):
             if arr.shape != q.shape:
                 raise ValueError(f"{name}: shape {arr.shape} does not match target_probs' {q.shape}")
-        data = FigureData(q.reshape(-1, q.shape[-1]), p.reshape(-1, q.shape[-1]),
-                          rq.reshape(-1, q.shape[-1]), rp.reshape(-1, q.shape[-1]), label)
+        data = FigureData(
+            q.reshape(-1, q.shape[-1]),
+            p.reshape(-1, q.shape[-1]),
+            rq.reshape(-1, q.shape[-1]),
+            rp.reshape(-1, q.shape[-1]),
+            label,
+        )
     idx = _subsample(data.target_probs.shape[0], max_positions, seed)
     if idx.size == data.target_probs.shape[0]:
         return data

@@ -27,8 +27,7 @@ from .data import coerce_data, synthetic_data
 from .notes import record_rules
 from .style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, new_axes, new_axes_row, styled
 
-__all__ = ["per_draft_and_emitted", "figure_per_draft_vs_emitted",
-           "figure_worked_example", "WORKED_EXAMPLE"]
+__all__ = ["per_draft_and_emitted", "figure_per_draft_vs_emitted", "figure_worked_example", "WORKED_EXAMPLE"]
 
 #: Display names of the two Cactus rules.
 _RULE_LABELS = {"taylor": "Cactus-Taylor (Cor. 5)", "exact": r"Cactus-exact KL (Thm. 2)"}
@@ -88,8 +87,11 @@ def figure_per_draft_vs_emitted(target_probs=None, draft_probs=None, *, deltas=N
     -------
     matplotlib.figure.Figure
     """
-    data = synthetic_data() if target_probs is None else coerce_data((target_probs, draft_probs)
-                                                                      if draft_probs is not None else target_probs)
+    data = (
+        synthetic_data()
+        if target_probs is None
+        else coerce_data((target_probs, draft_probs) if draft_probs is not None else target_probs)
+    )
     ds = np.geomspace(0.01, 3, 16) if deltas is None else np.asarray(deltas, dtype=np.float64)
     q, p = data.target_probs, data.draft_probs
     # where q has one token every rule emits q exactly (KL 0): such positions (many in real,
@@ -100,12 +102,17 @@ def figure_per_draft_vs_emitted(target_probs=None, draft_probs=None, *, deltas=N
     q, p = q[live], p[live]
     where = "" if live.all() else f", {int(live.sum())} of {live.size} positions"
     fig, axes = new_axes_row(ax, 2, DOUBLE_COLUMN, 2.9, sharey=True)
-    for k, (base, axk) in enumerate(zip(("taylor", "exact"), axes)):
+    for base, axk in zip(("taylor", "exact"), axes):
         per, em = per_draft_and_emitted(q, p, ds, base)
         c = PALETTE[1]
         axk.loglog(ds, ds, color="k", lw=0.8, label=r"$\delta$")
-        axk.loglog(ds, np.median(per, axis=0), color=PALETTE[2], ls="--",
-                   label=r"per draft $E_{n\sim p}\,\mathrm{KL}(h^{(n)}\|q)$, median")
+        axk.loglog(
+            ds,
+            np.median(per, axis=0),
+            color=PALETTE[2],
+            ls="--",
+            label=r"per draft $E_{n\sim p}\,\mathrm{KL}(h^{(n)}\|q)$, median",
+        )
         med, p90 = np.median(em, axis=0), np.quantile(em, 0.9, axis=0)
         axk.loglog(ds, med, color=c, label=r"emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q)$, median")
         axk.fill_between(ds, med, p90, color=c, alpha=0.2, lw=0, label="median to 90th percentile")
@@ -123,8 +130,9 @@ def figure_per_draft_vs_emitted(target_probs=None, draft_probs=None, *, deltas=N
 
 
 @styled
-def figure_worked_example(target_probs=None, draft_probs=None, *, delta=None, drafts=None,
-                          rule="cactus-exact-kl", ax=None):
+def figure_worked_example(
+    target_probs=None, draft_probs=None, *, delta=None, drafts=None, rule="cactus-exact-kl", ax=None
+):
     r"""The worked example as bars: q, p, the per-draft targets of two drafts, and :math:`h_{alg}`.
 
     Each per-draft target :math:`h^{(n)}` puts :math:`\gamma_n` on the draft and rescales q
@@ -170,17 +178,26 @@ def figure_worked_example(target_probs=None, draft_probs=None, *, delta=None, dr
     for k, n in enumerate(drafts):
         h = np.asarray(plan.target_at(np.array(int(n))))
         series.append((rf"$h^{{({n})}}$: KL {float(kl.unchecked(h, q)):.3f}", h, PALETTE[1 + k], "//"))
-    series.append((rf"$h_{{\mathrm{{alg}}}}$: KL {float(kl.unchecked(h_alg, q)):.3f}", h_alg, PALETTE[3], None))
+    series.append(
+        (rf"$h_{{\mathrm{{alg}}}}$: KL {float(kl.unchecked(h_alg, q)):.3f}", h_alg, PALETTE[3], None)
+    )
     fig, ax = new_axes(ax, SINGLE_COLUMN)
     width = 0.8 / len(series)
     x = np.arange(V)
     for k, (label, vals, color, hatch) in enumerate(series):
-        ax.bar(x + (k - (len(series) - 1) / 2) * width, vals, width, color=color, label=label,
-               hatch=hatch, edgecolor="white" if hatch else None, linewidth=0)
+        ax.bar(
+            x + (k - (len(series) - 1) / 2) * width,
+            vals,
+            width,
+            color=color,
+            label=label,
+            hatch=hatch,
+            edgecolor="white" if hatch else None,
+            linewidth=0,
+        )
     ax.set_xticks(x, [f"{i}" for i in x])
     ax.set(xlabel=rf"token $j$ ({rule}, $\delta$ = {delta:g})", ylabel="probability", ylim=(0, 1))
     ax.grid(axis="x", visible=False)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, columnspacing=0.8,
-              handlelength=1.2)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, columnspacing=0.8, handlelength=1.2)
     record_rules(ax, [rule], {rule: rule})
     return fig

@@ -36,8 +36,12 @@ __all__ = ["pooled_frontier", "frontier_rules", "FRONTIER_FAMILIES", "figure_fro
 
 #: Families of the frontier figure, one panel each: (label, name prefixes); a rule joins the
 #: first family whose prefix it starts with, the last family takes every other rule.
-FRONTIER_FAMILIES = (("Cactus", ("cactus",)), ("Mentored", ("mentored",)), ("cascades", ("cascade",)),
-                     ("others", ()))
+FRONTIER_FAMILIES = (
+    ("Cactus", ("cactus",)),
+    ("Mentored", ("mentored",)),
+    ("cascades", ("cascade",)),
+    ("others", ()),
+)
 #: Most legend entries of one panel: a family with more drawn rules is split over panels.
 _MAX_LEGEND = 8
 #: A mean emitted KL at or below this is the SpS point (every sweep starts there).
@@ -45,8 +49,9 @@ SPS_KL = 1e-12
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<")
 
 
-def pooled_frontier(target_probs, draft_probs, divergence="kl", *, n_budgets: int = 160,
-                    n_multipliers: int = 240):
+def pooled_frontier(
+    target_probs, draft_probs, divergence="kl", *, n_budgets: int = 160, n_multipliers: int = 240
+):
     r"""The pooled frontier G: best mean acceptance at each mean divergence over positions.
 
     Parameters
@@ -71,7 +76,7 @@ def pooled_frontier(target_probs, draft_probs, divergence="kl", *, n_budgets: in
     top = float(np.max(saturation_budget(target_probs, draft_probs, divergence)))
     top = max(top, 1e-6)
     grid = np.concatenate([[0.0], np.geomspace(top * 1e-5, top, n_budgets - 1)])
-    F = frontier(target_probs, draft_probs, grid, divergence).acceptance     # (N, E)
+    F = frontier(target_probs, draft_probs, grid, divergence).acceptance  # (N, E)
     F = F.reshape(-1, grid.size)
     slopes = np.diff(F, axis=-1) / np.diff(grid)
     pos = slopes[slopes > 0]
@@ -80,7 +85,7 @@ def pooled_frontier(target_probs, draft_probs, divergence="kl", *, n_budgets: in
     lams = np.concatenate([np.geomspace(lam_hi, lam_lo, n_multipliers - 1), [0.0]])
     eps_bar, acc_bar = [], []
     for lam in lams:
-        k = np.argmax(F - lam * grid, axis=-1)           # first maximiser: the least budget
+        k = np.argmax(F - lam * grid, axis=-1)  # first maximiser: the least budget
         eps_bar.append(grid[k].mean())
         acc_bar.append(np.take_along_axis(F, k[:, None], -1).mean())
     eps_bar, acc_bar = np.asarray(eps_bar), np.asarray(acc_bar)
@@ -105,9 +110,16 @@ def _family(name) -> int:
 def _sweep_gaps(rule, data):
     """Mean emitted KL and mean gap to the per-position frontier at each knob value (finite KL)."""
     knob, values = default_sweep(rule)
-    op = operating_points(rule, data.target_probs, data.draft_probs, knob=knob, values=values,
-                          divergences=("kl",), raw_target_probs=data.raw_target_probs,
-                          raw_draft_probs=data.raw_draft_probs)
+    op = operating_points(
+        rule,
+        data.target_probs,
+        data.draft_probs,
+        knob=knob,
+        values=values,
+        divergences=("kl",),
+        raw_target_probs=data.raw_target_probs,
+        raw_draft_probs=data.raw_draft_probs,
+    )
     K = len(op.values)
     kl = op.divergences["kl"].reshape(-1, K).mean(axis=0)
     gap = op.gap["kl"].reshape(-1, K).mean(axis=0)
@@ -116,8 +128,9 @@ def _sweep_gaps(rule, data):
 
 
 @styled
-def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=None,
-                    raw_draft_probs=None, rules=None, ax=None):
+def figure_frontier(
+    target_probs=None, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None, rules=None, ax=None
+):
     r"""Each rule's gap to the optimal frontier at its own true emitted KL, one panel per family.
 
     Each rule sweeps its knob (:func:`cactus_theory.analysis.frontier.default_sweep`). At each
@@ -159,11 +172,11 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
             raise ValueError(f"rules: unknown rule {name!r}")
     points = {name: _sweep_gaps(name, data) for name in rules}
     drawn = [n for n in rules if np.any(points[n][0] > SPS_KL)]
-    panels = []   # (family label, drawn rules of the panel, left-out rules named on it)
+    panels = []  # (family label, drawn rules of the panel, left-out rules named on it)
     for k, (label, _) in enumerate(FRONTIER_FAMILIES):
         mine = [n for n in drawn if _family(n) == k]
         out = [n for n in rules if _family(n) == k and n not in drawn]
-        chunks = [mine[i:i + _MAX_LEGEND] for i in range(0, len(mine), _MAX_LEGEND)] or [[]]
+        chunks = [mine[i : i + _MAX_LEGEND] for i in range(0, len(mine), _MAX_LEGEND)] or [[]]
         if mine or out:
             panels += [(label, c, out if j == 0 else []) for j, c in enumerate(chunks)]
     if ax is None:
@@ -178,20 +191,42 @@ def figure_frontier(target_probs=None, draft_probs=None, *, raw_target_probs=Non
         fig = axes[0].figure
     right = max([float(points[n][0].max()) for n in drawn] + [1e-3])
     reason = "KL = inf at every knob value but SpS's"
-    for i, (axk, (label, group, out)) in enumerate(zip(axes, panels)):
+    for axk, (label, group, out) in zip(axes, panels):
         axk.axhline(0.0, color="k", lw=1.0)
         for j, name in enumerate(group):
             kl, gap = points[name]
-            axk.plot(kl, gap, ls="-", lw=0.8, marker=_MARKERS[j % len(_MARKERS)], ms=3.5, mfc="none",
-                     color=PALETTE[1 + j % (len(PALETTE) - 2)], label=name)
+            axk.plot(
+                kl,
+                gap,
+                ls="-",
+                lw=0.8,
+                marker=_MARKERS[j % len(_MARKERS)],
+                ms=3.5,
+                mfc="none",
+                color=PALETTE[1 + j % (len(PALETTE) - 2)],
+                label=name,
+            )
         axk.set_xscale("symlog", linthresh=1e-3, linscale=0.5)
         axk.set_yscale("symlog", linthresh=1e-4, linscale=0.6)
         # a gap is an acceptance difference, in [0, 1]; the bottom margin keeps 0 off the frame
         axk.set(xlim=(0, 1.5 * right), ylim=(-3e-5, 1.0), ylabel=f"{label}:\ngap to frontier")
         if group:
-            axk.legend(loc="upper left", bbox_to_anchor=(1.01, 1.02), ncol=2 if len(group) > 4 else 1,
-                       handlelength=1.6, borderaxespad=0, columnspacing=0.8)
-        record_rules(axk, list(group) + list(out), {n: n for n in group}, {n: reason for n in out},
-                     loc=(1.01, -0.02), va="bottom", width=44)
+            axk.legend(
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.02),
+                ncol=2 if len(group) > 4 else 1,
+                handlelength=1.6,
+                borderaxespad=0,
+                columnspacing=0.8,
+            )
+        record_rules(
+            axk,
+            list(group) + list(out),
+            {n: n for n in group},
+            {n: reason for n in out},
+            loc=(1.01, -0.02),
+            va="bottom",
+            width=44,
+        )
     axes[-1].set_xlabel(r"mean emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q)$ (nats), the rule's own")
     return fig

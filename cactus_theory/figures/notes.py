@@ -95,11 +95,18 @@ def record_rules(ax, given, drawn, dropped=None, *, loc=(0.02, 0.97), va: str = 
         by_reason.setdefault(why, []).append(name)
     lines = []
     for why, names in by_reason.items():
-        lines += textwrap.wrap(f"not drawn ({why}): " + ", ".join(names), width,
-                               break_on_hyphens=False)
-    return ax.text(*loc, "\n".join(lines), transform=ax.transAxes, ha="left", va=va, fontsize=8,
-                   gid=NOTE_GID, zorder=6,
-                   bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.85))
+        lines += textwrap.wrap(f"not drawn ({why}): " + ", ".join(names), width, break_on_hyphens=False)
+    return ax.text(
+        *loc,
+        "\n".join(lines),
+        transform=ax.transAxes,
+        ha="left",
+        va=va,
+        fontsize=8,
+        gid=NOTE_GID,
+        zorder=6,
+        bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.85),
+    )
 
 
 def rule_record(fig):

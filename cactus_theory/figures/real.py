@@ -23,8 +23,12 @@ from .style import DOUBLE_COLUMN, PALETTE, new_axes, styled
 __all__ = ["acceptance_by_category", "figure_acceptance_by_category"]
 
 #: Shipped drafters and their display names.
-_DRAFTER_LABELS = {"requant-4": "4-bit re-quantized", "requant-3": "3-bit re-quantized",
-                  "early-exit-25": "early exit, layer 25/30", "distilled": "distilled (3.55 M)"}
+_DRAFTER_LABELS = {
+    "requant-4": "4-bit re-quantized",
+    "requant-3": "3-bit re-quantized",
+    "early-exit-25": "early exit, layer 25/30",
+    "distilled": "distilled (3.55 M)",
+}
 
 
 def acceptance_by_category(dump, rule="sps", **knobs):
@@ -61,10 +65,20 @@ def figure_acceptance_by_category(dumps=None, *, rule="sps", knobs=None, ax=None
     width = 0.8 / max(1, len(accs))
     x = np.arange(len(cats))
     for k, (label, a) in enumerate(accs.items()):
-        ax.bar(x + (k - (len(accs) - 1) / 2) * width, [a.get(c, np.nan) for c in cats], width,
-               color=PALETTE[1 + k % (len(PALETTE) - 1)], label=label)
+        ax.bar(
+            x + (k - (len(accs) - 1) / 2) * width,
+            [a.get(c, np.nan) for c in cats],
+            width,
+            color=PALETTE[1 + k % (len(PALETTE) - 1)],
+            label=label,
+        )
     ax.set_xticks(x, [c.replace("_", " ") for c in cats], rotation=35, ha="right")
-    ax.set(xlabel="prompt category", ylabel=f"mean acceptance ({rule})", ylim=(0, 1), xlim=(-0.6, len(cats) - 0.4))
+    ax.set(
+        xlabel="prompt category",
+        ylabel=f"mean acceptance ({rule})",
+        ylim=(0, 1),
+        xlim=(-0.6, len(cats) - 0.4),
+    )
     ax.grid(axis="x", visible=False)
     ax.legend(loc="upper center", ncol=len(accs), bbox_to_anchor=(0.5, 1.16), borderaxespad=0)
     record_rules(ax, [rule], {rule: f"mean acceptance ({rule})"})

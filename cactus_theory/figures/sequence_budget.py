@@ -63,8 +63,11 @@ def plot_sequence_budget(result, ax=None):
     ax.set_xticklabels([str(m) for m in ms])
     ax.set_xlabel(r"draft length $m$")
     ax.set_ylabel(r"$\mathrm{AL}_m$ relative to Cactus, one $\delta$ (%)")
-    ax.legend(title=rf"mean $\mathrm{{KL}}(h_t\,\|\,q_t) = {result.eps:g}$ per token",
-              loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(
+        title=rf"mean $\mathrm{{KL}}(h_t\,\|\,q_t) = {result.eps:g}$ per token",
+        loc="center left",
+        bbox_to_anchor=(1.01, 0.5),
+    )
     record_rules(ax, list(labels), labels)
     return fig
 

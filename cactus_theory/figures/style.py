@@ -24,8 +24,19 @@ import functools
 import io
 from pathlib import Path
 
-__all__ = ["PALETTE", "SINGLE_COLUMN", "DOUBLE_COLUMN", "STYLE", "FORMATS", "figure_style", "styled",
-           "new_axes", "new_axes_row", "figure_bytes", "save_figure"]
+__all__ = [
+    "PALETTE",
+    "SINGLE_COLUMN",
+    "DOUBLE_COLUMN",
+    "STYLE",
+    "FORMATS",
+    "figure_style",
+    "styled",
+    "new_axes",
+    "new_axes_row",
+    "figure_bytes",
+    "save_figure",
+]
 
 #: Okabe & Ito (2008) colour-blind-safe palette (black first; yellow last, weak on white).
 PALETTE = ("#000000", "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442")
@@ -130,8 +141,7 @@ def new_axes(ax=None, width: float = SINGLE_COLUMN, height: float | None = None)
     return fig, fig.subplots()
 
 
-def new_axes_row(axes=None, n: int = 2, width: float = DOUBLE_COLUMN, height: float = 2.5,
-                 **kwargs):
+def new_axes_row(axes=None, n: int = 2, width: float = DOUBLE_COLUMN, height: float = 2.5, **kwargs):
     """``(fig, axes)``: ``n`` given axes, or a new double-column row of ``n`` axes."""
     if axes is not None:
         axes = list(axes)

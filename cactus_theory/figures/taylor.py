@@ -54,8 +54,12 @@ def figure_gamma(deltas=(0.05, 0.25, 1.0), q_values=None, *, divergence="kl", ax
     ax.plot(qs, qs, color="k", lw=0.8, label=r"SpS, $\gamma = q_n$")
     ax.plot([], [], color="k", label=r"exact $\gamma^*$")
     ax.plot([], [], color="k", ls="--", label=r"Taylor $\gamma_T$")
-    ax.set(xlabel=r"verifier probability of the draft $q_n$", ylabel=r"boosted target $\gamma_n$",
-           xlim=(0, 1), ylim=(0, 1.02))
+    ax.set(
+        xlabel=r"verifier probability of the draft $q_n$",
+        ylabel=r"boosted target $\gamma_n$",
+        xlim=(0, 1),
+        ylim=(0, 1.02),
+    )
     ax.legend(loc="lower right", ncol=2, handlelength=1.5, labelspacing=0.25, columnspacing=0.8)
     return fig
 
@@ -89,13 +93,24 @@ def figure_taylor_overshoot(deltas=None, q_values=None, *, ax=None):
         qs = np.asarray(q_values, dtype=np.float64)
     g = taylor_vs_exact_grid(qs, ds, "kl")
     fig, ax = new_axes(ax)
-    ax.semilogx(ds, taylor_kl_bound(ds) / ds, "-", color=PALETTE[2],
-                label=r"bound $\log(1+2\delta)/\delta$")
-    ax.semilogx(ds, g.budget_ratio.max(axis=0), "o", color=PALETTE[1], ms=3, mfc="none",
-                label=r"$\max_{q_n}\,\mathrm{KL}(h_T^{(n)}\|q)/\delta$")
+    ax.semilogx(ds, taylor_kl_bound(ds) / ds, "-", color=PALETTE[2], label=r"bound $\log(1+2\delta)/\delta$")
+    ax.semilogx(
+        ds,
+        g.budget_ratio.max(axis=0),
+        "o",
+        color=PALETTE[1],
+        ms=3,
+        mfc="none",
+        label=r"$\max_{q_n}\,\mathrm{KL}(h_T^{(n)}\|q)/\delta$",
+    )
     ax.axhline(1, color="k", lw=0.8)
-    ax.axvline(TAYLOR_WITHIN_BUDGET_FROM, color=PALETTE[3], ls=":", lw=1.2,
-               label=rf"$\delta^\star = {TAYLOR_WITHIN_BUDGET_FROM:.4f}$")
+    ax.axvline(
+        TAYLOR_WITHIN_BUDGET_FROM,
+        color=PALETTE[3],
+        ls=":",
+        lw=1.2,
+        label=rf"$\delta^\star = {TAYLOR_WITHIN_BUDGET_FROM:.4f}$",
+    )
     ax.set(xlabel=r"per-draft budget $\delta$", ylabel=r"per-draft KL $/\ \delta$")
     ax.legend(loc="lower left")
     return fig
@@ -135,8 +150,10 @@ def figure_taylor_exact_acceptance(datasets=None, deltas=None, *, ax=None):
     """
     ds = np.geomspace(1e-3, 5, 25) if deltas is None else np.asarray(deltas, dtype=np.float64)
     if datasets is None:
-        datasets = {"synthetic (noisy copy)": synthetic_data(),
-                    "real (SmolLM2, distilled drafter)": real_data()}
+        datasets = {
+            "synthetic (noisy copy)": synthetic_data(),
+            "real (SmolLM2, distilled drafter)": real_data(),
+        }
     fig, ax = new_axes(ax, SINGLE_COLUMN)
     for k, (label, raw) in enumerate(datasets.items()):
         data = coerce_data(raw)
@@ -147,6 +164,8 @@ def figure_taylor_exact_acceptance(datasets=None, deltas=None, *, ax=None):
         lo, hi = np.quantile(diff, [0.1, 0.9], axis=0)
         ax.fill_between(ds, lo, hi, color=c, alpha=0.15, lw=0)
     ax.axhline(0, color="k", lw=0.8)
-    ax.set(xlabel=r"per-draft budget $\delta$", ylabel=r"$\alpha_{\mathrm{exact}} - \alpha_{\mathrm{Taylor}}$")
+    ax.set(
+        xlabel=r"per-draft budget $\delta$", ylabel=r"$\alpha_{\mathrm{exact}} - \alpha_{\mathrm{Taylor}}$"
+    )
     ax.legend(loc="upper left")
     return fig

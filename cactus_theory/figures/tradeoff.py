@@ -22,7 +22,14 @@ from .data import synthetic_trajectories
 from .notes import record_rules
 from .style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, new_axes, new_axes_row, styled
 
-__all__ = ["rule_label", "expected_al", "tradeoff_table", "format_tradeoff_table", "figure_acceptance_vs_delta", "figure_al_by_m"]
+__all__ = [
+    "rule_label",
+    "expected_al",
+    "tradeoff_table",
+    "format_tradeoff_table",
+    "figure_acceptance_vs_delta",
+    "figure_al_by_m",
+]
 
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
@@ -105,8 +112,13 @@ def figure_acceptance_vs_delta(trajectories=None, *, deltas=None, ms=(2, 4, 8, 2
     for j, m in enumerate(ms):
         c = PALETTE[1 + j % (len(PALETTE) - 1)]
         for name, (ls, _) in styles.items():
-            a2.semilogx(ds, res[name][0][:, j], ls=ls, color=c,
-                        label=f"$m = {m}$" if name == "cactus-taylor" else None)
+            a2.semilogx(
+                ds,
+                res[name][0][:, j],
+                ls=ls,
+                color=c,
+                label=f"$m = {m}$" if name == "cactus-taylor" else None,
+            )
         a2.axhline(sps_al[j], color=c, lw=0.7, ls=":")
     a2.plot([], [], color="k", ls="-", label="Taylor")
     a2.plot([], [], color="k", ls="--", label="exact")
@@ -117,8 +129,13 @@ def figure_acceptance_vs_delta(trajectories=None, *, deltas=None, ms=(2, 4, 8, 2
 
 
 @styled
-def figure_al_by_m(trajectory_sets=None, *, rules=(("sps", {}), ("cactus-taylor", {"delta": 0.75})),
-                   ms=(1, 2, 3, 4, 6, 8), ax=None):
+def figure_al_by_m(
+    trajectory_sets=None,
+    *,
+    rules=(("sps", {}), ("cactus-taylor", {"delta": 0.75})),
+    ms=(1, 2, 3, 4, 6, 8),
+    ax=None,
+):
     r"""Exact :math:`AL_m` against the draft length m for several data sets and rules.
 
     Parameters
@@ -139,8 +156,9 @@ def figure_al_by_m(trajectory_sets=None, *, rules=(("sps", {}), ("cactus-taylor"
     from .data import dump_trajectories, real_trajectories
 
     if trajectory_sets is None:
-        trajectory_sets = {name: real_trajectories(name)
-                           for name in ("requant-4", "requant-3", "early-exit-25", "distilled")}
+        trajectory_sets = {
+            name: real_trajectories(name) for name in ("requant-4", "requant-3", "early-exit-25", "distilled")
+        }
     ms = [int(m) for m in ms]
     fig, ax = new_axes(ax, SINGLE_COLUMN)
     lss = ("-", "--", ":", "-.")
@@ -150,8 +168,14 @@ def figure_al_by_m(trajectory_sets=None, *, rules=(("sps", {}), ("cactus-taylor"
         c = PALETTE[1 + k % (len(PALETTE) - 1)]
         for r, (name, knobs) in enumerate(rules):
             al, _ = expected_al(get_rule(name, **knobs), trajs, ms)
-            ax.plot(ms, al, color=c, ls=lss[r % len(lss)], marker=_MARKERS[k % len(_MARKERS)],
-                    label=label if r == 0 else None)
+            ax.plot(
+                ms,
+                al,
+                color=c,
+                ls=lss[r % len(lss)],
+                marker=_MARKERS[k % len(_MARKERS)],
+                label=label if r == 0 else None,
+            )
     for r, (name, knobs) in enumerate(rules):
         ax.plot([], [], color="k", ls=lss[r % len(lss)], label=rule_label(name, knobs))
     ax.set(xlabel="draft length $m$", ylabel=r"accepted length $AL_m$ (no bonus)")
@@ -161,8 +185,7 @@ def figure_al_by_m(trajectory_sets=None, *, rules=(("sps", {}), ("cactus-taylor"
     return fig
 
 
-def tradeoff_table(target_probs, draft_probs, delta, m, *, raw_target_probs=None,
-                   raw_draft_probs=None):
+def tradeoff_table(target_probs, draft_probs, delta, m, *, raw_target_probs=None, raw_draft_probs=None):
     r"""SpS, Cactus-Taylor and Cactus-exact at one delta: acceptance, frontier, AL_m, emitted KL.
 
     The N rows are treated as one teacher-forced trajectory for :math:`AL_m` (exact DP).
@@ -188,27 +211,46 @@ def tradeoff_table(target_probs, draft_probs, delta, m, *, raw_target_probs=None
 
     traj = Trajectory(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     rows = []
-    for name, knobs in (("sps", {}), ("cactus-taylor", {"delta": float(delta)}),
-                        ("cactus-exact-kl", {"delta": float(delta)})):
-        op = operating_points(name, traj.target_probs, traj.draft_probs, knob=None if not knobs else "delta",
-                              values=None if not knobs else [float(delta)], divergences=("kl",),
-                              raw_target_probs=traj.raw_target_probs, raw_draft_probs=traj.raw_draft_probs)
+    for name, knobs in (
+        ("sps", {}),
+        ("cactus-taylor", {"delta": float(delta)}),
+        ("cactus-exact-kl", {"delta": float(delta)}),
+    ):
+        op = operating_points(
+            name,
+            traj.target_probs,
+            traj.draft_probs,
+            knob=None if not knobs else "delta",
+            values=None if not knobs else [float(delta)],
+            divergences=("kl",),
+            raw_target_probs=traj.raw_target_probs,
+            raw_draft_probs=traj.raw_draft_probs,
+        )
         kl = op.divergences["kl"][:, 0]
         al, _ = expected_al(get_rule(name, **knobs), [traj], [int(m)])
-        rows.append(dict(rule=rule_label(name, knobs), acceptance=float(op.acceptance[:, 0].mean()),
-                         frontier=float(op.frontier["kl"][:, 0].mean()), al=float(al[0]),
-                         kl_median=float(np.median(kl)), kl_p90=float(np.quantile(kl, 0.9)),
-                         kl_max=float(kl.max())))
+        rows.append(
+            dict(
+                rule=rule_label(name, knobs),
+                acceptance=float(op.acceptance[:, 0].mean()),
+                frontier=float(op.frontier["kl"][:, 0].mean()),
+                al=float(al[0]),
+                kl_median=float(np.median(kl)),
+                kl_p90=float(np.quantile(kl, 0.9)),
+                kl_max=float(kl.max()),
+            )
+        )
     return rows
 
 
 def format_tradeoff_table(rows, m=None) -> str:
     """Plain-text table of :func:`tradeoff_table`'s rows."""
     al = f"AL_{m}" if m is not None else "AL_m"
-    head = (f"{'rule':<32}{'accept':>8}{'F@KL':>8}{al:>8}{'KL med':>9}{'KL p90':>9}{'KL max':>9}")
+    head = f"{'rule':<32}{'accept':>8}{'F@KL':>8}{al:>8}{'KL med':>9}{'KL p90':>9}{'KL max':>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['rule'].replace('$', '').replace(chr(92), ''):<32}{r['acceptance']:>8.4f}"
-                     f"{r['frontier']:>8.4f}{r['al']:>8.3f}{r['kl_median']:>9.4f}{r['kl_p90']:>9.4f}"
-                     f"{r['kl_max']:>9.4f}")
+        lines.append(
+            f"{r['rule'].replace('$', '').replace(chr(92), ''):<32}{r['acceptance']:>8.4f}"
+            f"{r['frontier']:>8.4f}{r['al']:>8.3f}{r['kl_median']:>9.4f}{r['kl_p90']:>9.4f}"
+            f"{r['kl_max']:>9.4f}"
+        )
     return "\n".join(lines)

@@ -6,13 +6,27 @@ not import torch or transformers; the model-backed modules (``models``, ``drafte
 ``decode``) do.
 """
 
-from .format import DumpFormatError, TAIL_ID
+from .format import TAIL_ID, DumpFormatError
 from .loader import (
-    Dump, Pairs, Trajectory, apply_transforms, load_dump, load_full_vocab, load_full_vocab_sample,
+    Dump,
+    Pairs,
+    Trajectory,
+    apply_transforms,
+    load_dump,
+    load_full_vocab,
+    load_full_vocab_sample,
     shipped_dumps,
 )
 
 __all__ = [
-    "Dump", "DumpFormatError", "Pairs", "TAIL_ID", "Trajectory", "apply_transforms", "load_dump",
-    "load_full_vocab", "load_full_vocab_sample", "shipped_dumps",
+    "Dump",
+    "DumpFormatError",
+    "Pairs",
+    "TAIL_ID",
+    "Trajectory",
+    "apply_transforms",
+    "load_dump",
+    "load_full_vocab",
+    "load_full_vocab_sample",
+    "shipped_dumps",
 ]

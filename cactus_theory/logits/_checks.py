@@ -16,7 +16,7 @@ PROMPT_SETS = ("gsm8k", "spec_bench", "ifeval", "mix")
 
 
 def _int_suffix(spec: str, prefix: str, name: str) -> int:
-    tail = spec[len(prefix):]
+    tail = spec[len(prefix) :]
     try:
         v = int(tail)
     except ValueError:
@@ -43,8 +43,10 @@ def check_model_source(spec: str, name: str) -> None:
         return
     if "/" in spec and not spec.startswith((".", "/")) and _in_local_hub_cache(spec):
         return
-    raise ValueError(f"{name}: unknown model {spec!r}: not a built-in name, an existing folder or "
-                     ".gguf file, nor a hub id in the local cache (this machine has no network)")
+    raise ValueError(
+        f"{name}: unknown model {spec!r}: not a built-in name, an existing folder or "
+        ".gguf file, nor a hub id in the local cache (this machine has no network)"
+    )
 
 
 def check_drafter(spec: str, name: str = "drafter") -> None:
@@ -68,8 +70,10 @@ def check_drafter(spec: str, name: str = "drafter") -> None:
         try:
             check_model_source(spec, name)
         except ValueError:
-            raise ValueError(f"{name}: unknown drafter {spec!r}; built-in: early-exit:K, requant:B, distilled "
-                             "(or an existing folder / .gguf file)") from None
+            raise ValueError(
+                f"{name}: unknown drafter {spec!r}; built-in: early-exit:K, requant:B, distilled "
+                "(or an existing folder / .gguf file)"
+            ) from None
 
 
 def check_prompts(prompts: str, name: str = "prompts") -> None:
@@ -77,4 +81,6 @@ def check_prompts(prompts: str, name: str = "prompts") -> None:
     if prompts in PROMPT_SETS:
         return
     if not Path(prompts).is_file():
-        raise ValueError(f"{name}: {prompts!r} is neither one of {', '.join(PROMPT_SETS)} nor an existing file")
+        raise ValueError(
+            f"{name}: {prompts!r} is neither one of {', '.join(PROMPT_SETS)} nor an existing file"
+        )

@@ -18,14 +18,25 @@ from __future__ import annotations
 import argparse
 
 from ._checks import check_drafter, check_model_source  # noqa: F401  (re-exported)
-from .decode import (MAX_DRAFT_LENGTH, _decode_text, add_decode_arguments,  # noqa: F401  (re-exported)
-                     check_decode_args, decode_main, run_decode)
+from .decode import (
+    add_decode_arguments,  # noqa: F401  (re-exported)
+    decode_main,
+    run_decode,
+)
 from .dump import add_dump_arguments, run_dump  # noqa: F401  (re-exported)
 
-__all__ = ["add_models_arguments", "run_models", "add_dump_arguments", "run_dump", "add_decode_arguments",
-           "run_decode", "decode_main"]
+__all__ = [
+    "add_models_arguments",
+    "run_models",
+    "add_dump_arguments",
+    "run_dump",
+    "add_decode_arguments",
+    "run_decode",
+    "decode_main",
+]
 
 # --------------------------------------------------------------------------- models
+
 
 def add_models_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``cactus-theory models``."""
@@ -53,8 +64,9 @@ def run_models(args) -> int:
     info["builtin_drafters"] = list(BUILTIN_DRAFTERS)
     info["distilled_weights"] = str(DISTILLED_PATH) if DISTILLED_PATH.exists() else None
     info["shipped_dumps"] = [str(p) for p in shipped_dumps()]
-    text = "\n".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
-                     for k, v in info.items())
+    text = "\n".join(
+        f"{k}: {', '.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in info.items()
+    )
     _emit(args, text=text, data=info)
     return 0
 

@@ -96,13 +96,25 @@ def _call_sampler(sampler, q, bonus, p, drafts, raw_q=None, raw_p=None):
         kw["raw_target_probs"] = raw_q
     if "raw_draft_probs" in params and raw_p is not None:
         kw["raw_draft_probs"] = raw_p
-    return sampler(target_with_bonus_probs=q, bonus_token_ids=bonus, draft_probs=p, draft_token_ids=drafts, **kw)
+    return sampler(
+        target_with_bonus_probs=q, bonus_token_ids=bonus, draft_probs=p, draft_token_ids=drafts, **kw
+    )
 
 
 @torch.no_grad()
-def speculative_decode(verifier, drafter, prompt_ids, sampler, m: int, max_new_tokens: int,
-                       sampling: SamplingParams = SamplingParams(), generator: torch.Generator | None = None,
-                       eos_id: int | None = None, record: bool = False, pass_raw: bool = True) -> DecodeResult:
+def speculative_decode(
+    verifier,
+    drafter,
+    prompt_ids,
+    sampler,
+    m: int,
+    max_new_tokens: int,
+    sampling: SamplingParams = SamplingParams(),  # noqa: B008  (a frozen dataclass)
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+    record: bool = False,
+    pass_raw: bool = True,
+) -> DecodeResult:
     """Speculative decoding of one prompt.
 
     Parameters
@@ -141,7 +153,7 @@ def speculative_decode(verifier, drafter, prompt_ids, sampler, m: int, max_new_t
     done = False
     while not done and len(seq) - P < max_new_tokens:
         # 1. draft m tokens
-        feed = seq[dr.length:] if dr.cache is not None else seq
+        feed = seq[dr.length :] if dr.cache is not None else seq
         out = dr.prefill([feed]) if dr.cache is None else dr.step(torch.tensor([feed]))
         drafts, p_rows, p_sp, raw_p = [], [], [], []
         for j in range(m):
@@ -158,10 +170,10 @@ def speculative_decode(verifier, drafter, prompt_ids, sampler, m: int, max_new_t
             if j < m - 1:
                 out = dr.step(torch.tensor([[d]]))
         # 2. verify
-        vfeed = seq[vr.length:] + drafts if vr.cache is not None else seq + drafts
+        vfeed = seq[vr.length :] + drafts if vr.cache is not None else seq + drafts
         before = len(seq)
         vo = vr.prefill([vfeed]) if vr.cache is None else vr.step(torch.tensor([vfeed]))
-        zq = vo.logits[0, -(m + 1):, :V]
+        zq = vo.logits[0, -(m + 1) :, :V]
         q_rows, q_sp = [], []
         for j in range(m + 1):
             ids, pr = processed_sparse(zq[j], sampling)
@@ -181,8 +193,17 @@ def speculative_decode(verifier, drafter, prompt_ids, sampler, m: int, max_new_t
         res.drafted += m
         res.accepted += n_acc
         if record:
-            res.rounds.append(RoundRecord(q_sp[:m], p_sp, [r.numpy() for r in raw_q[:m]],
-                                          [r.numpy() for r in raw_p], drafts, n_acc, emitted))
+            res.rounds.append(
+                RoundRecord(
+                    q_sp[:m],
+                    p_sp,
+                    [r.numpy() for r in raw_q[:m]],
+                    [r.numpy() for r in raw_p],
+                    drafts,
+                    n_acc,
+                    emitted,
+                )
+            )
         for t in emitted:
             seq.append(t)
             if eos_id is not None and t == eos_id:
@@ -191,14 +212,20 @@ def speculative_decode(verifier, drafter, prompt_ids, sampler, m: int, max_new_t
         # 3. crop both caches to the accepted prefix (the last emitted token is fed next round)
         vr.crop(before + n_acc)
         dr.crop(before + min(n_acc, m - 1))
-    res.tokens = seq[P:P + max_new_tokens]
+    res.tokens = seq[P : P + max_new_tokens]
     res.wall_s = time.perf_counter() - t0
     return res
 
 
 @torch.no_grad()
-def verifier_decode(verifier, prompt_ids, max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                    generator: torch.Generator | None = None, eos_id: int | None = None) -> DecodeResult:
+def verifier_decode(
+    verifier,
+    prompt_ids,
+    max_new_tokens: int,
+    sampling: SamplingParams = SamplingParams(),  # noqa: B008  (a frozen dataclass)
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+) -> DecodeResult:
     """Verifier-only decoding (one call per token, KV cache): the speed and quality reference."""
     g = generator or torch.Generator().manual_seed(0)
     vr = BatchRunner(verifier)
@@ -227,7 +254,7 @@ def verifier_nll(verifier, prompt_ids, tokens) -> tuple[float, int]:
     if not tokens:
         return 0.0, 0
     x = torch.tensor([list(prompt_ids) + list(tokens)])
-    z = verifier(x).logits[0, len(prompt_ids) - 1:-1].double()
+    z = verifier(x).logits[0, len(prompt_ids) - 1 : -1].double()
     lp = torch.log_softmax(z, -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
     return float(-lp.sum()), len(tokens)
 
@@ -252,8 +279,15 @@ def expected_accepted(rounds, rule=None, top_k_raw: int = 64) -> np.ndarray:
     for rd in rounds:
         acc = []
         for j, d in enumerate(rd.drafts):
-            cols, q, p, rq, rp = compact_columns(rd.q_sparse[j][0], rd.q_sparse[j][1], rd.p_sparse[j][0],
-                                                 rd.p_sparse[j][1], rd.raw_q[j], rd.raw_p[j], top_k_raw)
+            cols, q, p, rq, rp = compact_columns(
+                rd.q_sparse[j][0],
+                rd.q_sparse[j][1],
+                rd.p_sparse[j][0],
+                rd.p_sparse[j][1],
+                rd.raw_q[j],
+                rd.raw_p[j],
+                top_k_raw,
+            )
             k = int(np.searchsorted(cols[:-1], d))
             if r is None:
                 acc.append(1.0 if p[k] <= 0 else min(1.0, q[k] / p[k]))
@@ -274,21 +308,41 @@ def records_to_dump(results, prompts, path, meta: dict, top_k_raw: int = 64):
         n = 0
         for ri, rd in enumerate(res.rounds):
             for j, d in enumerate(rd.drafts):
-                c, a, b, ra, rb = compact_columns(rd.q_sparse[j][0], rd.q_sparse[j][1], rd.p_sparse[j][0],
-                                                  rd.p_sparse[j][1], rd.raw_q[j], rd.raw_p[j], top_k_raw)
-                cols.append(c); q.append(a); p.append(b); rq.append(ra); rp.append(rb); widths.append(len(c))
+                c, a, b, ra, rb = compact_columns(
+                    rd.q_sparse[j][0],
+                    rd.q_sparse[j][1],
+                    rd.p_sparse[j][0],
+                    rd.p_sparse[j][1],
+                    rd.raw_q[j],
+                    rd.raw_p[j],
+                    top_k_raw,
+                )
+                cols.append(c)
+                q.append(a)
+                p.append(b)
+                rq.append(ra)
+                rp.append(rb)
+                widths.append(len(c))
                 toks.append(d)
-                ex["round"].append(ri); ex["draft_pos"].append(j); ex["accepted_len"].append(rd.accepted)
+                ex["round"].append(ri)
+                ex["draft_pos"].append(j)
+                ex["accepted_len"].append(rd.accepted)
                 ex["emitted"].append(rd.emitted[j] if j < len(rd.emitted) else -1)
                 n += 1
         tl.append(n)
-        pt.extend(res.prompt_ids); pl.append(len(res.prompt_ids))
+        pt.extend(res.prompt_ids)
+        pl.append(len(res.prompt_ids))
         traj.append({"prompt_id": pr.id, "category": pr.category, "source": pr.source, "n_positions": n})
     arrays = pack_compact(cols, q, p, rq, rp, widths, toks, tl, pt, pl)
     for k, v in ex.items():
         arrays[f"x_{k}"] = np.asarray(v, np.int32)
-    m = {"format": FORMAT, "kind": "decode_records", "trajectories": traj,
-         "token_ids": "drafted tokens (extras: round, draft_pos, accepted_len, emitted)", **meta}
+    m = {
+        "format": FORMAT,
+        "kind": "decode_records",
+        "trajectories": traj,
+        "token_ids": "drafted tokens (extras: round, draft_pos, accepted_len, emitted)",
+        **meta,
+    }
     return write_arrays(path, arrays, m)
 
 
@@ -315,9 +369,17 @@ class BenchConfig:
         return f"{self.drafter}|m={self.m}|{self.rule}{'(' + k + ')' if k else ''}"
 
 
-def run_benchmark(prompts, configs, max_new_tokens: int = 192, seed: int = 0, threads: int | None = None,
-                  out_dir=None, progress: bool = True, sampling: SamplingParams = SamplingParams(),
-                  max_prompt_tokens: int = 384) -> dict:
+def run_benchmark(
+    prompts,
+    configs,
+    max_new_tokens: int = 192,
+    seed: int = 0,
+    threads: int | None = None,
+    out_dir=None,
+    progress: bool = True,
+    sampling: SamplingParams = SamplingParams(),  # noqa: B008  (a frozen dataclass)
+    max_prompt_tokens: int = 384,
+) -> dict:
     """Measure speculative decoding against verifier-only decoding on the same prompts.
 
     The runs are *interleaved* per prompt (verifier-only, then every configuration), so that a
@@ -352,30 +414,60 @@ def run_benchmark(prompts, configs, max_new_tokens: int = 192, seed: int = 0, th
             drafters[c.drafter] = make_drafter(c.drafter, lm)[0]
     samplers = {c.label: resolve_sampler(c.rule, **c.knobs) for c in configs}
     base = {"wall_s": 0.0, "tokens": 0, "calls": 0, "nll": 0.0, "outputs": []}
-    per = {c.label: {"wall_s": 0.0, "tokens": 0, "calls": 0, "accepted": 0, "drafted": 0, "nll": 0.0,
-                     "outputs": [], "results": [], "expected": []} for c in configs}
+    per = {
+        c.label: {
+            "wall_s": 0.0,
+            "tokens": 0,
+            "calls": 0,
+            "accepted": 0,
+            "drafted": 0,
+            "nll": 0.0,
+            "outputs": [],
+            "results": [],
+            "expected": [],
+        }
+        for c in configs
+    }
     bar = tqdm(total=len(prompts) * (1 + len(configs)), disable=not progress, desc="decode")
     for i, pr in enumerate(prompts):
         ids = chat_ids(tok, pr.text, max_prompt_tokens=max_prompt_tokens)
         g = torch.Generator().manual_seed(seed * 7919 + i)
         r = verifier_decode(lm.model, ids, max_new_tokens, sampling, g, eos)
         nll, n = verifier_nll(lm.model, ids, r.tokens)
-        base["wall_s"] += r.wall_s; base["tokens"] += len(r.tokens); base["calls"] += r.verifier_calls
+        base["wall_s"] += r.wall_s
+        base["tokens"] += len(r.tokens)
+        base["calls"] += r.verifier_calls
         base["nll"] += nll
         base["outputs"].append(tok.decode(r.tokens, skip_special_tokens=True))
         bar.update()
         for c in configs:
             torch.manual_seed(seed * 7919 + i)  # the sampler's own randomness
             g = torch.Generator().manual_seed(seed * 7919 + i)
-            r = speculative_decode(lm.model, drafters[c.drafter], ids, samplers[c.label], c.m, max_new_tokens,
-                                   sampling, g, eos, record=c.record)
+            r = speculative_decode(
+                lm.model,
+                drafters[c.drafter],
+                ids,
+                samplers[c.label],
+                c.m,
+                max_new_tokens,
+                sampling,
+                g,
+                eos,
+                record=c.record,
+            )
             nll, n = verifier_nll(lm.model, ids, r.tokens)
             d = per[c.label]
-            d["wall_s"] += r.wall_s; d["tokens"] += len(r.tokens); d["calls"] += r.verifier_calls
-            d["accepted"] += r.accepted; d["drafted"] += r.drafted; d["nll"] += nll
+            d["wall_s"] += r.wall_s
+            d["tokens"] += len(r.tokens)
+            d["calls"] += r.verifier_calls
+            d["accepted"] += r.accepted
+            d["drafted"] += r.drafted
+            d["nll"] += nll
             d["outputs"].append(tok.decode(r.tokens, skip_special_tokens=True))
             if c.record:
-                d["expected"].extend(expected_accepted(r.rounds, c.rule if c.rule != "sps" else None).tolist())
+                d["expected"].extend(
+                    expected_accepted(r.rounds, c.rule if c.rule != "sps" else None).tolist()
+                )
                 d["results"].append(r)
             bar.update()
     bar.close()
@@ -390,11 +482,20 @@ def run_benchmark(prompts, configs, max_new_tokens: int = 192, seed: int = 0, th
 
     sec_per_tok = base["wall_s"] / max(base["tokens"], 1)
     out = {
-        "settings": {"n_prompts": len(prompts), "max_new_tokens": max_new_tokens, "seed": seed,
-                     "sampling": sampling.as_dict(), "threads": torch.get_num_threads(),
-                     "prompts": [p.id for p in prompts]},
-        "verifier": {"ms_per_token": 1000 * sec_per_tok, "tokens": base["tokens"],
-                     "nll_per_token": base["nll"] / max(base["tokens"], 1), "gsm8k": gsm(base["outputs"])},
+        "settings": {
+            "n_prompts": len(prompts),
+            "max_new_tokens": max_new_tokens,
+            "seed": seed,
+            "sampling": sampling.as_dict(),
+            "threads": torch.get_num_threads(),
+            "prompts": [p.id for p in prompts],
+        },
+        "verifier": {
+            "ms_per_token": 1000 * sec_per_tok,
+            "tokens": base["tokens"],
+            "nll_per_token": base["nll"] / max(base["tokens"], 1),
+            "gsm8k": gsm(base["outputs"]),
+        },
         "configs": {},
     }
     for c in configs:
@@ -406,7 +507,8 @@ def run_benchmark(prompts, configs, max_new_tokens: int = 192, seed: int = 0, th
             "speedup": sec_per_tok / (d["wall_s"] / max(d["tokens"], 1)),
             "nll_per_token": d["nll"] / max(d["tokens"], 1),
             "gsm8k": gsm(d["outputs"]),
-            "tokens": d["tokens"], "calls": d["calls"],
+            "tokens": d["tokens"],
+            "calls": d["calls"],
         }
         if d["expected"]:
             e = np.asarray(d["expected"])
@@ -414,11 +516,28 @@ def run_benchmark(prompts, configs, max_new_tokens: int = 192, seed: int = 0, th
             res["expected_al_se"] = float(e.std(ddof=1) / np.sqrt(len(e))) if len(e) > 1 else None
             res["rounds"] = int(len(e))
         if out_dir is not None and d["results"]:
-            path = Path(out_dir) / (c.label.replace("|", "_").replace(":", "-").replace("=", "").replace(",", "_")
-                                    .replace("(", "_").replace(")", "") + ".npz")
-            records_to_dump(d["results"], prompts, path, {"verifier": lm.name, "drafter": c.drafter, "m": c.m,
-                                                          "rule": c.rule, "knobs": c.knobs,
-                                                          "transforms": sampling.as_dict()})
+            path = Path(out_dir) / (
+                c.label.replace("|", "_")
+                .replace(":", "-")
+                .replace("=", "")
+                .replace(",", "_")
+                .replace("(", "_")
+                .replace(")", "")
+                + ".npz"
+            )
+            records_to_dump(
+                d["results"],
+                prompts,
+                path,
+                {
+                    "verifier": lm.name,
+                    "drafter": c.drafter,
+                    "m": c.m,
+                    "rule": c.rule,
+                    "knobs": c.knobs,
+                    "transforms": sampling.as_dict(),
+                },
+            )
             res["records"] = str(path)
         out["configs"][c.label] = res
     return out
@@ -443,8 +562,16 @@ def speedup_spread(values) -> dict:
     return {"median": med, "min": v[0], "max": v[-1], "runs": v}
 
 
-def run_repeated(prompts, configs, repeats: int, max_new_tokens: int = 192, seed: int = 0,
-                 threads: int | None = None, out_dir=None, progress: bool = True) -> dict:
+def run_repeated(
+    prompts,
+    configs,
+    repeats: int,
+    max_new_tokens: int = 192,
+    seed: int = 0,
+    threads: int | None = None,
+    out_dir=None,
+    progress: bool = True,
+) -> dict:
     """:func:`run_benchmark` ``repeats`` times (each a whole interleaved pass), merged.
 
     The first repeat gives every count (tokens, AL, NLL, accuracy, expected AL) and the records
@@ -457,8 +584,12 @@ def run_repeated(prompts, configs, repeats: int, max_new_tokens: int = 192, seed
 
     if repeats < 1:
         raise ValueError(f"repeats: must be >= 1, got {repeats}")
-    runs = [run_benchmark(prompts, configs, max_new_tokens, seed, threads, out_dir if r == 0 else None,
-                          progress=progress) for r in range(repeats)]
+    runs = [
+        run_benchmark(
+            prompts, configs, max_new_tokens, seed, threads, out_dir if r == 0 else None, progress=progress
+        )
+        for r in range(repeats)
+    ]
     res = runs[0]
     res["settings"]["repeats"] = repeats
     ms = [run["verifier"]["ms_per_token"] for run in runs]
@@ -473,8 +604,9 @@ def run_repeated(prompts, configs, repeats: int, max_new_tokens: int = 192, seed
     return res
 
 
-def regenerate_decode_results(out_dir=None, threads: int = 2, progress: bool = False,
-                              repeats: int = SHIPPED_REPEATS) -> dict:
+def regenerate_decode_results(
+    out_dir=None, threads: int = 2, progress: bool = False, repeats: int = SHIPPED_REPEATS
+) -> dict:
     """Re-run the shipped decoding measurement (3 repeats of every configuration by default).
 
     Main run: the first 3 GSM8K evaluation problems, 48 new tokens, distilled drafter with SpS at
@@ -498,13 +630,31 @@ def regenerate_decode_results(out_dir=None, threads: int = 2, progress: bool = F
     out_dir = Path(out_dir) if out_dir else DECODE_DIR
     tmp = Path(tempfile.mkdtemp())
     (mset, _, mn, mtok), (sset, scat, sn, stok) = SHIPPED_MAIN, SHIPPED_SIDE
-    main = run_repeated(load_prompts(mset, "eval")[:mn],
-                        [BenchConfig("distilled", 1), BenchConfig("distilled", 2), BenchConfig("distilled", 3),
-                         BenchConfig("distilled", 2, "cactus-taylor", {"delta": 0.75})],
-                        repeats, max_new_tokens=mtok, seed=0, threads=threads, out_dir=tmp, progress=progress)
-    side = run_repeated(load_prompts(sset, "eval", categories=list(scat))[:sn],
-                        [BenchConfig("early-exit:15", 2), BenchConfig("requant:4", 2)],
-                        repeats, max_new_tokens=stok, seed=0, threads=threads, out_dir=None, progress=progress)
+    main = run_repeated(
+        load_prompts(mset, "eval")[:mn],
+        [
+            BenchConfig("distilled", 1),
+            BenchConfig("distilled", 2),
+            BenchConfig("distilled", 3),
+            BenchConfig("distilled", 2, "cactus-taylor", {"delta": 0.75}),
+        ],
+        repeats,
+        max_new_tokens=mtok,
+        seed=0,
+        threads=threads,
+        out_dir=tmp,
+        progress=progress,
+    )
+    side = run_repeated(
+        load_prompts(sset, "eval", categories=list(scat))[:sn],
+        [BenchConfig("early-exit:15", 2), BenchConfig("requant:4", 2)],
+        repeats,
+        max_new_tokens=stok,
+        seed=0,
+        threads=threads,
+        out_dir=None,
+        progress=progress,
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_RECORDS:
         shutil.copyfile(tmp / name, out_dir / (name + ".tmp"))
@@ -534,23 +684,40 @@ def add_decode_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``cactus-theory decode`` (also ``python -m cactus_theory.logits.decode``)."""
     from .._cli import add_knobs, add_output, add_seed
 
-    p.add_argument("--shipped", action="store_true",
-                   help="re-run the shipped measurement (a few CPU minutes at 3 repeats); needs --overwrite-shipped "
-                        "to replace cactus_theory/data/real/decode, else give --output-dir")
-    p.add_argument("--overwrite-shipped", action="store_true",
-                   help="allow --shipped to rewrite the committed files inside the package")
+    p.add_argument(
+        "--shipped",
+        action="store_true",
+        help="re-run the shipped measurement (a few CPU minutes at 3 repeats); needs --overwrite-shipped "
+        "to replace cactus_theory/data/real/decode, else give --output-dir",
+    )
+    p.add_argument(
+        "--overwrite-shipped",
+        action="store_true",
+        help="allow --shipped to rewrite the committed files inside the package",
+    )
     p.add_argument("--output-dir", default=None, help="with --shipped: write the measurement here instead")
     p.add_argument("--drafter", default="distilled", help="early-exit:K, requant:B or distilled")
-    p.add_argument("-m", "--draft-length", "--m", dest="m", type=int, action="append", default=None,
-                   help=f"draft length m, repeatable (default: 2 and 4; at most {MAX_DRAFT_LENGTH} "
-                        "and max-new-tokens)")
+    p.add_argument(
+        "-m",
+        "--draft-length",
+        "--m",
+        dest="m",
+        type=int,
+        action="append",
+        default=None,
+        help=f"draft length m, repeatable (default: 2 and 4; at most {MAX_DRAFT_LENGTH} and max-new-tokens)",
+    )
     p.add_argument("--rule", default="sps", help="a rule of cactus_theory.rules (e.g. sps, cactus-taylor)")
     add_knobs(p)
     p.add_argument("--prompts", default="gsm8k", help="gsm8k, spec_bench, ifeval, mix, or a .jsonl/.txt file")
     p.add_argument("--n-prompts", type=int, default=10, help="number of prompts (>= 1)")
     p.add_argument("--max-new-tokens", type=int, default=192, help="tokens generated per prompt")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="interleaved repeats of the whole run; the speedup is reported as median and range")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="interleaved repeats of the whole run; the speedup is reported as median and range",
+    )
     add_seed(p)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--records-dir", default=None, help="write the recorded (q, p) of every run here")
@@ -567,8 +734,10 @@ def check_decode_args(args) -> dict:
 
     if args.shipped:
         if not args.overwrite_shipped and not args.output_dir:
-            raise ValueError("shipped: this rewrites committed files in cactus_theory/data/real/decode; "
-                             "add --overwrite-shipped, or --output-dir DIR to write elsewhere")
+            raise ValueError(
+                "shipped: this rewrites committed files in cactus_theory/data/real/decode; "
+                "add --overwrite-shipped, or --output-dir DIR to write elsewhere"
+            )
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"threads: must be >= 1, got {args.threads}")
         if args.repeats < 1:
@@ -584,8 +753,10 @@ def check_decode_args(args) -> dict:
         if m < 1:
             raise ValueError(f"m: draft length must be >= 1, got {m}")
         if m > min(MAX_DRAFT_LENGTH, args.max_new_tokens):
-            raise ValueError(f"m: draft length {m} exceeds its bound min({MAX_DRAFT_LENGTH}, max-new-tokens = "
-                             f"{args.max_new_tokens})")
+            raise ValueError(
+                f"m: draft length {m} exceeds its bound min({MAX_DRAFT_LENGTH}, max-new-tokens = "
+                f"{args.max_new_tokens})"
+            )
     knobs = parse_knobs(args.knob)
     try:
         get_rule(args.rule, **knobs)
@@ -597,18 +768,24 @@ def check_decode_args(args) -> dict:
 
 
 def _decode_text(res: dict) -> str:
-    lines = [f"verifier-only: {res['verifier']['ms_per_token']:.1f} ms/token, "
-             f"NLL/token {res['verifier']['nll_per_token']:.3f}",
-             f"{'configuration':<44}{'AL':>7}{'E[AL]':>8}{'tok/call':>9}{'speedup median [min, max]':>28}"]
+    lines = [
+        f"verifier-only: {res['verifier']['ms_per_token']:.1f} ms/token, "
+        f"NLL/token {res['verifier']['nll_per_token']:.3f}",
+        f"{'configuration':<44}{'AL':>7}{'E[AL]':>8}{'tok/call':>9}{'speedup median [min, max]':>28}",
+    ]
     for label, c in res["configs"].items():
         sp = c.get("speedup_spread") or {"median": c["speedup"], "min": c["speedup"], "max": c["speedup"]}
         e = c.get("expected_al")
-        lines.append(f"{label:<44}{c['al']:>7.3f}{'-' if e is None else format(e, '.3f'):>8}"
-                     f"{c['tokens_per_call']:>9.2f}"
-                     f"{sp['median']:>12.2f}x [{sp['min']:.2f}, {sp['max']:.2f}]")
+        lines.append(
+            f"{label:<44}{c['al']:>7.3f}{'-' if e is None else format(e, '.3f'):>8}"
+            f"{c['tokens_per_call']:>9.2f}"
+            f"{sp['median']:>12.2f}x [{sp['min']:.2f}, {sp['max']:.2f}]"
+        )
     n = res["settings"].get("repeats", 1)
-    lines.append(f"speedup = verifier-only wall time per token / speculative's, over {n} interleaved "
-                 "run(s) on this machine")
+    lines.append(
+        f"speedup = verifier-only wall time per token / speculative's, over {n} interleaved "
+        "run(s) on this machine"
+    )
     return "\n".join(lines)
 
 
@@ -620,8 +797,12 @@ def run_decode(args) -> int:
     if args.shipped:
         if args.output_dir:
             check_output_path(args.output_dir, "output-dir", folder=True)
-        res = regenerate_decode_results(out_dir=args.output_dir, threads=args.threads or 2,
-                                        progress=not args.no_progress, repeats=args.repeats)
+        res = regenerate_decode_results(
+            out_dir=args.output_dir,
+            threads=args.threads or 2,
+            progress=not args.no_progress,
+            repeats=args.repeats,
+        )
         _emit(args, text=json.dumps(res, indent=1), data=res)
         return 0
     from .prompts import benchmark_mix, load_prompts, load_user_prompts
@@ -635,8 +816,16 @@ def run_decode(args) -> int:
     if not prompts:
         raise ValueError(f"prompts: {args.prompts!r} holds no prompt")
     configs = [BenchConfig(args.drafter, m, args.rule, knobs) for m in (args.m or [2, 4])]
-    res = run_repeated(prompts, configs, args.repeats, args.max_new_tokens, args.seed, args.threads,
-                       args.records_dir, progress=not args.no_progress)
+    res = run_repeated(
+        prompts,
+        configs,
+        args.repeats,
+        args.max_new_tokens,
+        args.seed,
+        args.threads,
+        args.records_dir,
+        progress=not args.no_progress,
+    )
     if args.output:
         from .._io import atomic_write_text
 
@@ -652,15 +841,32 @@ def decode_main(argv=None) -> int:
     """``python -m cactus_theory.logits.decode``: the ``decode`` subcommand as a module entry."""
     from .._cli import module_entry
 
-    return module_entry("decode", add_decode_arguments, run_decode, argv,
-                        description="real speculative decoding vs verifier-only decoding (real models)")
+    return module_entry(
+        "decode",
+        add_decode_arguments,
+        run_decode,
+        argv,
+        description="real speculative decoding vs verifier-only decoding (real models)",
+    )
 
 
 __all__ = [
-    "DECODE_DIR", "SHIPPED_REPEATS", "regenerate_decode_results", "run_repeated", "shipped_decode_records",
+    "DECODE_DIR",
+    "SHIPPED_REPEATS",
+    "regenerate_decode_results",
+    "run_repeated",
+    "shipped_decode_records",
     "speedup_spread",
-    "BenchConfig", "run_benchmark", "DecodeResult", "RoundRecord", "expected_accepted", "records_to_dump", "resolve_sampler",
-    "speculative_decode", "verifier_decode", "verifier_nll",
+    "BenchConfig",
+    "run_benchmark",
+    "DecodeResult",
+    "RoundRecord",
+    "expected_accepted",
+    "records_to_dump",
+    "resolve_sampler",
+    "speculative_decode",
+    "verifier_decode",
+    "verifier_nll",
 ]
 
 

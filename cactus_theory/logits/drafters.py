@@ -90,7 +90,7 @@ def rtn_quantize_(w: torch.Tensor, bits: int, group: int = 32) -> torch.Tensor:
     g = w.data.reshape(out_f, in_f // group, group)
     lo = g.amin(-1, keepdim=True)
     hi = g.amax(-1, keepdim=True)
-    levels = 2 ** bits - 1
+    levels = 2**bits - 1
     scale = ((hi - lo) / levels).clamp_min(1e-12)
     q = torch.round((g - lo) / scale).clamp(0, levels)
     w.data.copy_((q * scale + lo).reshape(out_f, in_f))
@@ -107,7 +107,12 @@ def requantized_model(verifier, bits: int, group: int = 32):
     with torch.no_grad():
         for mod in m.modules():
             w = getattr(mod, "weight", None)
-            if isinstance(mod, (nn.Linear, nn.Embedding)) and w is not None and w.dim() == 2 and id(w) not in seen:
+            if (
+                isinstance(mod, (nn.Linear, nn.Embedding))
+                and w is not None
+                and w.dim() == 2
+                and id(w) not in seen
+            ):
                 seen.add(id(w))
                 rtn_quantize_(w, bits, group)
     m.eval()
@@ -185,21 +190,37 @@ class DistilledDrafter(nn.Module):
 
     def hidden(self, input_ids, attention_mask=None):
         """Final hidden states ``norm(f(x))`` [B, L, d] (training, without a cache)."""
-        return self.inner(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        return self.inner(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
 
     def head(self, h):
         """Sub-vocabulary logits ``E_S h + b``."""
         return h @ self.head_weight[self.sub_vocab].T + self.head_bias
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None,
-                use_cache=False, output_hidden_states=False, full_vocab=True, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        cache=None,
+        use_cache=False,
+        output_hidden_states=False,
+        full_vocab=True,
+        **kwargs,
+    ):
         kw = {}
         if cache is not None:
             kw["cache"] = cache
         if "past_key_values" in kwargs and kwargs["past_key_values"] is not None:
             kw["cache"] = kwargs["past_key_values"]
-        h = self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                       use_cache=use_cache, **kw).last_hidden_state
+        h = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=use_cache,
+            **kw,
+        ).last_hidden_state
         if self.training or self._sub_w is None:
             w = self.head_weight[self.sub_vocab]
             if not self.training:
@@ -209,8 +230,12 @@ class DistilledDrafter(nn.Module):
         sub_logits = h @ w.T + self.head_bias
         if not full_vocab:
             return sub_logits
-        full = torch.full((*sub_logits.shape[:-1], self.vocab_size), -torch.inf, dtype=sub_logits.dtype,
-                          device=sub_logits.device)
+        full = torch.full(
+            (*sub_logits.shape[:-1], self.vocab_size),
+            -torch.inf,
+            dtype=sub_logits.dtype,
+            device=sub_logits.device,
+        )
         full[..., self.sub_vocab] = sub_logits
         return SimpleNamespace(logits=full, hidden_states=None)
 
@@ -304,6 +329,13 @@ def make_drafter(spec: str, verifier_lm, device: str = "cpu"):
 
 
 __all__ = [
-    "BUILTIN_DRAFTERS", "DISTILLED_PATH", "DistilledDrafter", "early_exit_logits", "early_exit_model",
-    "load_distilled", "make_drafter", "requantized_model", "save_distilled",
+    "BUILTIN_DRAFTERS",
+    "DISTILLED_PATH",
+    "DistilledDrafter",
+    "early_exit_logits",
+    "early_exit_model",
+    "load_distilled",
+    "make_drafter",
+    "requantized_model",
+    "save_distilled",
 ]

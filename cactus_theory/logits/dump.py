@@ -60,11 +60,20 @@ class DumpConfig:
     device: str = "cpu"
 
     def key(self, verifier: str, drafters, prompts) -> str:
-        blob = json.dumps({
-            "s": self.sampling.as_dict(), "n": self.new_tokens, "b": self.batch_size, "seed": self.seed,
-            "k": self.top_k_raw, "mp": self.max_prompt_tokens, "v": verifier, "d": list(drafters),
-            "p": [p.id for p in prompts],
-        }, sort_keys=True)
+        blob = json.dumps(
+            {
+                "s": self.sampling.as_dict(),
+                "n": self.new_tokens,
+                "b": self.batch_size,
+                "seed": self.seed,
+                "k": self.top_k_raw,
+                "mp": self.max_prompt_tokens,
+                "v": verifier,
+                "d": list(drafters),
+                "p": [p.id for p in prompts],
+            },
+            sort_keys=True,
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -144,8 +153,17 @@ def _run_batch(verifier_lm, drafters, prompts, cfg: DumpConfig, batch_index: int
             p_ids_np, p_pr_np = p_ids.cpu().numpy(), p_pr.cpu().numpy()
             for i in range(B):
                 if alive[i]:
-                    rec[d.spec][i].append(compact_columns(q_ids_np[i], q_pr_np[i], p_ids_np[i], p_pr_np[i],
-                                                          raw_q[i], raw_p[i], cfg.top_k_raw))
+                    rec[d.spec][i].append(
+                        compact_columns(
+                            q_ids_np[i],
+                            q_pr_np[i],
+                            p_ids_np[i],
+                            p_pr_np[i],
+                            raw_q[i],
+                            raw_p[i],
+                            cfg.top_k_raw,
+                        )
+                    )
         nxt_np = nxt.cpu().numpy()
         for i in range(B):
             if alive[i]:
@@ -168,12 +186,21 @@ def _chunk_arrays(seqs, toks, recs):
     for i in range(len(seqs)):
         traj_len.append(len(recs[i]))
         for c, a, b, ra, rb in recs[i]:
-            cols.append(c); q.append(a); p.append(b); rq.append(ra); rp.append(rb); widths.append(len(c))
-    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+            cols.append(c)
+            q.append(a)
+            p.append(b)
+            rq.append(ra)
+            rp.append(rb)
+            widths.append(len(c))
+    cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
     return {
-        "columns": cat(cols, np.int32), "target_probs": cat(q, np.float64), "draft_probs": cat(p, np.float64),
-        "raw_target_probs": cat(rq, np.float32), "raw_draft_probs": cat(rp, np.float32),
-        "widths": np.asarray(widths, np.int64), "traj_len": np.asarray(traj_len, np.int64),
+        "columns": cat(cols, np.int32),
+        "target_probs": cat(q, np.float64),
+        "draft_probs": cat(p, np.float64),
+        "raw_target_probs": cat(rq, np.float32),
+        "raw_draft_probs": cat(rp, np.float32),
+        "widths": np.asarray(widths, np.int64),
+        "traj_len": np.asarray(traj_len, np.int64),
         "token_ids": np.asarray([t for ts in toks for t in ts], np.int32),
         "prompt_len": np.asarray([len(s) for s in seqs], np.int64),
         "prompt_token_ids": np.asarray([t for s in seqs for t in s], np.int32),
@@ -182,17 +209,34 @@ def _chunk_arrays(seqs, toks, recs):
 
 def _merge(chunks) -> dict:
     c = {k: np.concatenate([ch[k] for ch in chunks]) for k in chunks[0]}
-    return pack_compact(c["columns"], c["target_probs"], c["draft_probs"], c["raw_target_probs"],
-                        c["raw_draft_probs"], c["widths"], c["token_ids"], c["traj_len"],
-                        c["prompt_token_ids"], c["prompt_len"])
+    return pack_compact(
+        c["columns"],
+        c["target_probs"],
+        c["draft_probs"],
+        c["raw_target_probs"],
+        c["raw_draft_probs"],
+        c["widths"],
+        c["token_ids"],
+        c["traj_len"],
+        c["prompt_token_ids"],
+        c["prompt_len"],
+    )
 
 
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)
 
 
-def dump_pairs(verifier_lm, drafter_specs, prompts: list[Prompt], out_dir, cfg: DumpConfig | None = None,
-               names: dict | None = None, progress: bool = True, resume: bool = True) -> list[Path]:
+def dump_pairs(
+    verifier_lm,
+    drafter_specs,
+    prompts: list[Prompt],
+    out_dir,
+    cfg: DumpConfig | None = None,
+    names: dict | None = None,
+    progress: bool = True,
+    resume: bool = True,
+) -> list[Path]:
     """Generate with the verifier and write one compact dump per drafter.
 
     Parameters
@@ -231,7 +275,7 @@ def dump_pairs(verifier_lm, drafter_specs, prompts: list[Prompt], out_dir, cfg: 
         if resume and f.exists():
             bar.update(cfg.batch_size * cfg.new_tokens)
             continue
-        batch = prompts[b * cfg.batch_size:(b + 1) * cfg.batch_size]
+        batch = prompts[b * cfg.batch_size : (b + 1) * cfg.batch_size]
         seqs, toks, rec = _run_batch(verifier_lm, drafters, batch, cfg, b)
         payload = {}
         for j, d in enumerate(drafters):
@@ -246,25 +290,44 @@ def dump_pairs(verifier_lm, drafter_specs, prompts: list[Prompt], out_dir, cfg: 
     paths = []
     versions = _versions()
     for j, d in enumerate(drafters):
-        arrays = _merge([{k.split("__", 1)[1]: v for k, v in ch.items() if k.startswith(f"d{j}__")} for ch in chunks])
+        arrays = _merge(
+            [{k.split("__", 1)[1]: v for k, v in ch.items() if k.startswith(f"d{j}__")} for ch in chunks]
+        )
         traj = []
         to = arrays["traj_offsets"]
         for i, p in enumerate(prompts):
-            traj.append({"prompt_id": p.id, "category": p.category, "source": p.source,
-                         "n_positions": int(to[i + 1] - to[i]), **({"answer": p.answer} if p.answer else {})})
+            traj.append(
+                {
+                    "prompt_id": p.id,
+                    "category": p.category,
+                    "source": p.source,
+                    "n_positions": int(to[i + 1] - to[i]),
+                    **({"answer": p.answer} if p.answer else {}),
+                }
+            )
         fname = (names or {}).get(d.spec) or f"{_safe(verifier_lm.name)}_{_safe(d.name.split('/')[-1])}.npz"
-        q = arrays["target_probs"]; pp = arrays["draft_probs"]
+        q = arrays["target_probs"]
+        pp = arrays["draft_probs"]
         acc = np.add.reduceat(np.minimum(q, pp), arrays["row_offsets"][:-1]) if len(q) else np.zeros(0)
         meta = {
-            "format": FORMAT, "kind": "compact", "name": Path(fname).stem,
-            "verifier": verifier_lm.name, "verifier_source": verifier_lm.source,
-            "drafter": d.name, "drafter_spec": d.spec,
+            "format": FORMAT,
+            "kind": "compact",
+            "name": Path(fname).stem,
+            "verifier": verifier_lm.name,
+            "verifier_source": verifier_lm.source,
+            "drafter": d.name,
+            "drafter_spec": d.spec,
             "tokenizer": {"name": verifier_lm.name, "vocab_size": int(verifier_lm.vocab_size)},
-            "transforms": cfg.sampling.as_dict(), "transform_order": "temperature, top-k, top-p",
+            "transforms": cfg.sampling.as_dict(),
+            "transform_order": "temperature, top-k, top-p",
             "columns_rule": f"union of processed supports and raw top-{cfg.top_k_raw} of each model, plus one tail column (id -2)",
             "token_ids": "sampled from the verifier's processed distribution",
-            "seed": cfg.seed, "new_tokens": cfg.new_tokens, "batch_size": cfg.batch_size,
-            "max_prompt_tokens": cfg.max_prompt_tokens, "device": cfg.device, "versions": versions,
+            "seed": cfg.seed,
+            "new_tokens": cfg.new_tokens,
+            "batch_size": cfg.batch_size,
+            "max_prompt_tokens": cfg.max_prompt_tokens,
+            "device": cfg.device,
+            "versions": versions,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "mean_acceptance": float(acc.mean()) if len(acc) else None,
             "trajectories": traj,
@@ -279,8 +342,14 @@ def dump_pairs(verifier_lm, drafter_specs, prompts: list[Prompt], out_dir, cfg: 
 
 
 @torch.no_grad()
-def dump_full_vocab(verifier_lm, drafter_spec: str, prompts: list[Prompt], positions_per_prompt: int, out_path,
-                    cfg: DumpConfig | None = None) -> Path:
+def dump_full_vocab(
+    verifier_lm,
+    drafter_spec: str,
+    prompts: list[Prompt],
+    positions_per_prompt: int,
+    out_path,
+    cfg: DumpConfig | None = None,
+) -> Path:
     """Write a full-vocabulary sample (float16 raw log-probs + exact float64 log-normalizers).
 
     The verifier samples each continuation from its processed q; the first
@@ -309,14 +378,28 @@ def dump_full_vocab(verifier_lm, drafter_spec: str, prompts: list[Prompt], posit
                 t = int(i_[torch.multinomial(p_, 1, generator=g)])
                 ids_out.append(t)
                 seq.append(t)
-    arrays = {"logp16_q": np.stack(lq), "logp16_p": np.stack(lp), "lse_q": np.asarray(sq), "lse_p": np.asarray(sp_),
-              "token_ids": np.asarray(ids_out, np.int32)}
-    meta = {"format": FULL_VOCAB_FORMAT, "kind": "full_vocab", "verifier": verifier_lm.name, "drafter": dname,
-            "drafter_spec": drafter_spec, "vocab_size": int(arrays["logp16_q"].shape[1]),
-            "prompts": [p.id for p in prompts], "positions_per_prompt": positions_per_prompt,
-            "transforms_for_token_sampling": cfg.sampling.as_dict(), "seed": cfg.seed, "versions": _versions(),
-            "error": "log-probs rounded to float16: |error| <= 2^-11 |log p_x| per entry; renormalized on load",
-            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    arrays = {
+        "logp16_q": np.stack(lq),
+        "logp16_p": np.stack(lp),
+        "lse_q": np.asarray(sq),
+        "lse_p": np.asarray(sp_),
+        "token_ids": np.asarray(ids_out, np.int32),
+    }
+    meta = {
+        "format": FULL_VOCAB_FORMAT,
+        "kind": "full_vocab",
+        "verifier": verifier_lm.name,
+        "drafter": dname,
+        "drafter_spec": drafter_spec,
+        "vocab_size": int(arrays["logp16_q"].shape[1]),
+        "prompts": [p.id for p in prompts],
+        "positions_per_prompt": positions_per_prompt,
+        "transforms_for_token_sampling": cfg.sampling.as_dict(),
+        "seed": cfg.seed,
+        "versions": _versions(),
+        "error": "log-probs rounded to float16: |error| <= 2^-11 |log p_x| per entry; renormalized on load",
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     return write_arrays(out_path, arrays, meta)
 
 
@@ -326,7 +409,9 @@ def shipped_prompts() -> list[Prompt]:
     return benchmark_mix(SHIPPED_PER_CATEGORY)
 
 
-def regenerate_shipped(out_dir=None, progress=True, full_vocab=True, threads: int | None = None) -> list[Path]:
+def regenerate_shipped(
+    out_dir=None, progress=True, full_vocab=True, threads: int | None = None
+) -> list[Path]:
     """Regenerate ``cactus_theory/data/real/`` (the command documented in the README)."""
     from .models import default_device, load_smollm2
 
@@ -337,10 +422,14 @@ def regenerate_shipped(out_dir=None, progress=True, full_vocab=True, threads: in
     lm = load_smollm2(device=dev)
     cfg = DumpConfig(new_tokens=SHIPPED_NEW_TOKENS, batch_size=10, seed=0, top_k_raw=64, device=dev)
     names = {s: f"smollm2-135m_{_safe(s.replace(':', '-'))}.npz" for s in SHIPPED_DRAFTERS}
-    paths = dump_pairs(lm, list(SHIPPED_DRAFTERS), shipped_prompts(), out_dir, cfg, names=names, progress=progress)
+    paths = dump_pairs(
+        lm, list(SHIPPED_DRAFTERS), shipped_prompts(), out_dir, cfg, names=names, progress=progress
+    )
     if full_vocab:
         fv = out_dir / FULL_VOCAB_PATH.relative_to(REAL_DIR)
-        fv_prompts = [p for p in benchmark_mix(1) if p.category in ("gsm8k", "coding", "writing", "translation")]
+        fv_prompts = [
+            p for p in benchmark_mix(1) if p.category in ("gsm8k", "coding", "writing", "translation")
+        ]
         paths.append(dump_full_vocab(lm, "requant:4", fv_prompts, 6, fv, DumpConfig(device=dev, seed=0)))
         from .models import ModelNotAvailable
 
@@ -361,25 +450,50 @@ def regenerate_gemma_full_vocab(out_dir=None) -> Path:
     dev = default_device()
     lm = load_gemma3(device=dev)
     fv_prompts = [p for p in benchmark_mix(1) if p.category in ("gsm8k", "coding", "writing", "translation")]
-    return dump_full_vocab(lm, "requant:4", fv_prompts, 1, out_dir / "full_vocab" / "gemma-3-270m_full-vocab.npz",
-                           DumpConfig(device=dev, seed=0))
+    return dump_full_vocab(
+        lm,
+        "requant:4",
+        fv_prompts,
+        1,
+        out_dir / "full_vocab" / "gemma-3-270m_full-vocab.npz",
+        DumpConfig(device=dev, seed=0),
+    )
 
 
 def build_parser(ap: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The dump tool's arguments (on ``ap``, or on a new parser with defaults shown in --help)."""
-    ap = ap or argparse.ArgumentParser(prog="cactus-theory dump", description=__doc__,
-                                       formatter_class=type("F", (argparse.ArgumentDefaultsHelpFormatter,
-                                                                  argparse.RawDescriptionHelpFormatter), {}))
-    ap.add_argument("--shipped", action="store_true",
-                    help="regenerate the shipped sample (into --out-dir, or into cactus_theory/data/real "
-                         "with --overwrite-shipped)")
-    ap.add_argument("--overwrite-shipped", action="store_true",
-                    help="allow --shipped to rewrite the committed files inside the package")
-    ap.add_argument("--verifier", default="smollm2", help="'smollm2' (built-in), a hub id, folder or .gguf file")
-    ap.add_argument("--drafter", action="append", default=None,
-                    help="repeatable: early-exit:K, requant:B, distilled, or a hub id/folder/.gguf (default: distilled)")
-    ap.add_argument("--prompts", default="mix",
-                    help="'mix' (every category), 'spec_bench', 'gsm8k', 'ifeval', or a .jsonl/.txt file")
+    ap = ap or argparse.ArgumentParser(
+        prog="cactus-theory dump",
+        description=__doc__,
+        formatter_class=type(
+            "F", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {}
+        ),
+    )
+    ap.add_argument(
+        "--shipped",
+        action="store_true",
+        help="regenerate the shipped sample (into --out-dir, or into cactus_theory/data/real "
+        "with --overwrite-shipped)",
+    )
+    ap.add_argument(
+        "--overwrite-shipped",
+        action="store_true",
+        help="allow --shipped to rewrite the committed files inside the package",
+    )
+    ap.add_argument(
+        "--verifier", default="smollm2", help="'smollm2' (built-in), a hub id, folder or .gguf file"
+    )
+    ap.add_argument(
+        "--drafter",
+        action="append",
+        default=None,
+        help="repeatable: early-exit:K, requant:B, distilled, or a hub id/folder/.gguf (default: distilled)",
+    )
+    ap.add_argument(
+        "--prompts",
+        default="mix",
+        help="'mix' (every category), 'spec_bench', 'gsm8k', 'ifeval', or a .jsonl/.txt file",
+    )
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("-o", "--out-dir", default="dumps", help="output folder (created if missing)")
     ap.add_argument("--new-tokens", type=int, default=64)
@@ -404,9 +518,8 @@ def check_args(args) -> None:
     >= 1; the verifier, drafters and prompts must exist locally. (``--shipped`` writes into
     ``--out-dir`` unless ``--overwrite-shipped`` is given.)
     """
-    from ._checks import check_drafter, check_model_source, check_prompts
-
     from .._validation import as_temperature, as_top_k, as_top_p
+    from ._checks import check_drafter, check_model_source, check_prompts
 
     if args.temperature != 0:  # 0 = greedy
         as_temperature(args.temperature, "temperature")
@@ -447,10 +560,24 @@ def run_args(args) -> list[Path]:
         prompts = load_prompts(args.prompts, "eval", per_category=args.per_category)
     else:
         prompts = load_user_prompts(args.prompts)
-    cfg = DumpConfig(SamplingParams(args.temperature, args.top_p, args.top_k), args.new_tokens, args.batch_size,
-                     args.seed, args.top_k_raw, args.max_prompt_tokens, dev)
-    return dump_pairs(lm, args.drafter or ["distilled"], prompts, args.out_dir, cfg,
-                      progress=not args.no_progress, resume=not args.no_resume)
+    cfg = DumpConfig(
+        SamplingParams(args.temperature, args.top_p, args.top_k),
+        args.new_tokens,
+        args.batch_size,
+        args.seed,
+        args.top_k_raw,
+        args.max_prompt_tokens,
+        dev,
+    )
+    return dump_pairs(
+        lm,
+        args.drafter or ["distilled"],
+        prompts,
+        args.out_dir,
+        cfg,
+        progress=not args.no_progress,
+        resume=not args.no_resume,
+    )
 
 
 def add_dump_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -476,8 +603,13 @@ def main(argv=None) -> int:
     """``python -m cactus_theory.logits.dump``: the ``dump`` subcommand as a module entry."""
     from .._cli import module_entry
 
-    return module_entry("dump", add_dump_arguments, run_dump, argv,
-                        description="record verifier/drafter next-token distributions (real models)")
+    return module_entry(
+        "dump",
+        add_dump_arguments,
+        run_dump,
+        argv,
+        description="record verifier/drafter next-token distributions (real models)",
+    )
 
 
 if __name__ == "__main__":

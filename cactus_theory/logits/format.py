@@ -82,10 +82,16 @@ TAIL_ID = -2
 PAD_ID = -1
 
 COMPACT_REQUIRED = {
-    "traj_offsets": np.int64, "row_offsets": np.int64, "columns": np.int32,
-    "target_probs": np.float64, "draft_probs": np.float64,
-    "raw_target_probs": np.float32, "raw_draft_probs": np.float32,
-    "token_ids": np.int32, "prompt_offsets": np.int64, "prompt_token_ids": np.int32,
+    "traj_offsets": np.int64,
+    "row_offsets": np.int64,
+    "columns": np.int32,
+    "target_probs": np.float64,
+    "draft_probs": np.float64,
+    "raw_target_probs": np.float32,
+    "raw_draft_probs": np.float32,
+    "token_ids": np.int32,
+    "prompt_offsets": np.int64,
+    "prompt_token_ids": np.int32,
 }
 FULL_REQUIRED = {"logp16_q": np.float16, "logp16_p": np.float16, "lse_q": np.float64, "lse_p": np.float64}
 
@@ -148,7 +154,9 @@ def read_arrays(path, required: dict | None = None) -> tuple[dict, dict]:
     except DumpFormatError:
         raise
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zlib_error()) as exc:
-        raise DumpFormatError(f"{path}: truncated or corrupted dump file ({type(exc).__name__}: {exc})") from exc
+        raise DumpFormatError(
+            f"{path}: truncated or corrupted dump file ({type(exc).__name__}: {exc})"
+        ) from exc
     if "__meta__" not in arrays:
         raise DumpFormatError(f"{path}: no __meta__ entry (not a cactus_theory dump)")
     try:
@@ -159,11 +167,15 @@ def read_arrays(path, required: dict | None = None) -> tuple[dict, dict]:
         if name not in arrays:
             raise DumpFormatError(f"{path}: missing array {name!r}")
         if arrays[name].dtype != np.dtype(dt):
-            raise DumpFormatError(f"{path}: array {name!r} has dtype {arrays[name].dtype}, expected {np.dtype(dt)}")
+            raise DumpFormatError(
+                f"{path}: array {name!r} has dtype {arrays[name].dtype}, expected {np.dtype(dt)}"
+            )
     want = meta.get("checksum")
     got = checksum(arrays)
     if want != got:
-        raise DumpFormatError(f"{path}: checksum mismatch (metadata {want}, data {got}): the file was modified or corrupted")
+        raise DumpFormatError(
+            f"{path}: checksum mismatch (metadata {want}, data {got}): the file was modified or corrupted"
+        )
     return arrays, meta
 
 
@@ -190,7 +202,9 @@ def validate_compact(path, arrays: dict, meta: dict) -> None:
     if len(po) != len(to) or po[-1] != len(arrays["prompt_token_ids"]):
         raise DumpFormatError(f"{path}: prompt_offsets inconsistent")
     if len(meta.get("trajectories", [])) != len(to) - 1:
-        raise DumpFormatError(f"{path}: metadata lists {len(meta.get('trajectories', []))} trajectories, arrays {len(to) - 1}")
+        raise DumpFormatError(
+            f"{path}: metadata lists {len(meta.get('trajectories', []))} trajectories, arrays {len(to) - 1}"
+        )
     validate_compact_values(path, arrays)
 
 
@@ -224,8 +238,18 @@ def validate_compact_values(path, arrays: dict) -> None:
             raise DumpFormatError(f"{path}: {k} holds negative token ids")
 
 
-def pack_compact(columns, target_probs, draft_probs, raw_target_probs, raw_draft_probs, widths,
-                 token_ids, traj_len, prompt_token_ids, prompt_len) -> dict:
+def pack_compact(
+    columns,
+    target_probs,
+    draft_probs,
+    raw_target_probs,
+    raw_draft_probs,
+    widths,
+    token_ids,
+    traj_len,
+    prompt_token_ids,
+    prompt_len,
+) -> dict:
     """The arrays of a compact dump from per-position pieces (the layout in one place).
 
     Parameters
@@ -249,6 +273,7 @@ def pack_compact(columns, target_probs, draft_probs, raw_target_probs, raw_draft
         and ``prompt_token_ids`` int32, and the int64 ``row_offsets``, ``traj_offsets`` and
         ``prompt_offsets`` (cumulative counts starting at 0), as :func:`validate_compact` reads them.
     """
+
     def cat(xs, dtype):
         xs = [np.asarray(x) for x in xs] if isinstance(xs, (list, tuple)) else [np.asarray(xs)]
         return np.concatenate(xs).astype(dtype) if xs else np.zeros(0, dtype)
@@ -257,13 +282,15 @@ def pack_compact(columns, target_probs, draft_probs, raw_target_probs, raw_draft
         return np.concatenate([[0], np.cumsum(np.asarray(counts, np.int64))]).astype(np.int64)
 
     return {
-        "columns": cat(columns, np.int32), "target_probs": cat(target_probs, np.float64),
+        "columns": cat(columns, np.int32),
+        "target_probs": cat(target_probs, np.float64),
         "draft_probs": cat(draft_probs, np.float64),
         "raw_target_probs": cat(raw_target_probs, np.float32),
         "raw_draft_probs": cat(raw_draft_probs, np.float32),
         "token_ids": np.asarray(token_ids, np.int32),
         "prompt_token_ids": np.asarray(prompt_token_ids, np.int32),
-        "row_offsets": offsets(widths), "traj_offsets": offsets(traj_len),
+        "row_offsets": offsets(widths),
+        "traj_offsets": offsets(traj_len),
         "prompt_offsets": offsets(prompt_len),
     }
 
@@ -294,12 +321,27 @@ def compact_columns(q_ids, q_pr, p_ids, p_pr, raw_q, raw_p, top_k_raw: int = 64)
     p[np.searchsorted(cols, p_ids[p_pr > 0])] = p_pr[p_pr > 0]
     rq, rp = raw_q[cols], raw_p[cols]
     tail_q, tail_p = max(0.0, 1.0 - rq.sum()), max(0.0, 1.0 - rp.sum())
-    return (np.append(cols, TAIL_ID).astype(np.int32), np.append(q, 0.0), np.append(p, 0.0),
-            np.append(rq, tail_q), np.append(rp, tail_p))
+    return (
+        np.append(cols, TAIL_ID).astype(np.int32),
+        np.append(q, 0.0),
+        np.append(p, 0.0),
+        np.append(rq, tail_q),
+        np.append(rp, tail_p),
+    )
 
 
 __all__ = [
-    "DumpFormatError", "FORMAT", "FULL_VOCAB_FORMAT", "PAD_ID", "TAIL_ID", "atomic_write_bytes",
-    "checksum", "compact_columns", "pack_compact", "read_arrays", "validate_compact",
-    "validate_compact_values", "write_arrays",
+    "DumpFormatError",
+    "FORMAT",
+    "FULL_VOCAB_FORMAT",
+    "PAD_ID",
+    "TAIL_ID",
+    "atomic_write_bytes",
+    "checksum",
+    "compact_columns",
+    "pack_compact",
+    "read_arrays",
+    "validate_compact",
+    "validate_compact_values",
+    "write_arrays",
 ]

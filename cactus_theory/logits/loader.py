@@ -6,15 +6,22 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``). See
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from ..distributions import sampling_transform
 from ..simulate.chain import Trajectory  # the toolkit's one trajectory type (re-exported)
 from .format import (
-    COMPACT_REQUIRED, FULL_REQUIRED, FULL_VOCAB_FORMAT, PAD_ID, TAIL_ID, DumpFormatError, read_arrays,
+    COMPACT_REQUIRED,
+    FULL_REQUIRED,
+    FULL_VOCAB_FORMAT,
+    PAD_ID,
+    TAIL_ID,
+    DumpFormatError,
+    read_arrays,
     validate_compact,
 )
 
@@ -57,8 +64,10 @@ class Dump:
         self.n_trajectories = int(len(arrays["traj_offsets"]) - 1)
 
     def __repr__(self) -> str:
-        return (f"Dump({self.path.name}: {self.meta.get('verifier')} / {self.meta.get('drafter')}, "
-                f"{self.n_trajectories} trajectories, {self.n_positions} positions)")
+        return (
+            f"Dump({self.path.name}: {self.meta.get('verifier')} / {self.meta.get('drafter')}, "
+            f"{self.n_trajectories} trajectories, {self.n_positions} positions)"
+        )
 
     @property
     def name(self) -> str:
@@ -67,7 +76,7 @@ class Dump:
     def _block(self, lo: int, hi: int, width: int | None = None):
         a = self._a
         ro = a["row_offsets"]
-        widths = np.diff(ro[lo:hi + 1])
+        widths = np.diff(ro[lo : hi + 1])
         W = int(widths.max()) if width is None else width
         T = hi - lo
         rows = np.repeat(np.arange(T), widths)
@@ -95,9 +104,15 @@ class Dump:
                 continue
             cols, (q, p, rq, rp) = self._block(lo, hi)
             yield Trajectory(
-                target_probs=q, draft_probs=p, raw_target_probs=rq, raw_draft_probs=rp, columns=cols,
-                token_ids=a["token_ids"][lo:hi].astype(np.int64), prompt_id=info["prompt_id"],
-                category=info["category"], prompt_token_ids=a["prompt_token_ids"][po[i]:po[i + 1]].astype(np.int64),
+                target_probs=q,
+                draft_probs=p,
+                raw_target_probs=rq,
+                raw_draft_probs=rp,
+                columns=cols,
+                token_ids=a["token_ids"][lo:hi].astype(np.int64),
+                prompt_id=info["prompt_id"],
+                category=info["category"],
+                prompt_token_ids=a["prompt_token_ids"][po[i] : po[i + 1]].astype(np.int64),
                 extras={k[2:]: a[k][lo:hi] for k in extras_names},
             )
 
@@ -206,6 +221,16 @@ def apply_transforms(probs: np.ndarray, temperature=0.6, top_p=0.95, top_k=20) -
 
 
 __all__ = [
-    "Dump", "FULL_VOCAB_PATH", "GEMMA_FULL_VOCAB_PATH", "Pairs", "REAL_DIR", "TAIL_ID", "Trajectory", "apply_transforms",
-    "load_dump", "load_full_vocab", "load_full_vocab_sample", "shipped_dumps",
+    "Dump",
+    "FULL_VOCAB_PATH",
+    "GEMMA_FULL_VOCAB_PATH",
+    "Pairs",
+    "REAL_DIR",
+    "TAIL_ID",
+    "Trajectory",
+    "apply_transforms",
+    "load_dump",
+    "load_full_vocab",
+    "load_full_vocab_sample",
+    "shipped_dumps",
 ]

@@ -27,8 +27,19 @@ from pathlib import Path
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "data" / "prompts"
 
 SPEC_BENCH_CATEGORIES = (
-    "writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
-    "translation", "summarization", "qa", "math_reasoning", "rag",
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+    "translation",
+    "summarization",
+    "qa",
+    "math_reasoning",
+    "rag",
 )
 SOURCES = ("spec_bench", "gsm8k", "ifeval")
 
@@ -78,7 +89,9 @@ def _split_ok(split: str, rank: int, n_eval: int) -> bool:
     raise ValueError(f"unknown split {split!r}; use 'eval', 'train' or 'all'")
 
 
-def load_prompts(source: str, split: str = "eval", categories=None, per_category: int | None = None) -> list[Prompt]:
+def load_prompts(
+    source: str, split: str = "eval", categories=None, per_category: int | None = None
+) -> list[Prompt]:
     """Load shipped prompts.
 
     Parameters
@@ -103,7 +116,11 @@ def load_prompts(source: str, split: str = "eval", categories=None, per_category
             cat = r["category"]
             k = rank.get(cat, 0)
             rank[cat] = k + 1
-            n_eval = 5 if k < 10 and cat not in ("translation", "summarization", "qa", "math_reasoning", "rag") else 20
+            n_eval = (
+                5
+                if k < 10 and cat not in ("translation", "summarization", "qa", "math_reasoning", "rag")
+                else 20
+            )
             if categories is not None and cat not in categories:
                 continue
             if not _split_ok(split, k, n_eval):
@@ -238,6 +255,12 @@ def chat_ids(tokenizer, text: str, max_prompt_tokens: int | None = None) -> list
 
 
 __all__ = [
-    "Prompt", "SPEC_BENCH_CATEGORIES", "benchmark_mix", "chat_ids", "extract_gsm8k_answer",
-    "gsm8k_accuracy", "load_prompts", "load_user_prompts",
+    "Prompt",
+    "SPEC_BENCH_CATEGORIES",
+    "benchmark_mix",
+    "chat_ids",
+    "extract_gsm8k_answer",
+    "gsm8k_accuracy",
+    "load_prompts",
+    "load_user_prompts",
 ]

@@ -102,8 +102,12 @@ class BatchRunner:
             self.cache = DynamicCache()
         kw = {_cache_kwarg(self.model): self.cache}
         out = self.model(
-            input_ids=ids, attention_mask=self.mask, position_ids=pos, use_cache=True,
-            output_hidden_states=self.hidden_states, **kw,
+            input_ids=ids,
+            attention_mask=self.mask,
+            position_ids=pos,
+            use_cache=True,
+            output_hidden_states=self.hidden_states,
+            **kw,
         )
         return out
 
@@ -114,8 +118,8 @@ class BatchRunner:
         ids = torch.full((B, L), self.pad_id, dtype=torch.long)
         mask = torch.zeros((B, L), dtype=torch.long)
         for i, s in enumerate(seqs):
-            ids[i, L - len(s):] = torch.as_tensor(s, dtype=torch.long)
-            mask[i, L - len(s):] = 1
+            ids[i, L - len(s) :] = torch.as_tensor(s, dtype=torch.long)
+            mask[i, L - len(s) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         self.cache = None
@@ -156,4 +160,11 @@ def sample_from(probs: np.ndarray | torch.Tensor, ids, generator: torch.Generato
     return torch.gather(torch.as_tensor(ids), -1, j)[..., 0]
 
 
-__all__ = ["BatchRunner", "SamplingParams", "processed_dense", "processed_sparse", "raw_log_probs", "sample_from"]
+__all__ = [
+    "BatchRunner",
+    "SamplingParams",
+    "processed_dense",
+    "processed_sparse",
+    "raw_log_probs",
+    "sample_from",
+]

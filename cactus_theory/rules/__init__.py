@@ -7,13 +7,42 @@ needs the emitted-distribution analysis, is registered by
 :mod:`cactus_theory.analysis.calibration` (imported with :mod:`cactus_theory` itself).
 """
 
+from . import (  # noqa: F401  (registration side effect)
+    cactus,
+    cascades,
+    fuzzy,
+    interpolation,
+    mentored,
+    sequence_budget,  # noqa: F401  (registration side effect)
+    sps,
+    tas,
+    topk,
+)
 from .plans import DecisionPlan, Plan, SpikePlan, TargetPlan
-from .registry import (RULES, Knob, Rule, RuleRegistry, RuleSpec, get_rule, register,
-                       register_alias, rule_names)
-from . import sps, cactus, tas, topk, interpolation, mentored, cascades, fuzzy  # noqa: F401  (registration side effect)
-from . import sequence_budget  # noqa: F401  (registration side effect)
+from .registry import (
+    RULES,
+    Knob,
+    Rule,
+    RuleRegistry,
+    RuleSpec,
+    get_rule,
+    register,
+    register_alias,
+    rule_names,
+)
 
 __all__ = [
-    "RULES", "Knob", "Rule", "RuleRegistry", "RuleSpec", "get_rule", "register",
-    "register_alias", "rule_names", "TargetPlan", "SpikePlan", "DecisionPlan", "Plan",
+    "RULES",
+    "Knob",
+    "Rule",
+    "RuleRegistry",
+    "RuleSpec",
+    "get_rule",
+    "register",
+    "register_alias",
+    "rule_names",
+    "TargetPlan",
+    "SpikePlan",
+    "DecisionPlan",
+    "Plan",
 ]

@@ -83,15 +83,20 @@ class CactusExact(_CactusBase):
         at the tokens whose gamma may lie below p_n (27 of the 151,936 tokens of the
         benchmark's row at delta = 0.1, instead of all of them).
         """
-        kl_numpy = (isinstance(target_probs, np.ndarray)
-                    and get_divergence(self.divergence) is DIVERGENCES["kl"])
-        return SpikePlan(target_probs, draft_probs, spike_fn=self.spike,
-                         effective_fn=self._effective_spike if kl_numpy else None)
+        kl_numpy = (
+            isinstance(target_probs, np.ndarray) and get_divergence(self.divergence) is DIVERGENCES["kl"]
+        )
+        return SpikePlan(
+            target_probs,
+            draft_probs,
+            spike_fn=self.spike,
+            effective_fn=self._effective_spike if kl_numpy else None,
+        )
 
     def _effective_spike(self, q, p):
         """:meth:`SpikePlan.effective_spike` from the capped root (numpy): where p_n = 0,
         gamma_n > 0 when q_n > 0 (gamma >= q_n), else as the root at those tokens says."""
-        delta = np.full(q.shape, self.delta)      # q, p and the knob are validated already
+        delta = np.full(q.shape, self.delta)  # q, p and the knob are validated already
         eff = capped_exact_unchecked(q, p, delta, get_divergence(self.divergence))
         zero_p = p == 0
         unsure = np.flatnonzero((zero_p & (q == 0)).reshape(-1))
@@ -102,25 +107,53 @@ class CactusExact(_CactusBase):
         return eff
 
 
-register(RuleSpec(
-    name="cactus-taylor", factory=CactusTaylor,
-    knobs=(_DELTA, Knob("divergence", "kl", choices=SMOOTH_DIVERGENCES,
-                        doc="divergence whose 2nd-order expansion gives gamma (paper: KL)")),
-    sps_knobs={"delta": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
-    family="spike", fast_accept=True,
-    summary="Cactus, Corollary 5: gamma = min(1, q_n + sqrt(2 delta q_n (1 - q_n)))",
-    reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Corollary 5",
-))
+register(
+    RuleSpec(
+        name="cactus-taylor",
+        factory=CactusTaylor,
+        knobs=(
+            _DELTA,
+            Knob(
+                "divergence",
+                "kl",
+                choices=SMOOTH_DIVERGENCES,
+                doc="divergence whose 2nd-order expansion gives gamma (paper: KL)",
+            ),
+        ),
+        sps_knobs={"delta": 0.0},
+        deterministic=False,
+        reads_draft=True,
+        needs_raw=False,
+        family="spike",
+        fast_accept=True,
+        summary="Cactus, Corollary 5: gamma = min(1, q_n + sqrt(2 delta q_n (1 - q_n)))",
+        reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Corollary 5",
+    )
+)
 
-register(RuleSpec(
-    name="cactus-exact", factory=CactusExact,
-    knobs=(_DELTA, Knob("divergence", "kl", choices=tuple(DIVERGENCES),
-                        doc="divergence of the per-draft budget D(h^(n) || q) <= delta (paper: KL)")),
-    sps_knobs={"delta": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
-    family="spike", fast_accept=True,
-    summary="Cactus, Theorem 2: largest gamma with two-point divergence = delta",
-    reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 2",
-))
+register(
+    RuleSpec(
+        name="cactus-exact",
+        factory=CactusExact,
+        knobs=(
+            _DELTA,
+            Knob(
+                "divergence",
+                "kl",
+                choices=tuple(DIVERGENCES),
+                doc="divergence of the per-draft budget D(h^(n) || q) <= delta (paper: KL)",
+            ),
+        ),
+        sps_knobs={"delta": 0.0},
+        deterministic=False,
+        reads_draft=True,
+        needs_raw=False,
+        family="spike",
+        fast_accept=True,
+        summary="Cactus, Theorem 2: largest gamma with two-point divergence = delta",
+        reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 2",
+    )
+)
 
 for _name in DIVERGENCES:
     register_alias(f"cactus-exact-{_name.replace('_', '-')}", "cactus-exact", divergence=_name)

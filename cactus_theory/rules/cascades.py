@@ -57,8 +57,9 @@ CASCADE_RULES = {
 }
 
 
-def cascade_target(kind: str, alpha: float, target_probs, draft_probs, raw_target_probs=None,
-                   raw_draft_probs=None):
+def cascade_target(
+    kind: str, alpha: float, target_probs, draft_probs, raw_target_probs=None, raw_draft_probs=None
+):
     r"""The deferral target :math:`\pi` of a speculative-cascade rule (array-agnostic).
 
     Parameters
@@ -108,7 +109,7 @@ def cascade_target(kind: str, alpha: float, target_probs, draft_probs, raw_targe
         A = rq >= (1.0 - alpha) * max_rq
     pA = xp.where(A, p, xp.zeros_like(p))
     rest = 1.0 - xp.sum(pA, axis=-1, keepdims=True)
-    return pA + xp.maximum(rest, xp.zeros_like(rest)) * q   # rest < 0 only by rounding
+    return pA + xp.maximum(rest, xp.zeros_like(rest)) * q  # rest < 0 only by rounding
 
 
 class Cascade(Rule):
@@ -124,19 +125,32 @@ class Cascade(Rule):
 
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         r"""``TargetPlan(pi)``; the deferral tests read the raw distributions."""
-        pi = cascade_target(self.kind, self.alpha, target_probs, draft_probs,
-                            raw_target_probs, raw_draft_probs)
+        pi = cascade_target(
+            self.kind, self.alpha, target_probs, draft_probs, raw_target_probs, raw_draft_probs
+        )
         return TargetPlan(target_probs, draft_probs, pi)
 
 
 for _kind, (_lo, _hi, _sps, _eq) in CASCADE_RULES.items():
-    register(RuleSpec(
-        name=f"cascade-{_kind}",
-        factory=(lambda k: (lambda alpha: Cascade(k, alpha)))(_kind),
-        knobs=(Knob("alpha", 0.5, _lo, _hi,
-                    doc="lenience (paper's alpha, notebook's 'lenience'; notebook demo 0.5)"),),
-        sps_knobs={"alpha": _sps}, deterministic=False, reads_draft=True, needs_raw=True,
-        family="target",
-        summary=f"speculative cascade, {_kind} deferral ({_eq}); emits its target pi exactly",
-        reference=f"Narasimhan et al., ICLR 2025 (arXiv 2405.19261) {_eq}; official Gemma notebook",
-    ))
+    register(
+        RuleSpec(
+            name=f"cascade-{_kind}",
+            factory=(lambda k: lambda alpha: Cascade(k, alpha))(_kind),
+            knobs=(
+                Knob(
+                    "alpha",
+                    0.5,
+                    _lo,
+                    _hi,
+                    doc="lenience (paper's alpha, notebook's 'lenience'; notebook demo 0.5)",
+                ),
+            ),
+            sps_knobs={"alpha": _sps},
+            deterministic=False,
+            reads_draft=True,
+            needs_raw=True,
+            family="target",
+            summary=f"speculative cascade, {_kind} deferral ({_eq}); emits its target pi exactly",
+            reference=f"Narasimhan et al., ICLR 2025 (arXiv 2405.19261) {_eq}; official Gemma notebook",
+        )
+    )

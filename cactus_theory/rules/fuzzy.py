@@ -40,7 +40,7 @@ __all__ = ["FuzzySpeculative", "FSD_DIVERGENCES", "fsd_divergence"]
 #: fsd_div_type -> (our divergence name, whether D(p || q) is evaluated as D(first=p, second=q))
 FSD_DIVERGENCES = {
     "js_div": "js",
-    "kl_div": "kl",              # KL(p || q)
+    "kl_div": "kl",  # KL(p || q)
     "kl_div_reversed": "reverse_kl",  # KL(q || p)
     "tv_div": "tv",
 }
@@ -100,31 +100,49 @@ class FuzzySpeculative(Rule):
         div = fsd_divergence(self.fsd_div_type, rq, rp)
         return xp.astype(div <= self.fsd_div_threshold, target_probs.dtype)
 
-    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                        raw_draft_probs=None):
+    def accept_probs_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         r"""Acceptance :math:`1[\mathrm{Div}(p, q) \le T]` per position, whatever the drafted
         token (shape ``token_ids.shape``): the divergence, without the plan's [..., V]
         acceptance of every candidate. The samplers' accept path (``fast_accept``)."""
         return self._accepts(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
 
-    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                            raw_draft_probs=None):
+    def recovery_weights_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         """The recovery is q itself (no divergence needed)."""
         return target_probs
 
 
-register(RuleSpec(
-    name="fuzzy", factory=FuzzySpeculative,
-    knobs=(
-        Knob("fsd_div_threshold", 0.4, 0.0, math.inf,
-             doc="T: accept the draft iff Div(p, q) <= T (README example 0.4 with js_div)"),
-        Knob("fsd_div_type", "js_div", choices=_CHOICES,
-             doc="divergence between drafter and verifier (raw distributions unless *_processed)"),
-    ),
-    sps_knobs=None,
-    sps_note="no threshold gives SpS: a rejection "
-             "resamples from q, not from the SpS residual; T = 0 accepts only where Div = 0 (p = q)",
-    deterministic=True, reads_draft=True, needs_raw=True, family="decision", fast_accept=True,
-    summary="fuzzy SD: accept iff Div(p, q) <= T (JS on raw distributions); else sample q",
-    reference="Holsman et al., Findings of ACL 2025 (arXiv 2502.20704), fsd_utils.py",
-))
+register(
+    RuleSpec(
+        name="fuzzy",
+        factory=FuzzySpeculative,
+        knobs=(
+            Knob(
+                "fsd_div_threshold",
+                0.4,
+                0.0,
+                math.inf,
+                doc="T: accept the draft iff Div(p, q) <= T (README example 0.4 with js_div)",
+            ),
+            Knob(
+                "fsd_div_type",
+                "js_div",
+                choices=_CHOICES,
+                doc="divergence between drafter and verifier (raw distributions unless *_processed)",
+            ),
+        ),
+        sps_knobs=None,
+        sps_note="no threshold gives SpS: a rejection "
+        "resamples from q, not from the SpS residual; T = 0 accepts only where Div = 0 (p = q)",
+        deterministic=True,
+        reads_draft=True,
+        needs_raw=True,
+        family="decision",
+        fast_accept=True,
+        summary="fuzzy SD: accept iff Div(p, q) <= T (JS on raw distributions); else sample q",
+        reference="Holsman et al., Findings of ACL 2025 (arXiv 2502.20704), fsd_utils.py",
+    )
+)

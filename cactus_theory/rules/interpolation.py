@@ -47,11 +47,19 @@ class Interpolation(ElementwiseTargetRule):
         return q * (1.0 - self.alpha) + p * self.alpha
 
 
-register(RuleSpec(
-    name="interpolation", factory=Interpolation,
-    knobs=(Knob("alpha", 0.5, 0.0, 1.0, doc="weight of the drafter p in h (Cactus interp.py default 0.5)"),),
-    sps_knobs={"alpha": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
-    family="target",
-    summary="interpolation: h = alpha p + (1 - alpha) q; TV(h, q) = alpha TV(p, q)",
-    reference="Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/interp.py",
-))
+register(
+    RuleSpec(
+        name="interpolation",
+        factory=Interpolation,
+        knobs=(
+            Knob("alpha", 0.5, 0.0, 1.0, doc="weight of the drafter p in h (Cactus interp.py default 0.5)"),
+        ),
+        sps_knobs={"alpha": 0.0},
+        deterministic=False,
+        reads_draft=True,
+        needs_raw=False,
+        family="target",
+        summary="interpolation: h = alpha p + (1 - alpha) q; TV(h, q) = alpha TV(p, q)",
+        reference="Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/interp.py",
+    )
+)

@@ -56,21 +56,36 @@ class Mentored(Rule):
 
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``TargetPlan(pi)`` with pi from the exact solver (array-agnostic)."""
-        return TargetPlan(target_probs, draft_probs,
-                          mentored_target(target_probs, draft_probs, self.D, self.divergence))
+        return TargetPlan(
+            target_probs, draft_probs, mentored_target(target_probs, draft_probs, self.D, self.divergence)
+        )
 
 
-register(RuleSpec(
-    name="mentored", factory=Mentored,
-    knobs=(Knob("D", DEFAULT_BUDGET, 0.0, math.inf,
-                doc="budget on the emitted distribution's divergence (blog: D; no default there)"),
-           Knob("divergence", "kl", choices=tuple(DIVERGENCES),
-                doc="divergence of the budget D(pi || q) <= D")),
-    sps_knobs={"D": 0.0}, deterministic=False, reads_draft=True, needs_raw=False,
-    family="target",
-    summary="Mentored decoding: acceptance-optimal target with D(pi||q) <= D",
-    reference="Tran-Thien 2023, HF blog 'An optimal lossy variant of speculative decoding'",
-))
+register(
+    RuleSpec(
+        name="mentored",
+        factory=Mentored,
+        knobs=(
+            Knob(
+                "D",
+                DEFAULT_BUDGET,
+                0.0,
+                math.inf,
+                doc="budget on the emitted distribution's divergence (blog: D; no default there)",
+            ),
+            Knob(
+                "divergence", "kl", choices=tuple(DIVERGENCES), doc="divergence of the budget D(pi || q) <= D"
+            ),
+        ),
+        sps_knobs={"D": 0.0},
+        deterministic=False,
+        reads_draft=True,
+        needs_raw=False,
+        family="target",
+        summary="Mentored decoding: acceptance-optimal target with D(pi||q) <= D",
+        reference="Tran-Thien 2023, HF blog 'An optimal lossy variant of speculative decoding'",
+    )
+)
 
 for _name in DIVERGENCES:
     register_alias(f"mentored-{_name.replace('_', '-')}", "mentored", divergence=_name)

@@ -31,14 +31,15 @@ for the analysis and the samplers alike.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 import numpy as np
-from array_api_compat import array_namespace, device as array_device
+from array_api_compat import array_namespace
+from array_api_compat import device as array_device
 
 from .._validation import as_token_ids
-
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..solvers.spike import spike_scale
 
@@ -159,8 +160,8 @@ class RowTarget:
 
     fn: Callable
     params: tuple = ()
-    spike_ids: Optional[Any] = None
-    spike_values: Optional[Any] = None
+    spike_ids: Any | None = None
+    spike_values: Any | None = None
 
     def h(self, x, y):
         """h at entries ``x``, ``y`` (shape [..., m]; the spike not applied)."""
@@ -169,10 +170,13 @@ class RowTarget:
     def index(self, *idx):
         """The target of the rows ``rows[idx]`` (the constants indexed by ``idx``, e.g. the
         recovery positions ``(rows, pos)`` of [B, k] rows)."""
-        def at(a):   # arrays indexed, Python scalars (and None) as they are
+
+        def at(a):  # arrays indexed, Python scalars (and None) as they are
             return a if a is None or isinstance(a, numbers.Number) else a[idx]
-        return RowTarget(self.fn, tuple(at(a) for a in self.params), at(self.spike_ids),
-                         at(self.spike_values))
+
+        return RowTarget(
+            self.fn, tuple(at(a) for a in self.params), at(self.spike_ids), at(self.spike_values)
+        )
 
 
 def spike_target_at(target_probs, token_ids, gamma_n):
@@ -189,8 +193,7 @@ def spike_target_at(target_probs, token_ids, gamma_n):
     return xp.where(mask > 0, gamma_n[..., None], c[..., None] * q)
 
 
-def spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target_sums=None,
-                           draft_sums=None):
+def spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target_sums=None, draft_sums=None):
     r"""Recovery weights :math:`\max(0, h^{(n)} - p)` of a spike rule from the drafted tokens'
     :math:`\gamma_n` (:func:`residual_weights` of :func:`spike_target_at`'s target).
 
@@ -205,8 +208,7 @@ def spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target
     q_n = gather(target_probs, token_ids) / ts
     scale = spike_scale(q_n, gamma_n) / ts
     mask = one_hot(token_ids, target_probs.shape[-1], target_probs)
-    h = xp.where(mask > 0, xp.astype(gamma_n, target_probs.dtype)[..., None],
-                 scale[..., None] * target_probs)
+    h = xp.where(mask > 0, xp.astype(gamma_n, target_probs.dtype)[..., None], scale[..., None] * target_probs)
     p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
     return residual_weights(h, p)
 
@@ -257,11 +259,9 @@ class SpikePlan:
     Plans compare by identity; ``spike``, once computed, is kept.
     """
 
-    __slots__ = ("target_probs", "draft_probs", "_spike", "_spike_fn", "_effective",
-                 "_effective_fn")
+    __slots__ = ("target_probs", "draft_probs", "_spike", "_spike_fn", "_effective", "_effective_fn")
 
-    def __init__(self, target_probs, draft_probs, spike=None, *, spike_fn=None,
-                 effective_fn=None):
+    def __init__(self, target_probs, draft_probs, spike=None, *, spike_fn=None, effective_fn=None):
         if (spike is None) == (spike_fn is None):
             raise ValueError("spike: give the values or spike_fn (one of them)")
         self.target_probs, self.draft_probs = target_probs, draft_probs
@@ -269,8 +269,11 @@ class SpikePlan:
         self._effective, self._effective_fn = None, effective_fn
 
     def __repr__(self):
-        state = "given" if self._spike_fn is None else (
-            "computed" if self._spike is not None else "not computed yet")
+        state = (
+            "given"
+            if self._spike_fn is None
+            else ("computed" if self._spike is not None else "not computed yet")
+        )
         return f"SpikePlan(shape={tuple(self.draft_probs.shape)}, spike {state})"
 
     @property
@@ -360,4 +363,4 @@ class DecisionPlan:
         return self.recovery
 
 
-Plan = Union[TargetPlan, SpikePlan, DecisionPlan]
+Plan = TargetPlan | SpikePlan | DecisionPlan

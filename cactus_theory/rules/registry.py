@@ -15,15 +15,34 @@ resolve to the same rule with the knob set (and that knob fixed), while iteratin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from .._validation import choice
-from .plans import (SpikePlan, TargetPlan, gather, ratio_acceptance, residual_distribution,
-                    spike_residual_weights, spike_target_at)
+from .plans import (
+    SpikePlan,
+    TargetPlan,
+    gather,
+    ratio_acceptance,
+    residual_distribution,
+    spike_residual_weights,
+    spike_target_at,
+)
 
-__all__ = ["Knob", "RuleSpec", "Rule", "ElementwiseTargetRule", "SpikeRule", "RuleRegistry",
-           "RULES", "register", "register_alias", "get_rule", "rule_names"]
+__all__ = [
+    "Knob",
+    "RuleSpec",
+    "Rule",
+    "ElementwiseTargetRule",
+    "SpikeRule",
+    "RuleRegistry",
+    "RULES",
+    "register",
+    "register_alias",
+    "get_rule",
+    "rule_names",
+]
 
 
 @dataclass(frozen=True)
@@ -121,7 +140,7 @@ class RuleSpec:
     """
 
     name: str
-    factory: Callable[..., "Rule"]
+    factory: Callable[..., Rule]
     knobs: tuple[Knob, ...]
     sps_knobs: Mapping[str, Any] | None
     deterministic: bool
@@ -133,7 +152,7 @@ class RuleSpec:
     sps_note: str = ""
     fast_accept: bool = False
     preset: Mapping[str, Any] = field(default_factory=dict)
-    alias_of: Optional["RuleSpec"] = field(default=None, repr=False)
+    alias_of: RuleSpec | None = field(default=None, repr=False)
     defaults: Mapping[str, Any] = field(init=False)
 
     def __post_init__(self):
@@ -144,7 +163,7 @@ class RuleSpec:
         defaults.update(self.preset)
         object.__setattr__(self, "defaults", defaults)
 
-    def make(self, **knobs) -> "Rule":
+    def make(self, **knobs) -> Rule:
         """Build the rule with validated knobs (unknown names raise ValueError).
 
         For an alias, its preset knobs are fixed: passing another value raises ValueError.
@@ -157,8 +176,10 @@ class RuleSpec:
         values = {name: k.validate(knobs.get(name, self.defaults[name])) for name, k in known.items()}
         for key, fixed in self.preset.items():
             if values[key] != known[key].validate(fixed):
-                raise ValueError(f"{key}: fixed to {fixed!r} by the alias {self.name!r} "
-                                 f"(use {self.alias_of.name!r} to choose it)")
+                raise ValueError(
+                    f"{key}: fixed to {fixed!r} by the alias {self.name!r} "
+                    f"(use {self.alias_of.name!r} to choose it)"
+                )
         rule = self.factory(**values)
         rule.spec = self.alias_of if self.alias_of is not None else self
         rule.knobs = values
@@ -181,8 +202,9 @@ class Rule:
         """The rule's plan on (q, p) (array-agnostic); subclasses implement it."""
         raise NotImplementedError
 
-    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                        raw_draft_probs=None):
+    def accept_probs_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         r"""Acceptance :math:`a_n` at the drafted tokens ``token_ids`` (shape ``q.shape[:-1]``).
 
         The samplers' accept path. Default: ``plan(...).accept_probs_at(token_ids)``, which
@@ -190,8 +212,9 @@ class Rule:
         can evaluate its acceptance at the drafted tokens alone overrides this method and
         declares it with ``RuleSpec.fast_accept=True``; the result must equal the default's.
         """
-        plan = self.plan(target_probs, draft_probs, raw_target_probs=raw_target_probs,
-                         raw_draft_probs=raw_draft_probs)
+        plan = self.plan(
+            target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
+        )
         return plan.accept_probs_at(token_ids)
 
     #: Optional fast accept path: ``accept_probs_from_values(q_n, p_n)`` -> :math:`a_n` from the
@@ -208,20 +231,23 @@ class Rule:
     #: the samplers the compiled recovery's row target (h at ``x / s_q``, ``y / s_p``).
     elementwise_target = None
 
-    def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                    raw_draft_probs=None):
+    def recovery_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         r"""Recovery distribution :math:`r^{(n)}` for the drafted tokens ``token_ids`` (the samplers'
         recovery path, on the first rejected position of each row).
 
         Default: ``plan(...).recovery_at(token_ids)``. A rule may override it to evaluate only
         what the drafted tokens need (Cactus: gamma at n); the result must equal the default's.
         """
-        plan = self.plan(target_probs, draft_probs, raw_target_probs=raw_target_probs,
-                         raw_draft_probs=raw_draft_probs)
+        plan = self.plan(
+            target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
+        )
         return plan.recovery_at(token_ids)
 
-    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                            raw_draft_probs=None):
+    def recovery_weights_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         r"""Un-normalized recovery weights w with :math:`r^{(n)} = w / \sum w` (the samplers' draw).
 
         The samplers draw the recovered token from these weights by inverse CDF, so a rule can
@@ -231,10 +257,16 @@ class Rule:
         finite and non-negative with a positive sum for valid input.
         """
         if type(self).recovery_at is not Rule.recovery_at:
-            return self.recovery_at(target_probs, draft_probs, token_ids,
-                                    raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
-        plan = self.plan(target_probs, draft_probs, raw_target_probs=raw_target_probs,
-                         raw_draft_probs=raw_draft_probs)
+            return self.recovery_at(
+                target_probs,
+                draft_probs,
+                token_ids,
+                raw_target_probs=raw_target_probs,
+                raw_draft_probs=raw_draft_probs,
+            )
+        plan = self.plan(
+            target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
+        )
         return plan.recovery_weights_at(token_ids)
 
     @property
@@ -301,8 +333,9 @@ class SpikeRule(Rule):
         """
         return self.spike(q_n)
 
-    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                        raw_draft_probs=None):
+    def accept_probs_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` of the drafted tokens only.
 
         Equal to ``plan(...).accept_probs_at(token_ids)`` but evaluates gamma at the drafted
@@ -331,24 +364,27 @@ class SpikeRule(Rule):
         the hooks).
         """
         t = type(self)
-        return (t.accept_probs_from_values is SpikeRule.accept_probs_from_values
-                and t.accept_probs_at is SpikeRule.accept_probs_at
-                and t.recovery_weights_at is SpikeRule.recovery_weights_at
-                and t.recovery_at is SpikeRule.recovery_at)
+        return (
+            t.accept_probs_from_values is SpikeRule.accept_probs_from_values
+            and t.accept_probs_at is SpikeRule.accept_probs_at
+            and t.recovery_weights_at is SpikeRule.recovery_weights_at
+            and t.recovery_at is SpikeRule.recovery_at
+        )
 
-    def recovery_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                    raw_draft_probs=None):
+    def recovery_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         r"""Recovery :math:`r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p))` of the drafted tokens.
 
         Equal to ``plan(...).recovery_at(token_ids)`` but evaluates gamma at the drafted tokens
         only (shape ``token_ids.shape``).
         """
         gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
-        return residual_distribution(spike_target_at(target_probs, token_ids, gamma_n),
-                                     draft_probs)
+        return residual_distribution(spike_target_at(target_probs, token_ids, gamma_n), draft_probs)
 
-    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                            raw_draft_probs=None):
+    def recovery_weights_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         r"""Un-normalized recovery weights of the drafted tokens: :math:`\max(0, h^{(n)} - p)`.
 
         Proportional to :meth:`recovery_at`; gamma is evaluated at the drafted tokens only
@@ -414,12 +450,22 @@ def register_alias(alias: str, name: str, **preset) -> RuleSpec:
     if alias in RULES:
         raise ValueError(f"rule: {alias!r} is already registered")
     base = dict.__getitem__(RULES, name)
-    spec = RuleSpec(name=alias, factory=base.factory, knobs=base.knobs, sps_knobs=base.sps_knobs,
-                    deterministic=base.deterministic, reads_draft=base.reads_draft,
-                    needs_raw=base.needs_raw, family=base.family,
-                    summary=f"alias of {name} with " + ", ".join(f"{k}={v!r}" for k, v in preset.items()),
-                    reference=base.reference, sps_note=base.sps_note,
-                    fast_accept=base.fast_accept, preset=dict(preset), alias_of=base)
+    spec = RuleSpec(
+        name=alias,
+        factory=base.factory,
+        knobs=base.knobs,
+        sps_knobs=base.sps_knobs,
+        deterministic=base.deterministic,
+        reads_draft=base.reads_draft,
+        needs_raw=base.needs_raw,
+        family=base.family,
+        summary=f"alias of {name} with " + ", ".join(f"{k}={v!r}" for k, v in preset.items()),
+        reference=base.reference,
+        sps_note=base.sps_note,
+        fast_accept=base.fast_accept,
+        preset=dict(preset),
+        alias_of=base,
+    )
     RULES.aliases[alias] = spec
     return spec
 
@@ -440,8 +486,10 @@ def get_rule(name, **knobs) -> Rule:
             raise ValueError("rule: knobs given together with an already configured Rule")
         return name
     if not isinstance(name, str) or name not in RULES:
-        raise ValueError(f"rule: unknown value {name!r}; valid: {', '.join(RULES)} "
-                         f"(aliases: {', '.join(RULES.aliases) or 'none'})")
+        raise ValueError(
+            f"rule: unknown value {name!r}; valid: {', '.join(RULES)} "
+            f"(aliases: {', '.join(RULES.aliases) or 'none'})"
+        )
     return RULES[name].make(**knobs)
 
 

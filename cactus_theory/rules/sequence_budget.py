@@ -62,18 +62,31 @@ class SequenceBudget(Rule):
 
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``TargetPlan(o)`` with o from :func:`budgeted_multiplier_step` (array-agnostic)."""
-        return TargetPlan(target_probs, draft_probs,
-                          budgeted_multiplier_step(target_probs, draft_probs, self.lam, self.cap))
+        return TargetPlan(
+            target_probs, draft_probs, budgeted_multiplier_step(target_probs, draft_probs, self.lam, self.cap)
+        )
 
 
-register(RuleSpec(
-    name="sequence-budget-kl", factory=SequenceBudget,
-    knobs=(Knob("lam", 1.0, 0.0, math.inf,
-                doc="multiplier: acceptance per nat of KL spent (inf gives SpS)"),
-           Knob("cap", math.inf, 0.0, math.inf,
-                doc="largest KL(o||q) this step (a decoding loop passes the budget left)")),
-    sps_knobs={"lam": math.inf}, deterministic=False, reads_draft=True, needs_raw=False,
-    family="target",
-    summary="sequence-level KL budget: frontier point maximising A - lam KL, capped at cap",
-    reference="this toolkit (issue 10); per-step frontier of Tran-Thien 2023; Everett 1963",
-))
+register(
+    RuleSpec(
+        name="sequence-budget-kl",
+        factory=SequenceBudget,
+        knobs=(
+            Knob("lam", 1.0, 0.0, math.inf, doc="multiplier: acceptance per nat of KL spent (inf gives SpS)"),
+            Knob(
+                "cap",
+                math.inf,
+                0.0,
+                math.inf,
+                doc="largest KL(o||q) this step (a decoding loop passes the budget left)",
+            ),
+        ),
+        sps_knobs={"lam": math.inf},
+        deterministic=False,
+        reads_draft=True,
+        needs_raw=False,
+        family="target",
+        summary="sequence-level KL budget: frontier point maximising A - lam KL, capped at cap",
+        reference="this toolkit (issue 10); per-step frontier of Tran-Thien 2023; Everett 1963",
+    )
+)

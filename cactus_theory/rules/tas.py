@@ -42,8 +42,8 @@ __all__ = ["TypicalAcceptance", "tas_threshold"]
 #: The constant inside vLLM's and Medusa's entropy, ``log(q + 1e-5)``.
 VLLM_ENTROPY_EPS = 1e-5
 
-def tas_threshold(target_probs, posterior_threshold: float, posterior_alpha: float,
-                  entropy: str = "vllm"):
+
+def tas_threshold(target_probs, posterior_threshold: float, posterior_alpha: float, entropy: str = "vllm"):
     r"""TAS's per-position threshold :math:`\tau(q) = \min(\epsilon, \alpha e^{-H(q)})`.
 
     Parameters
@@ -89,8 +89,7 @@ class TypicalAcceptance(Rule):
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     """
 
-    def __init__(self, posterior_threshold: float, posterior_alpha: float, entropy: str,
-                 recovery: str):
+    def __init__(self, posterior_threshold: float, posterior_alpha: float, entropy: str, recovery: str):
         self.posterior_threshold = posterior_threshold
         self.posterior_alpha = posterior_alpha
         self.entropy = entropy
@@ -111,8 +110,9 @@ class TypicalAcceptance(Rule):
             recovery = kept / xp.sum(kept, axis=-1, keepdims=True)
         return DecisionPlan(target_probs, draft_probs, accept, recovery)
 
-    def recovery_weights_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                            raw_draft_probs=None):
+    def recovery_weights_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         """The recovery without the acceptance of every candidate: ``recovery="argmax"`` is the
         point mass at the verifier's argmax (one pass); ``"truncated"`` is the plan's."""
         if self.recovery != "argmax":
@@ -121,23 +121,47 @@ class TypicalAcceptance(Rule):
         return one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
 
 
-register(RuleSpec(
-    name="tas", factory=TypicalAcceptance,
-    knobs=(
-        Knob("posterior_threshold", 0.09, 0.0, 1.0,
-             doc="epsilon: hard threshold on q_n (vLLM/Medusa default 0.09)"),
-        Knob("posterior_alpha", 0.3, 0.0, math.inf,
-             doc="alpha: scale of the entropy-dependent threshold alpha exp(-H(q)) (default 0.3)"),
-        Knob("entropy", "vllm", choices=("vllm", "exact"),
-             doc="entropy as vLLM/Medusa compute it (log(q + 1e-5)) or exactly"),
-        Knob("recovery", "argmax", choices=("argmax", "truncated"),
-             doc="on rejection: vLLM's argmax q, or Medusa's q truncated to {q >= threshold}"),
-    ),
-    sps_knobs=None,
-    sps_note="no knob value gives SpS: the 0/1 acceptance ignores p and the recovery is not "
-             "the SpS residual (posterior_threshold = 0 accepts every token with q_n > 0)",
-    deterministic=True, reads_draft=False, needs_raw=False, family="decision",
-    summary="typical acceptance: accept iff q_n > min(eps, alpha exp(-H(q))); recover argmax q",
-    reference="Cai et al., MEDUSA, ICML 2024 (arXiv 2401.10774) Sec. 3.3; vLLM V0 "
-              "TypicalAcceptanceSampler",
-))
+register(
+    RuleSpec(
+        name="tas",
+        factory=TypicalAcceptance,
+        knobs=(
+            Knob(
+                "posterior_threshold",
+                0.09,
+                0.0,
+                1.0,
+                doc="epsilon: hard threshold on q_n (vLLM/Medusa default 0.09)",
+            ),
+            Knob(
+                "posterior_alpha",
+                0.3,
+                0.0,
+                math.inf,
+                doc="alpha: scale of the entropy-dependent threshold alpha exp(-H(q)) (default 0.3)",
+            ),
+            Knob(
+                "entropy",
+                "vllm",
+                choices=("vllm", "exact"),
+                doc="entropy as vLLM/Medusa compute it (log(q + 1e-5)) or exactly",
+            ),
+            Knob(
+                "recovery",
+                "argmax",
+                choices=("argmax", "truncated"),
+                doc="on rejection: vLLM's argmax q, or Medusa's q truncated to {q >= threshold}",
+            ),
+        ),
+        sps_knobs=None,
+        sps_note="no knob value gives SpS: the 0/1 acceptance ignores p and the recovery is not "
+        "the SpS residual (posterior_threshold = 0 accepts every token with q_n > 0)",
+        deterministic=True,
+        reads_draft=False,
+        needs_raw=False,
+        family="decision",
+        summary="typical acceptance: accept iff q_n > min(eps, alpha exp(-H(q))); recover argmax q",
+        reference="Cai et al., MEDUSA, ICML 2024 (arXiv 2401.10774) Sec. 3.3; vLLM V0 "
+        "TypicalAcceptanceSampler",
+    )
+)

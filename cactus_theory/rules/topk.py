@@ -52,7 +52,7 @@ def topk_indicator(target_probs, topk: int):
     xp = array_namespace(target_probs)
     V = target_probs.shape[-1]
     k = min(int(topk), V)
-    kth = xp.sort(target_probs, axis=-1)[..., V - k:V - k + 1]
+    kth = xp.sort(target_probs, axis=-1)[..., V - k : V - k + 1]
     return xp.astype(target_probs >= kth, target_probs.dtype)
 
 
@@ -69,8 +69,9 @@ class TopKAcceptance(Rule):
         """``TargetPlan`` whose target is the un-normalized top-k indicator."""
         return TargetPlan(target_probs, draft_probs, topk_indicator(target_probs, self.topk))
 
-    def accept_probs_at(self, target_probs, draft_probs, token_ids, *, raw_target_probs=None,
-                        raw_draft_probs=None):
+    def accept_probs_at(
+        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
+    ):
         r"""Acceptance at the drafted tokens by counting, without sorting the vocabulary.
 
         .. math:: q_n \ge q_{(k)} \iff \#\{j : q_j > q_n\} < k,
@@ -85,13 +86,28 @@ class TopKAcceptance(Rule):
         return xp.astype(above < self.topk, target_probs.dtype)
 
 
-register(RuleSpec(
-    name="topk", factory=TopKAcceptance,
-    knobs=(Knob("topk", 5, 1, math.inf, integer=True,
-                doc="k: accept drafted tokens in the verifier's top-k (Cactus spec.py default 5)"),),
-    sps_knobs=None,
-    sps_note="no k gives SpS: acceptance is 0/1 and the recovery ignores q's values",
-    deterministic=True, reads_draft=True, needs_raw=False, family="target", fast_accept=True,
-    summary="top-k acceptance: accept iff q_n >= k-th largest q; recover normalize(1[top-k] - p)",
-    reference="Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/topk.py",
-))
+register(
+    RuleSpec(
+        name="topk",
+        factory=TopKAcceptance,
+        knobs=(
+            Knob(
+                "topk",
+                5,
+                1,
+                math.inf,
+                integer=True,
+                doc="k: accept drafted tokens in the verifier's top-k (Cactus spec.py default 5)",
+            ),
+        ),
+        sps_knobs=None,
+        sps_note="no k gives SpS: acceptance is 0/1 and the recovery ignores q's values",
+        deterministic=True,
+        reads_draft=True,
+        needs_raw=False,
+        family="target",
+        fast_accept=True,
+        summary="top-k acceptance: accept iff q_n >= k-th largest q; recover normalize(1[top-k] - p)",
+        reference="Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/topk.py",
+    )
+)

@@ -9,12 +9,20 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted t
 from .base import RuleSampler, exponential_race, inverse_cdf_sample
 from .v1 import V1Stats, parse_output, ragged_forward
 
-__all__ = ["RuleSampler", "make_sampler", "inverse_cdf_sample", "exponential_race",
-           "ragged_forward", "parse_output", "V1Stats"]
+__all__ = [
+    "RuleSampler",
+    "make_sampler",
+    "inverse_cdf_sample",
+    "exponential_race",
+    "ragged_forward",
+    "parse_output",
+    "V1Stats",
+]
 
 
-def make_sampler(rule_name_or_rule, *, strict_mode: bool = False, fused: bool = False,
-                 **knobs) -> RuleSampler:
+def make_sampler(
+    rule_name_or_rule, *, strict_mode: bool = False, fused: bool = False, **knobs
+) -> RuleSampler:
     r"""A batched torch sampler (vLLM 0.7.3 V0 interface) for one rule.
 
     Parameters

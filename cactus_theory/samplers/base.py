@@ -96,7 +96,6 @@ A numpy array or a non-Generator in ``seeded_seqs`` raises TypeError naming the 
 from __future__ import annotations
 
 import numbers
-from typing import Dict, Optional
 
 import torch
 
@@ -105,10 +104,20 @@ from . import fused as fused_kernels
 from ._kernels import RuleKernels, kernels_for
 from .draws import _row_uniforms, _uniforms, exponential_race, inverse_cdf_sample
 from .entry import validate_sampler_entry
-from .paths import (AcceptState, CoreInputs, _as_float32, accept_path, accept_undecided_rows,
-                    decided_by_bounds, recovery_path, uses_compiled_core, verify_core)
+from .paths import (
+    AcceptState,
+    CoreInputs,
+    _as_float32,
+    accept_path,
+    accept_undecided_rows,
+    decided_by_bounds,
+    recovery_path,
+    uses_compiled_core,
+    verify_core,
+)
 
 __all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry"]
+
 
 class RuleSampler(torch.nn.Module):
     r"""Batched speculative-sampling verifier for one configured rule (vLLM 0.7.3 V0 interface).
@@ -180,13 +189,13 @@ class RuleSampler(torch.nn.Module):
         if not isinstance(fused, bool):
             raise ValueError(f"fused: expected True or False, got {fused!r}")
         self.fused = fused
-        self.num_accepted_tokens: Optional[torch.Tensor] = None
-        self.num_accepted_prefix_tokens: Optional[torch.Tensor] = None
-        self.num_emitted_tokens: Optional[torch.Tensor] = None
+        self.num_accepted_tokens: torch.Tensor | None = None
+        self.num_accepted_prefix_tokens: torch.Tensor | None = None
+        self.num_emitted_tokens: torch.Tensor | None = None
         self.num_draft_tokens = 0
-        self.last_accepted: Optional[torch.Tensor] = None
-        self.num_invalid_rows: Optional[torch.Tensor] = None
-        self.last_invalid_rows: Optional[torch.Tensor] = None
+        self.last_accepted: torch.Tensor | None = None
+        self.num_invalid_rows: torch.Tensor | None = None
+        self.last_invalid_rows: torch.Tensor | None = None
 
     # -- counters (vLLM names) ------------------------------------------------------------
     def init_gpu_tensors(self, device) -> None:
@@ -207,7 +216,9 @@ class RuleSampler(torch.nn.Module):
     # -- validation ---------------------------------------------------------------------------
     def _check_shapes(self, target, bonus, draft_probs, draft_ids, raw_target, raw_draft):
         if target.dim() != 3:
-            raise ValueError(f"target_with_bonus_probs: expected [B, k+1, V], got shape {tuple(target.shape)}")
+            raise ValueError(
+                f"target_with_bonus_probs: expected [B, k+1, V], got shape {tuple(target.shape)}"
+            )
         b, k1, v = target.shape
         k = k1 - 1
         if k < 1:
@@ -218,22 +229,36 @@ class RuleSampler(torch.nn.Module):
             raise ValueError(f"draft_token_ids: expected shape {(b, k)}, got {tuple(draft_ids.shape)}")
         if tuple(bonus.shape) != (b, 1):
             raise ValueError(f"bonus_token_ids: expected shape {(b, 1)}, got {tuple(bonus.shape)}")
-        for name, t in (("target_with_bonus_probs", target), ("draft_probs", draft_probs),
-                        ("raw_target_probs", raw_target), ("raw_draft_probs", raw_draft)):
+        for name, t in (
+            ("target_with_bonus_probs", target),
+            ("draft_probs", draft_probs),
+            ("raw_target_probs", raw_target),
+            ("raw_draft_probs", raw_draft),
+        ):
             if t is not None and not t.is_floating_point():
                 raise ValueError(f"{name}: must be a floating tensor, got {t.dtype}")
         for name, t in (("draft_token_ids", draft_ids), ("bonus_token_ids", bonus)):
             if t.dtype not in (torch.int64, torch.int32):
                 raise ValueError(f"{name}: must be int64 (or int32), got {t.dtype}")
-        for name, t in (("draft_probs", draft_probs), ("draft_token_ids", draft_ids),
-                        ("bonus_token_ids", bonus), ("raw_target_probs", raw_target),
-                        ("raw_draft_probs", raw_draft)):
+        for name, t in (
+            ("draft_probs", draft_probs),
+            ("draft_token_ids", draft_ids),
+            ("bonus_token_ids", bonus),
+            ("raw_target_probs", raw_target),
+            ("raw_draft_probs", raw_draft),
+        ):
             if t is not None and t.device != target.device:
                 raise ValueError(f"{name}: on {t.device}, target_with_bonus_probs on {target.device}")
-        if raw_target is not None and (raw_target.dim() != 3 or raw_target.shape[0] != b
-                                       or raw_target.shape[1] not in (k, k + 1) or raw_target.shape[2] != v):
-            raise ValueError(f"raw_target_probs: expected [B, k or k+1, V] = [{b}, {k}|{k + 1}, {v}], "
-                             f"got {tuple(raw_target.shape)}")
+        if raw_target is not None and (
+            raw_target.dim() != 3
+            or raw_target.shape[0] != b
+            or raw_target.shape[1] not in (k, k + 1)
+            or raw_target.shape[2] != v
+        ):
+            raise ValueError(
+                f"raw_target_probs: expected [B, k or k+1, V] = [{b}, {k}|{k + 1}, {v}], "
+                f"got {tuple(raw_target.shape)}"
+            )
         if raw_draft is not None and tuple(raw_draft.shape) != (b, k, v):
             raise ValueError(f"raw_draft_probs: expected shape {(b, k, v)}, got {tuple(raw_draft.shape)}")
         return b, k, v
@@ -262,10 +287,10 @@ class RuleSampler(torch.nn.Module):
         bonus_token_ids: torch.Tensor,
         draft_probs: torch.Tensor,
         draft_token_ids: torch.Tensor,
-        seeded_seqs: Optional[Dict[int, torch.Generator]] = None,
+        seeded_seqs: dict[int, torch.Generator] | None = None,
         *,
-        raw_target_probs: Optional[torch.Tensor] = None,
-        raw_draft_probs: Optional[torch.Tensor] = None,
+        raw_target_probs: torch.Tensor | None = None,
+        raw_draft_probs: torch.Tensor | None = None,
     ) -> torch.Tensor:
         r"""Verify k drafted tokens per row and return the emitted tokens.
 
@@ -308,37 +333,70 @@ class RuleSampler(torch.nn.Module):
         # the compiled core checks the rows itself, in the same read as its accept path
         traced = self._traced_core(raw_target_probs, raw_draft_probs)
         draft_ids, bonus, invalid, probs, sums = validate_sampler_entry(
-            target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
-            raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs, return_sums=True,
-            fused=self.fused, row_checks=not traced)
+            target_with_bonus_probs,
+            bonus_token_ids,
+            draft_probs,
+            draft_token_ids,
+            seeded_seqs,
+            raw_target_probs=raw_target_probs,
+            raw_draft_probs=raw_draft_probs,
+            return_sums=True,
+            fused=self.fused,
+            row_checks=not traced,
+        )
         if self._strict_mode:  # raise on the original values (names the argument)
-            self._check_shapes(target_with_bonus_probs, bonus_token_ids, draft_probs,
-                               draft_token_ids, raw_target_probs, raw_draft_probs)
-            self._check_values(target_with_bonus_probs.shape[-1],
-                               target_with_bonus_probs=target_with_bonus_probs,
-                               draft_probs=draft_probs, raw_target_probs=raw_target_probs,
-                               raw_draft_probs=raw_draft_probs,
-                               draft_token_ids=draft_token_ids, bonus_token_ids=bonus_token_ids)
+            self._check_shapes(
+                target_with_bonus_probs,
+                bonus_token_ids,
+                draft_probs,
+                draft_token_ids,
+                raw_target_probs,
+                raw_draft_probs,
+            )
+            self._check_values(
+                target_with_bonus_probs.shape[-1],
+                target_with_bonus_probs=target_with_bonus_probs,
+                draft_probs=draft_probs,
+                raw_target_probs=raw_target_probs,
+                raw_draft_probs=raw_draft_probs,
+                draft_token_ids=draft_token_ids,
+                bonus_token_ids=bonus_token_ids,
+            )
         if invalid is not None and invalid.shape[:1] != draft_ids.shape[:1]:
-            invalid = None          # (shapes the checks below reject)
+            invalid = None  # (shapes the checks below reject)
         try:
-            return self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2],
-                                probs[3], sums=sums, invalid=invalid)
+            return self._verify(
+                probs[0],
+                bonus,
+                probs[1],
+                draft_ids,
+                seeded_seqs,
+                probs[2],
+                probs[3],
+                sums=sums,
+                invalid=invalid,
+            )
         except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
             if invalid is None:
                 raise
             # a rule that validates on the host met an invalid row: retry on sanitized rows
             # (a valid batch raises again, unchanged)
             probs = validate_sampler_entry(
-                target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids,
-                seeded_seqs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
-                sanitize=True)
-            invalid, probs = probs[2], probs[3]   # the sanitizing pass checks every row
-            return self._verify(probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2],
-                                probs[3], invalid=invalid)
+                target_with_bonus_probs,
+                bonus_token_ids,
+                draft_probs,
+                draft_token_ids,
+                seeded_seqs,
+                raw_target_probs=raw_target_probs,
+                raw_draft_probs=raw_draft_probs,
+                sanitize=True,
+            )
+            invalid, probs = probs[2], probs[3]  # the sanitizing pass checks every row
+            return self._verify(
+                probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3], invalid=invalid
+            )
 
-    def accept_probs_at_drafts(self, target, draft_probs, draft_token_ids, target_sums,
-                               draft_sums):
+    def accept_probs_at_drafts(self, target, draft_probs, draft_token_ids, target_sums, draft_sums):
         r""":math:`a_n` at the drafted tokens by the path a call takes, and the recovery's state.
 
         The compiled core's path when ``fused`` (a rule's bounds first and the exact test on
@@ -361,24 +419,61 @@ class RuleSampler(torch.nn.Module):
             The acceptance [B, k] (float32) and what :meth:`recovery_weights` needs.
         """
         traced = self._traced_core(None, None)
-        decided = decided_by_bounds(self.kernels, self.rule, target, draft_probs,
-                                    draft_token_ids, None, None, target_sums, draft_sums,
-                                    traced)
+        decided = decided_by_bounds(
+            self.kernels,
+            self.rule,
+            target,
+            draft_probs,
+            draft_token_ids,
+            None,
+            None,
+            target_sums,
+            draft_sums,
+            traced,
+        )
         if decided is not None:
-            return (accept_undecided_rows(self.kernels.accept_from_rows, self.rule, *decided,
-                                          draft_token_ids, target_sums, draft_sums),
-                    AcceptState())
-        return accept_path(self.kernels, self.rule, target, draft_probs, draft_token_ids, None,
-                           None, target_sums, draft_sums, traced=traced)
+            return (
+                accept_undecided_rows(
+                    self.kernels.accept_from_rows,
+                    self.rule,
+                    *decided,
+                    draft_token_ids,
+                    target_sums,
+                    draft_sums,
+                ),
+                AcceptState(),
+            )
+        return accept_path(
+            self.kernels,
+            self.rule,
+            target,
+            draft_probs,
+            draft_token_ids,
+            None,
+            None,
+            target_sums,
+            draft_sums,
+            traced=traced,
+        )
 
-    def recovery_weights(self, target, draft_probs, draft_token_ids, positions, state,
-                         target_sums, draft_sums):
+    def recovery_weights(
+        self, target, draft_probs, draft_token_ids, positions, state, target_sums, draft_sums
+    ):
         """Recovery weights at ``positions`` ([B] int64) of each row, by the path a call takes
         (:func:`~.paths.recovery_path`): ``(weights, fallback, block sums, fallback block
         sums)``; ``state`` from :meth:`accept_probs_at_drafts`. ``target`` [B, k(+1), V]."""
-        return recovery_path(self.kernels, self.rule, target, draft_probs, draft_token_ids,
-                             positions, state, target_sums, draft_sums,
-                             traced=self._traced_core(None, None))
+        return recovery_path(
+            self.kernels,
+            self.rule,
+            target,
+            draft_probs,
+            draft_token_ids,
+            positions,
+            state,
+            target_sums,
+            draft_sums,
+            traced=self._traced_core(None, None),
+        )
 
     def compiled_core(self, vocab_size: int, k: int):
         """The compiled core (:func:`.fused.compiled_for` of :func:`~.paths.verify_core`) this
@@ -389,9 +484,20 @@ class RuleSampler(torch.nn.Module):
         """:func:`~.paths.uses_compiled_core` for this sampler."""
         return uses_compiled_core(self.rule, self.kernels, self.fused, raw_target, raw_draft)
 
-    def _verify(self, target, bonus, draft_probs, draft_ids, seeded_seqs, raw_target, raw_draft,
-                num_drafts: Optional[torch.Tensor] = None, counts=None, sums=None,
-                invalid: Optional[torch.Tensor] = None):
+    def _verify(
+        self,
+        target,
+        bonus,
+        draft_probs,
+        draft_ids,
+        seeded_seqs,
+        raw_target,
+        raw_draft,
+        num_drafts: torch.Tensor | None = None,
+        counts=None,
+        sums=None,
+        invalid: torch.Tensor | None = None,
+    ):
         """The call after the entry validation. ``invalid`` (bool [B], from
         :func:`validate_sampler_entry`, or per request in the ragged layout): rows whose
         output is replaced by -1 and taken out of the counters, counted in
@@ -402,12 +508,21 @@ class RuleSampler(torch.nn.Module):
         if self.num_accepted_tokens is None:
             self.init_tensors(device)
         if self._strict_mode:
-            self._check_values(v, target_with_bonus_probs=target, draft_probs=draft_probs,
-                               raw_target_probs=raw_target, raw_draft_probs=raw_draft,
-                               draft_token_ids=draft_ids, bonus_token_ids=bonus)
+            self._check_values(
+                v,
+                target_with_bonus_probs=target,
+                draft_probs=draft_probs,
+                raw_target_probs=raw_target,
+                raw_draft_probs=raw_draft,
+                draft_token_ids=draft_ids,
+                bonus_token_ids=bonus,
+            )
         if seeded_seqs:
-            bad = [i for i in seeded_seqs
-                   if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < b]
+            bad = [
+                i
+                for i in seeded_seqs
+                if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < b
+            ]
             if bad:
                 raise ValueError(f"seeded_seqs: row indices {bad} outside [0, {b})")
         if b == 0:
@@ -426,25 +541,56 @@ class RuleSampler(torch.nn.Module):
 
         def u_rec():
             gens = [seeded_seqs.get(i) for i in range(b)] if seeded_seqs else None
-            return _row_uniforms(b, device, gens,
-                                 torch.float32 if device.type == "mps" else torch.float64)
+            return _row_uniforms(b, device, gens, torch.float32 if device.type == "mps" else torch.float64)
 
         sq = None if sums is None else sums[0]
         sp = None if sums is None else sums[1]
         if self._traced_core(raw_target, raw_draft):
-            u_acc, u_rec = u_acc(), u_rec()          # (the compiled core takes tensors)
+            u_acc, u_rec = u_acc(), u_rec()  # (the compiled core takes tensors)
             # Other float dtypes are cast to float32 before the compiled core (the eager
             # core's values): one kernel per rule and shape for every input dtype. Cast
             # inside, bf16 and fp16 rows each compiled a kernel of their own (20-90 s each,
             # as float32's).
             target, draft_probs = _as_float32(target), _as_float32(draft_probs)
-            result = self.compiled_core(v, k)(self.kernels, self.rule, True, CoreInputs(
-                target, bonus, draft_probs, draft_ids, None, None, u_acc, u_rec, num_drafts,
-                sq, sp, invalid))
+            result = self.compiled_core(v, k)(
+                self.kernels,
+                self.rule,
+                True,
+                CoreInputs(
+                    target,
+                    bonus,
+                    draft_probs,
+                    draft_ids,
+                    None,
+                    None,
+                    u_acc,
+                    u_rec,
+                    num_drafts,
+                    sq,
+                    sp,
+                    invalid,
+                ),
+            )
         else:
-            result = verify_core(self.kernels, self.rule, False, CoreInputs(
-                target, bonus, draft_probs, draft_ids, raw_target, raw_draft, u_acc, u_rec,
-                num_drafts, sq, sp, invalid))
+            result = verify_core(
+                self.kernels,
+                self.rule,
+                False,
+                CoreInputs(
+                    target,
+                    bonus,
+                    draft_probs,
+                    draft_ids,
+                    raw_target,
+                    raw_draft,
+                    u_acc,
+                    u_rec,
+                    num_drafts,
+                    sq,
+                    sp,
+                    invalid,
+                ),
+            )
         out, accepted, counts_, invalid = result
 
         self.last_accepted = accepted

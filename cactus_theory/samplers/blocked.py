@@ -61,8 +61,9 @@ class BlockWeights:
         return self._at(idx)
 
 
-def residual_block_weights(target: RowTarget, x: torch.Tensor, y: torch.Tensor,
-                           draft_sums: torch.Tensor, blk: int = CDF_BLOCK) -> BlockWeights:
+def residual_block_weights(
+    target: RowTarget, x: torch.Tensor, y: torch.Tensor, draft_sums: torch.Tensor, blk: int = CDF_BLOCK
+) -> BlockWeights:
     r"""The residual recovery weights of a :class:`RowTarget`, by blocks, with q as safety net.
 
     .. math:: w = \max(0, h - y/s_p)\ \text{where}\ \textstyle\sum_i \max(0, h_i - y_i/s_p)
@@ -111,12 +112,12 @@ def residual_block_weights(target: RowTarget, x: torch.Tensor, y: torch.Tensor,
 
     if target.spike_ids is not None:
         # the spike's block, summed again from its columns (the spike's value in place)
-        b_n = torch.div(target.spike_ids, blk, rounding_mode="floor")          # [B, 1]
+        b_n = torch.div(target.spike_ids, blk, rounding_mode="floor")  # [B, 1]
         idx = b_n * blk + cols
         inside = idx < V
         _, hc, rc = exact_at(idx.clamp(max=V - 1))
         zero = torch.zeros((), dtype=hc.dtype, device=x.device)
-        at_n = torch.arange(res_b.shape[-1], device=x.device) == b_n           # [B, blocks]
+        at_n = torch.arange(res_b.shape[-1], device=x.device) == b_n  # [B, blocks]
         res_b = torch.where(at_n, torch.where(inside, rc, zero).sum(-1, keepdim=True), res_b)
         h_b = torch.where(at_n, torch.where(inside, hc, zero).sum(-1, keepdim=True), h_b)
     empty = res_b.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
@@ -162,8 +163,7 @@ def spike_row_target(target_rows, token_ids, target_sums, gamma) -> RowTarget:
     return RowTarget(_scaled, (scale,), ids, g)
 
 
-def point_mass_weights(token_ids: torch.Tensor, vocab_size: int,
-                       blk: int = CDF_BLOCK) -> BlockWeights:
+def point_mass_weights(token_ids: torch.Tensor, vocab_size: int, blk: int = CDF_BLOCK) -> BlockWeights:
     """The weights of a point mass at ``token_ids`` ([B] int64) over ``vocab_size`` columns, by
     blocks: block sums 1 at the token's block, 0 elsewhere; the inverse CDF then draws the
     token whatever the uniform. No read of the rows (TAS's argmax recovery)."""

@@ -10,8 +10,6 @@ default generator).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from . import fused as fused_kernels
@@ -71,8 +69,7 @@ def _row_uniforms(batch: int, device, generators=None, dtype=torch.float64) -> t
     u = torch.empty(batch, 1, dtype=dtype, device=device)
     plain = [i for i, g in enumerate(generators) if g is None]
     if plain:
-        u[torch.tensor(plain, device=device)] = torch.rand(len(plain), 1, dtype=dtype,
-                                                          device=device)
+        u[torch.tensor(plain, device=device)] = torch.rand(len(plain), 1, dtype=dtype, device=device)
     for i, g in enumerate(generators):
         if g is not None:
             u[i] = torch.rand(1, dtype=dtype, device=device, generator=g)
@@ -84,11 +81,15 @@ _CDF_BLOCK = fused_kernels.CDF_BLOCK
 _block_sums = fused_kernels.block_sums
 
 
-def inverse_cdf_sample(weights: torch.Tensor, generators=None,
-                       fallback: Optional[torch.Tensor] = None, *,
-                       block_sums: Optional[torch.Tensor] = None,
-                       fallback_block_sums: Optional[torch.Tensor] = None,
-                       uniforms: Optional[torch.Tensor] = None) -> torch.Tensor:
+def inverse_cdf_sample(
+    weights: torch.Tensor,
+    generators=None,
+    fallback: torch.Tensor | None = None,
+    *,
+    block_sums: torch.Tensor | None = None,
+    fallback_block_sums: torch.Tensor | None = None,
+    uniforms: torch.Tensor | None = None,
+) -> torch.Tensor:
     r"""One categorical sample per row by inverse CDF: one uniform per row, two-level search.
 
     The vocabulary is cut into blocks of 256 tokens (the last one shorter). With the block
@@ -154,15 +155,15 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
         if fallback_block_sums is None:
             fallback_block_sums = _block_sums(fallback, blk)
         block_sums = torch.where(use_fb, fallback_block_sums, block_sums)
-    cb = torch.cumsum(block_sums, dim=-1, dtype=dtype)                       # [B, blocks]
+    cb = torch.cumsum(block_sums, dim=-1, dtype=dtype)  # [B, blocks]
     total = cb[:, -1:]
     u = _row_uniforms(B, device, generators, dtype) if uniforms is None else uniforms.to(dtype)
     zero = torch.zeros_like(total)
     # u * total < total, except when the product rounds up: cap at the float below the total
     t = torch.minimum(u * total, torch.nextafter(total, zero))
-    b = torch.searchsorted(cb, t, right=True).clamp_(0, cb.shape[-1] - 1)   # [B, 1]
+    b = torch.searchsorted(cb, t, right=True).clamp_(0, cb.shape[-1] - 1)  # [B, 1]
     below = torch.where(b > 0, torch.gather(cb, -1, (b - 1).clamp_(min=0)), zero)
-    idx = b * blk + torch.arange(blk, device=device)                         # [B, blk]
+    idx = b * blk + torch.arange(blk, device=device)  # [B, blk]
     inside = idx < V
     idx = idx.clamp_(max=V - 1)
     wb = weights.at(idx) if lazy else torch.gather(weights, -1, idx)
@@ -177,7 +178,6 @@ def inverse_cdf_sample(weights: torch.Tensor, generators=None,
     r = torch.minimum(r.clamp_(min=0.0), torch.nextafter(c_last, zero))
     j = torch.searchsorted(c, r, right=True).clamp_(0, blk - 1)
     return (b * blk + j)[:, 0].clamp_(0, V - 1)
-
 
 
 def _uniforms(seeded_seqs, batch: int, k: int, device, counts=None) -> torch.Tensor:
@@ -200,4 +200,3 @@ def _uniforms(seeded_seqs, batch: int, k: int, device, counts=None) -> torch.Ten
         if n < k:
             u[i, n:] = 1.0  # padding: never used
     return u
-

@@ -24,11 +24,21 @@ def eager_row_stats(x: torch.Tensor):
     return s, ~(torch.isfinite(s) & (s > 0) & (x.amin(-1) >= 0))
 
 
-def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_token_ids,
-                           seeded_seqs=None, *, raw_target_probs=None, raw_draft_probs=None,
-                           target_names=("target_with_bonus_probs", "draft_probs"),
-                           sanitize: bool = False, return_sums: bool = False,
-                           fused: bool = False, row_checks: bool = True):
+def validate_sampler_entry(
+    target_probs,
+    bonus_token_ids,
+    draft_probs,
+    draft_token_ids,
+    seeded_seqs=None,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    target_names=("target_with_bonus_probs", "draft_probs"),
+    sanitize: bool = False,
+    return_sums: bool = False,
+    fused: bool = False,
+    row_checks: bool = True,
+):
     r"""Entry validation of a public sampler call: types at once, values clamped and flagged.
 
     Called first by :meth:`RuleSampler.forward` and :func:`~.v1.ragged_forward`. Two kinds
@@ -99,22 +109,33 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         of ``torch.Generator``.
     """
     t_name, d_name = target_names
-    for name, t in ((t_name, target_probs), ("bonus_token_ids", bonus_token_ids),
-                    (d_name, draft_probs), ("draft_token_ids", draft_token_ids),
-                    ("raw_target_probs", raw_target_probs), ("raw_draft_probs", raw_draft_probs)):
+    for name, t in (
+        (t_name, target_probs),
+        ("bonus_token_ids", bonus_token_ids),
+        (d_name, draft_probs),
+        ("draft_token_ids", draft_token_ids),
+        ("raw_target_probs", raw_target_probs),
+        ("raw_draft_probs", raw_draft_probs),
+    ):
         if t is None and name in (d_name, "raw_target_probs", "raw_draft_probs"):
             continue
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__module__}."
-                            f"{type(t).__name__} (convert with torch.as_tensor)")
+            raise TypeError(
+                f"{name}: expected a torch.Tensor, got {type(t).__module__}."
+                f"{type(t).__name__} (convert with torch.as_tensor)"
+            )
     if seeded_seqs is not None:
         if not isinstance(seeded_seqs, dict):
-            raise TypeError(f"seeded_seqs: expected a dict of row index -> torch.Generator, "
-                            f"got {type(seeded_seqs).__name__}")
+            raise TypeError(
+                f"seeded_seqs: expected a dict of row index -> torch.Generator, "
+                f"got {type(seeded_seqs).__name__}"
+            )
         bad = [k for k, g in seeded_seqs.items() if not isinstance(g, torch.Generator)]
         if bad:
-            raise TypeError(f"seeded_seqs: the values for rows {bad} are not torch.Generator "
-                            f"(got {type(seeded_seqs[bad[0]]).__name__})")
+            raise TypeError(
+                f"seeded_seqs: the values for rows {bad} are not torch.Generator "
+                f"(got {type(seeded_seqs[bad[0]]).__name__})"
+            )
     probs = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     if target_probs.dim() < 1 or draft_token_ids.dim() < 1:  # the shape checks name the argument
         if return_sums:
@@ -128,7 +149,7 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         if x is None or x.dim() != lead + 1 or not x.is_floating_point():
             return None
         if lead == 2:  # V0 layout [B, k(+1), V]: the k draft positions
-            x = x[:, :invalid.shape[1]]
+            x = x[:, : invalid.shape[1]]
         if tuple(x.shape[:-1]) != tuple(invalid.shape) or x.device != invalid.device:
             return None
         return x
@@ -155,13 +176,17 @@ def validate_sampler_entry(target_probs, bonus_token_ids, draft_probs, draft_tok
         draft_token_ids = draft_token_ids.clamp(0, v - 1)
     if lead == 2 and invalid.dim() == 2:
         invalid = invalid.any(dim=-1)
-    if (lead == 2 and bonus_token_ids.dtype in (torch.int64, torch.int32) and v > 0
-            and bonus_token_ids.dim() == 2 and bonus_token_ids.shape[0] == invalid.shape[0]
-            and bonus_token_ids.device == invalid.device):
+    if (
+        lead == 2
+        and bonus_token_ids.dtype in (torch.int64, torch.int32)
+        and v > 0
+        and bonus_token_ids.dim() == 2
+        and bonus_token_ids.shape[0] == invalid.shape[0]
+        and bonus_token_ids.device == invalid.device
+    ):
         # (the ragged layout maps its bonus ids to requests itself)
         invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
         bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
     if return_sums:
         return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned), tuple(sums)
     return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned)
-

@@ -56,8 +56,15 @@ import torch
 
 from ._kernels._blocks import block_reduce, split_blocks
 
-__all__ = ["row_stats", "row_stats_core", "stats", "compiled_for", "CompiledKernel", "block_sums",
-           "compile_failure"]
+__all__ = [
+    "row_stats",
+    "row_stats_core",
+    "stats",
+    "compiled_for",
+    "CompiledKernel",
+    "block_sums",
+    "compile_failure",
+]
 
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
 CDF_BLOCK = 256
@@ -74,9 +81,11 @@ SUM_BLOCK = 256
 #: measured 1.6-1.7 ms against 0.5 ms for the recovery kernel at [8, 4, 151936] (Cactus-
 #: Taylor), and 2.3 against 2.0 ms for the main kernel. Recomputing an elementwise formula
 #: costs less than a trip to memory here.
-INDUCTOR_OPTIONS = {"realize_reads_threshold": 1 << 20,
-                    "realize_cpu_opcount_threshold": 1 << 20,
-                    "realize_cpu_acc_reads_threshold": 1 << 20}
+INDUCTOR_OPTIONS = {
+    "realize_reads_threshold": 1 << 20,
+    "realize_cpu_opcount_threshold": 1 << 20,
+    "realize_cpu_acc_reads_threshold": 1 << 20,
+}
 
 #: Up to this vocabulary size the kernels compile with inductor's defaults: there a copy of
 #: a row costs little, and inductor unrolls reductions over at most 8 entries into
@@ -95,8 +104,7 @@ SMALL_VOCAB = 8 * SUM_BLOCK
 #: afresh in every process (15-35 s per rule and shape). The branches are part of the key:
 #: a graph module is hashed with its submodules' code, so two graphs that differ only in a
 #: branch get different keys (tested).
-CACHE_OPTIONS = {"unsafe_marked_cacheable_functions":
-                 {"torch.ops.higher_order.cond": torch.__version__}}
+CACHE_OPTIONS = {"unsafe_marked_cacheable_functions": {"torch.ops.higher_order.cond": torch.__version__}}
 
 _failure: str | None = None
 _lock = threading.Lock()
@@ -173,8 +181,9 @@ class CompiledKernel:
             names = {"co_name": name}
             if hasattr(fn.__code__, "co_qualname"):  # Python >= 3.11
                 names["co_qualname"] = name
-            fn = types.FunctionType(fn.__code__.replace(**names), fn.__globals__, name,
-                                    fn.__defaults__, fn.__closure__)
+            fn = types.FunctionType(
+                fn.__code__.replace(**names), fn.__globals__, name, fn.__defaults__, fn.__closure__
+            )
         self.eager = fn
         self.options = options
         self.compiled = None
@@ -194,9 +203,12 @@ class CompiledKernel:
                 with _lock:
                     if _failure is None:
                         _failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                        warnings.warn(f"cactus_theory fused samplers: torch.compile failed "
-                                      f"({_failure}); running the same formulas eagerly",
-                                      RuntimeWarning, stacklevel=3)
+                        warnings.warn(
+                            f"cactus_theory fused samplers: torch.compile failed "
+                            f"({_failure}); running the same formulas eagerly",
+                            RuntimeWarning,
+                            stacklevel=3,
+                        )
                 return out
         return self.eager(*args)
 
@@ -217,8 +229,9 @@ def compiled_for(rule, fn, *shape_key):
         if k is None:
             large = bool(shape_key) and shape_key[0] > SMALL_VOCAB
             tag = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
-            k = _PER_RULE[key] = CompiledKernel(fn, copy=True, tag=tag, options={
-                **CACHE_OPTIONS, **(INDUCTOR_OPTIONS if large else {})})
+            k = _PER_RULE[key] = CompiledKernel(
+                fn, copy=True, tag=tag, options={**CACHE_OPTIONS, **(INDUCTOR_OPTIONS if large else {})}
+            )
     return k
 
 
@@ -236,4 +249,4 @@ def row_stats(*tensors):
     args = list(tensors) + [None] * (4 - len(tensors))
     # one copy per vocabulary size: only the leading axes turn dynamic
     v = next((x.shape[-1] for x in tensors if x is not None), 0)
-    return list(compiled_for(None, row_stats_core, v)(*args))[:len(tensors)]
+    return list(compiled_for(None, row_stats_core, v)(*args))[: len(tensors)]

@@ -9,21 +9,19 @@ step.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import torch
 
 from ..rules import Rule
-from ..rules.plans import (RowTarget, SpikePlan, TargetPlan, ratio_acceptance,
-                          spike_residual_weights)
+from ..rules.plans import RowTarget, SpikePlan, TargetPlan, ratio_acceptance, spike_residual_weights
 from . import fused as fused_kernels
 from ._kernels import RuleKernels
 from ._kernels._residual import residual_weights_
 from .blocked import point_mass_weights, residual_block_weights, spike_row_target
 from .draws import inverse_cdf_sample
 
-__all__ = ["AcceptState", "CoreInputs", "CoreOutput", "accept_path", "recovery_path",
-           "verify_core"]
+__all__ = ["AcceptState", "CoreInputs", "CoreOutput", "accept_path", "recovery_path", "verify_core"]
 
 _block_sums = fused_kernels.block_sums
 
@@ -61,7 +59,6 @@ def _as_float32(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float32 else x.to(torch.float32)
 
 
-
 class CoreInputs(NamedTuple):
     """The tensors of one call's core (:func:`verify_core`), after the entry validation.
 
@@ -94,14 +91,14 @@ class CoreInputs(NamedTuple):
     bonus: torch.Tensor
     draft_probs: torch.Tensor
     draft_ids: torch.Tensor
-    raw_target: Optional[torch.Tensor] = None
-    raw_draft: Optional[torch.Tensor] = None
+    raw_target: torch.Tensor | None = None
+    raw_draft: torch.Tensor | None = None
     u_acc: Any = None
     u_rec: Any = None
-    num_drafts: Optional[torch.Tensor] = None
-    target_sums: Optional[torch.Tensor] = None
-    draft_sums: Optional[torch.Tensor] = None
-    invalid: Optional[torch.Tensor] = None
+    num_drafts: torch.Tensor | None = None
+    target_sums: torch.Tensor | None = None
+    draft_sums: torch.Tensor | None = None
+    invalid: torch.Tensor | None = None
 
 
 class AcceptState(NamedTuple):
@@ -118,12 +115,12 @@ class AcceptState(NamedTuple):
         indexed at the recovery positions by the recovery.
     """
 
-    gamma: Optional[torch.Tensor] = None
-    q: Optional[torch.Tensor] = None
-    p: Optional[torch.Tensor] = None
-    raw_q: Optional[torch.Tensor] = None
-    raw_p: Optional[torch.Tensor] = None
-    row_target: Optional[RowTarget] = None
+    gamma: torch.Tensor | None = None
+    q: torch.Tensor | None = None
+    p: torch.Tensor | None = None
+    raw_q: torch.Tensor | None = None
+    raw_p: torch.Tensor | None = None
+    row_target: RowTarget | None = None
 
 
 class CoreOutput(NamedTuple):
@@ -145,7 +142,7 @@ class CoreOutput(NamedTuple):
     out: torch.Tensor
     accepted: torch.Tensor
     counts: torch.Tensor
-    invalid: Optional[torch.Tensor]
+    invalid: torch.Tensor | None
 
 
 @torch.compiler.disable
@@ -155,20 +152,26 @@ def _spike_on_host(rule, q_n):
     return rule.spike_at_tokens(q_n)
 
 
-def uses_compiled_core(rule, kernels: RuleKernels, fused: bool, raw_target=None,
-                       raw_draft=None) -> bool:
+def uses_compiled_core(rule, kernels: RuleKernels, fused: bool, raw_target=None, raw_draft=None) -> bool:
     """True when ``fused`` compiles the whole tensor part of a call (:func:`verify_core`): no
     raw distributions, and a rule whose acceptance reads no plan (a spike, an acceptance from
     the drafted tokens' values, or a kernel on the rows; the others build plans or call host
     solvers: their rows stay eager, with the fused entry checks)."""
-    return (fused and raw_target is None and raw_draft is None
-            and (getattr(rule, "samples_from_spike", False)
-                 or rule.accept_probs_from_values is not None
-                 or kernels.accept_from_rows is not None))
+    return (
+        fused
+        and raw_target is None
+        and raw_draft is None
+        and (
+            getattr(rule, "samples_from_spike", False)
+            or rule.accept_probs_from_values is not None
+            or kernels.accept_from_rows is not None
+        )
+    )
 
 
-def decided_by_bounds(kernels: RuleKernels, rule, target, draft_probs, draft_ids, raw_target,
-                      raw_draft, sq, sp, traced: bool):
+def decided_by_bounds(
+    kernels: RuleKernels, rule, target, draft_probs, draft_ids, raw_target, raw_draft, sq, sp, traced: bool
+):
     """``RuleKernels.accept_decided_from_rows`` on the float32 rows: ``(accept, undecided, x,
     y)``, or None where the bounds path does not apply: the eager core (``traced`` False: the
     bounds' elementwise steps, unfused, cost more passes than the exact test's in-place
@@ -177,9 +180,14 @@ def decided_by_bounds(kernels: RuleKernels, rule, target, draft_probs, draft_ids
     (there the logarithms cost little next to the reads, and selecting the undecided rows
     would synchronize with the host)."""
     hook = kernels.accept_decided_from_rows
-    if (not traced or hook is None or kernels.accept_from_rows is None
-            or raw_target is not None or raw_draft is not None
-            or target.device.type != "cpu"):
+    if (
+        not traced
+        or hook is None
+        or kernels.accept_from_rows is None
+        or raw_target is not None
+        or raw_draft is not None
+        or target.device.type != "cpu"
+    ):
         return None
     x, y = _as_float32(target), _as_float32(draft_probs)
     decided = hook(rule, x, y, draft_ids, sq, sp)
@@ -198,7 +206,7 @@ def accept_undecided_rows(from_rows, rule, accept, undecided, x, y, ids, sx, sy)
     return out
 
 
-def elementwise_row_target(rule, target_sums, draft_sums) -> Optional[RowTarget]:
+def elementwise_row_target(rule, target_sums, draft_sums) -> RowTarget | None:
     """The row target of a rule that declares its ``Rule.elementwise_target(q, p)``: h at
     q = ``x * (1 / s_q)``, p = ``y * (1 / s_p)`` (None for the other rules)."""
     h = rule.elementwise_target
@@ -223,8 +231,19 @@ def row_target(kernels: RuleKernels, rule, x, y, ids, sx, sy, gamma=None):
     return elementwise_row_target(rule, sx, sy)
 
 
-def accept_path(kernels: RuleKernels, rule, target, draft_probs, draft_ids, raw_target,
-                raw_draft, sq, sp, traced: bool = False, gamma=None):
+def accept_path(
+    kernels: RuleKernels,
+    rule,
+    target,
+    draft_probs,
+    draft_ids,
+    raw_target,
+    raw_draft,
+    sq,
+    sp,
+    traced: bool = False,
+    gamma=None,
+):
     r""":math:`a_n` at the drafted tokens, [B, k], by the cheapest path the rule declares.
 
     ``target`` holds the k draft positions ([B, k, V], un-normalized, any float dtype);
@@ -269,22 +288,27 @@ def accept_path(kernels: RuleKernels, rule, target, draft_probs, draft_ids, raw_
         if traced and to_target is not None and kernels.accept_from_row_target:
             # a target rule: a_n = min(1, h_n / p_n) from its row target, built once here on
             # the [B, k] rows (their constants are indexed at the recovery positions)
-            target_rows = to_target(rule, _as_float32(target), _as_float32(draft_probs),
-                                    draft_ids, sq, sp)
+            target_rows = to_target(rule, _as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp)
             ids_ = draft_ids[..., None]
             x_n = torch.gather(target, -1, ids_).to(torch.float32)
             y_n = torch.gather(draft_probs, -1, ids_).to(torch.float32)
             # p_n = y_n (1 / s_p), as the row target writes p
-            return (ratio_acceptance(target_rows.h(x_n, y_n)[..., 0], y_n[..., 0] * (1.0 / sp)),
-                    AcceptState(row_target=target_rows))
-        return (from_rows(rule, _as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
-                AcceptState())
+            return (
+                ratio_acceptance(target_rows.h(x_n, y_n)[..., 0], y_n[..., 0] * (1.0 / sp)),
+                AcceptState(row_target=target_rows),
+            )
+        return (
+            from_rows(rule, _as_float32(target), _as_float32(draft_probs), draft_ids, sq, sp),
+            AcceptState(),
+        )
     q = _as_float32_rows(target)
     p = _as_float32_rows(draft_probs)
-    raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, :target.shape[1]])
+    raw_q = None if raw_target is None else _as_float32_rows(raw_target[:, : target.shape[1]])
     raw_p = None if raw_draft is None else _as_float32_rows(raw_draft)
-    return (rule.accept_probs_at(q, p, draft_ids, raw_target_probs=raw_q, raw_draft_probs=raw_p),
-            AcceptState(q=q, p=p, raw_q=raw_q, raw_p=raw_p))
+    return (
+        rule.accept_probs_at(q, p, draft_ids, raw_target_probs=raw_q, raw_draft_probs=raw_p),
+        AcceptState(q=q, p=p, raw_q=raw_q, raw_p=raw_p),
+    )
 
 
 def _default_recovery(rule) -> bool:
@@ -323,8 +347,18 @@ def _spike_weights(kernels: RuleKernels, rule, x, y, ids, gamma, sx, sy, overwri
     return spike_residual_weights(x, y, ids, gamma, sx, sy)
 
 
-def recovery_path(kernels: RuleKernels, rule, target, draft_probs, draft_ids, pos,
-                  state: AcceptState, sq, sp, traced: bool = False):
+def recovery_path(
+    kernels: RuleKernels,
+    rule,
+    target,
+    draft_probs,
+    draft_ids,
+    pos,
+    state: AcceptState,
+    sq,
+    sp,
+    traced: bool = False,
+):
     """Un-normalized recovery weights [B, V] at the positions ``pos`` ([B]) of each row.
 
     ``state`` comes from :func:`accept_path`. A spike rule: the rows scaled, the row sums
@@ -354,31 +388,50 @@ def recovery_path(kernels: RuleKernels, rule, target, draft_probs, draft_ids, po
         sx, sy = sq[rows, pos], sp[rows, pos]
         point = kernels.recovery_token_from_rows
         token = None if point is None else point(rule, x, y, n_r, sx, sy)
-        if token is not None:           # a point mass: its block, no weights
+        if token is not None:  # a point mass: its block, no weights
             return point_mass_weights(token, x.shape[-1]), None, None, None
         if state.row_target is not None:  # the accept path's, at the recovery positions
             target_r = state.row_target.index(rows, pos)
         else:
-            target_r = row_target(kernels, rule, x, y, n_r, sx, sy,
-                                  None if gamma is None else gamma[rows, pos])
-        if target_r is not None:        # block sums in one read; no [B, V] weights
+            target_r = row_target(
+                kernels, rule, x, y, n_r, sx, sy, None if gamma is None else gamma[rows, pos]
+            )
+        if target_r is not None:  # block sums in one read; no [B, V] weights
             return residual_block_weights(target_r, x, y, sy), None, None, None
         w = _weights_at(kernels, rule, x / sx[:, None], y / sy[:, None], n_r)
         # the fallback draws in proportion to q: q's un-normalized rows serve
         return w, x, _block_sums(w), _block_sums(x)
     if gamma is not None:
-        return _spike_weights(
-            kernels, rule, _as_float32(_rows_at(target, pos)),
-            _as_float32(_rows_at(draft_probs, pos)), n_r, gamma[rows, pos], sq[rows, pos],
-            sp[rows, pos], overwrite=True), None, None, None
+        return (
+            _spike_weights(
+                kernels,
+                rule,
+                _as_float32(_rows_at(target, pos)),
+                _as_float32(_rows_at(draft_probs, pos)),
+                n_r,
+                gamma[rows, pos],
+                sq[rows, pos],
+                sp[rows, pos],
+                overwrite=True,
+            ),
+            None,
+            None,
+            None,
+        )
     if q is None:  # normalize the [B, V] recovery rows only, as _as_float32_rows would
         q_r = _as_float32(_rows_at(target, pos)).div_(sq[rows, pos][:, None])
         p_r = _as_float32(_rows_at(draft_probs, pos)).div_(sp[rows, pos][:, None])
     else:
         q_r, p_r = q[rows, pos], p[rows, pos]
-    rec = _weights_at(kernels, rule, q_r, p_r, n_r,
-                      None if raw_q is None else raw_q[rows, pos],
-                      None if raw_p is None else raw_p[rows, pos])
+    rec = _weights_at(
+        kernels,
+        rule,
+        q_r,
+        p_r,
+        n_r,
+        None if raw_q is None else raw_q[rows, pos],
+        None if raw_p is None else raw_p[rows, pos],
+    )
     # Safety net beyond the conventions (never reached for valid input): a row whose
     # weights are not finite with a positive sum draws from q instead, so no sample is
     # drawn from an all-zero or NaN row (the choice is made on block sums, in
@@ -399,8 +452,12 @@ def verify_core(kernels: RuleKernels, rule, traced: bool, inputs: CoreInputs) ->
     validation's flags), those rows and the rows flagged here emit only -1 and count
     nowhere.
     """
-    target, bonus, draft_probs, draft_ids = (inputs.target, inputs.bonus, inputs.draft_probs,
-                                             inputs.draft_ids)
+    target, bonus, draft_probs, draft_ids = (
+        inputs.target,
+        inputs.bonus,
+        inputs.draft_probs,
+        inputs.draft_ids,
+    )
     raw_target, raw_draft, num_drafts = inputs.raw_target, inputs.raw_draft, inputs.num_drafts
     u_acc, u_rec, invalid = inputs.u_acc, inputs.u_rec, inputs.invalid
     sq, sp = inputs.target_sums, inputs.draft_sums
@@ -418,25 +475,30 @@ def verify_core(kernels: RuleKernels, rule, traced: bool, inputs: CoreInputs) ->
     # a row summing to 0 is divided by 1 (it is invalid input, masked at the end)
     sq, sp = _positive(sq), _positive(sp)
     gamma = None
-    if (traced and raw_target is None and raw_draft is None
-            and getattr(rule, "samples_from_spike", False)
-            and not getattr(rule, "traceable_spike", False)):
+    if (
+        traced
+        and raw_target is None
+        and raw_draft is None
+        and getattr(rule, "samples_from_spike", False)
+        and not getattr(rule, "traceable_spike", False)
+    ):
         # the host root here, at the core's top level: the graph breaks once (two graphs);
         # inside accept_path the break would split both frames (four graphs)
         ids_ = draft_ids[..., None]
-        gamma = _spike_on_host(
-            rule, torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq)
+        gamma = _spike_on_host(rule, torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq)
     # bounds first where the rule has them, the exact test on the rows they leave undecided
     # (here, at the core's top level: the compiled core breaks once, around that test)
-    decided = decided_by_bounds(kernels, rule, target[:, :k], draft_probs, draft_ids,
-                                raw_target, raw_draft, sq, sp, traced)
+    decided = decided_by_bounds(
+        kernels, rule, target[:, :k], draft_probs, draft_ids, raw_target, raw_draft, sq, sp, traced
+    )
     if decided is not None:
         a = accept_undecided_rows(kernels.accept_from_rows, rule, *decided, draft_ids, sq, sp)
         state = AcceptState()
     else:
-        a, state = accept_path(kernels, rule, target[:, :k], draft_probs, draft_ids,
-                               raw_target, raw_draft, sq, sp, traced, gamma)
-    if callable(u_acc):       # the eager core draws its uniforms here (after the accept path)
+        a, state = accept_path(
+            kernels, rule, target[:, :k], draft_probs, draft_ids, raw_target, raw_draft, sq, sp, traced, gamma
+        )
+    if callable(u_acc):  # the eager core draws its uniforms here (after the accept path)
         u_acc = u_acc()
     accepted = (a > 0.5) if rule.spec.deterministic else (u_acc < a)
     if num_drafts is not None:  # ragged layout: positions >= k_i are padding
@@ -444,23 +506,31 @@ def verify_core(kernels: RuleKernels, rule, traced: bool, inputs: CoreInputs) ->
         k_row = num_drafts
     else:
         k_row = torch.full((b,), k, dtype=torch.int64, device=device)
-    n_acc = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)          # N_b, [B]
+    n_acc = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)  # N_b, [B]
 
     # Recovery: only at the first rejected position of each row, [B, V].
     pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-    rec, fallback, rec_sums, fb_sums = recovery_path(kernels, rule, target, draft_probs,
-                                                     draft_ids, pos, state, sq, sp, traced)
-    recovered = inverse_cdf_sample(rec, None, fallback, block_sums=rec_sums,
-                                   fallback_block_sums=fb_sums,
-                                   uniforms=u_rec() if callable(u_rec) else u_rec)
+    rec, fallback, rec_sums, fb_sums = recovery_path(
+        kernels, rule, target, draft_probs, draft_ids, pos, state, sq, sp, traced
+    )
+    recovered = inverse_cdf_sample(
+        rec,
+        None,
+        fallback,
+        block_sums=rec_sums,
+        fallback_block_sums=fb_sums,
+        uniforms=u_rec() if callable(u_rec) else u_rec,
+    )
 
     # Output layout (vLLM _create_output): drafts before N, then one token, then -1.
     col = torch.arange(k + 1, device=device)[None, :]
     drafts_ext = torch.cat([draft_ids, bonus], dim=1)
     extra = torch.where(n_acc < k_row, recovered, bonus[:, 0])
-    out = torch.where(col < n_acc[:, None], drafts_ext,
-                      torch.where(col == n_acc[:, None], extra[:, None],
-                                  torch.full_like(drafts_ext, -1)))
+    out = torch.where(
+        col < n_acc[:, None],
+        drafts_ext,
+        torch.where(col == n_acc[:, None], extra[:, None], torch.full_like(drafts_ext, -1)),
+    )
     n_invalid = torch.zeros((), dtype=torch.int64, device=device)
     if invalid is not None:
         if bad_rows is not None:

@@ -21,8 +21,8 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -33,12 +33,16 @@ __all__ = ["ragged_forward", "parse_output", "V1Stats"]
 PLACEHOLDER_TOKEN_ID = -1
 
 
-def _counts(num_draft_tokens, cu_num_draft_tokens, n_tokens: int) -> List[int]:
+def _counts(num_draft_tokens, cu_num_draft_tokens, n_tokens: int) -> list[int]:
     if num_draft_tokens is None and cu_num_draft_tokens is None:
         raise ValueError("num_draft_tokens: give num_draft_tokens or cu_num_draft_tokens")
     if num_draft_tokens is None:
-        cu = [int(c) for c in (cu_num_draft_tokens.tolist() if torch.is_tensor(cu_num_draft_tokens)
-                               else cu_num_draft_tokens)]
+        cu = [
+            int(c)
+            for c in (
+                cu_num_draft_tokens.tolist() if torch.is_tensor(cu_num_draft_tokens) else cu_num_draft_tokens
+            )
+        ]
         counts = [c - p for p, c in zip([0] + cu[:-1], cu)]
     else:
         counts = [int(c) for c in num_draft_tokens]
@@ -52,16 +56,16 @@ def _counts(num_draft_tokens, cu_num_draft_tokens, n_tokens: int) -> List[int]:
 def ragged_forward(
     sampler: RuleSampler,
     draft_token_ids: torch.Tensor,
-    num_draft_tokens: Optional[Sequence[int]],
-    draft_probs: Optional[torch.Tensor],
+    num_draft_tokens: Sequence[int] | None,
+    draft_probs: torch.Tensor | None,
     target_probs: torch.Tensor,
     bonus_token_ids: torch.Tensor,
     *,
     cu_num_draft_tokens=None,
-    generators: Optional[Dict[int, torch.Generator]] = None,
-    max_spec_len: Optional[int] = None,
-    raw_target_probs: Optional[torch.Tensor] = None,
-    raw_draft_probs: Optional[torch.Tensor] = None,
+    generators: dict[int, torch.Generator] | None = None,
+    max_spec_len: int | None = None,
+    raw_target_probs: torch.Tensor | None = None,
+    raw_draft_probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Verify a ragged batch (vLLM V1 layout) with a :class:`RuleSampler`.
 
@@ -104,30 +108,69 @@ def ragged_forward(
     TypeError
         A numpy array for a tensor argument, or ``generators`` not a dict of torch.Generator.
     """
-    if getattr(sampler, "_strict_mode", False) and torch.is_tensor(target_probs) \
-            and torch.is_tensor(draft_token_ids) and torch.is_tensor(bonus_token_ids):
-        sampler._check_values(target_probs.shape[-1], target_probs=target_probs,
-                              draft_probs=draft_probs, raw_target_probs=raw_target_probs,
-                              raw_draft_probs=raw_draft_probs, draft_token_ids=draft_token_ids,
-                              bonus_token_ids=bonus_token_ids)
-    entry = dict(raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs,
-                 target_names=("target_probs", "draft_probs"))
+    if (
+        getattr(sampler, "_strict_mode", False)
+        and torch.is_tensor(target_probs)
+        and torch.is_tensor(draft_token_ids)
+        and torch.is_tensor(bonus_token_ids)
+    ):
+        sampler._check_values(
+            target_probs.shape[-1],
+            target_probs=target_probs,
+            draft_probs=draft_probs,
+            raw_target_probs=raw_target_probs,
+            raw_draft_probs=raw_draft_probs,
+            draft_token_ids=draft_token_ids,
+            bonus_token_ids=bonus_token_ids,
+        )
+    entry = dict(
+        raw_target_probs=raw_target_probs,
+        raw_draft_probs=raw_draft_probs,
+        target_names=("target_probs", "draft_probs"),
+    )
     originals = (target_probs, bonus_token_ids, draft_probs, draft_token_ids, generators)
     draft_token_ids, bonus_token_ids, invalid_tok, probs = validate_sampler_entry(*originals, **entry)
     try:
-        return _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok,
-                       probs, cu_num_draft_tokens, generators, max_spec_len)
+        return _ragged(
+            sampler,
+            draft_token_ids,
+            num_draft_tokens,
+            bonus_token_ids,
+            invalid_tok,
+            probs,
+            cu_num_draft_tokens,
+            generators,
+            max_spec_len,
+        )
     except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
         if invalid_tok is None or not bool(invalid_tok.any()):
             raise
         # a rule that validates on the host met an invalid row: retry on sanitized rows
         probs = validate_sampler_entry(*originals, **entry, sanitize=True)[3]
-        return _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok,
-                       probs, cu_num_draft_tokens, generators, max_spec_len)
+        return _ragged(
+            sampler,
+            draft_token_ids,
+            num_draft_tokens,
+            bonus_token_ids,
+            invalid_tok,
+            probs,
+            cu_num_draft_tokens,
+            generators,
+            max_spec_len,
+        )
 
 
-def _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid_tok, probs,
-            cu_num_draft_tokens, generators, max_spec_len):
+def _ragged(
+    sampler,
+    draft_token_ids,
+    num_draft_tokens,
+    bonus_token_ids,
+    invalid_tok,
+    probs,
+    cu_num_draft_tokens,
+    generators,
+    max_spec_len,
+):
     """The body of :func:`ragged_forward` after its entry validation."""
     target_probs, draft_probs, raw_target_probs, raw_draft_probs = probs
     if draft_token_ids.dim() != 1:
@@ -142,8 +185,11 @@ def _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid
     if target_probs.dim() != 2 or target_probs.shape[0] != n_tok:
         raise ValueError(f"target_probs: expected [{n_tok}, V], got {tuple(target_probs.shape)}")
     v = target_probs.shape[1]
-    for name, t in (("draft_probs", draft_probs), ("raw_target_probs", raw_target_probs),
-                    ("raw_draft_probs", raw_draft_probs)):
+    for name, t in (
+        ("draft_probs", draft_probs),
+        ("raw_target_probs", raw_target_probs),
+        ("raw_draft_probs", raw_draft_probs),
+    ):
         if t is not None and tuple(t.shape) != (n_tok, v):
             raise ValueError(f"{name}: expected shape {(n_tok, v)}, got {tuple(t.shape)}")
     kmax = max(counts, default=0)
@@ -155,8 +201,9 @@ def _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid
     if b == 0:
         return out
     # Invalid rows (entry validation): a request with an invalid id or probability row.
-    req_of_tok = torch.repeat_interleave(torch.arange(b, device=device),
-                                         torch.tensor(counts, dtype=torch.int64, device=device))
+    req_of_tok = torch.repeat_interleave(
+        torch.arange(b, device=device), torch.tensor(counts, dtype=torch.int64, device=device)
+    )
     invalid = torch.zeros(b, dtype=torch.bool, device=device)
     if invalid_tok is not None and invalid_tok.shape == req_of_tok.shape:
         invalid = invalid.index_put((req_of_tok,), invalid_tok, accumulate=True)
@@ -176,27 +223,38 @@ def _ragged(sampler, draft_token_ids, num_draft_tokens, bonus_token_ids, invalid
     uniform = torch.full((1, v), 1.0 / v, dtype=target_probs.dtype, device=device)
 
     def pad(x):
-        return torch.cat([x, uniform.to(x.dtype)], dim=0)[index]          # [B, kmax, V]
+        return torch.cat([x, uniform.to(x.dtype)], dim=0)[index]  # [B, kmax, V]
 
-    ids = torch.cat([draft_token_ids.to(torch.int64),
-                     torch.zeros(1, dtype=torch.int64, device=device)])[index]
+    ids = torch.cat([draft_token_ids.to(torch.int64), torch.zeros(1, dtype=torch.int64, device=device)])[
+        index
+    ]
     if draft_probs is None:
         p = torch.zeros((b, kmax, v), dtype=torch.float32, device=device)
         p.scatter_(-1, ids[..., None], 1.0)
     else:
         p = pad(draft_probs)
     q = pad(target_probs)
-    q = torch.cat([q, q[:, -1:]], dim=1)                                   # unused bonus slot
+    q = torch.cat([q, q[:, -1:]], dim=1)  # unused bonus slot
     raw_q = None if raw_target_probs is None else pad(raw_target_probs)
     raw_p = None if raw_draft_probs is None else pad(raw_draft_probs)
     k_row = torch.tensor(counts, dtype=torch.int64, device=device)
-    res = sampler._verify(q, bonus_token_ids.to(torch.int64), p, ids, generators, raw_q, raw_p,
-                          num_drafts=k_row, counts=counts, invalid=invalid)
+    res = sampler._verify(
+        q,
+        bonus_token_ids.to(torch.int64),
+        p,
+        ids,
+        generators,
+        raw_q,
+        raw_p,
+        num_drafts=k_row,
+        counts=counts,
+        invalid=invalid,
+    )
     out[:, : kmax + 1] = res.to(torch.int32)
     return out
 
 
-def parse_output(output: torch.Tensor, vocab_size: int) -> List[List[int]]:
+def parse_output(output: torch.Tensor, vocab_size: int) -> list[list[int]]:
     """vLLM V1's ``RejectionSampler.parse_output``: per request, the emitted token ids.
 
     Parameters
@@ -238,7 +296,7 @@ class V1Stats:
     num_drafts: int
     num_draft_tokens: int
     num_accepted_tokens: int
-    num_accepted_tokens_per_pos: List[int]
+    num_accepted_tokens_per_pos: list[int]
 
     @classmethod
     def from_output(cls, output: torch.Tensor, num_draft_tokens: Sequence[int], vocab_size: int):

@@ -6,17 +6,47 @@ not depend on the emitted text. Symbols: q verifier (``target_probs``), p drafte
 """
 
 from .chain import ChainRun, PositionLaws, Trajectory, position_laws, simulate_chain
-from .exact import (ExactChain, SequenceDivergence, brute_force_chain, exact_chain,
-                    sequence_divergence, sequence_kl_brute_force, sequence_kl_monte_carlo,
-                    sequence_log_prob)
-from .metrics import (METRIC_LABELS, ChainTotals, Estimate, compute_metrics, pool_totals,
-                      ratio_estimate, rej_relative)
+from .exact import (
+    ExactChain,
+    SequenceDivergence,
+    brute_force_chain,
+    exact_chain,
+    sequence_divergence,
+    sequence_kl_brute_force,
+    sequence_kl_monte_carlo,
+    sequence_log_prob,
+)
+from .metrics import (
+    METRIC_LABELS,
+    ChainTotals,
+    Estimate,
+    compute_metrics,
+    pool_totals,
+    ratio_estimate,
+    rej_relative,
+)
 from .synthetic import synthetic_trajectory
 
 __all__ = [
-    "Trajectory", "PositionLaws", "position_laws", "ChainRun", "simulate_chain",
-    "ExactChain", "exact_chain", "brute_force_chain", "SequenceDivergence",
-    "sequence_divergence", "sequence_log_prob", "sequence_kl_monte_carlo",
-    "sequence_kl_brute_force", "ChainTotals", "Estimate", "compute_metrics", "pool_totals",
-    "ratio_estimate", "rej_relative", "METRIC_LABELS", "synthetic_trajectory",
+    "Trajectory",
+    "PositionLaws",
+    "position_laws",
+    "ChainRun",
+    "simulate_chain",
+    "ExactChain",
+    "exact_chain",
+    "brute_force_chain",
+    "SequenceDivergence",
+    "sequence_divergence",
+    "sequence_log_prob",
+    "sequence_kl_monte_carlo",
+    "sequence_kl_brute_force",
+    "ChainTotals",
+    "Estimate",
+    "compute_metrics",
+    "pool_totals",
+    "ratio_estimate",
+    "rej_relative",
+    "METRIC_LABELS",
+    "synthetic_trajectory",
 ]

@@ -34,7 +34,6 @@ engines.md 1.3 (vLLM V0 counts).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
@@ -84,14 +83,14 @@ class Trajectory:
 
     target_probs: np.ndarray
     draft_probs: np.ndarray
-    raw_target_probs: Optional[np.ndarray] = None
-    raw_draft_probs: Optional[np.ndarray] = None
+    raw_target_probs: np.ndarray | None = None
+    raw_draft_probs: np.ndarray | None = None
     label: str = ""
-    columns: Optional[np.ndarray] = None
-    token_ids: Optional[np.ndarray] = None
+    columns: np.ndarray | None = None
+    token_ids: np.ndarray | None = None
     prompt_id: str = ""
     category: str = ""
-    prompt_token_ids: Optional[np.ndarray] = None
+    prompt_token_ids: np.ndarray | None = None
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -112,8 +111,9 @@ class Trajectory:
         if self.token_ids is not None:
             object.__setattr__(self, "token_ids", as_int_array(self.token_ids, q.shape[:1], "token_ids"))
         if self.prompt_token_ids is not None:
-            object.__setattr__(self, "prompt_token_ids",
-                               as_int_array(self.prompt_token_ids, None, "prompt_token_ids"))
+            object.__setattr__(
+                self, "prompt_token_ids", as_int_array(self.prompt_token_ids, None, "prompt_token_ids")
+            )
 
     def __len__(self) -> int:
         return int(self.target_probs.shape[0])
@@ -184,11 +184,15 @@ def position_laws(rule, trajectory: Trajectory) -> PositionLaws:
     Hao & Mou, ICLR 2026, Theorem 3.
     """
     rule = get_rule(rule)
-    plan = make_plan(rule, trajectory.target_probs, trajectory.draft_probs,
-                     raw_target_probs=trajectory.raw_target_probs,
-                     raw_draft_probs=trajectory.raw_draft_probs)
+    plan = make_plan(
+        rule,
+        trajectory.target_probs,
+        trajectory.draft_probs,
+        raw_target_probs=trajectory.raw_target_probs,
+        raw_draft_probs=trajectory.raw_draft_probs,
+    )
     a = np.clip(np.asarray(plan.accept_probs(), dtype=np.float64), 0.0, 1.0)
-    p = np.asarray(plan.draft_probs, dtype=np.float64)       # rows renormalized by make_plan
+    p = np.asarray(plan.draft_probs, dtype=np.float64)  # rows renormalized by make_plan
     acc = p * a
     h = np.asarray(emitted_distribution(plan), dtype=np.float64)
     rej = np.clip(h - acc, 0.0, None)
@@ -236,7 +240,7 @@ class ChainRun:
     round_accepted: np.ndarray
     round_noncausal: np.ndarray
     bonus_position: np.ndarray
-    tokens: Optional[np.ndarray] = None
+    tokens: np.ndarray | None = None
 
     @property
     def round_emitted(self) -> np.ndarray:
@@ -264,16 +268,29 @@ class ChainRun:
         hist = np.zeros((n, m + 1))
         np.add.at(hist, (run, self.round_accepted), 1.0)
         return ChainTotals(
-            rounds=add(np.ones(len(run))), tokens=add(self.round_emitted.astype(np.float64)),
+            rounds=add(np.ones(len(run))),
+            tokens=add(self.round_emitted.astype(np.float64)),
             accepted=add(self.round_accepted.astype(np.float64)),
             drafts=add(self.round_drafts.astype(np.float64)),
             noncausal=add(self.round_noncausal.astype(np.float64)),
-            exposure=exposure, accepted_pos=accepted_pos, reached=reached, hist=hist)
+            exposure=exposure,
+            accepted_pos=accepted_pos,
+            reached=reached,
+            hist=hist,
+        )
 
 
-def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng=None,
-                   record_tokens: bool = True, progress: bool = False,
-                   laws: Optional[PositionLaws] = None) -> ChainRun:
+def simulate_chain(
+    rule,
+    trajectory: Trajectory,
+    m: int,
+    *,
+    n_runs: int = 1,
+    rng=None,
+    record_tokens: bool = True,
+    progress: bool = False,
+    laws: PositionLaws | None = None,
+) -> ChainRun:
     r"""Simulate speculative decoding, teacher-forced, over a recorded trajectory.
 
     The distributions at each position come from the recording regardless of the emitted
@@ -314,7 +331,7 @@ def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng
     laws = position_laws(rule, trajectory) if laws is None else laws
     T = trajectory.length
     m_draft = m
-    m = longest_round(m, T)   # no round drafts more; arrays of this size only
+    m = longest_round(m, T)  # no round drafts more; arrays of this size only
     # Per (run, position): accept flag and token from the exact joint law (module docstring).
     joint = np.concatenate([laws.accept_joint, laws.reject_joint], axis=1)
     idx = _sample_rows(np.cumsum(joint, axis=1), rng.random((n_runs, T)))
@@ -330,8 +347,7 @@ def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng
     rec = {k: [] for k in ("run", "start", "drafts", "accepted", "noncausal")}
     runs = np.arange(n_runs)
     j = np.arange(m)
-    with tqdm(total=T, desc=f"{rule.name} (teacher-forced)", disable=not progress,
-              leave=False) as bar:
+    with tqdm(total=T, desc=f"{rule.name} (teacher-forced)", disable=not progress, leave=False) as bar:
         done = 0
         while True:
             active = s < T
@@ -346,8 +362,7 @@ def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng
             nc = N + extra.sum(axis=1)
             full = N == ms
             is_bonus[r[full], (st + ms)[full]] = True
-            for key, val in (("run", r), ("start", st), ("drafts", ms), ("accepted", N),
-                             ("noncausal", nc)):
+            for key, val in (("run", r), ("start", st), ("drafts", ms), ("accepted", N), ("noncausal", nc)):
                 rec[key].append(val)
             s[active] = st + N + 1
             low = int(min(s.min(), T))
@@ -356,9 +371,19 @@ def simulate_chain(rule, trajectory: Trajectory, m: int, *, n_runs: int = 1, rng
     cat = {k: np.concatenate(v).astype(np.int64) for k, v in rec.items()}
     order = np.lexsort((cat["start"], cat["run"]))
     tokens = np.where(is_bonus, bonus, tok) if record_tokens else None
-    return ChainRun(repr(rule), m_draft, T, n_runs, cat["run"][order], cat["start"][order],
-                    cat["drafts"][order], cat["accepted"][order], cat["noncausal"][order],
-                    is_bonus, tokens)
+    return ChainRun(
+        repr(rule),
+        m_draft,
+        T,
+        n_runs,
+        cat["run"][order],
+        cat["start"][order],
+        cat["drafts"][order],
+        cat["accepted"][order],
+        cat["noncausal"][order],
+        is_bonus,
+        tokens,
+    )
 
 
 #: Kept under its old name for the modules that import it.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+
 import numpy as np
 
 from ..rules import RULES, get_rule
@@ -26,8 +27,7 @@ from .synthetic import FAMILIES, synthetic_trajectory
 
 __all__ = ["add_arguments", "add_parser", "run", "simulate_data", "format_simulation", "simulate_table"]
 
-TEACHER_FORCED = ("teacher-forced: the (q_t, p_t) along each trajectory do not depend on the "
-                  "emitted tokens")
+TEACHER_FORCED = "teacher-forced: the (q_t, p_t) along each trajectory do not depend on the emitted tokens"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -51,10 +51,15 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--trajectories", type=int, default=4)
     p.add_argument("--runs", type=int, default=200, help="simulated runs per trajectory")
     p.add_argument("--draft-length", "-m", type=int, default=8, help="m, drafts per round (at most T)")
-    p.add_argument("--cost-ratio", type=float, default=0.05,
-                   help="c, drafter cost per drafted token / verifier call (speedup model)")
-    p.add_argument("--temperature", type=float, default=0.6,
-                   help="processing of q and p (the paper's sampling setting)")
+    p.add_argument(
+        "--cost-ratio",
+        type=float,
+        default=0.05,
+        help="c, drafter cost per drafted token / verifier call (speedup model)",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.6, help="processing of q and p (the paper's sampling setting)"
+    )
     p.add_argument("--top-k", type=int, default=20, help="0 disables (the paper's setting)")
     p.add_argument("--top-p", type=float, default=0.95, help="1 disables (the paper's setting)")
     add_seed(p)
@@ -75,9 +80,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     argparse.ArgumentParser
     """
     p = subparsers.add_parser(
-        "simulate", help="simulate a rule over synthetic trajectories (teacher-forced) vs exact",
+        "simulate",
+        help="simulate a rule over synthetic trajectories (teacher-forced) vs exact",
         description=__doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     add_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -100,8 +107,10 @@ def _check(args) -> None:
     if args.family not in FAMILIES:
         raise ValueError(f"family: unknown {args.family!r} (valid: {', '.join(FAMILIES)})")
     if args.draft_length > args.length:
-        raise ValueError(f"draft-length: m = {args.draft_length} exceeds the trajectory length "
-                         f"T = {args.length} (a round never drafts past the end)")
+        raise ValueError(
+            f"draft-length: m = {args.draft_length} exceeds the trajectory length "
+            f"T = {args.length} (a round never drafts past the end)"
+        )
     if args.rule not in RULES:
         raise ValueError(f"rule: unknown {args.rule!r} (valid: {', '.join(RULES)})")
 
@@ -140,15 +149,21 @@ def simulate_data(args) -> dict:
     alphas = []
     from tqdm.auto import tqdm
 
-    for _ in tqdm(range(args.trajectories), desc="trajectories (teacher-forced)",
-                  disable=args.no_progress):
-        traj = synthetic_trajectory(args.family, args.length, args.vocab_size, rng,
-                                    temperature=args.temperature, top_k=args.top_k or None,
-                                    top_p=None if args.top_p == 1 else args.top_p)
+    for _ in tqdm(range(args.trajectories), desc="trajectories (teacher-forced)", disable=args.no_progress):
+        traj = synthetic_trajectory(
+            args.family,
+            args.length,
+            args.vocab_size,
+            rng,
+            temperature=args.temperature,
+            top_k=args.top_k or None,
+            top_p=None if args.top_p == 1 else args.top_p,
+        )
         for key, r in (("rule", rule), ("sps", sps)):
             laws = position_laws(r, traj)
-            run_ = simulate_chain(r, traj, m, n_runs=args.runs, rng=rng, laws=laws,
-                                  record_tokens=(key == "rule"))
+            run_ = simulate_chain(
+                r, traj, m, n_runs=args.runs, rng=rng, laws=laws, record_tokens=(key == "rule")
+            )
             chain = exact_chain(r, traj, m, laws=laws)
             sim[key].append(run_.totals())
             ex[key].append(chain.totals)
@@ -167,50 +182,96 @@ def simulate_data(args) -> dict:
 
     metrics = []
     for name, label in METRIC_LABELS.items():
-        metrics.append(dict(metric=name, label=label if name != "speedup" else f"{label}, c = {args.cost_ratio}",
-                            simulated=num(ms["rule"][name]), simulated_se=se(ms["rule"][name]),
-                            exact=num(mx["rule"][name])))
+        metrics.append(
+            dict(
+                metric=name,
+                label=label if name != "speedup" else f"{label}, c = {args.cost_ratio}",
+                simulated=num(ms["rule"][name]),
+                simulated_se=se(ms["rule"][name]),
+                exact=num(mx["rule"][name]),
+            )
+        )
     rs, rx = rej_relative(ms["rule"], ms["sps"]), rej_relative(mx["rule"], mx["sps"])
-    metrics.append(dict(metric="rej_relative", label="Rej: rejected drafts / token, relative to SpS (paper)",
-                        simulated=num(rs), simulated_se=se(rs), exact=num(rx)))
-    metrics.append(dict(metric="sps_al_paper", label="AL_m of SpS on the same trajectories (reference)",
-                        simulated=num(ms["sps"]["al_paper"]), simulated_se=se(ms["sps"]["al_paper"]),
-                        exact=num(mx["sps"]["al_paper"])))
+    metrics.append(
+        dict(
+            metric="rej_relative",
+            label="Rej: rejected drafts / token, relative to SpS (paper)",
+            simulated=num(rs),
+            simulated_se=se(rs),
+            exact=num(rx),
+        )
+    )
+    metrics.append(
+        dict(
+            metric="sps_al_paper",
+            label="AL_m of SpS on the same trajectories (reference)",
+            simulated=num(ms["sps"]["al_paper"]),
+            simulated_se=se(ms["sps"]["al_paper"]),
+            exact=num(mx["sps"]["al_paper"]),
+        )
+    )
     a_bar = float(np.mean(np.concatenate(alphas)))
     iid = float(m + 1) if a_bar >= 1.0 else (1.0 - a_bar ** (m + 1)) / (1.0 - a_bar)
+
     def pair(key, i):
         x = ms["rule"][key][i]
         return dict(simulated=num(x), simulated_se=se(x), exact=num(mx["rule"][key][i]))
 
-    per_pos = dict(marginal=[pair("pos_marginal", i) for i in range(m)],
-                   conditional=[pair("pos_conditional", i) for i in range(m)],
-                   histogram=[pair("hist", i) for i in range(m + 1)])
+    per_pos = dict(
+        marginal=[pair("pos_marginal", i) for i in range(m)],
+        conditional=[pair("pos_conditional", i) for i in range(m)],
+        histogram=[pair("hist", i) for i in range(m + 1)],
+    )
     mean = lambda xs: float(np.mean(xs))  # noqa: E731
     est = [e for _, e in seq]
-    seq_kl = dict(kl_lower=mean([s_.kl_lower for s_, _ in seq]), kl_upper=mean([s_.kl_upper for s_, _ in seq]),
-                  kl_per_step_sum=mean([s_.kl_per_step_sum for s_, _ in seq]),
-                  monte_carlo=mean([e.value for e in est]),
-                  monte_carlo_se=float(np.sqrt(np.sum([e.se ** 2 for e in est]))) / len(est))
-    settings = dict(rule=args.rule, rule_repr=repr(rule), knobs=parse_knobs(args.knob), m=m,
-                    cost_ratio=args.cost_ratio, family=args.family, trajectories=args.trajectories,
-                    length=args.length, vocab_size=args.vocab_size, temperature=args.temperature,
-                    top_k=args.top_k, top_p=args.top_p, runs=args.runs, seed=args.seed,
-                    teacher_forced=TEACHER_FORCED)
-    return dict(settings=settings, metrics=metrics, mean_alpha=a_bar, iid_tokens_per_call=iid,
-                per_position=per_pos, sequence_kl=seq_kl)
+    seq_kl = dict(
+        kl_lower=mean([s_.kl_lower for s_, _ in seq]),
+        kl_upper=mean([s_.kl_upper for s_, _ in seq]),
+        kl_per_step_sum=mean([s_.kl_per_step_sum for s_, _ in seq]),
+        monte_carlo=mean([e.value for e in est]),
+        monte_carlo_se=float(np.sqrt(np.sum([e.se**2 for e in est]))) / len(est),
+    )
+    settings = dict(
+        rule=args.rule,
+        rule_repr=repr(rule),
+        knobs=parse_knobs(args.knob),
+        m=m,
+        cost_ratio=args.cost_ratio,
+        family=args.family,
+        trajectories=args.trajectories,
+        length=args.length,
+        vocab_size=args.vocab_size,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        runs=args.runs,
+        seed=args.seed,
+        teacher_forced=TEACHER_FORCED,
+    )
+    return dict(
+        settings=settings,
+        metrics=metrics,
+        mean_alpha=a_bar,
+        iid_tokens_per_call=iid,
+        per_position=per_pos,
+        sequence_kl=seq_kl,
+    )
 
 
 def format_simulation(data: dict) -> str:
     """The plain-text report of :func:`simulate_data`'s result (simulated ± se beside exact)."""
     st = data["settings"]
     m = st["m"]
-    lines = [f"cactus-theory simulate: {st['rule_repr']}, m = {m}, c = {st['cost_ratio']}",
-             f"{st['trajectories']} synthetic {st['family']} trajectories, T = {st['length']}, "
-             f"V = {st['vocab_size']}, temperature = {st['temperature']}, top_k = {st['top_k']}, "
-             f"top_p = {st['top_p']}; {st['runs']} runs each, seed {st['seed']}",
-             f"All numbers are {TEACHER_FORCED}.",
-             "simulated = pooled ratio over runs ± delta-method standard error; "
-             "exact = ratio of expected totals (dynamic programme over round starts).", ""]
+    lines = [
+        f"cactus-theory simulate: {st['rule_repr']}, m = {m}, c = {st['cost_ratio']}",
+        f"{st['trajectories']} synthetic {st['family']} trajectories, T = {st['length']}, "
+        f"V = {st['vocab_size']}, temperature = {st['temperature']}, top_k = {st['top_k']}, "
+        f"top_p = {st['top_p']}; {st['runs']} runs each, seed {st['seed']}",
+        f"All numbers are {TEACHER_FORCED}.",
+        "simulated = pooled ratio over runs ± delta-method standard error; "
+        "exact = ratio of expected totals (dynamic programme over round starts).",
+        "",
+    ]
     w = 72
     lines.append(f"{'metric (convention)':<{w}} {'simulated':>20} {'exact':>10}")
     lines.append("-" * (w + 32))
@@ -219,30 +280,43 @@ def format_simulation(data: dict) -> str:
         return f"{v:.4f}" + (f" ± {s_:.4f}" if s_ is not None else "")
 
     for r in data["metrics"]:
-        lines.append(f"{r['label']:<{w}} {sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}")
-    lines.append(f"{'tokens / call, i.i.d. model (1-a^(m+1))/(1-a), a = mean alpha ' + format(data['mean_alpha'], '.4f'):<{w}} "
-                 f"{'-':>20} {data['iid_tokens_per_call']:>10.4f}")
+        lines.append(
+            f"{r['label']:<{w}} {sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}"
+        )
+    lines.append(
+        f"{'tokens / call, i.i.d. model (1-a^(m+1))/(1-a), a = mean alpha ' + format(data['mean_alpha'], '.4f'):<{w}} "
+        f"{'-':>20} {data['iid_tokens_per_call']:>10.4f}"
+    )
     pp = data["per_position"]
     for i, r in enumerate(pp["marginal"]):
-        lines.append(f"{f'per-position acceptance, marginal P(N > {i}) (vLLM V1 per-pos)':<{w}} "
-                     f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}")
+        lines.append(
+            f"{f'per-position acceptance, marginal P(N > {i}) (vLLM V1 per-pos)':<{w}} "
+            f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}"
+        )
     for i, r in enumerate(pp["conditional"]):
-        lines.append(f"{f'per-position acceptance, conditional P(N > {i} | N >= {i})':<{w}} "
-                     f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}")
+        lines.append(
+            f"{f'per-position acceptance, conditional P(N > {i} | N >= {i})':<{w}} "
+            f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}"
+        )
     for i, r in enumerate(pp["histogram"]):
-        lines.append(f"{f'acceptance-length histogram P(N = {i}) over rounds':<{w}} "
-                     f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}")
+        lines.append(
+            f"{f'acceptance-length histogram P(N = {i}) over rounds':<{w}} "
+            f"{sim_cell(r['simulated'], r['simulated_se']):>20} {r['exact']:>10.4f}"
+        )
     sq = data["sequence_kl"]
     w2 = 74
-    lines += ["", f"Sequence-level KL(emitted text || verifier), nats per trajectory of T = "
-              f"{st['length']} ({TEACHER_FORCED}; mean over trajectories):",
-              f"  {'exact lower bound   sum_t KL(b_t q_t + (1-b_t) h_t || q_t)':<{w2}} {sq['kl_lower']:.4f}",
-              f"  {'exact upper bound   sum_t (1-b_t) KL(h_t || q_t)':<{w2}} {sq['kl_upper']:.4f}",
-              f"  {'per-step sum        sum_t KL(h_t || q_t)  (looser upper bound, not equal)':<{w2}} "
-              f"{sq['kl_per_step_sum']:.4f}",
-              f"  {'Monte-Carlo estimate of KL(P || Q) (forward algorithm, simulated texts)':<{w2}} "
-              f"{sq['monte_carlo']:.4f} ± {sq['monte_carlo_se']:.4f}",
-              "  (b_t = probability that position t is a bonus token, emitted from q_t)"]
+    lines += [
+        "",
+        f"Sequence-level KL(emitted text || verifier), nats per trajectory of T = "
+        f"{st['length']} ({TEACHER_FORCED}; mean over trajectories):",
+        f"  {'exact lower bound   sum_t KL(b_t q_t + (1-b_t) h_t || q_t)':<{w2}} {sq['kl_lower']:.4f}",
+        f"  {'exact upper bound   sum_t (1-b_t) KL(h_t || q_t)':<{w2}} {sq['kl_upper']:.4f}",
+        f"  {'per-step sum        sum_t KL(h_t || q_t)  (looser upper bound, not equal)':<{w2}} "
+        f"{sq['kl_per_step_sum']:.4f}",
+        f"  {'Monte-Carlo estimate of KL(P || Q) (forward algorithm, simulated texts)':<{w2}} "
+        f"{sq['monte_carlo']:.4f} ± {sq['monte_carlo_se']:.4f}",
+        "  (b_t = probability that position t is a bonus token, emitted from q_t)",
+    ]
     return "\n".join(lines)
 
 

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -65,8 +64,13 @@ from .chain import PositionLaws, Trajectory, _positive_int, longest_round, posit
 from .metrics import ChainTotals, Estimate
 
 __all__ = [
-    "ExactChain", "exact_chain", "brute_force_chain", "SequenceDivergence",
-    "sequence_divergence", "sequence_log_prob", "sequence_kl_monte_carlo",
+    "ExactChain",
+    "exact_chain",
+    "brute_force_chain",
+    "SequenceDivergence",
+    "sequence_divergence",
+    "sequence_log_prob",
+    "sequence_kl_monte_carlo",
     "sequence_kl_brute_force",
 ]
 
@@ -97,22 +101,36 @@ class ExactChain:
 
 
 def _empty_totals(m: int) -> dict:
-    return dict(rounds=0.0, tokens=0.0, accepted=0.0, drafts=0.0, noncausal=0.0,
-                exposure=np.zeros(m), accepted_pos=np.zeros(m), reached=np.zeros(m),
-                hist=np.zeros(m + 1))
+    return dict(
+        rounds=0.0,
+        tokens=0.0,
+        accepted=0.0,
+        drafts=0.0,
+        noncausal=0.0,
+        exposure=np.zeros(m),
+        accepted_pos=np.zeros(m),
+        reached=np.zeros(m),
+        hist=np.zeros(m + 1),
+    )
 
 
 def _as_totals(acc: dict) -> ChainTotals:
     one = lambda x: np.asarray(x, dtype=np.float64).reshape(1, *np.shape(x))  # noqa: E731
-    return ChainTotals(one(acc["rounds"]).reshape(1), one(acc["tokens"]).reshape(1),
-                       one(acc["accepted"]).reshape(1), one(acc["drafts"]).reshape(1),
-                       one(acc["noncausal"]).reshape(1), one(acc["exposure"]),
-                       one(acc["accepted_pos"]), one(acc["reached"]), one(acc["hist"]),
-                       exact=True)
+    return ChainTotals(
+        one(acc["rounds"]).reshape(1),
+        one(acc["tokens"]).reshape(1),
+        one(acc["accepted"]).reshape(1),
+        one(acc["drafts"]).reshape(1),
+        one(acc["noncausal"]).reshape(1),
+        one(acc["exposure"]),
+        one(acc["accepted_pos"]),
+        one(acc["reached"]),
+        one(acc["hist"]),
+        exact=True,
+    )
 
 
-def exact_chain(rule, trajectory: Trajectory, m: int, *,
-                laws: Optional[PositionLaws] = None) -> ExactChain:
+def exact_chain(rule, trajectory: Trajectory, m: int, *, laws: PositionLaws | None = None) -> ExactChain:
     r"""Exact expected totals by the dynamic programme over round starts (module docstring).
 
     Teacher-forced: the distributions along the trajectory do not depend on the emitted text.
@@ -145,10 +163,10 @@ def exact_chain(rule, trajectory: Trajectory, m: int, *,
         if w == 0.0:
             continue
         ms = min(m, T - 1 - s)
-        a = alpha[s:s + ms]
-        S = np.concatenate([[1.0], np.cumprod(a)])                 # S[j] = P(N >= j)
-        PN = np.concatenate([S[:-1] * (1.0 - a), S[-1:]])          # P(N = j), j = 0..ms
-        pi[s + 1:s + ms + 2] += w * PN
+        a = alpha[s : s + ms]
+        S = np.concatenate([[1.0], np.cumprod(a)])  # S[j] = P(N >= j)
+        PN = np.concatenate([S[:-1] * (1.0 - a), S[-1:]])  # P(N = j), j = 0..ms
+        pi[s + 1 : s + ms + 2] += w * PN
         bonus[s + ms] += w * S[ms]
         acc["rounds"] += w
         acc["tokens"] += w * float(np.dot(PN, np.arange(ms + 1) + 1))
@@ -158,12 +176,13 @@ def exact_chain(rule, trajectory: Trajectory, m: int, *,
         acc["exposure"][:ms] += w
         acc["accepted_pos"][:ms] += w * S[1:]
         acc["reached"][:ms] += w * S[:-1]
-        acc["hist"][:ms + 1] += w * PN
+        acc["hist"][: ms + 1] += w * PN
     return ExactChain(_as_totals(acc), pi, bonus, laws, m)
 
 
-def brute_force_chain(rule, trajectory: Trajectory, m: int, *,
-                      laws: Optional[PositionLaws] = None) -> ExactChain:
+def brute_force_chain(
+    rule, trajectory: Trajectory, m: int, *, laws: PositionLaws | None = None
+) -> ExactChain:
     r"""The same expectations by enumerating all :math:`2^T` accept patterns (test oracle).
 
     Each pattern (one accept flag per position, independent Bernoulli(:math:`\alpha_t`)) fixes
@@ -210,10 +229,10 @@ def brute_force_chain(rule, trajectory: Trajectory, m: int, *,
             acc["tokens"] += w * (N + 1)
             acc["accepted"] += w * N
             acc["drafts"] += w * ms
-            acc["noncausal"] += w * (N + float(alpha[s + N + 1:s + ms].sum()))
+            acc["noncausal"] += w * (N + float(alpha[s + N + 1 : s + ms].sum()))
             acc["exposure"][:ms] += w
             acc["accepted_pos"][:N] += w
-            acc["reached"][:min(N + 1, ms)] += w
+            acc["reached"][: min(N + 1, ms)] += w
             acc["hist"][N] += w
             if N == ms:
                 bonus[s + ms] += w
@@ -279,8 +298,9 @@ def sequence_divergence(chain: ExactChain) -> SequenceDivergence:
     w = 1.0 - b
     # (1 - b_t) KL_t with 0 * inf = 0: a position that is surely a bonus adds nothing
     weighted = np.multiply(w, kl_t, out=np.zeros_like(kl_t), where=w > 0)
-    return SequenceDivergence(lower, float(weighted.sum()), float(kl_t.sum()),
-                              float(np.max(w * tv_t)), float(np.sum(w * tv_t)))
+    return SequenceDivergence(
+        lower, float(weighted.sum()), float(kl_t.sum()), float(np.max(w * tv_t)), float(np.sum(w * tv_t))
+    )
 
 
 def sequence_log_prob(laws: PositionLaws, m: int, tokens) -> np.ndarray:
@@ -312,7 +332,7 @@ def sequence_log_prob(laws: PositionLaws, m: int, tokens) -> np.ndarray:
     R, T = x.shape
     if T != len(laws.alpha):
         raise ValueError(f"tokens: length {T} != trajectory length {len(laws.alpha)}")
-    m = longest_round(m, T)   # a round holds at most T - 1 drafts: the same states
+    m = longest_round(m, T)  # a round holds at most T - 1 drafts: the same states
     f = np.zeros((R, m + 1))
     f[:, 0] = 1.0
     logz = np.zeros(R)
@@ -320,7 +340,7 @@ def sequence_log_prob(laws: PositionLaws, m: int, tokens) -> np.ndarray:
     with np.errstate(divide="ignore"):
         for t in range(T):
             xt = x[:, t]
-            ms = np.minimum(m, T - 1 - (t - j))                       # per state j
+            ms = np.minimum(m, T - 1 - (t - j))  # per state j
             valid = (j <= t) & (j <= ms)
             is_b = valid & (j == ms)
             is_d = valid & (j < ms)
@@ -328,8 +348,9 @@ def sequence_log_prob(laws: PositionLaws, m: int, tokens) -> np.ndarray:
             acc_x = laws.accept_joint[t, xt][:, None]
             rej_x = laws.reject_joint[t, xt][:, None]
             new = np.zeros_like(f)
-            new[:, 0] = np.sum(f * np.where(is_b, q_x, 0.0), axis=1) + \
-                np.sum(f * np.where(is_d, rej_x, 0.0), axis=1)
+            new[:, 0] = np.sum(f * np.where(is_b, q_x, 0.0), axis=1) + np.sum(
+                f * np.where(is_d, rej_x, 0.0), axis=1
+            )
             new[:, 1:] = (f * np.where(is_d, acc_x, 0.0))[:, :-1]
             z = new.sum(axis=1)
             logz += np.log(z)
@@ -393,7 +414,7 @@ def sequence_kl_brute_force(laws: PositionLaws, m: int) -> float:
         Naming ``trajectory`` when :math:`V^T > 2^{16}`.
     """
     T, V = laws.target_probs.shape
-    if V ** T > 2 ** 16:
+    if V**T > 2**16:
         raise ValueError(f"trajectory: V^T = {V}^{T} texts is too many to enumerate")
     texts = np.array(list(itertools.product(range(V), repeat=T)), dtype=np.int64)
     lp = sequence_log_prob(laws, m, texts)

@@ -55,12 +55,18 @@ Leviathan et al. 2023 (arXiv 2211.17192), section 3; Hao & Mou, ICLR 2026 (AL_m,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
-__all__ = ["ChainTotals", "Estimate", "ratio_estimate", "compute_metrics", "rej_relative",
-           "METRIC_LABELS", "pool_totals"]
+__all__ = [
+    "ChainTotals",
+    "Estimate",
+    "ratio_estimate",
+    "compute_metrics",
+    "rej_relative",
+    "METRIC_LABELS",
+    "pool_totals",
+]
 
 #: Metric name -> one-line label with its convention (printed in tables).
 METRIC_LABELS = {
@@ -145,9 +151,19 @@ def pool_totals(parts) -> ChainTotals:
         return np.concatenate(arrays, axis=0)
 
     groups = np.concatenate([np.full(len(t.rounds), i) for i, t in enumerate(parts)])
-    return ChainTotals(cat("rounds"), cat("tokens"), cat("accepted"), cat("drafts"),
-                       cat("noncausal"), cat("exposure"), cat("accepted_pos"), cat("reached"),
-                       cat("hist"), groups, exact=all(t.exact for t in parts))
+    return ChainTotals(
+        cat("rounds"),
+        cat("tokens"),
+        cat("accepted"),
+        cat("drafts"),
+        cat("noncausal"),
+        cat("exposure"),
+        cat("accepted_pos"),
+        cat("reached"),
+        cat("hist"),
+        groups,
+        exact=all(t.exact for t in parts),
+    )
 
 
 @dataclass(frozen=True)

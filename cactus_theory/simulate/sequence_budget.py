@@ -47,12 +47,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_budget
+from ..analysis.calibration import DELTA_CAP, calibrate_delta, global_delta, saturation_delta, spike_for
+from ..analysis.one_step import emitted_distribution
 from ..rules import SpikePlan
 from ..solvers.frontier import LARGEST_FINITE, saturation_budget
 from ..solvers.mentored import solve_mentored
 from ..solvers.sequence import budget_account, solve_sequence_budget
-from ..analysis.calibration import DELTA_CAP, calibrate_delta, global_delta, saturation_delta, spike_for
-from ..analysis.one_step import emitted_distribution
 from .chain import PositionLaws, Trajectory
 from .exact import exact_chain, sequence_divergence
 from .metrics import compute_metrics, pool_totals
@@ -62,9 +62,14 @@ __all__ = ["SequenceBudgetComparison", "compare_sequence_budget", "target_laws",
 #: Draft lengths of the comparison (the paper's main tables use m = 20).
 DRAFT_LENGTHS = (2, 4, 8, 20)
 
-METHODS = ("cactus-taylor, one delta", "cactus-taylor, delta per position",
-           "mentored-kl, one D per position", "offline optimum, lambda per trajectory",
-           "sequence-budget-kl, one lambda", "sequence-budget-kl, held-out lambda + account")
+METHODS = (
+    "cactus-taylor, one delta",
+    "cactus-taylor, delta per position",
+    "mentored-kl, one D per position",
+    "offline optimum, lambda per trajectory",
+    "sequence-budget-kl, one lambda",
+    "sequence-budget-kl, held-out lambda + account",
+)
 
 
 @dataclass(frozen=True)
@@ -116,9 +121,13 @@ class SequenceBudgetComparison:
         """One dict per method: name, knob, acceptance, KL per token, AL_m and KL upper per m."""
         out = []
         for i, name in enumerate(self.methods):
-            row = dict(method=name, knob=self.knobs[i], acceptance=float(self.acceptance[i]),
-                       kl_per_token=float(self.kl_per_token[i]),
-                       kl_worst_trajectory=float(self.kl_worst_trajectory[i]))
+            row = dict(
+                method=name,
+                knob=self.knobs[i],
+                acceptance=float(self.acceptance[i]),
+                kl_per_token=float(self.kl_per_token[i]),
+                kl_worst_trajectory=float(self.kl_worst_trajectory[i]),
+            )
             for j, m in enumerate(self.draft_lengths):
                 row[f"al_{m}"] = float(self.al[i, j])
                 row[f"kl_upper_{m}"] = float(self.kl_upper[i, j])
@@ -127,8 +136,14 @@ class SequenceBudgetComparison:
 
     def to_dict(self) -> dict:
         """JSON-ready: the corpus, eps and :meth:`rows`."""
-        return dict(label=self.label, eps=self.eps, draft_lengths=list(self.draft_lengths),
-                    positions=self.positions, trajectories=self.trajectories, rows=self.rows())
+        return dict(
+            label=self.label,
+            eps=self.eps,
+            draft_lengths=list(self.draft_lengths),
+            positions=self.positions,
+            trajectories=self.trajectories,
+            rows=self.rows(),
+        )
 
 
 def target_laws(target_probs, draft_probs, emitted) -> PositionLaws:
@@ -178,21 +193,30 @@ def _plan_laws(plan) -> PositionLaws:
 
 
 def _split(laws: PositionLaws, bounds):
-    return [PositionLaws(*(x[a:b] for x in (laws.alpha, laws.accept_joint, laws.reject_joint,
-                                            laws.emitted, laws.target_probs)))
-            for a, b in zip(bounds[:-1], bounds[1:])]
+    return [
+        PositionLaws(
+            *(
+                x[a:b]
+                for x in (laws.alpha, laws.accept_joint, laws.reject_joint, laws.emitted, laws.target_probs)
+            )
+        )
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]
 
 
 def _pad(trajs):
     """Trajectories on one vocabulary width (zero columns appended: no mass, no effect)."""
     W = max(t.vocab_size for t in trajs)
     pad = lambda x: np.pad(x, ((0, 0), (0, W - x.shape[1])))  # noqa: E731
-    return [t if t.vocab_size == W else Trajectory(pad(t.target_probs), pad(t.draft_probs), label=t.label)
-            for t in trajs]
+    return [
+        t if t.vocab_size == W else Trajectory(pad(t.target_probs), pad(t.draft_probs), label=t.label)
+        for t in trajs
+    ]
 
 
-def compare_sequence_budget(trajectories, eps, draft_lengths=DRAFT_LENGTHS,
-                            label: str = "") -> SequenceBudgetComparison:
+def compare_sequence_budget(
+    trajectories, eps, draft_lengths=DRAFT_LENGTHS, label: str = ""
+) -> SequenceBudgetComparison:
     r"""Calibrate every method of :data:`METHODS` to the per-token budget eps and compare them.
 
     Each knob is set so that the method's mean per-token emitted KL over the corpus is eps:
@@ -269,14 +293,19 @@ def compare_sequence_budget(trajectories, eps, draft_lengths=DRAFT_LENGTHS,
     held, lams = {}, []
     for k, half in enumerate(halves):
         other = halves[1 - k]
-        lam_o = solve_sequence_budget(Q[np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in other])],
-                                      P[np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in other])],
-                                      eps).lam
+        lam_o = solve_sequence_budget(
+            Q[np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in other])],
+            P[np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in other])],
+            eps,
+        ).lam
         lams.append(lam_o)
         held.update({i: lam_o for i in half})
-    laws[METHODS[5]] = [target_laws(t.target_probs, t.draft_probs,
-                                    budget_account(t.target_probs, t.draft_probs, held[i], eps)[0])
-                        for i, t in enumerate(trajs)]
+    laws[METHODS[5]] = [
+        target_laws(
+            t.target_probs, t.draft_probs, budget_account(t.target_probs, t.draft_probs, held[i], eps)[0]
+        )
+        for i, t in enumerate(trajs)
+    ]
     knobs[METHODS[5]] = "lambda = " + "/".join(f"{x:.4g}" for x in lams) + " (other half), cap = budget left"
 
     M, K = len(METHODS), len(ms)
@@ -292,5 +321,17 @@ def compare_sequence_budget(trajectories, eps, draft_lengths=DRAFT_LENGTHS,
             chains = [exact_chain(None, t, m, laws=x) for t, x in zip(trajs, ls)]
             al[i, j] = compute_metrics(pool_totals([c.totals for c in chains]))["al_paper"].value
             klu[i, j] = sum(sequence_divergence(c).kl_upper for c in chains) / N
-    return SequenceBudgetComparison(label, float(eps), ms, N, len(trajs), METHODS,
-                                    tuple(knobs[n] for n in METHODS), acc, klt, worst, al, klu)
+    return SequenceBudgetComparison(
+        label,
+        float(eps),
+        ms,
+        N,
+        len(trajs),
+        METHODS,
+        tuple(knobs[n] for n in METHODS),
+        acc,
+        klt,
+        worst,
+        al,
+        klu,
+    )

@@ -11,8 +11,6 @@ p drafter (``draft_probs``).
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from ..distributions import FAMILIES, synthetic_pairs, truncate
@@ -21,9 +19,17 @@ from .chain import Trajectory, _positive_int
 __all__ = ["synthetic_trajectory", "FAMILIES"]
 
 
-def synthetic_trajectory(family: str = "dirichlet", length: int = 128, vocab_size: int = 32,
-                         rng=None, *, temperature: float = 1.0, top_k: Optional[int] = None,
-                         top_p: Optional[float] = None, **family_knobs) -> Trajectory:
+def synthetic_trajectory(
+    family: str = "dirichlet",
+    length: int = 128,
+    vocab_size: int = 32,
+    rng=None,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    **family_knobs,
+) -> Trajectory:
     r"""One synthetic trajectory of ``length`` independent (q_t, p_t) pairs.
 
     Parameters

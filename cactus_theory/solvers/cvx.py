@@ -38,8 +38,14 @@ from .._validation import token_id as as_token_id
 from ..divergences import get_divergence
 from .cvx_certificate import draft_bound, recover_draft
 
-__all__ = ["CvxResult", "SolverFailure", "max_draft_probability_cvxpy", "solve_verified",
-           "CVX_DIVERGENCES", "SOLVERS"]
+__all__ = [
+    "CvxResult",
+    "SolverFailure",
+    "max_draft_probability_cvxpy",
+    "solve_verified",
+    "CVX_DIVERGENCES",
+    "SOLVERS",
+]
 
 #: Divergences the oracle can express in disciplined convex form.
 CVX_DIVERGENCES = ("kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "tv", "js")
@@ -52,9 +58,15 @@ SOLVERS = ("CLARABEL", "SCS")
 _SOLVER_OPTIONS = {
     "CLARABEL": (
         dict(tol_feas=1e-10, tol_gap_abs=1e-10, tol_gap_rel=1e-10, max_iter=400),
-        dict(tol_feas=1e-9, tol_gap_abs=1e-9, tol_gap_rel=1e-9, max_iter=2000,
-             static_regularization_constant=1e-7, equilibrate_max_iter=50,
-             tol_ktratio=1e-7),
+        dict(
+            tol_feas=1e-9,
+            tol_gap_abs=1e-9,
+            tol_gap_rel=1e-9,
+            max_iter=2000,
+            static_regularization_constant=1e-7,
+            equilibrate_max_iter=50,
+            tol_ktratio=1e-7,
+        ),
     ),
     "SCS": (dict(eps_abs=1e-9, eps_rel=1e-9, max_iters=200_000),),
 }
@@ -72,8 +84,7 @@ def _solver_attempts(solvers=SOLVERS, *, others: bool = True):
 
     out = [(name, opts) for name in solvers for opts in _SOLVER_OPTIONS.get(name, ({},))]
     if others:
-        out += [(name, {}) for name in cp.installed_solvers()
-                if name not in solvers and name not in _NEVER]
+        out += [(name, {}) for name in cp.installed_solvers() if name not in solvers and name not in _NEVER]
     return out
 
 
@@ -135,13 +146,13 @@ def _constraint(cp, h, q, name, delta):
         cons.append(0.5 * cp.sum(cp.abs(h - q)) <= delta)
     elif name == "js":
         m_sup = (hs + qs) / 2
-        cons.append(0.5 * cp.sum(cp.rel_entr(h, (h + q) / 2)) + 0.5 * cp.sum(cp.rel_entr(qs, m_sup))
-                    <= delta)
+        cons.append(0.5 * cp.sum(cp.rel_entr(h, (h + q) / 2)) + 0.5 * cp.sum(cp.rel_entr(qs, m_sup)) <= delta)
     return cons
 
 
-def max_draft_probability_cvxpy(target_probs, token_id: int, delta, divergence="kl", *,
-                                tol: float = 1e-7, solvers=None) -> CvxResult:
+def max_draft_probability_cvxpy(
+    target_probs, token_id: int, delta, divergence="kl", *, tol: float = 1e-7, solvers=None
+) -> CvxResult:
     r"""Solve :math:`\max h_n` s.t. :math:`h \in \Delta_V,\ D(h\|q) \le \delta` with cvxpy.
 
     Parameters
@@ -186,24 +197,31 @@ def max_draft_probability_cvxpy(target_probs, token_id: int, delta, divergence="
     d = get_divergence(name)
     if delta == 0:
         # D(h || q) = 0 iff h = q for every divergence here (f strictly convex at 1, or TV).
-        return CvxResult(float(q[n]), q.copy(), 0.0, "optimal", "none (delta = 0 forces h = q)",
-                         ())
+        return CvxResult(float(q[n]), q.copy(), 0.0, "optimal", "none (delta = 0 forces h = q)", ())
     h = cp.Variable(V, nonneg=True)
     cons = [cp.sum(h) == 1] + _constraint(cp, h, q, name, min(delta, 1e6))
     prob = cp.Problem(cp.Maximize(h[n]), cons)
 
     x, div, status, solver, attempts = solve_verified(
-        prob, h, q, d, delta, tol=tol, solvers=solvers,
+        prob,
+        h,
+        q,
+        d,
+        delta,
+        tol=tol,
+        solvers=solvers,
         context=f"token {n}, delta={delta}, {name}",
         dual=lambda lam0, nu0: draft_bound(q, n, delta, name, lam0, nu0),
         value=lambda x: float(x[n]),
         recover=lambda mult: recover_draft(q, n, name, *mult),
-        multipliers=(cons[-1], cons[0]))
+        multipliers=(cons[-1], cons[0]),
+    )
     return CvxResult(float(x[n]), x, div, status, solver, attempts)
 
 
-def solve_verified(prob, var, q, d, budget, *, tol, solvers, context, dual=None, value=None,
-                   recover=None, multipliers=None):
+def solve_verified(
+    prob, var, q, d, budget, *, tol, solvers, context, dual=None, value=None, recover=None, multipliers=None
+):
     """Solve ``prob`` with each solver in turn; return the first answer that is certified.
 
     A candidate point is accepted only if it is finite, ``min >= -tol``, ``|sum - 1| <= tol``
@@ -293,8 +311,7 @@ def solve_verified(prob, var, q, d, budget, *, tol, solvers, context, dual=None,
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 prob.solve(solver=solver, **options)
-        except (cp.error.SolverError, cp.error.DCPError, ValueError, ArithmeticError,
-                TypeError) as exc:
+        except (cp.error.SolverError, cp.error.DCPError, ValueError, ArithmeticError, TypeError) as exc:
             attempts.append((solver, f"error: {str(exc)[:200]}"))
             continue
         note = "; ".join(str(w.message)[:200] for w in caught)

@@ -49,16 +49,31 @@ import numpy as np
 
 from .._validation import choice
 
-__all__ = ["CONJUGATE_DIVERGENCES", "draft_dual_bound", "frontier_dual_bound",
-           "draft_bound", "frontier_bound", "certify_draft", "certify_frontier", "recover_draft",
-           "recover_frontier"]
+__all__ = [
+    "CONJUGATE_DIVERGENCES",
+    "draft_dual_bound",
+    "frontier_dual_bound",
+    "draft_bound",
+    "frontier_bound",
+    "certify_draft",
+    "certify_frontier",
+    "recover_draft",
+    "recover_frontier",
+]
 
 #: Divergences with a closed-form conjugate here (those of the cvxpy oracle).
 CONJUGATE_DIVERGENCES = ("kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "tv", "js")
 
 #: :math:`f'(\infty) = \lim f(t)/t`, the cost per unit of mass where q = 0.
-_SLOPE_AT_INFINITY = {"kl": math.inf, "reverse_kl": 0.0, "chi2": math.inf, "neyman_chi2": 1.0,
-                      "hellinger": 0.5, "tv": 0.5, "js": 0.5 * math.log(2.0)}
+_SLOPE_AT_INFINITY = {
+    "kl": math.inf,
+    "reverse_kl": 0.0,
+    "chi2": math.inf,
+    "neyman_chi2": 1.0,
+    "hellinger": 0.5,
+    "tv": 0.5,
+    "js": 0.5 * math.log(2.0),
+}
 
 
 def conjugate_nonneg(s, divergence: str) -> np.ndarray:
@@ -97,8 +112,9 @@ def conjugate_nonneg(s, divergence: str) -> np.ndarray:
         ok = s < 0.5 * math.log(2.0)
         r = np.exp(2.0 * np.where(ok, s, 0.0))
         t = r / (2.0 - r)
-        f = 0.5 * (np.where(t > 0, t * np.log(np.where(t > 0, t, 1.0)), 0.0)
-                   - (1.0 + t) * np.log((1.0 + t) / 2.0))
+        f = 0.5 * (
+            np.where(t > 0, t * np.log(np.where(t > 0, t, 1.0)), 0.0) - (1.0 + t) * np.log((1.0 + t) / 2.0)
+        )
         return np.where(ok, s * t - f, inf)
 
 
@@ -216,8 +232,17 @@ def _polish(bound, lam0, nu0, name):
     starts = []
     for lam in (lam0, 1.0, 0.1, 10.0, 1e-3):
         if lam is not None and np.isfinite(lam) and lam > 0:
-            for nu in (nu0, -nu0 if nu0 is not None else None, 0.0, 0.5, 1.0, 1.0 + lam, 2.0, 5.0,
-                       1.0 - lam * edge):
+            for nu in (
+                nu0,
+                -nu0 if nu0 is not None else None,
+                0.0,
+                0.5,
+                1.0,
+                1.0 + lam,
+                2.0,
+                5.0,
+                1.0 - lam * edge,
+            ):
                 if nu is not None and np.isfinite(nu):
                     lz = math.log(lam)
                     starts.append(np.array([lz, nu - to_nu(lz, 0.0)]))
@@ -225,24 +250,32 @@ def _polish(bound, lam0, nu0, name):
     if obj(zbest) >= 1e300:
         return math.inf, (math.nan, math.nan)
     if edge:
-        r = minimize_scalar(lambda lz: obj(np.array([lz, 0.0])), bounds=(-30.0, 10.0),
-                            method="bounded", options=dict(xatol=1e-12))
+        r = minimize_scalar(
+            lambda lz: obj(np.array([lz, 0.0])),
+            bounds=(-30.0, 10.0),
+            method="bounded",
+            options=dict(xatol=1e-12),
+        )
         if r.fun < obj(zbest):
             zbest = np.array([r.x, 0.0])
     z = zbest
     for _ in range(3):
         start_val = obj(z)
-        res = minimize(obj, z, method="Nelder-Mead",
-                       options=dict(xatol=1e-12, fatol=1e-15, maxiter=3000, maxfev=3000))
+        res = minimize(
+            obj, z, method="Nelder-Mead", options=dict(xatol=1e-12, fatol=1e-15, maxiter=3000, maxfev=3000)
+        )
         if res.fun < obj(z):
             z = res.x
         for axis, width in ((1, 1.0), (0, 4.0), (1, 0.05), (0, 0.2)):
-            def along(v, axis=axis):
+
+            def along(v, axis=axis, z=z):
                 zz = z.copy()
                 zz[axis] = v
                 return obj(zz)
-            r = minimize_scalar(along, bounds=(z[axis] - width, z[axis] + width), method="bounded",
-                                options=dict(xatol=1e-13))
+
+            r = minimize_scalar(
+                along, bounds=(z[axis] - width, z[axis] + width), method="bounded", options=dict(xatol=1e-13)
+            )
             if r.fun < obj(z):
                 z = z.copy()
                 z[axis] = r.x
@@ -253,18 +286,17 @@ def _polish(bound, lam0, nu0, name):
 
 def draft_bound(q, token_id: int, delta: float, divergence: str, lam0=None, nu0=None):
     r"""The polished per-draft dual bound: ``(bound, (lambda, nu))``, bound >= the optimum."""
-    return _polish(lambda lam, nu: draft_dual_bound(q, token_id, delta, divergence, lam, nu),
-                   lam0, nu0, divergence)
+    return _polish(
+        lambda lam, nu: draft_dual_bound(q, token_id, delta, divergence, lam, nu), lam0, nu0, divergence
+    )
 
 
 def frontier_bound(q, p, eps: float, divergence: str, lam0=None, nu0=None):
     r"""The polished frontier dual bound: ``(bound, (lambda, nu))``, bound >= the optimum."""
-    return _polish(lambda lam, nu: frontier_dual_bound(q, p, eps, divergence, lam, nu),
-                   lam0, nu0, divergence)
+    return _polish(lambda lam, nu: frontier_dual_bound(q, p, eps, divergence, lam, nu), lam0, nu0, divergence)
 
 
-def certify_draft(q, token_id: int, delta: float, divergence: str, value: float,
-                  lam0=None, nu0=None):
+def certify_draft(q, token_id: int, delta: float, divergence: str, value: float, lam0=None, nu0=None):
     r"""Duality gap of a feasible per-draft answer: ``(gap, bound, (lambda, nu))``.
 
     ``gap = bound - value >= -rounding`` for a feasible ``value``; the answer is optimal within

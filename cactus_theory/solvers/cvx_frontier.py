@@ -59,8 +59,9 @@ class FrontierCvxResult:
     attempts: tuple
 
 
-def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
-                         tol: float = 1e-7, solvers=None) -> FrontierCvxResult:
+def max_acceptance_cvxpy(
+    target_probs, draft_probs, budget, divergence="kl", *, tol: float = 1e-7, solvers=None
+) -> FrontierCvxResult:
     r"""Solve :math:`\max \sum\min(p,\pi)` s.t. :math:`D(\pi\|q)\le\epsilon` with cvxpy.
 
     Parameters
@@ -99,16 +100,25 @@ def max_acceptance_cvxpy(target_probs, draft_probs, budget, divergence="kl", *,
     name = choice(get_divergence(divergence).name, CVX_DIVERGENCES, "divergence")
     d = get_divergence(name)
     if eps == 0:
-        return FrontierCvxResult(float(np.minimum(p, q).sum()), q.copy(), 0.0, "optimal",
-                                 "none (budget 0 forces pi = q)", ())
+        return FrontierCvxResult(
+            float(np.minimum(p, q).sum()), q.copy(), 0.0, "optimal", "none (budget 0 forces pi = q)", ()
+        )
     V = q.shape[0]
     pi = cp.Variable(V, nonneg=True)
     cons = [cp.sum(pi) == 1] + _constraint(cp, pi, q, name, min(eps, 1e6))
     prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(pi, p))), cons)
     x, div, status, solver, attempts = solve_verified(
-        prob, pi, q, d, eps, tol=tol, solvers=solvers, context=f"the frontier, budget={eps}, {name}",
+        prob,
+        pi,
+        q,
+        d,
+        eps,
+        tol=tol,
+        solvers=solvers,
+        context=f"the frontier, budget={eps}, {name}",
         dual=lambda lam0, nu0: frontier_bound(q, p, eps, name, lam0, nu0),
         value=lambda x: float(np.minimum(p, x).sum()),
         recover=lambda mult: recover_frontier(q, p, name, *mult),
-        multipliers=(cons[-1], cons[0]))
+        multipliers=(cons[-1], cons[0]),
+    )
     return FrontierCvxResult(float(np.minimum(p, x).sum()), x, div, status, solver, attempts)

@@ -33,15 +33,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_budget_array, as_count, as_nonempty_values, as_prob_pair
+from .._validation import as_count, as_nonempty_values, as_prob_pair
 from ..divergences import get_divergence
 from .mentored import _solve_checked, solve_mentored
 
 #: The largest finite budget: the frontier's supremum over distributions of finite divergence.
 LARGEST_FINITE = float(np.finfo(np.float64).max)
 
-__all__ = ["FrontierResult", "frontier", "frontier_curve", "saturation_budget",
-           "min_divergence_for_acceptance"]
+__all__ = [
+    "FrontierResult",
+    "frontier",
+    "frontier_curve",
+    "saturation_budget",
+    "min_divergence_for_acceptance",
+]
 
 
 @dataclass(frozen=True)
@@ -72,8 +77,9 @@ class FrontierResult:
     divergence_name: str
 
 
-def frontier(target_probs, draft_probs, eps, divergence="kl", *,
-             return_target: bool = False) -> FrontierResult:
+def frontier(
+    target_probs, draft_probs, eps, divergence="kl", *, return_target: bool = False
+) -> FrontierResult:
     r"""The optimal acceptance :math:`F(\epsilon)` for every budget in ``eps``.
 
     Parameters
@@ -109,8 +115,13 @@ def frontier(target_probs, draft_probs, eps, divergence="kl", *,
         raise ValueError(f"eps: expected a scalar or a 1-D array of budgets, got shape {e.shape}")
     # validated above: the solver is entered without a second validation pass
     sol = _solve_checked(q, p, e, d, return_target, True, "auto")
-    return FrontierResult(e, np.asarray(sol.acceptance), np.asarray(sol.divergence),
-                          None if sol.target is None else np.asarray(sol.target), d.name)
+    return FrontierResult(
+        e,
+        np.asarray(sol.acceptance),
+        np.asarray(sol.divergence),
+        None if sol.target is None else np.asarray(sol.target),
+        d.name,
+    )
 
 
 def saturation_budget(target_probs, draft_probs, divergence="kl") -> np.ndarray:
@@ -154,8 +165,9 @@ def frontier_curve(target_probs, draft_probs, divergence="kl", n_points: int = 6
     return grid, frontier(q, p, grid, divergence).acceptance
 
 
-def min_divergence_for_acceptance(target_probs, draft_probs, acceptance, divergence="kl", *,
-                                  steps: int = 100) -> np.ndarray:
+def min_divergence_for_acceptance(
+    target_probs, draft_probs, acceptance, divergence="kl", *, steps: int = 100
+) -> np.ndarray:
     r"""The inverse frontier: :math:`\min\{\epsilon : F(\epsilon) \ge A\}` per row.
 
     ``+inf`` where A exceeds :math:`F(\infty)` (no distribution within any finite budget, e.g.

@@ -78,19 +78,26 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from array_api_compat import array_namespace
-
 import numpy as np
+from array_api_compat import array_namespace
 
 from .._validation import _is_torch, as_budget, as_budget_array, as_probs_or_tensor, choice
 from ..divergences import Divergence, get_divergence
 
 #: The one place the solver departs from exact arithmetic on valid input.
-_OVERFLOW_NOTE = ("tokens with 0 < q_x < p_x / (max_float / 4) (about 4.5e-308 p_x in float64) are "
-                 "treated as q_x = 0: their ratio p/q is not representable")
+_OVERFLOW_NOTE = (
+    "tokens with 0 < q_x < p_x / (max_float / 4) (about 4.5e-308 p_x in float64) are "
+    "treated as q_x = 0: their ratio p/q is not representable"
+)
 
-__all__ = ["MentoredSolution", "solve_mentored", "mentored_target", "max_acceptance",
-           "slope_at_infinity", "METHODS"]
+__all__ = [
+    "MentoredSolution",
+    "solve_mentored",
+    "mentored_target",
+    "max_acceptance",
+    "slope_at_infinity",
+    "METHODS",
+]
 
 #: Bisection steps for each phase: the log-b bracket is at most ~710 wide (the cap on r), and
 #: 710 / 2**64 < 4e-17, below float64's resolution of b near 1.
@@ -240,11 +247,11 @@ class _Prepared:
         pad = xp.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=getattr(q, "device", None))
         cs = lambda x: xp.concat([pad, xp.cumulative_sum(x, axis=-1)], axis=-1)  # noqa: E731
         rcs = lambda x: xp.flip(cs(xp.flip(x, axis=-1)), axis=-1)  # noqa: E731
-        self.Pc = cs(ps)                                   # sums over sorted[:k], length V+1
+        self.Pc = cs(ps)  # sums over sorted[:k], length V+1
         qs = mask(ons, qs, zero)
         self.Qc = cs(qs)
-        self.Dc = cs(qs - ps)        # sum (q - p) over sorted[:k], without cancellation
-        self.Qs = rcs(qs)                                  # sums over sorted[k:]
+        self.Dc = cs(qs - ps)  # sum (q - p) over sorted[:k], without cancellation
+        self.Qs = rcs(qs)  # sums over sorted[k:]
         with _overflow_to_inf(xp):
             # q f(r) = term(p, q) on supp(q); f(r) can exceed the float range (Neyman
             # chi-square at a subnormal p): +inf is the correctly rounded value there
@@ -258,9 +265,9 @@ class _Prepared:
         # breakpoints of g(a) = sum_{r<a} (a q - p): G_k = r_k Q_{<k} - P_{<k}; +inf off supp
         self.G = mask(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], inf)
         self.rs = rs
-        self.K = xp.sum(xp.astype(on, xp.int64), axis=-1, keepdims=True)   # on-support count
-        self.P0 = xp.sum(mask(on, zero, p), axis=-1, keepdims=True)           # p off supp(q)
-        self.Pon = _take(xp, self.Pc, self.K)                                # p(q > 0)
+        self.K = xp.sum(xp.astype(on, xp.int64), axis=-1, keepdims=True)  # on-support count
+        self.P0 = xp.sum(mask(on, zero, p), axis=-1, keepdims=True)  # p off supp(q)
+        self.Pon = _take(xp, self.Pc, self.K)  # p(q > 0)
         # b's range is [1, max(1, max r)] (b >= 1 always: pi >= q where p >= q)
         self.r_max = xp.max(mask(on, r, one), axis=-1, keepdims=True)
         self.steps = max(1, math.ceil(math.log2(V + 1)) + 1)
@@ -268,7 +275,7 @@ class _Prepared:
             # acceptance at each breakpoint b = r_k: H_k = P_{<=k} + r_k Q_{>k} (nondecreasing:
             # H_{k+1} - H_k = (r_{k+1} - r_k) Q_{>k}); +inf off supp(q)
             self.H = mask(ons, mask(ons, rs, zero) * self.Qs[..., 1:] + self.Pc[..., 1:], inf)
-            self.last = xp.maximum(self.K - 1, xp.zeros_like(self.K))     # last on-support index
+            self.last = xp.maximum(self.K - 1, xp.zeros_like(self.K))  # last on-support index
 
     def upper_from_acceptance(self, A):
         """b with A(b) = P(r <= b) + b Q(r > b) = A, for A in [A(1), P(q > 0)] (inverse of
@@ -312,7 +319,7 @@ class _Prepared:
             pos = T > 0
             return np.where(pos, (T + self.Pc[k]) / self.Qc[k], 0.0), np.where(pos, k, 0)
         T = xp.maximum(T, xp.zeros_like(T))
-        k = self.count_le(self.G, T)                      # G_0 = 0 <= T, so k >= 1
+        k = self.count_le(self.G, T)  # G_0 = 0 <= T, so k >= 1
         Qk, Pk = self.take(self.Qc, k), self.take(self.Pc, k)
         pos = Qk > 0
         a = xp.where(pos, (T + Pk) / xp.where(pos, Qk, xp.ones_like(Qk)), xp.zeros_like(Qk))
@@ -373,7 +380,7 @@ def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     root); ``lo`` always satisfies ``fn(lo) <= budget`` as computed. Returns the final
     bracket ``(lo, hi)``.
     """
-    with _quiet(xp):     # inactive lanes may hold inf - inf; they are masked and returned as lo
+    with _quiet(xp):  # inactive lanes may hold inf - inf; they are masked and returned as lo
         return _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale)
 
 
@@ -386,10 +393,10 @@ def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     root_b = xp.sqrt(xp.where(active, budget, zero))
     g_lo = xp.where(active, xp.sqrt(xp.where(active, f_lo, zero)) - root_b, zero - 1.0)
     g_hi = xp.where(active, xp.sqrt(xp.where(active, f_hi, zero)) - root_b, zero + 1.0)
-    half_tol = 2.0 ** -53 * xp.maximum(xp.maximum(xp.abs(lo), xp.abs(hi)), scale + zero)
-    half_tol = xp.where(active, xp.maximum(half_tol, zero + 2.0 ** -1074), zero + 1.0)
+    half_tol = 2.0**-53 * xp.maximum(xp.maximum(xp.abs(lo), xp.abs(hi)), scale + zero)
+    half_tol = xp.where(active, xp.maximum(half_tol, zero + 2.0**-1074), zero + 1.0)
     tol = 2.0 * half_tol
-    hi2, g_hi2 = hi, g_hi                 # the previous point above the budget (none yet)
+    hi2, g_hi2 = hi, g_hi  # the previous point above the budget (none yet)
     slow = active & False
     E = lo.shape[-1]
     budget2, root_b2 = xp.concat([budget, budget], axis=-1), xp.concat([root_b, root_b], axis=-1)
@@ -400,18 +407,19 @@ def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
         if not bool(xp.any(active)):
             break
         mid = lo + 0.5 * w
-        xc = lo + w * (g_lo / (g_lo - g_hi))                       # chord (g_lo <= 0 <= g_hi)
-        xc = xp.where(xc >= lo, xc, mid)                            # (0/0 when both are 0)
-        xs = hi - (hi2 - hi) * (g_hi / (g_hi2 - g_hi))              # secant of the two highs
+        xc = lo + w * (g_lo / (g_lo - g_hi))  # chord (g_lo <= 0 <= g_hi)
+        xc = xp.where(xc >= lo, xc, mid)  # (0/0 when both are 0)
+        xs = hi - (hi2 - hi) * (g_hi / (g_hi2 - g_hi))  # secant of the two highs
         xs = xp.where((g_hi2 > g_hi) & (xs > xc) & (xs < hi), xs, 0.5 * (xc + hi))
-        xs = xp.where(slow, mid, xs)                                # last step did not halve
+        xs = xp.where(slow, mid, xs)  # last step did not halve
         # both at least half_tol inside the bracket; inactive lanes evaluate lo (discarded)
         a_lo, a_hi = xp.where(active, lo + half_tol, lo), xp.where(active, hi - half_tol, lo)
-        pts = xp.concat([xp.minimum(xp.maximum(xc, a_lo), a_hi),
-                         xp.minimum(xp.maximum(xs, a_lo), a_hi)], axis=-1)
+        pts = xp.concat(
+            [xp.minimum(xp.maximum(xc, a_lo), a_hi), xp.minimum(xp.maximum(xs, a_lo), a_hi)], axis=-1
+        )
         f = fn(pts)
         feas, gp = f <= budget2, xp.sqrt(xp.maximum(f, zero2)) - root_b2
-        for sl in (slice(E, 2 * E), slice(0, E)):                  # the secant point first
+        for sl in (slice(E, 2 * E), slice(0, E)):  # the secant point first
             x, gx, ok = pts[..., sl], gp[..., sl], feas[..., sl]
             up = active & ok & (x > lo)
             down = active & ~ok & (x < hi)
@@ -422,9 +430,16 @@ def _two_sided_secant(xp, fn, lo, hi, f_lo, f_hi, budget, scale):
     return lo, hi
 
 
-def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
-                   return_target: bool = True, budget_axis: bool = False,
-                   method: str = "auto") -> MentoredSolution:
+def solve_mentored(
+    target_probs,
+    draft_probs,
+    budget,
+    divergence="kl",
+    *,
+    return_target: bool = True,
+    budget_axis: bool = False,
+    method: str = "auto",
+) -> MentoredSolution:
     r"""Solve :math:`\max_\pi \sum_x\min(p_x,\pi_x)` s.t. :math:`D(\pi\|q)\le\epsilon` exactly.
 
     Parameters
@@ -467,7 +482,7 @@ def solve_mentored(target_probs, draft_probs, budget, divergence="kl", *,
     """
     d = get_divergence(divergence)
     method = choice(method, METHODS, "method")
-    q = as_probs_or_tensor(target_probs, "target_probs")   # numpy: validated; torch: as given
+    q = as_probs_or_tensor(target_probs, "target_probs")  # numpy: validated; torch: as given
     p = as_probs_or_tensor(draft_probs, "draft_probs")
     if not _is_torch(budget):
         budget = as_budget_array(budget, "budget") if np.ndim(budget) else as_budget(budget, "budget")
@@ -479,7 +494,7 @@ def _solve_checked(q, p, budget, d, return_target, budget_axis, method):
     xp = array_namespace(q, p)
     fast = method == "fast" or (method == "auto" and not _is_torch(q))
     if fast and _is_numpy(xp) and _NUMPY_IS_ARRAY_API:
-        xp = np     # the same functions without the compatibility wrappers (~1-2 us per call)
+        xp = np  # the same functions without the compatibility wrappers (~1-2 us per call)
     dev = getattr(q, "device", None)
     if not hasattr(budget, "shape"):
         budget = xp.asarray(budget, dtype=q.dtype, device=dev)
@@ -499,15 +514,21 @@ def _solve_checked(q, p, budget, d, return_target, budget_axis, method):
         return sol
     squeeze = lambda x: None if x is None else x[..., 0]  # noqa: E731
     tgt = None if sol.target is None else sol.target[..., 0, :]
-    return MentoredSolution(squeeze(sol.acceptance), squeeze(sol.lower), squeeze(sol.upper),
-                            squeeze(sol.off_support_mass), squeeze(sol.divergence), tgt)
+    return MentoredSolution(
+        squeeze(sol.acceptance),
+        squeeze(sol.lower),
+        squeeze(sol.upper),
+        squeeze(sol.off_support_mass),
+        squeeze(sol.divergence),
+        tgt,
+    )
 
 
 def _solve_tv(xp, q, p, eps, return_target):
-    tv = xp.sum(xp.clip(p - q, 0.0, None), axis=-1, keepdims=True)       # [..., 1]
+    tv = xp.sum(xp.clip(p - q, 0.0, None), axis=-1, keepdims=True)  # [..., 1]
     pos = tv > 0
     safe_tv = xp.where(pos, tv, xp.ones_like(tv))
-    lam = xp.where(pos, xp.minimum(eps, safe_tv) / safe_tv, xp.zeros_like(eps))   # [..., E]
+    lam = xp.where(pos, xp.minimum(eps, safe_tv) / safe_tv, xp.zeros_like(eps))  # [..., E]
     acc = xp.clip(1.0 - tv + eps, None, 1.0)
     acc = xp.where(pos, acc, xp.ones_like(acc))
     div = lam * tv
@@ -523,7 +544,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
     prep = _Prepared(xp, q, p, d, fast)
     slope = _slope(d)
     one = xp.ones_like(eps)
-    log_rmax = xp.log(prep.r_max) * one                                    # [..., E]
+    log_rmax = xp.log(prep.r_max) * one  # [..., E]
     # at b = r_max itself, the b returned when the end of phase 1 is within budget
     # (exp(log r_max) can differ from r_max by an ulp, and D there from D(r_max) by much
     # more where a -> 0 makes D steep: reverse KL at a budget ~40)
@@ -535,7 +556,7 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         # C^1 (dD/dA = f'(b) - f'(a), continuous; d2D/dA2 = f''(b)/Q(r>b) + f''(a)/Q(r<a)),
         # where D(log b) has a kink at every ratio r_k; so the secant steps converge fast
         k1 = prep.count_le(prep.rs, one)
-        A1 = prep.take(prep.Pc, k1) + prep.take(prep.Qs, k1)      # A(1) = sum min(p, q)
+        A1 = prep.take(prep.Pc, k1) + prep.take(prep.Qs, k1)  # A(1) = sum min(p, q)
         fnA = lambda x: prep.phase1(prep.upper_from_acceptance(x))[1]  # noqa: E731
         upper = lambda x: xp.where(x > A1, prep.upper_from_acceptance(x), one)  # noqa: E731
         # D(b = 1) = D(q || q) = 0: the lower end is feasible (as the bisection assumes);
@@ -547,17 +568,17 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         # the bracket's b-width exceeds 2^-30 relative, and log b is refined between the two
         # (acceptance is already right to ~1e-16; this makes b, pi and D agree with the
         # bisection reference too)
-        wide = (b_hi > b * (1.0 + 2.0 ** -30)) & ~done1 & (eps > 0)
+        wide = (b_hi > b * (1.0 + 2.0**-30)) & ~done1 & (eps > 0)
         if bool(xp.any(wide)):
-            skip = xp.full_like(eps, math.inf)                # budget inf: lane inactive
+            skip = xp.full_like(eps, math.inf)  # budget inf: lane inactive
             lo, hi = xp.log(b), xp.log(b_hi)
             logb = _root(xp, fn, lo, hi, fn(lo), fn(hi), xp.where(wide, eps, skip), 1.0)[0]
-            b = xp.where(wide & (logb > lo), xp.exp(logb), b)    # (an evaluated, feasible b)
+            b = xp.where(wide & (logb > lo), xp.exp(logb), b)  # (an evaluated, feasible b)
     else:
         logb = _bisect(xp, fn, xp.zeros_like(eps), log_rmax, eps, _BISECTION_STEPS)
         b = xp.exp(logb)
     b = xp.where(done1, prep.r_max * one, b)
-    b = xp.where(eps > 0, b, one)   # eps = 0: exactly pi = q (the bisection stalls ~1e-8 away)
+    b = xp.where(eps > 0, b, one)  # eps = 0: exactly pi = q (the bisection stalls ~1e-8 away)
     A, D, a = prep.phase1(b)
     m = xp.zeros_like(eps)
     if math.isfinite(slope):
@@ -594,19 +615,18 @@ def _solve_smooth(xp, q, p, eps, d, return_target, fast=False):
         lower = xp.where((lower > 0) | (a3 == 0), lower, tiny)
         clip = xp.where(r3 > b3, b3 * q3, xp.where(r3 < a3, lower, p3))
         P0 = prep.P0[..., None]
-        share = xp.where(P0 > 0, m[..., None] / xp.where(P0 > 0, P0, xp.ones_like(P0)),
-                         xp.zeros_like(P0))
+        share = xp.where(P0 > 0, m[..., None] / xp.where(P0 > 0, P0, xp.ones_like(P0)), xp.zeros_like(P0))
         # off supp(q): m spread in proportion to p; a token only numerically off it
         # (_OVERFLOW_NOTE) keeps at least its own q_x (< 1e-307), so no f(0) = inf is charged
         tgt = xp.where(on, clip, xp.maximum(share * p3, q3))
         tgt = tgt / xp.sum(tgt, axis=-1, keepdims=True)
-        tgt = xp.where(eps[..., None] > 0, tgt, q3)           # budget 0: pi = q exactly
+        tgt = xp.where(eps[..., None] > 0, tgt, q3)  # budget 0: pi = q exactly
         tgt = xp.where(xp.isinf(eps[..., None]), p3 + 0.0 * q3, tgt)
     # budget +inf admits every distribution, D(pi||q) = inf included: pi = p, acceptance 1
     # (any finite budget, however large, stays within finite divergence: see saturation)
     inf_b = xp.isinf(eps)
     A = xp.where(inf_b, one, A)
-    if not fast or bool(xp.any(inf_b)):     # (the check would synchronize a GPU: bisect skips it)
+    if not fast or bool(xp.any(inf_b)):  # (the check would synchronize a GPU: bisect skips it)
         D = xp.where(inf_b, d.unchecked(p, q)[..., None] * one, D)
     m = xp.where(inf_b, prep.P0 * one, m)
     return MentoredSolution(A, a, b, m, D, tgt)
@@ -632,5 +652,4 @@ def max_acceptance(target_probs, draft_probs, budget, divergence="kl"):
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Tran-Thien (2023), HF blog 'An optimal lossy variant of speculative decoding'; Narasimhan et al., ICLR 2025, Table 3.
     """
-    return solve_mentored(target_probs, draft_probs, budget, divergence,
-                          return_target=False).acceptance
+    return solve_mentored(target_probs, draft_probs, budget, divergence, return_target=False).acceptance

@@ -54,8 +54,14 @@ from .._validation import as_budget, as_prob_pair
 from ..divergences import get_divergence
 from .mentored import solve_mentored
 
-__all__ = ["multiplier_step", "budgeted_multiplier_step", "SequenceBudgetSolution",
-           "solve_sequence_budget", "sequence_budget_cvxpy", "budget_account"]
+__all__ = [
+    "multiplier_step",
+    "budgeted_multiplier_step",
+    "SequenceBudgetSolution",
+    "solve_sequence_budget",
+    "sequence_budget_cvxpy",
+    "budget_account",
+]
 
 #: Bisection steps on the lower clip factor a in [0, 1]: 2**-64 is below float64's resolution.
 _BAND_STEPS = 64
@@ -145,7 +151,9 @@ def _band_newton(q, p, width, lo, hi, max_steps=200):
             g = o.sum(-1, keepdims=True) - 1.0
             lo = np.where(g < 0, a, lo)
             hi = np.where(g < 0, hi, a)
-            slope = (np.where(on & (p_on < low), q, 0.0) + np.where(on & (p_on > up), qw, 0.0)).sum(-1, keepdims=True)
+            slope = (np.where(on & (p_on < low), q, 0.0) + np.where(on & (p_on > up), qw, 0.0)).sum(
+                -1, keepdims=True
+            )
             step = a - g / np.where(slope > 0, slope, 1.0)
             ok = (slope > 0) & (step > lo) & (step < hi)
             done = (np.abs(g) <= 4e-16) | (hi - lo <= 2.3e-16 * hi)
@@ -352,14 +360,15 @@ def budget_account(target_probs, draft_probs, lam, eps):
         t = int(over[0])
         left = max(0.0, B[0] - float(e[:t].sum()))
         out[t] = budgeted_multiplier_step(q[t], p[t], lam, left)
-        out[t + 1:] = q[t + 1:]
+        out[t + 1 :] = q[t + 1 :]
         e = np.asarray(_kl_rows(np, out, q), dtype=np.float64)
     B[1:] = np.maximum(0.0, B[0] - np.cumsum(e))
     return out, B
 
 
-def sequence_budget_cvxpy(target_probs, draft_probs, eps, *, tol: float = 1e-7,
-                          solvers=("CLARABEL", "SCS")) -> SequenceBudgetSolution:
+def sequence_budget_cvxpy(
+    target_probs, draft_probs, eps, *, tol: float = 1e-7, solvers=("CLARABEL", "SCS")
+) -> SequenceBudgetSolution:
     r"""cvxpy oracle of the sequence problem over the per-step emitted distributions (small T, V).
 
     .. math:: \max_{O \ge 0,\ O\mathbf 1 = \mathbf 1} \sum_{t,x}\min(P_{t,x}, O_{t,x})
@@ -385,12 +394,12 @@ def sequence_budget_cvxpy(target_probs, draft_probs, eps, *, tol: float = 1e-7,
     eps = as_budget(eps, "eps")
     budget = eps * q.shape[0]
     on = q > 0
-    O = cp.Variable(q.shape, nonneg=True)
+    o_rows = cp.Variable(q.shape, nonneg=True)
     idx = np.nonzero(on)
-    cons = [cp.sum(O, axis=1) == 1, cp.sum(cp.rel_entr(O[idx], q[idx])) <= budget]
+    cons = [cp.sum(o_rows, axis=1) == 1, cp.sum(cp.rel_entr(o_rows[idx], q[idx])) <= budget]
     if np.any(~on):
-        cons.append(O[np.nonzero(~on)] == 0)
-    prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(O, p))), cons)
+        cons.append(o_rows[np.nonzero(~on)] == 0)
+    prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(o_rows, p))), cons)
     attempts = []
     for solver in solvers:
         try:
@@ -401,9 +410,9 @@ def sequence_budget_cvxpy(target_probs, draft_probs, eps, *, tol: float = 1e-7,
             attempts.append((solver, f"error: {exc}"))
             continue
         attempts.append((solver, str(prob.status)))
-        if prob.status not in ("optimal", "optimal_inaccurate") or O.value is None:
+        if prob.status not in ("optimal", "optimal_inaccurate") or o_rows.value is None:
             continue
-        x = np.clip(np.asarray(O.value, dtype=np.float64), 0.0, None)
+        x = np.clip(np.asarray(o_rows.value, dtype=np.float64), 0.0, None)
         x[~on] = 0.0
         x /= x.sum(-1, keepdims=True)
         A, D = _evaluate(q, p, x)

@@ -139,7 +139,7 @@ def _kl_interior(x, s, c=None):
     c = 1.0 - s if c is None else c
     dx = x - s
     a = np.log1p(dx / s)
-    b = np.log1p(-dx / c)                     # (s - x)/(1 - s): negation is exact
+    b = np.log1p(-dx / c)  # (s - x)/(1 - s): negation is exact
     one_x = 1.0 - x
     up = np.flatnonzero(dx > 0.5 * c)
     if up.size:
@@ -159,9 +159,7 @@ _F_PRIME = {
 }
 
 
-
-def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None,
-                method: str = "newton"):
+def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None, method: str = "newton"):
     r"""Theorem 2: the largest :math:`\gamma \in [q_n, 1]` with two-point divergence <= delta.
 
     With :math:`s = q_n` and :math:`g(\gamma) = s f(\gamma/s) + (1-s) f((1-\gamma)/(1-s))`
@@ -258,7 +256,7 @@ def _derivative(d):
 #: the bound, far more than the rounding of the root as computed (see there).
 CAP_SCREEN_SHARE = 0.999
 #: ... where the bonus is at least this fraction of q_n (below it, only caps <= q_n pass).
-CAP_SCREEN_MIN_BONUS = 2.0 ** -30
+CAP_SCREEN_MIN_BONUS = 2.0**-30
 
 
 def capped_exact_spike(q_n, cap, delta, divergence="kl"):
@@ -316,8 +314,9 @@ def capped_exact_spike(q_n, cap, delta, divergence="kl"):
     try:
         delta = np.broadcast_to(np.asarray(delta, dtype=np.float64), q_n.shape)
     except ValueError:
-        raise ValueError(f"delta: shape {np.shape(delta)} does not broadcast to q_n's shape "
-                         f"{q_n.shape}") from None
+        raise ValueError(
+            f"delta: shape {np.shape(delta)} does not broadcast to q_n's shape {q_n.shape}"
+        ) from None
     return capped_exact_unchecked(q_n, cap, delta, d)
 
 
@@ -335,9 +334,9 @@ def capped_exact_unchecked(q_n, cap, delta, d):
     solve = np.flatnonzero(~below)
     if solve.size:
         flat = out.reshape(-1)
-        flat[solve] = np.minimum(_exact_numpy(q_n.reshape(-1)[solve],
-                                              delta.reshape(-1)[solve], d),
-                                 cap.reshape(-1)[solve])
+        flat[solve] = np.minimum(
+            _exact_numpy(q_n.reshape(-1)[solve], delta.reshape(-1)[solve], d), cap.reshape(-1)[solve]
+        )
     return out
 
 
@@ -363,15 +362,13 @@ def _exact_numpy(q_n, delta, d, method="newton", iterations=64, split: bool = Tr
         out = np.empty(flat_q.shape)
 
         def solve(lo, hi):
-            out[lo:hi] = _exact_numpy(flat_q[lo:hi], flat_d[lo:hi], d, method, iterations,
-                                      split=False)
+            out[lo:hi] = _exact_numpy(flat_q[lo:hi], flat_d[lo:hi], d, method, iterations, split=False)
 
         in_chunks(solve, flat_q.size, PARALLEL_MIN, ROOT_BLOCK)
         return out.reshape(q_n.shape)
     newton = method == "newton" and _derivative(d) is not None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        at_one = (_kl_at_one(q_n) if d is DIVERGENCES["kl"]
-                  else d.two_point(np.ones_like(q_n), q_n))
+        at_one = _kl_at_one(q_n) if d is DIVERGENCES["kl"] else d.two_point(np.ones_like(q_n), q_n)
         # solve only the entries whose root is not known in advance (capped at 1, delta = 0,
         # or q_n = 0 under a divergence that charges +inf off supp(q)).
         active = (at_one > delta) & (delta > 0) & ((q_n > 0) | d.finite_off_support)
@@ -380,8 +377,7 @@ def _exact_numpy(q_n, delta, d, method="newton", iterations=64, split: bool = Tr
         gamma = np.where(at_one <= delta, 1.0, q_n)
         if np.any(active):
             s, dl = q_n[active], delta[active]
-            gamma[active] = (_root_numpy(d, s, dl) if newton
-                             else _bisect(np, d, s, dl, iterations)[0])
+            gamma[active] = _root_numpy(d, s, dl) if newton else _bisect(np, d, s, dl, iterations)[0]
         return gamma
 
 
@@ -395,7 +391,6 @@ def _kl_at_one(s):
     out = np.log1p((1.0 - s) / np.where(normal, s, 1.0))
     out[~normal] = DIVERGENCES["kl"].two_point(np.ones_like(s[~normal]), s[~normal])
     return out.reshape(shape)
-
 
 
 def lambert_w(xp, z, steps: int = 2):
@@ -508,11 +503,10 @@ def _kl_halley(xp, s, delta, x, g, slope, one_x):
     if isinstance(x, np.ndarray):
         high = np.flatnonzero(x > 0.5)
         if high.size:
-            new[high] = _halley_in_log_complement(np, f[high], slope[high], x[high],
-                                                  one_x[high])
+            new[high] = _halley_in_log_complement(np, f[high], slope[high], x[high], one_x[high])
     else:
         new = xp.where(x > 0.5, _halley_in_log_complement(xp, f, slope, x, one_x), new)
-    inside = (new > s) & (new < 1.0)          # NaN fails too
+    inside = (new > s) & (new < 1.0)  # NaN fails too
     if isinstance(new, np.ndarray) and bool(np.all(inside)):
         return new
     return xp.where(inside, new, xp.where(new >= 1.0, 0.5 * (x + 1.0), 0.5 * (x + s)))
@@ -524,7 +518,6 @@ def _halley_in_log_complement(xp, f, slope, x, one_x):
     f2 = one_x * (1.0 / x - slope)
     du = (f / f1) / (1.0 - 0.5 * f * f2 / (f1 * f1))
     return 1.0 - one_x * xp.exp(-du)
-
 
 
 class _Form(NamedTuple):
@@ -570,7 +563,7 @@ def _generic_form(d, fprime):
 
     def start(xp, s, delta):
         x0 = s + xp.sqrt(2.0 * delta * s * (1.0 - s) / d.f_second_at_one)
-        return xp.where((x0 > s) & (x0 < 1.0), x0, 0.5 * (1.0 + s))    # q_n = 0 included
+        return xp.where((x0 > s) & (x0 < 1.0), x0, 0.5 * (1.0 + s))  # q_n = 0 included
 
     # Newton is quadratic: after a step of 1e-8 of x - s the error is of order 1e-16 of it
     return _Form(evaluate, lambda x, s: d.two_point(x, s), step, start, 1e-8, 40, 12)
@@ -587,8 +580,7 @@ def _inside(xp, s, x, new):
 #: 5e-6 of x - s leaves an error of order 1e-16 of it (an ulp or two: the walk finishes);
 #: the torch count converges to 1e-7 relative from the start over q_n in [1e-38, 1), delta
 #: in [1e-8, 300] (tested).
-_KL_FORM = _Form(_kl_evaluate, lambda x, s: _kl_interior(x, s)[0], _kl_halley, _kl_start,
-                 5e-6, 6, 6)
+_KL_FORM = _Form(_kl_evaluate, lambda x, s: _kl_interior(x, s)[0], _kl_halley, _kl_start, 5e-6, 6, 6)
 #: Floats walked from the last iterate to the sign change before the bisection fallback.
 _WALK = 4
 
@@ -653,17 +645,16 @@ def _certified_numpy(form, s, delta):
         # a few floats off: walk down from an infeasible x, up from a feasible x+, one float
         # at a time
         down = ~feas_x[bad]
-        cur = np.where(down, x[bad], up[bad])     # tested: infeasible (down) / feasible (up)
+        cur = np.where(down, x[bad], up[bad])  # tested: infeasible (down) / feasible (up)
         s_b, d_b = s[bad], delta[bad]
         for _ in range(_WALK):
             # the neighbouring float: the bit pattern -1 (down) or +1 (up), for 0 < cur < 1
             cand = (cur.view(np.int64) + np.where(down, -1, 1)).view(np.float64)
             feas = form.value(cand, s_b) <= d_b
-            done = feas == down                    # down: cand feasible; up: cand infeasible
+            done = feas == down  # down: cand feasible; up: cand infeasible
             out[bad[done]] = np.where(down, cand, cur)[done]
             keep = ~done
-            bad, down, cur, s_b, d_b = bad[keep], down[keep], cand[keep], \
-                s_b[keep], d_b[keep]
+            bad, down, cur, s_b, d_b = bad[keep], down[keep], cand[keep], s_b[keep], d_b[keep]
             if bad.size == 0:
                 return out
         # the rest: bisection between q_n (feasible) or the last feasible float and the
@@ -710,8 +701,7 @@ def _host_root(q_n, delta, d):
     import torch
 
     if isinstance(delta, torch.Tensor) or np.ndim(delta):
-        d_in = delta.detach().to(torch.float64).numpy() if isinstance(delta, torch.Tensor) \
-            else delta
+        d_in = delta.detach().to(torch.float64).numpy() if isinstance(delta, torch.Tensor) else delta
         d64 = np.broadcast_to(as_budget_array(d_in), tuple(q_n.shape))
     else:
         d64 = np.full(tuple(q_n.shape), as_budget_array(delta)[()])
@@ -735,14 +725,17 @@ def _root_torch(q_n, delta, d):
     import torch
 
     s = torch.nan_to_num(q_n.detach(), nan=0.0).clamp(0.0, 1.0).to(torch.float64)
-    dl = (delta.detach().to(torch.float64) if isinstance(delta, torch.Tensor)
-          else torch.full_like(s, float(delta)))
+    dl = (
+        delta.detach().to(torch.float64)
+        if isinstance(delta, torch.Tensor)
+        else torch.full_like(s, float(delta))
+    )
     s, dl = torch.broadcast_tensors(s, dl)
     form = _forms(d)
     one = torch.ones_like(s)
     at_one = d.two_point(one, s)
     solve = (at_one > dl) & (dl > 0) & ((s > 0) | d.finite_off_support)
-    s_, d_ = torch.where(solve, s, 0.25), torch.where(solve, dl, 0.1)   # safe stand-ins
+    s_, d_ = torch.where(solve, s, 0.25), torch.where(solve, dl, 0.1)  # safe stand-ins
     lo, hi = s_, one
     x = form.start(torch, s_, d_)
     for k in range(form.torch_steps + 1):
@@ -805,16 +798,15 @@ def _round_to_dtype(root, q_n, delta, d, host: bool = False):
     cands = xp.stack(steps)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ok = ~(d.two_point(torch.as_tensor(cands), torch.as_tensor(q)) > delta)
-    ok = ok.numpy() if native else ok           # a NaN form passes, as a step would
+    ok = ok.numpy() if native else ok  # a NaN form passes, as a step would
     g = cands[-1]
-    for i in range(_DTYPE_WALK - 1, -1, -1):     # the first candidate within budget
+    for i in range(_DTYPE_WALK - 1, -1, -1):  # the first candidate within budget
         g = xp.where(ok[i], cands[i], g)
     bad = ~xp.any(ok, axis=0)
     if host and not bool(xp.any(bad)):
         return torch.as_tensor(g)
     q, g, last, bad = (torch.as_tensor(a) for a in xp.broadcast_arrays(q, g, cands[-1], bad))
-    dl = (delta.expand_as(q) if isinstance(delta, torch.Tensor)
-          else torch.full_like(q, float(delta)))
+    dl = delta.expand_as(q) if isinstance(delta, torch.Tensor) else torch.full_like(q, float(delta))
     if not host:
         return torch.where(bad, _bisect_floats_torch(d.two_point, q, dl, q, last), g)
     g = g.clone()

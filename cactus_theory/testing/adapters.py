@@ -43,8 +43,12 @@ __all__ = [
 ]
 
 #: vLLM 0.7's counters on a V0 sampler (0-dim tensors, or an int for ``num_draft_tokens``).
-COUNTER_NAMES = ("num_accepted_tokens", "num_emitted_tokens", "num_draft_tokens",
-                 "num_accepted_prefix_tokens")
+COUNTER_NAMES = (
+    "num_accepted_tokens",
+    "num_emitted_tokens",
+    "num_draft_tokens",
+    "num_accepted_prefix_tokens",
+)
 
 
 def _parameters(fn) -> dict[str, inspect.Parameter]:
@@ -72,10 +76,16 @@ class SamplerAdapter:
     supports_seeds = False
     supports_greedy_flag = False
 
-    def __call__(self, target_probs: torch.Tensor, bonus_token_ids: torch.Tensor,
-                 draft_probs: torch.Tensor, draft_token_ids: torch.Tensor, *,
-                 seeded_seqs: dict[int, torch.Generator] | None = None,
-                 greedy: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        target_probs: torch.Tensor,
+        bonus_token_ids: torch.Tensor,
+        draft_probs: torch.Tensor,
+        draft_token_ids: torch.Tensor,
+        *,
+        seeded_seqs: dict[int, torch.Generator] | None = None,
+        greedy: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     def counters(self) -> dict[str, int] | None:
@@ -91,14 +101,20 @@ class _V0(SamplerAdapter):
         forward = getattr(sampler, "forward", sampler)
         self.supports_seeds = "seeded_seqs" in _parameters(forward)
 
-    def __call__(self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *,
-                 seeded_seqs=None, greedy=None):
-        kwargs = {"target_with_bonus_probs": target_probs, "bonus_token_ids": bonus_token_ids,
-                      "draft_probs": draft_probs, "draft_token_ids": draft_token_ids}
+    def __call__(
+        self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *, seeded_seqs=None, greedy=None
+    ):
+        kwargs = {
+            "target_with_bonus_probs": target_probs,
+            "bonus_token_ids": bonus_token_ids,
+            "draft_probs": draft_probs,
+            "draft_token_ids": draft_token_ids,
+        }
         if self.supports_seeds:
             kwargs["seeded_seqs"] = seeded_seqs
-        if getattr(self.sampler, "num_accepted_tokens", 0) is None \
-                and callable(getattr(self.sampler, "init_tensors", None)):
+        if getattr(self.sampler, "num_accepted_tokens", 0) is None and callable(
+            getattr(self.sampler, "init_tensors", None)
+        ):
             # vLLM creates its device counters in init_tensors and fails on a fresh sampler
             self.sampler.init_tensors(target_probs.device)
         return torch.as_tensor(self.sampler(**kwargs)).to(torch.int64)
@@ -121,8 +137,9 @@ class _V1(SamplerAdapter):
         self.fn = rejection_sample
         self.make_metadata = sampling_metadata or _sampling_metadata
 
-    def __call__(self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *,
-                 seeded_seqs=None, greedy=None):
+    def __call__(
+        self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *, seeded_seqs=None, greedy=None
+    ):
         b, k = draft_token_ids.shape
         v = target_probs.shape[-1]
         device = target_probs.device
@@ -131,19 +148,30 @@ class _V1(SamplerAdapter):
             temperature = torch.where(greedy.to(device), torch.zeros_like(temperature), temperature)
         cu = (torch.arange(1, b + 1, device=device, dtype=torch.int32) * k).contiguous()
         logits = torch.log(target_probs[:, :k].to(torch.float32)).reshape(b * k, v).contiguous()
-        out = self.fn(draft_token_ids.reshape(-1).to(torch.int32).contiguous(), [k] * b, k, cu,
-                      draft_probs.reshape(b * k, v).to(torch.float32).contiguous(), logits,
-                      bonus_token_ids.to(torch.int64).contiguous(),
-                      self.make_metadata(temperature, dict(seeded_seqs or {})))
+        out = self.fn(
+            draft_token_ids.reshape(-1).to(torch.int32).contiguous(),
+            [k] * b,
+            k,
+            cu,
+            draft_probs.reshape(b * k, v).to(torch.float32).contiguous(),
+            logits,
+            bonus_token_ids.to(torch.int64).contiguous(),
+            self.make_metadata(temperature, dict(seeded_seqs or {})),
+        )
         return torch.as_tensor(out).to(torch.int64)
 
 
 def _sampling_metadata(temperature: torch.Tensor, generators: dict[int, torch.Generator]):
     """The fields of vLLM V1's ``SamplingMetadata`` that ``rejection_sample`` reads."""
     greedy = temperature == 0
-    return types.SimpleNamespace(temperature=temperature, all_greedy=bool(greedy.all()),
-                                 all_random=bool((~greedy).all()), generators=generators,
-                                 top_k=None, top_p=None)
+    return types.SimpleNamespace(
+        temperature=temperature,
+        all_greedy=bool(greedy.all()),
+        all_random=bool((~greedy).all()),
+        generators=generators,
+        top_k=None,
+        top_p=None,
+    )
 
 
 class _Callable(SamplerAdapter):
@@ -156,8 +184,9 @@ class _Callable(SamplerAdapter):
         self.array = array
         self.supports_seeds = "seeded_seqs" in _parameters(fn)
 
-    def __call__(self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *,
-                 seeded_seqs=None, greedy=None):
+    def __call__(
+        self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *, seeded_seqs=None, greedy=None
+    ):
         args = (target_probs, draft_probs, draft_token_ids, bonus_token_ids)
         if self.array == "numpy":
             args = tuple(a.cpu().numpy() for a in args)
@@ -183,8 +212,7 @@ def v0_adapter(sampler) -> SamplerAdapter:
     return _V0(sampler)
 
 
-def v1_adapter(rejection_sample: Callable, *, sampling_metadata: Callable | None = None
-               ) -> SamplerAdapter:
+def v1_adapter(rejection_sample: Callable, *, sampling_metadata: Callable | None = None) -> SamplerAdapter:
     """vLLM V1's module-level ``rejection_sample`` (flat layout with ``cu_num_draft_tokens``).
 
     Parameters
@@ -230,8 +258,7 @@ def as_adapter(sampler) -> SamplerAdapter:
     if isinstance(sampler, SamplerAdapter):
         return sampler
     if not callable(sampler):
-        raise TypeError(f"sampler: expected a callable or a SamplerAdapter, got "
-                         f"{type(sampler).__name__}")
+        raise TypeError(f"sampler: expected a callable or a SamplerAdapter, got {type(sampler).__name__}")
     params = _parameters(sampler)
     if "cu_num_draft_tokens" in params:
         return v1_adapter(sampler)

@@ -133,19 +133,21 @@ def _default_rows():
     v = 10
     qe = rng.dirichlet(np.full(v, 1.0), size=k + 1)
     pe = rng.dirichlet(np.full(v, 1.0), size=k)
-    qe[0, 2] = qe[0].sum() - qe[0, 2]                    # one-hot p at token 2, q_2 = 1/2
+    qe[0, 2] = qe[0].sum() - qe[0, 2]  # one-hot p at token 2, q_2 = 1/2
     pe[0] = np.eye(v)[2]
-    qe[1, [1, 4]] = 1e-6 * qe[1].sum()                   # near-zero q where p is large
+    qe[1, [1, 4]] = 1e-6 * qe[1].sum()  # near-zero q where p is large
     pe[1, [1, 4]] = 0.3 * pe[1].sum()
-    qe[2, 5:] = 0.0                                      # disjoint supports: alpha = 0
+    qe[2, 5:] = 0.0  # disjoint supports: alpha = 0
     pe[2, :5] = 0.0
     edge = (dyadic(qe), dyadic(pe))
     v = 8
     base_q = np.array([0.30, 0.22, 0.16, 0.12, 0.09, 0.06, 0.03, 0.02])
     base_p = np.array([0.55, 0.06, 0.13, 0.10, 0.08, 0.05, 0.02, 0.01])
     perms = [rng.permutation(v) for _ in range(k + 1)]
-    overconfident = (dyadic(np.stack([base_q[s] for s in perms])),
-                     dyadic(np.stack([base_p[s] for s in perms[:k]])))
+    overconfident = (
+        dyadic(np.stack([base_q[s] for s in perms])),
+        dyadic(np.stack([base_p[s] for s in perms[:k]])),
+    )
     return [generic, edge, overconfident]
 
 
@@ -250,8 +252,9 @@ def exact_law(rule, target_probs, draft_probs) -> ExactLaw:
         raise ValueError(f"draft_probs: expected shape (k, V) with k >= 1, got {p.shape}")
     k, v = p.shape
     if q.shape != (k + 1, v):
-        raise ValueError(f"target_probs: expected shape {(k + 1, v)} (k draft rows and the bonus "
-                         f"row), got {q.shape}")
+        raise ValueError(
+            f"target_probs: expected shape {(k + 1, v)} (k draft rows and the bonus row), got {q.shape}"
+        )
     qk = q[:k]
     acc = np.asarray(acceptance_rate(rule, qk, p), dtype=np.float64).reshape(k)
     a = np.asarray(acceptance_probabilities(rule, qk, p), dtype=np.float64).reshape(k, v)
@@ -306,8 +309,10 @@ class LawCheck:
             verdict = "ok" if self.passed else "FAILED"
             return f"{self.where()}: {self.name} (exact) {verdict}: {self.detail}"
         cmp = ">=" if self.passed else "<"
-        return (f"{self.where()}: {self.name} ({self.test}) p = {self.p_value:.3g} {cmp} "
-                f"{self.threshold:.3g}, n = {self.n}: {self.detail}")
+        return (
+            f"{self.where()}: {self.name} ({self.test}) p = {self.p_value:.3g} {cmp} "
+            f"{self.threshold:.3g}, n = {self.n}: {self.detail}"
+        )
 
 
 @dataclass(frozen=True)
@@ -360,10 +365,12 @@ class SamplerLawResult:
         return min([c.p_value for c in self.checks if c.test != "exact"], default=1.0)
 
     def report(self) -> str:
-        head = (f"sampler law of rule {self.rule!r} through the {self.interface} interface: "
-                f"{'passed' if self.passed else 'FAILED'} ({len(self.checks) - len(self.failures)}"
-                f"/{len(self.checks)} checks; {self.num_samples} draws per case, seed {self.seed}, "
-                f"false-failure probability {self.alpha:g} over {self.num_tests} tests)")
+        head = (
+            f"sampler law of rule {self.rule!r} through the {self.interface} interface: "
+            f"{'passed' if self.passed else 'FAILED'} ({len(self.checks) - len(self.failures)}"
+            f"/{len(self.checks)} checks; {self.num_samples} draws per case, seed {self.seed}, "
+            f"false-failure probability {self.alpha:g} over {self.num_tests} tests)"
+        )
         lines = [head]
         fails = self.failures
         if fails:
@@ -376,10 +383,16 @@ class SamplerLawResult:
     __str__ = report
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "rule": self.rule, "interface": self.interface,
-                "num_samples": self.num_samples, "alpha": self.alpha, "seed": self.seed,
-                "checks": [c.__dict__.copy() for c in self.checks],
-                "skipped": list(self.skipped)}
+        return {
+            "passed": self.passed,
+            "rule": self.rule,
+            "interface": self.interface,
+            "num_samples": self.num_samples,
+            "alpha": self.alpha,
+            "seed": self.seed,
+            "checks": [c.__dict__.copy() for c in self.checks],
+            "skipped": list(self.skipped),
+        }
 
 
 def _chi_square(counts: np.ndarray, probs: np.ndarray, min_expected: float):
@@ -390,8 +403,10 @@ def _chi_square(counts: np.ndarray, probs: np.ndarray, min_expected: float):
     impossible = (probs <= 0) & (counts > 0)
     if impossible.any():
         j = int(np.flatnonzero(impossible)[0])
-        return 0.0, (f"token {j} emitted {int(counts[j])} times, its exact probability is 0 "
-                     f"({int(counts[impossible].sum())} draws on impossible tokens)")
+        return 0.0, (
+            f"token {j} emitted {int(counts[j])} times, its exact probability is 0 "
+            f"({int(counts[impossible].sum())} draws on impossible tokens)"
+        )
     exp = probs / probs.sum() * n
     keep = exp >= min_expected
     obs = counts[keep].astype(np.float64)
@@ -402,8 +417,10 @@ def _chi_square(counts: np.ndarray, probs: np.ndarray, min_expected: float):
     resid = (counts - exp) / np.sqrt(np.where(exp > 0, exp, 1.0))
     j = int(np.argmax(np.abs(resid)))
     tv = 0.5 * float(np.abs(counts / n - probs / probs.sum()).sum())
-    detail = (f"emitted frequencies vs exact law: TV {tv:.4f}; largest deviation token {j}: "
-              f"observed {counts[j] / n:.4f}, exact {probs[j] / probs.sum():.4f}")
+    detail = (
+        f"emitted frequencies vs exact law: TV {tv:.4f}; largest deviation token {j}: "
+        f"observed {counts[j] / n:.4f}, exact {probs[j] / probs.sum():.4f}"
+    )
     if len(ex) < 2:
         return 1.0, detail + " (one cell: nothing to test)"
     pval = float(stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue)
@@ -441,17 +458,19 @@ def _layout_violations(out: np.ndarray, drafts: np.ndarray, bonus: np.ndarray, v
     k = k1 - 1
     present = out != PLACEHOLDER
     bad = ~present[:, 0] | ((out < PLACEHOLDER) | (out >= v)).any(1)
-    bad |= (present[:, 1:] & ~present[:, :-1]).any(1)           # a token after a -1
-    go_on = present[:, 1:]                                        # position i accepted
-    bad |= (go_on & (out[:, :k] != drafts)).any(1)                # accepted but not the draft
+    bad |= (present[:, 1:] & ~present[:, :-1]).any(1)  # a token after a -1
+    go_on = present[:, 1:]  # position i accepted
+    bad |= (go_on & (out[:, :k] != drafts)).any(1)  # accepted but not the draft
     bonus_bad = present[:, k] & (out[:, k] != bonus[:, 0])
     return bad, bonus_bad
 
 
 def _example(rows: np.ndarray, out, drafts, bonus) -> str:
     r = int(np.flatnonzero(rows)[0])
-    return (f"{int(rows.sum())} rows, e.g. row {r}: output {out[r].tolist()}, drafts "
-            f"{drafts[r].tolist()}, bonus {int(bonus[r, 0])}")
+    return (
+        f"{int(rows.sum())} rows, e.g. row {r}: output {out[r].tolist()}, drafts "
+        f"{drafts[r].tolist()}, bonus {int(bonus[r, 0])}"
+    )
 
 
 def _greedy_expected(argmax: np.ndarray, drafts: np.ndarray, bonus: np.ndarray) -> np.ndarray:
@@ -470,10 +489,15 @@ def _as_cases(target_probs, draft_probs):
     if target_probs is None and draft_probs is None:
         return default_cases()
     if target_probs is None or draft_probs is None:
-        raise ValueError("target_probs: give target_probs and draft_probs together (or neither "
-                         "for the default cases)")
-    if isinstance(target_probs, (list, tuple)) and target_probs \
-            and np.ndim(target_probs[0]) == 2 and len(target_probs) == len(draft_probs):
+        raise ValueError(
+            "target_probs: give target_probs and draft_probs together (or neither for the default cases)"
+        )
+    if (
+        isinstance(target_probs, (list, tuple))
+        and target_probs
+        and np.ndim(target_probs[0]) == 2
+        and len(target_probs) == len(draft_probs)
+    ):
         pairs = list(zip(target_probs, draft_probs))
     else:
         q = np.asarray(target_probs.cpu() if torch.is_tensor(target_probs) else target_probs)
@@ -481,16 +505,20 @@ def _as_cases(target_probs, draft_probs):
         if q.ndim == 2:
             q, p = q[None], p[None]
         if q.ndim != 3 or p.ndim != 3 or len(q) != len(p):
-            raise ValueError(f"target_probs: expected (k+1, V) or (cases, k+1, V) with draft_probs "
-                             f"(k, V) or (cases, k, V), got {q.shape} and {p.shape}")
+            raise ValueError(
+                f"target_probs: expected (k+1, V) or (cases, k+1, V) with draft_probs "
+                f"(k, V) or (cases, k, V), got {q.shape} and {p.shape}"
+            )
         pairs = list(zip(q, p))
     cases = []
     for q, p in pairs:
         q = _float32_values(q.cpu() if torch.is_tensor(q) else q, "target_probs")
         p = _float32_values(p.cpu() if torch.is_tensor(p) else p, "draft_probs")
         if p.ndim != 2 or q.shape != (p.shape[0] + 1, p.shape[1]):
-            raise ValueError(f"target_probs: each case needs target_probs (k+1, V) and draft_probs "
-                             f"(k, V), got {q.shape} and {p.shape}")
+            raise ValueError(
+                f"target_probs: each case needs target_probs (k+1, V) and draft_probs "
+                f"(k, V), got {q.shape} and {p.shape}"
+            )
         if np.any(q < 0) or np.any(p < 0) or np.any(q.sum(-1) <= 0) or np.any(p.sum(-1) <= 0):
             raise ValueError("target_probs: rows must be non-negative with positive sums")
         cases.append((q / q.sum(-1, keepdims=True), p / p.sum(-1, keepdims=True)))
@@ -508,10 +536,12 @@ def _call(adapter, q, bonus, p, drafts, device, torch_seed, **kw):
     b = drafts.shape[0]
     q_t = torch.as_tensor(np.ascontiguousarray(q), dtype=torch.float32, device=device)
     p_t = torch.as_tensor(np.ascontiguousarray(p), dtype=torch.float32, device=device)
-    args = (q_t.expand(b, *q_t.shape).contiguous(),
-            torch.as_tensor(bonus, dtype=torch.int64, device=device),
-            p_t.expand(b, *p_t.shape).contiguous(),
-            torch.as_tensor(drafts, dtype=torch.int64, device=device))
+    args = (
+        q_t.expand(b, *q_t.shape).contiguous(),
+        torch.as_tensor(bonus, dtype=torch.int64, device=device),
+        p_t.expand(b, *p_t.shape).contiguous(),
+        torch.as_tensor(drafts, dtype=torch.int64, device=device),
+    )
     dev = torch.device(device)
     forked = [dev.index or 0] if dev.type == "cuda" else []  # restore the CUDA generator too
     with torch.random.fork_rng(devices=forked):
@@ -519,15 +549,25 @@ def _call(adapter, q, bonus, p, drafts, device, torch_seed, **kw):
         out = adapter(*args, **kw)
     out = out.detach().cpu().numpy().astype(np.int64)
     if out.shape != (drafts.shape[0], drafts.shape[1] + 1):
-        raise ValueError(f"sampler: returned shape {out.shape}, expected "
-                         f"{(drafts.shape[0], drafts.shape[1] + 1)}")
+        raise ValueError(
+            f"sampler: returned shape {out.shape}, expected {(drafts.shape[0], drafts.shape[1] + 1)}"
+        )
     return out
 
 
-def check_sampler_law(sampler, rule, target_probs=None, draft_probs=None, *,
-                      num_samples: int = DEFAULT_NUM_SAMPLES, alpha: float = DEFAULT_ALPHA,
-                      seed: int = 0, min_expected: float = 5.0, invariants: bool = True,
-                      device="cpu") -> SamplerLawResult:
+def check_sampler_law(
+    sampler,
+    rule,
+    target_probs=None,
+    draft_probs=None,
+    *,
+    num_samples: int = DEFAULT_NUM_SAMPLES,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+    min_expected: float = 5.0,
+    invariants: bool = True,
+    device="cpu",
+) -> SamplerLawResult:
     r"""Draw ``sampler`` many times and compare its output law with ``rule``'s exact law.
 
     The checks are listed in :mod:`cactus_theory.testing.law`: per case and position a
@@ -607,30 +647,69 @@ def check_sampler_law(sampler, rule, target_probs=None, draft_probs=None, *,
             tokens = out[reached, i]
             counts = np.bincount(np.clip(tokens, 0, v - 1), minlength=v)
             pv, det = _chi_square(counts, law.emitted[i], min_expected)
-            raw.append({"name": "law", "case": c, "position": i, "test": "chi-square", "p_value": pv, "n": n,
-                            "detail": det})
+            raw.append(
+                {
+                    "name": "law",
+                    "case": c,
+                    "position": i,
+                    "test": "chi-square",
+                    "p_value": pv,
+                    "n": n,
+                    "detail": det,
+                }
+            )
             went_on = int(present[reached, i + 1].sum())
             pv, det = _binomial(went_on, n, float(law.acceptance[i]))
-            raw.append({"name": "acceptance", "case": c, "position": i, "test": "binomial", "p_value": pv,
-                            "n": n, "detail": det})
+            raw.append(
+                {
+                    "name": "acceptance",
+                    "case": c,
+                    "position": i,
+                    "test": "binomial",
+                    "p_value": pv,
+                    "n": n,
+                    "detail": det,
+                }
+            )
     after = adapter.counters()
     if before is not None and after is not None:
         delta = {name: after[name] - before.get(name, 0) for name in after}
-        exact_counts = {"num_draft_tokens": n_draft, "num_emitted_tokens": n_emitted,
-                        "num_accepted_prefix_tokens": n_prefix}
+        exact_counts = {
+            "num_draft_tokens": n_draft,
+            "num_emitted_tokens": n_emitted,
+            "num_accepted_prefix_tokens": n_prefix,
+        }
         for name, want in exact_counts.items():
             if name in delta:
                 ok = delta[name] == want
-                raw.append({"name": f"counter:{name}", "case": None, "position": None, "test": "exact",
-                                "p_value": float(ok), "n": n_draft,
-                                "detail": f"counted {delta[name]}, the output has {want}"})
+                raw.append(
+                    {
+                        "name": f"counter:{name}",
+                        "case": None,
+                        "position": None,
+                        "test": "exact",
+                        "p_value": float(ok),
+                        "n": n_draft,
+                        "detail": f"counted {delta[name]}, the output has {want}",
+                    }
+                )
         if "num_accepted_tokens" in delta:
             got = delta["num_accepted_tokens"]
-            raw.append({"name": "counter:num_accepted_tokens", "case": None, "position": None,
-                            "test": "bernstein", "p_value": _bernstein(got, acc_mean, acc_var), "n": n_draft,
-                            "detail": (f"counted {got}, exact expectation {acc_mean:.1f} (every "
-                                    f"accepted position, vLLM 0.7's non-causal count; the "
-                                    f"accepted prefixes hold {n_prefix})")})
+            raw.append(
+                {
+                    "name": "counter:num_accepted_tokens",
+                    "case": None,
+                    "position": None,
+                    "test": "bernstein",
+                    "p_value": _bernstein(got, acc_mean, acc_var),
+                    "n": n_draft,
+                    "detail": (
+                        f"counted {got}, exact expectation {acc_mean:.1f} (every "
+                        f"accepted position, vLLM 0.7's non-causal count; the "
+                        f"accepted prefixes hold {n_prefix})"
+                    ),
+                }
+            )
     elif before is None:
         skipped.append("counters: the sampler keeps none")
     if invariants:
@@ -642,9 +721,16 @@ def check_sampler_law(sampler, rule, target_probs=None, draft_probs=None, *,
         exact = r["test"] == "exact"
         passed = bool(r["p_value"] == 1.0) if exact else bool(r["p_value"] >= level)
         checks.append(LawCheck(threshold=0.0 if exact else level, passed=passed, **r))
-    return SamplerLawResult(passed=all(c.passed for c in checks), rule=rule.name,
-                            interface=adapter.name, num_samples=num_samples, alpha=float(alpha),
-                            seed=seed, checks=tuple(checks), skipped=tuple(skipped))
+    return SamplerLawResult(
+        passed=all(c.passed for c in checks),
+        rule=rule.name,
+        interface=adapter.name,
+        num_samples=num_samples,
+        alpha=float(alpha),
+        seed=seed,
+        checks=tuple(checks),
+        skipped=tuple(skipped),
+    )
 
 
 def _invariants(adapter, rule, cases, outputs, seed, device, skipped) -> list[dict]:
@@ -661,12 +747,28 @@ def _invariants(adapter, rule, cases, outputs, seed, device, skipped) -> list[di
         bad_all += int(bad.sum())
         bonus_all += int(bonus_bad.sum())
     n = sum(o[0].shape[0] for o in outputs)
-    raw.append({"name": "layout", "case": None, "position": None, "test": "exact",
-                    "p_value": float(bad_all == 0), "n": n,
-                    "detail": first_bad or "every row: accepted drafts, one token, then -1"})
-    raw.append({"name": "bonus", "case": None, "position": None, "test": "exact",
-                    "p_value": float(bonus_all == 0), "n": n,
-                    "detail": first_bonus or "the bonus token emitted untouched after k acceptances"})
+    raw.append(
+        {
+            "name": "layout",
+            "case": None,
+            "position": None,
+            "test": "exact",
+            "p_value": float(bad_all == 0),
+            "n": n,
+            "detail": first_bad or "every row: accepted drafts, one token, then -1",
+        }
+    )
+    raw.append(
+        {
+            "name": "bonus",
+            "case": None,
+            "position": None,
+            "test": "exact",
+            "p_value": float(bonus_all == 0),
+            "n": n,
+            "detail": first_bonus or "the bonus token emitted untouched after k acceptances",
+        }
+    )
     raw += _greedy(adapter, rule, cases, seed, device, skipped)
     raw += _seeded(adapter, cases, seed, device, skipped)
     return raw
@@ -695,26 +797,39 @@ def _greedy(adapter, rule, cases, seed, device, skipped) -> list[dict]:
             law = exact_law(rule, qg, p)
             a = np.asarray(acceptance_probabilities(rule, qg[:k], p)).reshape(k, v)
             want_a = (np.arange(v)[None, :] == argmax[:k, None]).astype(float)
-            if not (np.allclose(law.emitted, np.eye(v)[argmax[:k]], atol=1e-12)
-                    and np.allclose(np.where(p > 0, a, want_a), want_a, atol=1e-12)):
-                skipped.append(f"greedy case {c}: the rule's law on one-hot verifier rows is not "
-                               f"greedy verification")
+            if not (
+                np.allclose(law.emitted, np.eye(v)[argmax[:k]], atol=1e-12)
+                and np.allclose(np.where(p > 0, a, want_a), want_a, atol=1e-12)
+            ):
+                skipped.append(
+                    f"greedy case {c}: the rule's law on one-hot verifier rows is not greedy verification"
+                )
                 continue
             bonus = np.full((2 * GREEDY_ROWS, 1), argmax[k])
             greedy = None
             how = "one-hot verifier rows (temperature 0)"
-        out = _call(adapter, qg, bonus, p, drafts, device, seed * 1_000_003 + 7919 + c,
-                    greedy=greedy)
+        out = _call(adapter, qg, bonus, p, drafts, device, seed * 1_000_003 + 7919 + c, greedy=greedy)
         want = _greedy_expected(argmax, drafts[:GREEDY_ROWS], bonus[:GREEDY_ROWS])
         bad = (out[:GREEDY_ROWS] != want).any(1)
         detail = f"{how}: verified greedily"
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
-            detail = (f"{how}: {int(bad.sum())} of {GREEDY_ROWS} rows differ from greedy "
-                      f"verification, e.g. row {r}: output {out[r].tolist()}, greedy "
-                      f"{want[r].tolist()} (drafts {drafts[r].tolist()})")
-        raw.append({"name": "greedy", "case": c, "position": None, "test": "exact",
-                        "p_value": float(not bad.any()), "n": GREEDY_ROWS, "detail": detail})
+            detail = (
+                f"{how}: {int(bad.sum())} of {GREEDY_ROWS} rows differ from greedy "
+                f"verification, e.g. row {r}: output {out[r].tolist()}, greedy "
+                f"{want[r].tolist()} (drafts {drafts[r].tolist()})"
+            )
+        raw.append(
+            {
+                "name": "greedy",
+                "case": c,
+                "position": None,
+                "test": "exact",
+                "p_value": float(not bad.any()),
+                "n": GREEDY_ROWS,
+                "detail": detail,
+            }
+        )
     return raw
 
 
@@ -732,21 +847,34 @@ def _seeded(adapter, cases, seed, device, skipped) -> list[dict]:
     def gens():
         return {r: torch.Generator().manual_seed(seed * 131 + r) for r in rows}
 
-    outs = [_call(adapter, q, bonus, p, drafts, device, seed * 1_000_003 + 104729 + t,
-                  seeded_seqs=gens()) for t in range(2)]
+    outs = [
+        _call(adapter, q, bonus, p, drafts, device, seed * 1_000_003 + 104729 + t, seeded_seqs=gens())
+        for t in range(2)
+    ]
     same = (outs[0][rows] == outs[1][rows]).all(1)
-    detail = (f"rows {rows} seeded, the others not; two calls under different global seeds: "
-              f"seeded rows identical")
+    detail = (
+        f"rows {rows} seeded, the others not; two calls under different global seeds: seeded rows identical"
+    )
     if not same.all():
         r = rows[int(np.flatnonzero(~same)[0])]
-        detail = (f"seeded row {r} gave {outs[0][r].tolist()} then {outs[1][r].tolist()} with the "
-                  f"same generator seed")
-    return [{"name": "seeded", "case": 0, "position": None, "test": "exact", "p_value": float(same.all()),
-                 "n": SEEDED_ROWS, "detail": detail}]
+        detail = (
+            f"seeded row {r} gave {outs[0][r].tolist()} then {outs[1][r].tolist()} with the "
+            f"same generator seed"
+        )
+    return [
+        {
+            "name": "seeded",
+            "case": 0,
+            "position": None,
+            "test": "exact",
+            "p_value": float(same.all()),
+            "n": SEEDED_ROWS,
+            "detail": detail,
+        }
+    ]
 
 
-def assert_sampler_law(sampler, rule, target_probs=None, draft_probs=None, **kwargs
-                       ) -> SamplerLawResult:
+def assert_sampler_law(sampler, rule, target_probs=None, draft_probs=None, **kwargs) -> SamplerLawResult:
     r""":func:`check_sampler_law`, raising AssertionError with its report when a check fails.
 
     Parameters

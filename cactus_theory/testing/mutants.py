@@ -40,8 +40,7 @@ DEFECTS = ("recovery-from-q", "bonus-off-by-one", "swapped-ratio", "cactus-no-re
 REFERENCE_RULES = ("sps", "cactus-taylor")
 
 
-def reference_sampler(rule: str = "sps", *, delta: float | None = None,
-                      defect: str | None = None):
+def reference_sampler(rule: str = "sps", *, delta: float | None = None, defect: str | None = None):
     r"""A plain torch sampler for ``rule``, correct or with one planted ``defect``.
 
     Parameters
@@ -78,9 +77,13 @@ def reference_sampler(rule: str = "sps", *, delta: float | None = None,
             raise ValueError(f"delta: expected a positive budget for cactus-taylor, got {delta!r}")
         delta = float(delta)
 
-    def sampler(target_probs: torch.Tensor, draft_probs: torch.Tensor,
-                draft_token_ids: torch.Tensor, bonus_token_ids: torch.Tensor,
-                seeded_seqs: dict[int, torch.Generator] | None = None) -> torch.Tensor:
+    def sampler(
+        target_probs: torch.Tensor,
+        draft_probs: torch.Tensor,
+        draft_token_ids: torch.Tensor,
+        bonus_token_ids: torch.Tensor,
+        seeded_seqs: dict[int, torch.Generator] | None = None,
+    ) -> torch.Tensor:
         b, k = draft_token_ids.shape
         q = target_probs[:, 1:] if defect == "bonus-off-by-one" else target_probs[:, :k]
         q = q.to(torch.float32)
@@ -92,21 +95,22 @@ def reference_sampler(rule: str = "sps", *, delta: float | None = None,
             if defect == "cactus-no-rescale":
                 h = q.scatter(-1, n, gamma)
             else:
-                scale = torch.where(q_n < 1, (1 - gamma) / torch.clamp(1 - q_n, min=1e-30),
-                                    torch.zeros_like(q_n))
+                scale = torch.where(
+                    q_n < 1, (1 - gamma) / torch.clamp(1 - q_n, min=1e-30), torch.zeros_like(q_n)
+                )
                 h = (q * scale).scatter(-1, n, gamma)
         else:
             h = q
         h_n = h.gather(-1, n)[..., 0]
         p_n = p.gather(-1, n)[..., 0]
         if defect == "swapped-ratio":
-            ratio = torch.where(h_n > 0, p_n / torch.where(h_n > 0, h_n, 1.0),
-                                torch.full_like(h_n, float("inf")))
+            ratio = torch.where(
+                h_n > 0, p_n / torch.where(h_n > 0, h_n, 1.0), torch.full_like(h_n, float("inf"))
+            )
         else:
-            ratio = torch.where(p_n > 0, h_n / torch.where(p_n > 0, p_n, 1.0),
-                                (h_n > 0).to(h_n.dtype))
+            ratio = torch.where(p_n > 0, h_n / torch.where(p_n > 0, p_n, 1.0), (h_n > 0).to(h_n.dtype))
         residual = q if defect == "recovery-from-q" else torch.clamp(h - p, min=0)
-        empty = residual.sum(-1, keepdim=True) <= 0           # only where acceptance is 1
+        empty = residual.sum(-1, keepdim=True) <= 0  # only where acceptance is 1
         residual = torch.where(empty, h, residual)
         u = torch.rand(b, k)
         e = torch.empty(b, k, residual.shape[-1]).exponential_()
@@ -114,14 +118,17 @@ def reference_sampler(rule: str = "sps", *, delta: float | None = None,
             u[row] = torch.rand(k, generator=gen)
             e[row] = torch.empty(k, residual.shape[-1]).exponential_(generator=gen)
         accepted = u < ratio
-        recovered = (residual / e).argmax(-1)                  # exponential race
+        recovered = (residual / e).argmax(-1)  # exponential race
         length = torch.where(accepted.all(1), k, (~accepted).to(torch.int64).argmax(1))
         pos = torch.arange(k + 1)[None, :]
         out = torch.full((b, k + 1), -1, dtype=torch.int64)
         ids = torch.cat([draft_token_ids.to(torch.int64), bonus_token_ids.to(torch.int64)], 1)
         out = torch.where(pos < length[:, None], ids, out)
-        extra = torch.where(length == k, bonus_token_ids[:, 0].to(torch.int64),
-                            recovered.gather(1, torch.clamp(length, max=k - 1)[:, None])[:, 0])
+        extra = torch.where(
+            length == k,
+            bonus_token_ids[:, 0].to(torch.int64),
+            recovered.gather(1, torch.clamp(length, max=k - 1)[:, None])[:, 0],
+        )
         return out.scatter(1, length[:, None], extra[:, None])
 
     sampler.__name__ = f"reference_{rule}" + (f"_{defect}" if defect else "")

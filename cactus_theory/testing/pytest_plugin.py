@@ -41,27 +41,52 @@ import pytest
 
 MARKER = "sampler_law"
 #: Marker keywords that configure the check (the others are the rule's knobs).
-CHECK_OPTIONS = ("num_samples", "alpha", "min_expected", "invariants", "target_probs",
-                 "draft_probs", "seed", "device")
+CHECK_OPTIONS = (
+    "num_samples",
+    "alpha",
+    "min_expected",
+    "invariants",
+    "target_probs",
+    "draft_probs",
+    "seed",
+    "device",
+)
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("cactus_theory", "sampler-law checks (cactus_theory.testing)")
-    group.addoption("--sampler-law-seed", type=int, default=None, metavar="SEED",
-                    help="seed of every sampler_law check (default 0)")
-    group.addoption("--sampler-law-samples", type=int, default=None, metavar="N",
-                    help="draws per case of every sampler_law check (default: the marker's, "
-                         "else cactus_theory.testing.DEFAULT_NUM_SAMPLES)")
-    group.addoption("--sampler-law-alpha", type=float, default=None, metavar="ALPHA",
-                    help="false-failure probability of each sampler_law check (default: the "
-                         "marker's, else cactus_theory.testing.DEFAULT_ALPHA)")
+    group.addoption(
+        "--sampler-law-seed",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="seed of every sampler_law check (default 0)",
+    )
+    group.addoption(
+        "--sampler-law-samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="draws per case of every sampler_law check (default: the marker's, "
+        "else cactus_theory.testing.DEFAULT_NUM_SAMPLES)",
+    )
+    group.addoption(
+        "--sampler-law-alpha",
+        type=float,
+        default=None,
+        metavar="ALPHA",
+        help="false-failure probability of each sampler_law check (default: the "
+        "marker's, else cactus_theory.testing.DEFAULT_ALPHA)",
+    )
 
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", f"{MARKER}(rule, **knobs): the rule (with its knobs) and options "
-                   "(num_samples, alpha, min_expected, invariants, target_probs, draft_probs, seed) "
-                   "of the sampler_law fixture")
+        "markers",
+        f"{MARKER}(rule, **knobs): the rule (with its knobs) and options "
+        "(num_samples, alpha, min_expected, invariants, target_probs, draft_probs, seed) "
+        "of the sampler_law fixture",
+    )
 
 
 def _marker_settings(request):
@@ -100,8 +125,9 @@ def sampler_law(request):
     def check(sampler, rule=None, target_probs=None, draft_probs=None, **kwargs):
         name = rule if rule is not None else marker_rule
         if name is None:
-            raise ValueError(f"rule: give sampler_law a rule, or mark the test with "
-                             f"@pytest.mark.{MARKER}(rule, ...)")
+            raise ValueError(
+                f"rule: give sampler_law a rule, or mark the test with @pytest.mark.{MARKER}(rule, ...)"
+            )
         configured = get_rule(name, **knobs) if (isinstance(name, str) and knobs) else get_rule(name)
         merged = dict(options)
         if target_probs is not None or draft_probs is not None:

@@ -47,8 +47,16 @@ from .law import dyadic
 
 __all__ = ["PAIR_KINDS", "DraftBatch", "draft_batches", "pair_of_kind", "pairs"]
 
-PAIR_KINDS = ("dirichlet", "noisy_copy", "truncated", "near_zero_q", "one_hot_p", "disjoint",
-              "half", "large_vocab")
+PAIR_KINDS = (
+    "dirichlet",
+    "noisy_copy",
+    "truncated",
+    "near_zero_q",
+    "one_hot_p",
+    "disjoint",
+    "half",
+    "large_vocab",
+)
 
 _seeds = st.integers(0, 2**32 - 1)
 
@@ -64,8 +72,7 @@ def _noisy_copy(rng, v, sigma):
 
 
 @st.composite
-def pair_of_kind(draw, kind: str, min_vocab: int = 2, max_vocab: int = 64, *,
-                 exact_float32: bool = False):
+def pair_of_kind(draw, kind: str, min_vocab: int = 2, max_vocab: int = 64, *, exact_float32: bool = False):
     """One (q, p) pair of the given kind (:data:`PAIR_KINDS`); float64 rows summing to 1.
 
     Parameters
@@ -81,8 +88,7 @@ def pair_of_kind(draw, kind: str, min_vocab: int = 2, max_vocab: int = 64, *,
     if kind not in PAIR_KINDS:
         raise ValueError(f"kind: expected one of {PAIR_KINDS}, got {kind!r}")
     if not 1 <= min_vocab <= max_vocab:
-        raise ValueError(f"min_vocab: expected 1 <= min_vocab <= max_vocab, got {min_vocab}, "
-                         f"{max_vocab}")
+        raise ValueError(f"min_vocab: expected 1 <= min_vocab <= max_vocab, got {min_vocab}, {max_vocab}")
     lo = max(min_vocab, 2) if kind in ("disjoint", "near_zero_q") else min_vocab
     if lo > max_vocab:
         raise ValueError(f"max_vocab: kind {kind!r} needs a vocabulary of at least {lo}")
@@ -98,9 +104,11 @@ def pair_of_kind(draw, kind: str, min_vocab: int = 2, max_vocab: int = 64, *,
         q, p = _noisy_copy(rng, v, draw(st.floats(0.0, 2.0)))
     elif kind == "truncated":
         q, p = _noisy_copy(rng, v, draw(st.floats(0.1, 1.5)))
-        knobs = {"temperature": draw(st.floats(0.3, 1.5)),
-                     "top_k": draw(st.none() | st.integers(1, v)),
-                     "top_p": draw(st.none() | st.floats(0.5, 1.0))}
+        knobs = {
+            "temperature": draw(st.floats(0.3, 1.5)),
+            "top_k": draw(st.none() | st.integers(1, v)),
+            "top_p": draw(st.none() | st.floats(0.5, 1.0)),
+        }
         q = distributions.truncate(q[None], **knobs)[0]
         p = distributions.truncate(p[None], **knobs)[0]
     elif kind == "near_zero_q":
@@ -127,7 +135,7 @@ def pair_of_kind(draw, kind: str, min_vocab: int = 2, max_vocab: int = 64, *,
         rows = []
         for x in (q, p):
             if v > 2**bits:  # the grid holds at most 2^bits positive entries
-                x = np.where(x >= np.sort(x)[-2**bits], x, 0.0)
+                x = np.where(x >= np.sort(x)[-(2**bits)], x, 0.0)
             rows.append(dyadic(x, bits=bits))
         q, p = rows
     q, p = _normalize(np.asarray(q, dtype=np.float64)), _normalize(np.asarray(p, dtype=np.float64))
@@ -136,8 +144,9 @@ def pair_of_kind(draw, kind: str, min_vocab: int = 2, max_vocab: int = 64, *,
     return q, p
 
 
-def pairs(min_vocab: int = 2, max_vocab: int = 64, *, kinds: Sequence[str] = PAIR_KINDS,
-          exact_float32: bool = False):
+def pairs(
+    min_vocab: int = 2, max_vocab: int = 64, *, kinds: Sequence[str] = PAIR_KINDS, exact_float32: bool = False
+):
     """A (q, p) pair of float64 rows, of a kind drawn from ``kinds`` (:data:`PAIR_KINDS`).
 
     Examples
@@ -152,7 +161,8 @@ def pairs(min_vocab: int = 2, max_vocab: int = 64, *, kinds: Sequence[str] = PAI
     if not kinds or any(k not in PAIR_KINDS for k in kinds):
         raise ValueError(f"kinds: expected a non-empty subset of {PAIR_KINDS}, got {kinds}")
     return st.sampled_from(kinds).flatmap(
-        lambda kind: pair_of_kind(kind, min_vocab, max_vocab, exact_float32=exact_float32))
+        lambda kind: pair_of_kind(kind, min_vocab, max_vocab, exact_float32=exact_float32)
+    )
 
 
 @dataclass(frozen=True)
@@ -188,13 +198,15 @@ class DraftBatch:
         ``bonus_token_ids [B, 1]``, ``draft_probs [B, k, V]``, ``draft_token_ids [B, k]``
         (float32 / int64 torch tensors)."""
         if len(set(self.num_draft_tokens)) != 1:
-            raise ValueError(f"num_draft_tokens: the V0 layout needs equal k per request, got "
-                             f"{self.num_draft_tokens}")
+            raise ValueError(
+                f"num_draft_tokens: the V0 layout needs equal k per request, got {self.num_draft_tokens}"
+            )
         return {
             "target_with_bonus_probs": torch.tensor(np.stack(self.target_probs), dtype=torch.float32),
             "bonus_token_ids": torch.tensor(self.bonus_token_ids[:, None], dtype=torch.int64),
             "draft_probs": torch.tensor(np.stack(self.draft_probs), dtype=torch.float32),
-            "draft_token_ids": torch.tensor(np.stack(self.draft_token_ids), dtype=torch.int64)}
+            "draft_token_ids": torch.tensor(np.stack(self.draft_token_ids), dtype=torch.int64),
+        }
 
     def v1(self) -> dict:
         """vLLM V1's flat layout: ``draft_token_ids [T]`` int32, ``num_draft_tokens`` list,
@@ -206,16 +218,18 @@ class DraftBatch:
         counts = self.num_draft_tokens
         flat_q = np.concatenate([q[:-1] for q in self.target_probs]).reshape(-1, v)
         flat_p = np.concatenate(self.draft_probs).reshape(-1, v) if sum(counts) else np.zeros((0, v))
-        ids = np.concatenate(self.draft_token_ids).astype(np.int64) if sum(counts) else \
-            np.zeros(0, np.int64)
+        ids = np.concatenate(self.draft_token_ids).astype(np.int64) if sum(counts) else np.zeros(0, np.int64)
         target = torch.tensor(flat_q, dtype=torch.float32)
-        return {"draft_token_ids": torch.tensor(ids, dtype=torch.int32),
-                    "num_draft_tokens": list(counts),
-                    "cu_num_draft_tokens": torch.tensor(np.cumsum(counts), dtype=torch.int32),
-                    "max_spec_len": max(counts, default=0),
-                    "draft_probs": torch.tensor(flat_p, dtype=torch.float32),
-                    "target_probs": target, "target_logits": torch.log(target),
-                    "bonus_token_ids": torch.tensor(self.bonus_token_ids[:, None], dtype=torch.int64)}
+        return {
+            "draft_token_ids": torch.tensor(ids, dtype=torch.int32),
+            "num_draft_tokens": list(counts),
+            "cu_num_draft_tokens": torch.tensor(np.cumsum(counts), dtype=torch.int32),
+            "max_spec_len": max(counts, default=0),
+            "draft_probs": torch.tensor(flat_p, dtype=torch.float32),
+            "target_probs": target,
+            "target_logits": torch.log(target),
+            "bonus_token_ids": torch.tensor(self.bonus_token_ids[:, None], dtype=torch.int64),
+        }
 
     def padded(self) -> dict:
         """The newer runner's layout: ``target_probs [L, V]`` with each request's k_i draft
@@ -231,21 +245,32 @@ class DraftBatch:
         padded = np.zeros((len(counts), kmax, v))
         sampled = []
         for r, (p, n) in enumerate(zip(self.draft_probs, self.draft_token_ids)):
-            padded[r, :len(n)] = p
+            padded[r, : len(n)] = p
             sampled += [0] + [int(x) for x in n]
-        return {"target_probs": torch.tensor(target, dtype=torch.float32),
-                    "cu_num_logits": torch.tensor(np.concatenate([[0], np.cumsum(np.add(counts, 1))]),
-                                               dtype=torch.int32),
-                    "draft_probs": torch.tensor(padded, dtype=torch.float32),
-                    "draft_sampled": torch.tensor(sampled, dtype=torch.int64),
-                    "num_draft_tokens": list(counts)}
+        return {
+            "target_probs": torch.tensor(target, dtype=torch.float32),
+            "cu_num_logits": torch.tensor(
+                np.concatenate([[0], np.cumsum(np.add(counts, 1))]), dtype=torch.int32
+            ),
+            "draft_probs": torch.tensor(padded, dtype=torch.float32),
+            "draft_sampled": torch.tensor(sampled, dtype=torch.int64),
+            "num_draft_tokens": list(counts),
+        }
 
 
 @st.composite
-def draft_batches(draw, min_requests: int = 1, max_requests: int = 4, max_drafts: int = 4,
-                  min_vocab: int = 2, max_vocab: int = 32, *, ragged: bool = True,
-                  kinds: Sequence[str] = tuple(k for k in PAIR_KINDS if k != "large_vocab"),
-                  exact_float32: bool = False):
+def draft_batches(
+    draw,
+    min_requests: int = 1,
+    max_requests: int = 4,
+    max_drafts: int = 4,
+    min_vocab: int = 2,
+    max_vocab: int = 32,
+    *,
+    ragged: bool = True,
+    kinds: Sequence[str] = tuple(k for k in PAIR_KINDS if k != "large_vocab"),
+    exact_float32: bool = False,
+):
     """A :class:`DraftBatch` of rows drawn by :func:`pairs` (one vocabulary for the batch).
 
     Parameters

@@ -22,5 +22,12 @@ Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 2-3, Corollary 5.
 from .config import PluginConfig, config_from_vllm, parse_config
 from .patch import SUPPORTED_VLLM, install, register, uninstall
 
-__all__ = ["register", "install", "uninstall", "parse_config", "config_from_vllm",
-           "PluginConfig", "SUPPORTED_VLLM"]
+__all__ = [
+    "register",
+    "install",
+    "uninstall",
+    "parse_config",
+    "config_from_vllm",
+    "PluginConfig",
+    "SUPPORTED_VLLM",
+]

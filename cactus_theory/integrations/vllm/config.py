@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -137,11 +138,13 @@ def check_rule_supported(rule: Rule) -> None:
     else:
         raise ValueError(
             f"rule: {rule.name!r} has its own acceptance and recovery ({type(plan).__name__}); "
-            "vLLM's kernels can only realise speculative sampling against a per-draft target h")
+            "vLLM's kernels can only realise speculative sampling against a per-draft target h"
+        )
     if not np.allclose(np.sum(h, axis=-1), 1.0, rtol=0.0, atol=1e-9):
         raise ValueError(
             f"rule: {rule.name!r} has a target h that is not a distribution; vLLM's kernels "
-            "normalize the target logits, which would change its acceptance min(1, h_n/p_n)")
+            "normalize the target logits, which would change its acceptance min(1, h_n/p_n)"
+        )
 
 
 def check_speculative_config(spec_config) -> None:
@@ -154,9 +157,13 @@ def check_speculative_config(spec_config) -> None:
         raise ValueError(f"{CONFIG_KEY}: a rule is configured but speculative decoding is off")
     method = getattr(spec_config, "rejection_sample_method", "standard")
     if method != "standard":
-        raise ValueError(f"rejection_sample_method: {method!r} is not supported with {CONFIG_KEY} "
-                         "(only 'standard', whose kernels the rule's target goes through)")
+        raise ValueError(
+            f"rejection_sample_method: {method!r} is not supported with {CONFIG_KEY} "
+            "(only 'standard', whose kernels the rule's target goes through)"
+        )
     draft = getattr(spec_config, "draft_sample_method", None)
     if draft is not None and draft != "probabilistic":
-        raise ValueError(f"draft_sample_method: {draft!r}; {CONFIG_KEY} needs 'probabilistic' "
-                         "(with greedy drafting p is one-hot and the rule never sees the drafter)")
+        raise ValueError(
+            f"draft_sample_method: {draft!r}; {CONFIG_KEY} needs 'probabilistic' "
+            "(with greedy drafting p is one-hot and the rule never sees the drafter)"
+        )

@@ -34,17 +34,25 @@ def _mrv1(rule, drafts, q, p, device):
     from vllm.v1.sample import rejection_sampler as r1
 
     from .patch import _ACTIVE
+
     B = drafts.shape[0]
-    meta = types.SimpleNamespace(all_greedy=False, all_random=True, generators={},
-                                 temperature=torch.ones(B, device=device))
+    meta = types.SimpleNamespace(
+        all_greedy=False, all_random=True, generators={}, temperature=torch.ones(B, device=device)
+    )
     logits = torch.log(torch.tensor(q, dtype=torch.float32, device=device)).repeat(B, 1).contiguous()
     probs = torch.tensor(p, dtype=torch.float32, device=device).repeat(B, 1).contiguous()
     token = _ACTIVE.set(rule)
     try:
-        out = r1.rejection_sample(drafts.to(torch.int32).contiguous(), [1] * B, 1,
-                                  torch.arange(1, B + 1, dtype=torch.int32, device=device),
-                                  probs, logits, torch.zeros(B, 1, dtype=torch.int32, device=device),
-                                  meta)
+        out = r1.rejection_sample(
+            drafts.to(torch.int32).contiguous(),
+            [1] * B,
+            1,
+            torch.arange(1, B + 1, dtype=torch.int32, device=device),
+            probs,
+            logits,
+            torch.zeros(B, 1, dtype=torch.int32, device=device),
+            meta,
+        )
     finally:
         _ACTIVE.reset(token)
     return out[:, 0].cpu().numpy(), (out[:, 1] != -1).cpu().numpy()
@@ -55,6 +63,7 @@ def _mrv2(rule, drafts, q, p, device):
     from vllm.v1.worker.gpu.spec_decode import rejection_sampler as r2
 
     from .patch import _ACTIVE
+
     B = drafts.shape[0]
     # request r: rows 2r (verifies draft_sampled[2r+1] = its draft) and 2r+1 (bonus row).
     logits = torch.log(torch.tensor(q, dtype=torch.float32, device=device)).repeat(2 * B, 1).contiguous()
@@ -70,15 +79,17 @@ def _mrv2(rule, drafts, q, p, device):
     seed = torch.randint(0, 2**31 - 1, (B,), dtype=torch.int64, device=device)
     token = _ACTIVE.set(rule)
     try:
-        sampled, num_sampled = r2.rejection_sample(logits, draft_logits, draft_sampled, cu, pos, idx,
-                                                   expanded, local, temperature, seed, 1)
+        sampled, num_sampled = r2.rejection_sample(
+            logits, draft_logits, draft_sampled, cu, pos, idx, expanded, local, temperature, seed, 1
+        )
     finally:
         _ACTIVE.reset(token)
     return sampled[:, 0].cpu().numpy(), (num_sampled == 2).cpu().numpy()
 
 
-def check_law(rule_name: str, runner: str = "mrv1", n: int = 200_000, alpha: float = 1e-5,
-              device: str = "cuda", **knobs) -> dict:
+def check_law(
+    rule_name: str, runner: str = "mrv1", n: int = 200_000, alpha: float = 1e-5, device: str = "cuda", **knobs
+) -> dict:
     """Run one law check; returns the p-value, the z-score and ``passed``.
 
     Parameters
@@ -100,13 +111,16 @@ def check_law(rule_name: str, runner: str = "mrv1", n: int = 200_000, alpha: flo
     from ...analysis import acceptance_rate, emitted_distribution
     from .config import parse_config
     from .patch import install
+
     if device == "cpu":  # the CPU build's C++ stand-ins for the MRV1 Triton kernels
         from vllm.platforms import current_platform
+
         current_platform.register_triton_kernel_overrides()
     install()
     rule = parse_config({"rule": rule_name, **knobs}).rule
-    drafts = torch.multinomial(torch.tensor(_P), n, replacement=True,
-                               generator=torch.Generator().manual_seed(0))
+    drafts = torch.multinomial(
+        torch.tensor(_P), n, replacement=True, generator=torch.Generator().manual_seed(0)
+    )
     fn = {"mrv1": _mrv1, "mrv2": _mrv2}[runner]
     first, accepted = fn(rule, drafts, _Q, _P, device)
     h_alg = emitted_distribution(rule, _Q, _P)
@@ -115,16 +129,27 @@ def check_law(rule_name: str, runner: str = "mrv1", n: int = 200_000, alpha: flo
     pvalue = stats.chisquare(counts[keep], h_alg[keep] * counts[keep].sum() / h_alg[keep].sum()).pvalue
     a = acceptance_rate(rule, _Q, _P)
     z = (accepted.mean() - a) / np.sqrt(max(a * (1 - a), 1e-12) / n)
-    passed = bool(pvalue > alpha and abs(z) < stats.norm.isf(alpha / 2)
-                  and counts[h_alg == 0].sum() == 0)
-    return {"rule": rule_name, "runner": runner, "pvalue": float(pvalue), "z": float(z),
-            "acceptance": float(accepted.mean()), "exact_acceptance": float(a), "passed": passed}
+    passed = bool(pvalue > alpha and abs(z) < stats.norm.isf(alpha / 2) and counts[h_alg == 0].sum() == 0)
+    return {
+        "rule": rule_name,
+        "runner": runner,
+        "pvalue": float(pvalue),
+        "z": float(z),
+        "acceptance": float(accepted.mean()),
+        "exact_acceptance": float(a),
+        "passed": passed,
+    }
 
 
 def main(argv=None) -> int:
     """Check a few rules on both runners; exit status 1 if any check fails."""
-    cases = [("sps", {}), ("cactus-taylor", {"delta": 0.1}), ("cactus-exact-kl", {"delta": 0.5}),
-             ("interpolation", {"alpha": 0.3}), ("mentored-kl", {"D": 0.05})]
+    cases = [
+        ("sps", {}),
+        ("cactus-taylor", {"delta": 0.1}),
+        ("cactus-exact-kl", {"delta": 0.5}),
+        ("interpolation", {"alpha": 0.3}),
+        ("mentored-kl", {"D": 0.05}),
+    ]
     ok = True
     for runner in ("mrv1", "mrv2"):
         for name, knobs in cases:

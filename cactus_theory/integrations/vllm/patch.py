@@ -61,18 +61,45 @@ MRV2_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
 
 _EXPECTED_SIGNATURES = {
     (MRV1_MODULE, "rejection_sample"): (
-        "draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens",
-        "draft_probs", "target_logits", "bonus_token_ids", "sampling_metadata"),
+        "draft_token_ids",
+        "num_draft_tokens",
+        "max_spec_len",
+        "cu_num_draft_tokens",
+        "draft_probs",
+        "target_logits",
+        "bonus_token_ids",
+        "sampling_metadata",
+    ),
     (MRV1_MODULE, "RejectionSampler.__init__"): ("self", "sampler", "spec_config", "device"),
     (MRV1_MODULE, "RejectionSampler.forward"): (
-        "self", "metadata", "draft_probs", "logits", "sampling_metadata"),
+        "self",
+        "metadata",
+        "draft_probs",
+        "logits",
+        "sampling_metadata",
+    ),
     (MRV2_MODULE, "rejection_sample"): (
-        "target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
-        "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed",
-        "num_speculative_steps"),
+        "target_logits",
+        "draft_logits",
+        "draft_sampled",
+        "cu_num_logits",
+        "pos",
+        "idx_mapping",
+        "expanded_idx_mapping",
+        "expanded_local_pos",
+        "temperature",
+        "seed",
+        "num_speculative_steps",
+    ),
     (MRV2_MODULE, "RejectionSampler.__init__"): ("self", "sampler", "spec_config", "device"),
     (MRV2_MODULE, "RejectionSampler._verify"): (
-        "self", "logits", "draft_logits", "draft_sampled", "pos", "cu_num_logits"),
+        "self",
+        "logits",
+        "draft_logits",
+        "draft_sampled",
+        "pos",
+        "cu_num_logits",
+    ),
 }
 """Leading positional parameters of every wrapped callable, as vLLM 0.32/0.33 name them."""
 
@@ -92,6 +119,7 @@ def check_version(version: str | None = None) -> str:
     """
     if version is None:
         import vllm
+
         version = vllm.__version__
     try:
         major, minor = (int(x) for x in version.split(".")[:2])
@@ -120,14 +148,17 @@ def check_signatures(modules=None) -> None:
         fn = _ORIGINALS.get((mod_name, dotted)) or _resolve(module, dotted)
         params = tuple(inspect.signature(fn).parameters)[: len(expected)]
         if params != expected:
-            raise RuntimeError(f"vllm: {mod_name}.{dotted} has parameters {params}, "
-                               f"cactus_theory's plugin expects {expected}")
+            raise RuntimeError(
+                f"vllm: {mod_name}.{dotted} has parameters {params}, "
+                f"cactus_theory's plugin expects {expected}"
+            )
 
 
 def _rule_at_init(spec_config):
     """The configured rule (or None), checked against the speculative settings."""
     try:
         from vllm.config import get_current_vllm_config
+
         vllm_config = get_current_vllm_config()
     except (ImportError, AssertionError):
         vllm_config = None
@@ -144,6 +175,7 @@ def _wrap_init(orig):
     def __init__(self, sampler, spec_config=None, device=None, *args, **kwargs):
         orig(self, sampler, spec_config, device, *args, **kwargs)
         self.cactus_theory_rule = _rule_at_init(spec_config)
+
     return __init__
 
 
@@ -155,6 +187,7 @@ def _wrap_verify(orig):
             return orig(self, *args, **kwargs)
         finally:
             _ACTIVE.reset(token)
+
     return verify
 
 
@@ -162,17 +195,36 @@ def _wrap_mrv1_sample(orig):
     from .rows import mrv1_substitute
 
     @functools.wraps(orig)
-    def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
-                         draft_probs, target_logits, bonus_token_ids, sampling_metadata,
-                         *args, **kwargs):
+    def rejection_sample(
+        draft_token_ids,
+        num_draft_tokens,
+        max_spec_len,
+        cu_num_draft_tokens,
+        draft_probs,
+        target_logits,
+        bonus_token_ids,
+        sampling_metadata,
+        *args,
+        **kwargs,
+    ):
         rule = _ACTIVE.get()
         if rule is not None and not sampling_metadata.all_greedy and target_logits.shape[0] > 0:
             draft_probs, target_logits = mrv1_substitute(
-                rule, draft_token_ids, num_draft_tokens, draft_probs, target_logits,
-                sampling_metadata)
-        return orig(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens,
-                    draft_probs, target_logits, bonus_token_ids, sampling_metadata,
-                    *args, **kwargs)
+                rule, draft_token_ids, num_draft_tokens, draft_probs, target_logits, sampling_metadata
+            )
+        return orig(
+            draft_token_ids,
+            num_draft_tokens,
+            max_spec_len,
+            cu_num_draft_tokens,
+            draft_probs,
+            target_logits,
+            bonus_token_ids,
+            sampling_metadata,
+            *args,
+            **kwargs,
+        )
+
     return rejection_sample
 
 
@@ -180,17 +232,49 @@ def _wrap_mrv2_sample(orig):
     from .rows import mrv2_substitute
 
     @functools.wraps(orig)
-    def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
-                         idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
-                         seed, num_speculative_steps, *args, **kwargs):
+    def rejection_sample(
+        target_logits,
+        draft_logits,
+        draft_sampled,
+        cu_num_logits,
+        pos,
+        idx_mapping,
+        expanded_idx_mapping,
+        expanded_local_pos,
+        temperature,
+        seed,
+        num_speculative_steps,
+        *args,
+        **kwargs,
+    ):
         rule = _ACTIVE.get()
         if rule is not None:
             target_logits = mrv2_substitute(
-                rule, target_logits, draft_logits, draft_sampled, cu_num_logits,
-                expanded_idx_mapping, expanded_local_pos, temperature)
-        return orig(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
-                    idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
-                    seed, num_speculative_steps, *args, **kwargs)
+                rule,
+                target_logits,
+                draft_logits,
+                draft_sampled,
+                cu_num_logits,
+                expanded_idx_mapping,
+                expanded_local_pos,
+                temperature,
+            )
+        return orig(
+            target_logits,
+            draft_logits,
+            draft_sampled,
+            cu_num_logits,
+            pos,
+            idx_mapping,
+            expanded_idx_mapping,
+            expanded_local_pos,
+            temperature,
+            seed,
+            num_speculative_steps,
+            *args,
+            **kwargs,
+        )
+
     return rejection_sample
 
 

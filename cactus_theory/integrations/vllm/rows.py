@@ -29,8 +29,9 @@ from ...rules.plans import SpikePlan, TargetPlan, gather, spike_target_at
 __all__ = ["target_rows", "substitute_target_logits", "mrv1_substitute", "mrv2_substitute"]
 
 
-def target_rows(rule: Rule, target_probs: torch.Tensor, draft_probs: torch.Tensor,
-                draft_token_ids: torch.Tensor) -> torch.Tensor:
+def target_rows(
+    rule: Rule, target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_token_ids: torch.Tensor
+) -> torch.Tensor:
     r"""The per-draft target :math:`h^{(n)}` of each row, float32, shape ``[num_rows, V]``.
 
     Parameters
@@ -59,8 +60,13 @@ def target_rows(rule: Rule, target_probs: torch.Tensor, draft_probs: torch.Tenso
     raise ValueError(f"rule: {rule.name!r} gives a {type(plan).__name__}, not a per-draft target")
 
 
-def substitute_target_logits(rule: Rule, target_logits: torch.Tensor, draft_probs: torch.Tensor,
-                             draft_token_ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+def substitute_target_logits(
+    rule: Rule,
+    target_logits: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    rows: torch.Tensor,
+) -> torch.Tensor:
     """``log h`` on the rows where ``rows`` is True, ``target_logits`` elsewhere (a new tensor).
 
     Parameters
@@ -86,8 +92,9 @@ def substitute_target_logits(rule: Rule, target_logits: torch.Tensor, draft_prob
     return torch.where(valid[:, None], torch.log(h), logits)
 
 
-def mrv1_substitute(rule: Rule, draft_token_ids, num_draft_tokens, draft_probs, target_logits,
-                    sampling_metadata) -> tuple[torch.Tensor, torch.Tensor]:
+def mrv1_substitute(
+    rule: Rule, draft_token_ids, num_draft_tokens, draft_probs, target_logits, sampling_metadata
+) -> tuple[torch.Tensor, torch.Tensor]:
     """New ``(draft_probs, target_logits)`` for MRV1's module-level ``rejection_sample``.
 
     MRV1 layout (``vllm/v1/sample/rejection_sampler.py``): flat rows, one per drafted token,
@@ -98,8 +105,9 @@ def mrv1_substitute(rule: Rule, draft_token_ids, num_draft_tokens, draft_probs, 
     num_rows, vocab = target_logits.shape
     device = target_logits.device
     if draft_probs is None:
-        draft_probs = torch.nn.functional.one_hot(
-            draft_token_ids.to(torch.int64).clamp(min=0), vocab).to(torch.float32)
+        draft_probs = torch.nn.functional.one_hot(draft_token_ids.to(torch.int64).clamp(min=0), vocab).to(
+            torch.float32
+        )
     if sampling_metadata.all_random:
         rows = torch.ones(num_rows, dtype=torch.bool, device=device)
     else:
@@ -110,8 +118,16 @@ def mrv1_substitute(rule: Rule, draft_token_ids, num_draft_tokens, draft_probs, 
     return draft_probs.contiguous(), new_logits.contiguous()
 
 
-def mrv2_substitute(rule: Rule, target_logits, draft_logits, draft_sampled, cu_num_logits,
-                    expanded_idx_mapping, expanded_local_pos, temperature) -> torch.Tensor:
+def mrv2_substitute(
+    rule: Rule,
+    target_logits,
+    draft_logits,
+    draft_sampled,
+    cu_num_logits,
+    expanded_idx_mapping,
+    expanded_local_pos,
+    temperature,
+) -> torch.Tensor:
     """New ``target_logits`` for MRV2's ``rejection_sample`` (``rejection_sampler_utils.py``).
 
     MRV2 layout: request r owns logits rows ``cu_num_logits[r] : cu_num_logits[r+1]``, the last

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["ARGMAX_BLOCK", "split_blocks", "block_reduce", "block_maxima", "two_level_sum",
-           "first_argmax"]
+__all__ = ["ARGMAX_BLOCK", "split_blocks", "block_reduce", "block_maxima", "two_level_sum", "first_argmax"]
 
 
 #: Block length of :func:`first_argmax`'s two-level search (and the default of
@@ -30,8 +29,8 @@ def split_blocks(x, blk: int = ARGMAX_BLOCK):
     """
     V = x.shape[-1]
     nb = V // blk
-    whole = x[..., :nb * blk].unflatten(-1, (nb, blk)) if nb else None
-    tail = x[..., nb * blk:] if nb * blk < V else None
+    whole = x[..., : nb * blk].unflatten(-1, (nb, blk)) if nb else None
+    tail = x[..., nb * blk :] if nb * blk < V else None
     return whole, tail
 
 
@@ -91,5 +90,4 @@ def first_argmax(x):
     idx = block * blk + torch.arange(blk, device=x.device)
     inside = idx < V
     cand = torch.gather(x, -1, idx.clamp(max=V - 1))
-    return (block[..., 0] * blk
-            + ((cand == top) & inside).to(torch.uint8).argmax(-1))
+    return block[..., 0] * blk + ((cand == top) & inside).to(torch.uint8).argmax(-1)

@@ -6,8 +6,8 @@ them (and re-exports these names), so that no rule file imports the package it b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 __all__ = ["RuleKernels", "KERNELS", "NO_KERNELS", "register_kernels", "kernels_for"]
 
@@ -24,12 +24,12 @@ class RuleKernels:
     exception: the derived path runs instead).
     """
 
-    accept_from_rows: Optional[Callable] = None
-    accept_decided_from_rows: Optional[Callable] = None
-    recovery_target_from_rows: Optional[Callable] = None
-    recovery_token_from_rows: Optional[Callable] = None
-    recovery_weights: Optional[Callable] = None
-    spike_recovery_weights: Optional[Callable] = None
+    accept_from_rows: Callable | None = None
+    accept_decided_from_rows: Callable | None = None
+    recovery_target_from_rows: Callable | None = None
+    recovery_token_from_rows: Callable | None = None
+    recovery_weights: Callable | None = None
+    spike_recovery_weights: Callable | None = None
     accept_from_row_target: bool = False
     guard: Callable[[], bool] = _always
 

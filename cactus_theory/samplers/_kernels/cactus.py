@@ -19,8 +19,9 @@ from ._registry import RuleKernels, register_kernels
 __all__: list = []
 
 
-def spike_recovery_weights(rule, target_probs, draft_probs, token_ids, gamma_n, target_sums=None,
-                           draft_sums=None, overwrite=False):
+def spike_recovery_weights(
+    rule, target_probs, draft_probs, token_ids, gamma_n, target_sums=None, draft_sums=None, overwrite=False
+):
     r"""Recovery weights :math:`\max(0, h^{(n)} - p)` from the drafted tokens' gamma.
 
     :math:`h^{(n)}_i = c_n q_i`, :math:`c_n = (1-\gamma_n)/(1-q_n)`, with
@@ -38,7 +39,7 @@ def spike_recovery_weights(rule, target_probs, draft_probs, token_ids, gamma_n, 
     q_n = torch.gather(target_probs, -1, token_ids[..., None])[..., 0] / ts
     scale = spike_scale(q_n, gamma_n) / ts
     idx = token_ids.to(torch.int64)[..., None]
-    if overwrite:   # in place: one scaled copy, the spike scattered, h - p over p
+    if overwrite:  # in place: one scaled copy, the spike scattered, h - p over p
         h = target_probs.mul_(scale[..., None])
         h.scatter_(-1, idx, gamma_n[..., None].to(h.dtype))
         if draft_sums is None:
@@ -50,10 +51,12 @@ def spike_recovery_weights(rule, target_probs, draft_probs, token_ids, gamma_n, 
         # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
         return res.addcmul_(h, empty.to(res.dtype))
     col = torch.arange(target_probs.shape[-1], device=target_probs.device)
-    h = torch.where(col == idx, gamma_n[..., None].to(target_probs.dtype),
-                    scale[..., None] * target_probs)
-    res = (h - draft_probs if draft_sums is None else
-           torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None])).clamp_min(0.0)
+    h = torch.where(col == idx, gamma_n[..., None].to(target_probs.dtype), scale[..., None] * target_probs)
+    res = (
+        h - draft_probs
+        if draft_sums is None
+        else torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None])
+    ).clamp_min(0.0)
     empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
     return res + h * empty.to(res.dtype)
 

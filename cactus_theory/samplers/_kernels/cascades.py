@@ -13,8 +13,8 @@ import torch
 
 from ...rules.cascades import Cascade
 from ...rules.plans import RowTarget, ratio_acceptance
-from ._registry import RuleKernels, register_kernels
 from ._blocks import ARGMAX_BLOCK, block_maxima, split_blocks
+from ._registry import RuleKernels, register_kernels
 
 __all__ = ["SET_BLOCKS", "masked_sum_by_blocks"]
 
@@ -83,15 +83,14 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
     ids = token_ids[..., None]
     x_n = torch.gather(target_rows, -1, ids)
     y_n = torch.gather(draft_rows, -1, ids)
-    pi = recovery_target_from_rows(rule, target_rows, draft_rows, token_ids, target_sums,
-                                   draft_sums).h
+    pi = recovery_target_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums).h
     # p_n as the row target writes p (y times 1 / s_p): pi_n = p_n bit for bit where the
     # row defers to the drafter
     p_n = y_n * (1.0 / draft_sums[..., None])
     return ratio_acceptance(pi(x_n, y_n)[..., 0], p_n[..., 0])
 
-def recovery_target_from_rows(rule, target_rows, draft_rows, token_ids, target_sums,
-                              draft_sums):
+
+def recovery_target_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
     r""":math:`\pi` on un-normalized rows (q = x/s_q, p = y/s_p), elementwise with per-row
     constants: the accept path's :math:`\pi_n` and the compiled samplers' recovery.
 
@@ -136,7 +135,12 @@ def recovery_target_from_rows(rule, target_rows, draft_rows, token_ids, target_s
     return RowTarget(fn, (thr, rest, 1.0 / sq, 1.0 / sp))
 
 
-register_kernels(Cascade, RuleKernels(
-    accept_from_rows=accept_from_rows, recovery_target_from_rows=recovery_target_from_rows,
-    accept_from_row_target=True,
-    guard=lambda: hasattr(torch, "cond") and hasattr(torch.compiler, "is_compiling")))
+register_kernels(
+    Cascade,
+    RuleKernels(
+        accept_from_rows=accept_from_rows,
+        recovery_target_from_rows=recovery_target_from_rows,
+        accept_from_row_target=True,
+        guard=lambda: hasattr(torch, "cond") and hasattr(torch.compiler, "is_compiling"),
+    ),
+)

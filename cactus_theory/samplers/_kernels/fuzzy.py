@@ -11,8 +11,8 @@ import math
 import torch
 
 from ...rules.fuzzy import FuzzySpeculative, _divergence_name
-from ._registry import RuleKernels, register_kernels
 from ._blocks import split_blocks
+from ._registry import RuleKernels, register_kernels
 
 __all__ = ["js_bounds_from_rows", "js_bounds_in_sum_pass", "JS_BOUND_MARGIN", "JS_SUM_RATIO_TOL"]
 
@@ -71,10 +71,10 @@ def js_bounds_from_rows(target_rows, draft_rows, target_sums, draft_sums):
     """
     p = draft_rows * (1.0 / draft_sums)[..., None]
     q = target_rows * (1.0 / target_sums)[..., None]
-    a = p + q                                       # 2 m
+    a = p + q  # 2 m
     d = p - q
     u = d / a.clamp_min(torch.finfo(a.dtype).tiny)  # 0 where p = q = 0 (d = 0)
-    t = d * u                                       # 2 m u^2
+    t = d * u  # 2 m u^2
     u2 = u * u
     m2 = t.sum(-1)
     m4 = (t * u2).sum(-1)
@@ -97,6 +97,7 @@ def _moments(y, x):
     (:func:`~cactus_theory.samplers.fused.stats`: sums of 256-entry blocks in the rows'
     dtype, then a float64 sum of those, rounded to that dtype), so that a compiled kernel
     reads them in the loop of the row sums."""
+
     def terms(yb, xb):
         a = yb + xb
         d = yb - xb
@@ -107,8 +108,9 @@ def _moments(y, x):
 
     out = [torch.zeros(x.shape[:-1], dtype=torch.float64, device=x.device) for _ in range(3)]
     (y_whole, y_tail), (x_whole, x_tail) = split_blocks(y), split_blocks(x)
-    parts = ([] if x_whole is None else [(y_whole, x_whole)]) + \
-        ([] if x_tail is None else [(y_tail[..., None], x_tail[..., None])])
+    parts = ([] if x_whole is None else [(y_whole, x_whole)]) + (
+        [] if x_tail is None else [(y_tail[..., None], x_tail[..., None])]
+    )
     for yb, xb in parts:
         for i, t in enumerate(terms(yb, xb)):
             out[i] = out[i] + t.sum(-1).sum(-1, dtype=torch.float64)
@@ -153,8 +155,7 @@ def js_bounds_in_sum_pass(target_rows, draft_rows, target_sums, draft_sums):
     return lo / target_sums - slack, hi / target_sums + slack, off
 
 
-def accept_decided_from_rows(rule, target_rows, draft_rows, token_ids, target_sums,
-                             draft_sums):
+def accept_decided_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
     r"""``js_div``: the decision :math:`1[JS \le T]` from bounds on JS where they clear
     T by :data:`JS_BOUND_MARGIN` (relative), and the rows where they do not; other
     divergences: None (no bound, the exact test on every row). The bounds are
@@ -207,7 +208,7 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
     sx, sy = target_sums, draft_sums
     tiny = torch.finfo(x.dtype).tiny
 
-    def xlogx_sum(a):   # sum a log a, 0 log 0 = 0 (log clamped at the smallest normal)
+    def xlogx_sum(a):  # sum a log a, 0 log 0 = 0 (log clamped at the smallest normal)
         return a.clamp_min(tiny).log_().mul_(a).sum(-1)
 
     kind = _divergence_name(rule.fsd_div_type)
@@ -215,7 +216,7 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
         div = 0.5 * torch.addcmul(y / sy[..., None], x, (-1.0 / sx)[..., None]).abs_().sum(-1)
     elif kind in ("kl", "reverse_kl"):
         a, b, sa, sb = (y, x, sy, sx) if kind == "kl" else (x, y, sx, sy)
-        cross = torch.xlogy(a, b).sum(-1)     # -inf where a > 0 = b: KL infinite
+        cross = torch.xlogy(a, b).sum(-1)  # -inf where a > 0 = b: KL infinite
         div = (xlogx_sum(a) - cross) / sa + torch.log(sb) - torch.log(sa)
         div = torch.where(torch.isinf(cross), torch.full_like(div, math.inf), div)
     else:
@@ -226,6 +227,11 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
     return (div.clamp_min(0.0) <= rule.fsd_div_threshold).to(torch.float32)
 
 
-register_kernels(FuzzySpeculative, RuleKernels(
-    accept_from_rows=accept_from_rows, accept_decided_from_rows=accept_decided_from_rows,
-    guard=lambda: hasattr(torch, "cond") and hasattr(torch.compiler, "is_compiling")))
+register_kernels(
+    FuzzySpeculative,
+    RuleKernels(
+        accept_from_rows=accept_from_rows,
+        accept_decided_from_rows=accept_decided_from_rows,
+        guard=lambda: hasattr(torch, "cond") and hasattr(torch.compiler, "is_compiling"),
+    ),
+)

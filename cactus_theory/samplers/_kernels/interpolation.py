@@ -25,8 +25,7 @@ def recovery_weights(rule, target_probs, draft_probs, token_ids):
     res = (target_probs - draft_probs).clamp_min_(0.0)
     empty = (res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS).to(res.dtype)
     # an empty row is all zeros: adding h there (and 0 h elsewhere) gives h
-    return res.addcmul_(draft_probs, rule.alpha * empty).addcmul_(
-        target_probs, (1.0 - rule.alpha) * empty)
+    return res.addcmul_(draft_probs, rule.alpha * empty).addcmul_(target_probs, (1.0 - rule.alpha) * empty)
 
 
 register_kernels(Interpolation, RuleKernels(recovery_weights=recovery_weights))

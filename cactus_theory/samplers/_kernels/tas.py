@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from ...rules.tas import VLLM_ENTROPY_EPS, TypicalAcceptance
-from ._registry import RuleKernels, register_kernels
 from ._blocks import first_argmax, two_level_sum
+from ._registry import RuleKernels, register_kernels
 
 __all__: list = []
 
@@ -60,8 +60,9 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
         if x.device.type != "cpu" or not torch.compiler.is_compiling():
             dot = torch.add(x, eps * sums[..., None]).log_().mul_(x).sum(-1)
         else:
-            dot = two_level_sum(x, lambda z: torch.log(z + eps) * z) + \
-                (eps * (sums - 1.0)) * two_level_sum(x, lambda z: z / (z + eps))
+            dot = two_level_sum(x, lambda z: torch.log(z + eps) * z) + (eps * (sums - 1.0)) * two_level_sum(
+                x, lambda z: z / (z + eps)
+            )
             far = ((sums - 1.0).abs() > LINEAR_SUM_TOL).any()
             dot = torch.cond(far, exact, lambda: dot.clone())
     else:
@@ -89,6 +90,9 @@ def _guard() -> bool:
     return hasattr(torch, "cond") and hasattr(torch.compiler, "is_compiling")
 
 
-register_kernels(TypicalAcceptance, RuleKernels(
-    accept_from_rows=accept_from_rows, recovery_token_from_rows=recovery_token_from_rows,
-    guard=_guard))
+register_kernels(
+    TypicalAcceptance,
+    RuleKernels(
+        accept_from_rows=accept_from_rows, recovery_token_from_rows=recovery_token_from_rows, guard=_guard
+    ),
+)

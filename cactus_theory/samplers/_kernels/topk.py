@@ -11,8 +11,8 @@ import torch
 
 from ...rules.plans import RowTarget
 from ...rules.topk import TopKAcceptance
-from ._registry import RuleKernels, register_kernels
 from ._blocks import block_maxima
+from ._registry import RuleKernels, register_kernels
 from ._residual import residual_weights_
 
 __all__ = ["kth_largest"]
@@ -49,8 +49,7 @@ def _indicator(x, y, kth):
     return (x >= kth).to(torch.float32)
 
 
-def recovery_target_from_rows(rule, target_rows, draft_rows, token_ids, target_sums,
-                              draft_sums):
+def recovery_target_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
     r""":math:`h = 1[x \ge x_{(k)}]` on un-normalized rows (scaling keeps the order; the
     compiled samplers' recovery): the k-th largest entry by :func:`kth_largest`, one read."""
     kth = kth_largest(target_rows, min(rule.topk, target_rows.shape[-1]))
@@ -76,13 +75,18 @@ def kth_largest(x, k: int):
         return x.topk(k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
     lead = x.shape[:-1]
     maxima = block_maxima(x, blk)
-    blocks = maxima.topk(k, dim=-1, sorted=False).indices                  # [..., k]
+    blocks = maxima.topk(k, dim=-1, sorted=False).indices  # [..., k]
     idx = (blocks[..., None] * blk + torch.arange(blk, device=x.device)).reshape(*lead, k * blk)
     cand = torch.gather(x, -1, idx.clamp(max=V - 1))
     cand = torch.where(idx < V, cand, torch.full_like(cand, -math.inf))  # past the last entry
     return cand.topk(k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
 
 
-register_kernels(TopKAcceptance, RuleKernels(
-    accept_from_rows=accept_from_rows, recovery_weights=recovery_weights,
-    recovery_target_from_rows=recovery_target_from_rows))
+register_kernels(
+    TopKAcceptance,
+    RuleKernels(
+        accept_from_rows=accept_from_rows,
+        recovery_weights=recovery_weights,
+        recovery_target_from_rows=recovery_target_from_rows,
+    ),
+)
