@@ -74,3 +74,53 @@ def test_a_negative_seed_on_the_command_line_names_seed(capsys):
 def test_a_non_integer_token_id_in_the_cvxpy_oracle_is_named_as_such(token):
     with pytest.raises(ValueError, match=r"^token_id: must be an integer token id"):
         max_draft_probability_cvxpy([0.2, 0.3, 0.5], token, 0.1)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
+def test_no_drafted_tokens_is_a_value_error_naming_draft_token_ids(fused):
+    import torch
+
+    from cactus_theory.samplers import make_sampler
+
+    q = torch.full((2, 1, 5), 0.2)
+    p = torch.full((2, 0, 5), 0.2)
+    with pytest.raises(ValueError, match=r"^draft_token_ids: shape \[B, 0\]"):
+        make_sampler("sps", fused=fused)(
+            q, torch.zeros(2, 1, dtype=torch.int64), p, torch.zeros(2, 0, dtype=torch.int64)
+        )
+
+
+def test_killed_figures_run_leaves_no_file_cut_short(tmp_path):
+    """`cactus-theory figures --out DIR` killed (SIGKILL) mid-run: every file at its final name
+    is complete (PDFs end with %%EOF, PNGs with their IEND chunk); only dot-prefixed temporary
+    files of the atomic writer may remain."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, MPLBACKEND="Agg")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cactus_theory.cli", "figures", "--out", str(tmp_path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300  # a hang guard, not a speed test
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len([f for f in tmp_path.iterdir() if not f.name.startswith(".")]) >= 3:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    final = [f for f in tmp_path.iterdir() if not f.name.startswith(".")]
+    assert final, "no figure was written before the kill"
+    for f in final:
+        data = f.read_bytes()
+        if f.suffix == ".pdf":
+            assert data.rstrip().endswith(b"%%EOF"), f.name
+        elif f.suffix == ".png":
+            assert data.endswith(b"IEND\xaeB`\x82"), f.name

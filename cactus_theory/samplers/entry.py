@@ -136,6 +136,8 @@ def validate_sampler_entry(
                 f"seeded_seqs: the values for rows {bad} are not torch.Generator "
                 f"(got {type(seeded_seqs[bad[0]]).__name__})"
             )
+    if draft_token_ids.dim() == 2 and draft_token_ids.shape[-1] == 0:  # [B, k] with k = 0
+        raise ValueError("draft_token_ids: shape [B, 0]: no drafted tokens; a verification needs k >= 1")
     probs = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     if target_probs.dim() < 1 or draft_token_ids.dim() < 1:  # the shape checks name the argument
         if return_sums:
