@@ -448,7 +448,7 @@ def test_dump_tiny_run_text_and_json(smollm2, tmp_path, capsys):
 
 @pytest.mark.model
 def test_decode_tiny_run_json_and_text(smollm2, tmp_path, capsys):
-    from cactus_theory.logits.cli import _decode_text
+    from cactus_theory.logits.decode import _decode_text
 
     argv = [
         "decode",

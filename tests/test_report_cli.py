@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from cactus_theory.cli import main, write_atomic
+from cactus_theory._cli import write_atomic
+from cactus_theory.cli import main
 from cactus_theory.report import build_report
 
 

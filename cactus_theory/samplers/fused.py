@@ -157,6 +157,8 @@ def stats(x):
 
 
 def row_stats_core(a, b, c, d):
+    """The entry check of four row sets at once (:func:`stats` of each): the function that
+    :func:`row_stats` compiles."""
     return stats(a), stats(b), stats(c), stats(d)
 
 
