@@ -412,7 +412,8 @@ def analyze_rules(
     """
     from .analysis.one_step import make_plan, per_draft_divergence
     from .analysis.rule_table import rule_table
-    from .rules import RULES, get_rule
+    from .rules import get_rule
+    from .rules.registry import rule_knobs
 
     scaled = _scaled(
         "rules",
@@ -429,22 +430,7 @@ def analyze_rules(
     if scaled is not None:
         return scaled
     q, p = as_prob_pair(target_probs, draft_probs)
-    names = (
-        list(RULES)
-        if rules is None
-        else [choice(r, RULES.all_names(), "rules") for r in ([rules] if isinstance(rules, str) else rules)]
-    )
-    if delta is not None:
-        delta = as_budget(delta, "delta")
-    if knobs is not None and not isinstance(knobs, dict):
-        raise ValueError(f"knobs: expected a dict of rule name -> dict of knobs, got {type(knobs).__name__}")
-    per_rule = {}
-    for name in names:
-        k = {}
-        if delta is not None and any(kn.name == "delta" for kn in RULES[name].knobs):
-            k["delta"] = delta
-        k.update((knobs or {}).get(name, {}))
-        per_rule[name] = k
+    names, per_rule = rule_knobs(rules, delta, knobs)
     base = rule_table(q, p, rules=names, knobs=per_rule)
     drafted = p > 0
     table = []

@@ -327,26 +327,11 @@ def analyze_rules(
     Symbols: q verifier, p drafter, n drafted token, delta per-draft budget. Source: Hao &
     Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
-    from .._validation import as_budget, choice
     from ..results import RuleTable
-    from ..rules import RULES, get_rule
+    from ..rules import get_rule
+    from ..rules.registry import rule_knobs
 
-    names = (
-        list(RULES)
-        if rules is None
-        else [choice(r, RULES.all_names(), "rules") for r in ([rules] if isinstance(rules, str) else rules)]
-    )
-    if delta is not None:
-        delta = as_budget(delta, "delta")
-    if knobs is not None and not isinstance(knobs, dict):
-        raise ValueError(f"knobs: expected a dict of rule name -> dict of knobs, got {type(knobs).__name__}")
-    per_rule = {}
-    for name in names:
-        k = {}
-        if delta is not None and any(kn.name == "delta" for kn in RULES[name].knobs):
-            k["delta"] = delta
-        k.update((knobs or {}).get(name, {}))
-        per_rule[name] = k
+    names, per_rule = rule_knobs(rules, delta, knobs)
     source = as_rows(target_probs, draft_probs)
     run = runner_for(source, "rules", chunk_rows, max_memory, progress, runner)
     parts = run.map(_rules_kernel, names, per_rule)

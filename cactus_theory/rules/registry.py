@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._validation import choice
+from .._validation import as_budget, choice
 from .plans import (
     SpikePlan,
     TargetPlan,
@@ -496,3 +496,29 @@ def get_rule(name, **knobs) -> Rule:
 def rule_names(*, aliases: bool = False) -> list[str]:
     """All registered rule names, in registration order (then the aliases if ``aliases``)."""
     return list(RULES.all_names() if aliases else RULES)
+
+
+def rule_knobs(rules=None, delta=None, knobs=None) -> tuple[list[str], dict[str, dict]]:
+    """The rule names and each one's knobs for a comparison of several rules.
+
+    ``rules``: a name, a sequence of names (aliases allowed) or None (every rule); ``delta``:
+    given to every rule that has a ``delta`` knob; ``knobs``: rule name -> dict of knobs,
+    applied after ``delta``. ValueError naming ``rules``, ``delta`` or ``knobs`` otherwise.
+    """
+    names = (
+        list(RULES)
+        if rules is None
+        else [choice(r, RULES.all_names(), "rules") for r in ([rules] if isinstance(rules, str) else rules)]
+    )
+    if delta is not None:
+        delta = as_budget(delta, "delta")
+    if knobs is not None and not isinstance(knobs, dict):
+        raise ValueError(f"knobs: expected a dict of rule name -> dict of knobs, got {type(knobs).__name__}")
+    per_rule = {}
+    for name in names:
+        k = {}
+        if delta is not None and any(kn.name == "delta" for kn in RULES[name].knobs):
+            k["delta"] = delta
+        k.update((knobs or {}).get(name, {}))
+        per_rule[name] = k
+    return names, per_rule
