@@ -66,12 +66,15 @@ def test_vllms_rejection_sample_is_not_cactus(rejection_sample):
 def test_the_documentation_examples_that_import_vllm_run():
     """The pages' python examples that need vLLM (tests/test_readme.py runs the others)."""
     import importlib.util as iu
+    import sys
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "update_readme.py"
     spec = iu.spec_from_file_location("update_readme", path)
     upd = iu.module_from_spec(spec)
-    spec.loader.exec_module(upd)
+    sys.modules.setdefault(spec.name, upd)  # its dataclasses resolve their module by name
+    spec.loader.exec_module(sys.modules[spec.name])
+    upd = sys.modules[spec.name]
     codes = [
         code
         for text in upd.read_pages().values()
