@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (registration side effect)
     fuzzy,
     interpolation,
     mentored,
+    multidraft,
     sequence_budget,  # noqa: F401  (registration side effect)
     sps,
     tas,

@@ -1,0 +1,33 @@
+"""Multi-draft and tree verifiers: the family's declaration form, its registry and its members.
+
+Importing it registers ``rrs``, ``rrs-without-replacement``, ``spectr``, ``optimal``,
+``block`` and ``traversal`` in :data:`VERIFIERS` (:mod:`.base`). Every registered verifier goes
+through the family's invariant battery (``tests/test_multidraft.py``).
+"""
+
+from . import block, optimal, rrs, spectr, traversal  # noqa: F401  (registration side effect)
+from .base import (
+    VERIFIERS,
+    MultiDraftVerifier,
+    NodeLaw,
+    NodeVerifier,
+    PathLaw,
+    VerifierRegistry,
+    VerifierSpec,
+    get_verifier,
+    register_verifier,
+    verifier_names,
+)
+
+__all__ = [
+    "VERIFIERS",
+    "MultiDraftVerifier",
+    "NodeVerifier",
+    "NodeLaw",
+    "PathLaw",
+    "VerifierRegistry",
+    "VerifierSpec",
+    "get_verifier",
+    "register_verifier",
+    "verifier_names",
+]
