@@ -81,6 +81,16 @@ def as_token_ids(token_ids, vocab_size: int, batch_shape, name: str = "draft_tok
         ) from None
 
 
+def token_ids_of(rows, token_ids, name: str = "token_ids"):
+    """``token_ids`` for gathering from ``rows`` along the last axis: numpy rows get
+    :func:`as_token_ids` (integers in ``[0, V)``, so a fractional id is never truncated and -1
+    never wraps); other arrays (the samplers' tensors, whose entry validation has clamped and
+    flagged the ids on the device) are returned as given."""
+    if isinstance(rows, np.ndarray):
+        return as_token_ids(token_ids, rows.shape[-1], rows.shape[:-1], name)
+    return token_ids
+
+
 def as_budget(delta, name: str = "delta") -> float:
     """Validate a scalar divergence budget: finite or +inf, and >= 0."""
     try:

@@ -447,3 +447,27 @@ def test_capped_root_bad_input():
         spike.capped_exact_spike(np.array([0.1]), np.array([0.5]), -1.0)
     with pytest.raises(ValueError, match="delta: shape"):
         spike.capped_exact_spike(np.array([0.1, 0.2]), np.array([0.5, 0.5]), np.ones(3))
+
+
+def test_effective_root_matches_its_definition_on_every_backend():
+    """``effective_exact_spike``: min(gamma, p) where p > 0 and [gamma > 0] where p = 0, the
+    same floats from the capped numpy KL path as from the plain definition, for p = 0 with
+    q = 0 and q > 0 included; on torch rows (the torch root, every root solved) the definition
+    with that root."""
+    import torch
+
+    rng = np.random.default_rng(7)
+    q = rng.dirichlet(np.full(12, 0.3), size=40)
+    p = rng.dirichlet(np.full(12, 0.3), size=40)
+    q[:, 0], p[:, 0], p[:, 1], q[:, 2] = 0.0, 0.0, 0.0, 0.0  # q = p = 0; p = 0 < q; q = 0 < p
+    q, p = q / q.sum(-1, keepdims=True), p / p.sum(-1, keepdims=True)
+    for div in ("kl", "hellinger"):
+        for d in (0.0, 0.05, 2.0):
+            g = exact_spike(q, d, div)
+            want = np.where(p > 0, np.minimum(g, p), (g > 0).astype(float))
+            assert np.array_equal(spike.effective_exact_spike(q, p, d, div), want), (div, d)
+            qt, pt = torch.from_numpy(q), torch.from_numpy(p)
+            gt = exact_spike(qt, d, div)
+            want_t = torch.where(pt > 0, torch.minimum(gt, pt), (gt > 0).double())
+            got = spike.effective_exact_spike(qt, pt, d, div)
+            assert isinstance(got, torch.Tensor) and torch.equal(got, want_t), (div, d)

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from ..divergences import DIVERGENCES, get_divergence
-from ..solvers.spike import capped_exact_unchecked, exact_spike, taylor_spike
+from ..divergences import DIVERGENCES
+from ..solvers.spike import effective_exact_spike, exact_spike, taylor_spike
 from .plans import SpikePlan
 from .registry import Knob, RuleSpec, SpikeRule, register, register_alias
 
@@ -78,33 +76,15 @@ class CactusExact(_CactusBase):
         r"""``SpikePlan`` whose gamma is solved when first read (:attr:`SpikePlan.spike`).
 
         The acceptance and the emitted law read :math:`\min(\gamma_n, p_n)` only
-        (:meth:`SpikePlan.effective_spike`); for the KL on numpy rows it is
-        :func:`~cactus_theory.solvers.spike.capped_exact_spike`, which solves the root only
-        at the tokens whose gamma may lie below p_n (27 of the 151,936 tokens of the
-        benchmark's row at delta = 0.1, instead of all of them).
+        (:meth:`SpikePlan.effective_spike`), which
+        :func:`~cactus_theory.solvers.spike.effective_exact_spike` gives while solving, for
+        the KL on numpy rows, the root only at the tokens whose gamma may lie below p_n.
         """
-        kl_numpy = (
-            isinstance(target_probs, np.ndarray) and get_divergence(self.divergence) is DIVERGENCES["kl"]
-        )
-        return SpikePlan(
-            target_probs,
-            draft_probs,
-            spike_fn=self.spike,
-            effective_fn=self._effective_spike if kl_numpy else None,
-        )
+        return SpikePlan(target_probs, draft_probs, spike_fn=self.spike, effective_fn=self._effective_spike)
 
     def _effective_spike(self, q, p):
-        """:meth:`SpikePlan.effective_spike` from the capped root (numpy): where p_n = 0,
-        gamma_n > 0 when q_n > 0 (gamma >= q_n), else as the root at those tokens says."""
-        delta = np.full(q.shape, self.delta)  # q, p and the knob are validated already
-        eff = capped_exact_unchecked(q, p, delta, get_divergence(self.divergence))
-        zero_p = p == 0
-        unsure = np.flatnonzero((zero_p & (q == 0)).reshape(-1))
-        eff = np.where(zero_p & (q > 0), 1.0, eff)
-        if unsure.size:
-            flat = eff.reshape(-1)
-            flat[unsure] = exact_spike(q.reshape(-1)[unsure], self.delta, self.divergence) > 0
-        return eff
+        """:meth:`SpikePlan.effective_spike` (q, p and the knob are validated already)."""
+        return effective_exact_spike(q, p, self.delta, self.divergence)
 
 
 register(

@@ -35,11 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from array_api_compat import array_namespace
 from array_api_compat import device as array_device
 
-from .._validation import as_token_ids
+from .._validation import token_ids_of
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..solvers.spike import spike_scale
 
@@ -67,8 +66,7 @@ def gather(x, token_ids):
     token. torch input (the samplers) is used as given: their entry validation has clamped
     and flagged the ids on the device.
     """
-    if isinstance(x, np.ndarray):
-        token_ids = as_token_ids(token_ids, x.shape[-1], x.shape[:-1], "token_ids")
+    token_ids = token_ids_of(x, token_ids)
     xp = array_namespace(x)
     idx = xp.astype(token_ids, xp.int64)[..., None]
     return xp.take_along_axis(x, idx, axis=-1)[..., 0]

@@ -48,6 +48,7 @@ from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, get_divergence, kl_log_ra
 __all__ = [
     "METHODS",
     "capped_exact_spike",
+    "effective_exact_spike",
     "exact_spike",
     "lambert_w",
     "spike_scale",
@@ -338,6 +339,47 @@ def capped_exact_unchecked(q_n, cap, delta, d):
             _exact_numpy(q_n.reshape(-1)[solve], delta.reshape(-1)[solve], d), cap.reshape(-1)[solve]
         )
     return out
+
+
+def effective_exact_spike(q, p, delta, divergence="kl"):
+    r"""What the acceptance and the emitted law read of Theorem 2's root, on whole rows.
+
+    .. math:: e_n = \min(\gamma_n, p_n) \ (p_n > 0), \qquad e_n = [\gamma_n > 0] \ (p_n = 0),
+
+    with :math:`\gamma_n` = :func:`exact_spike` ``(q_n, delta, divergence)``
+    (:meth:`cactus_theory.rules.plans.SpikePlan.effective_spike`). For the KL on numpy rows
+    it is :func:`capped_exact_spike`, which solves the root only where it may lie below
+    :math:`p_n`; otherwise (torch, or another divergence) every root is solved. The same
+    floats either way (tested).
+
+    Parameters
+    ----------
+    q, p : array, shape [..., V]
+        Verifier and drafter rows (validated by the caller).
+    delta : float
+        Budget, >= 0.
+    divergence : str or Divergence
+        Any divergence of :mod:`cactus_theory.divergences`.
+
+    Returns
+    -------
+    array, shape [..., V]
+        :math:`e`, of ``q``'s kind and dtype.
+    """
+    d = get_divergence(divergence)
+    if not (isinstance(q, np.ndarray) and d is DIVERGENCES["kl"]):
+        xp = array_namespace(q, p)
+        g = exact_spike(q, delta, d)
+        return xp.where(p > 0, xp.minimum(g, p), xp.astype(g > 0, g.dtype))
+    eff = capped_exact_unchecked(q, p, np.full(q.shape, float(delta)), d)
+    # where p_n = 0: gamma_n >= q_n > 0 gives 1; where q_n = 0 too, the root decides
+    zero_p = p == 0
+    unsure = np.flatnonzero((zero_p & (q == 0)).reshape(-1))
+    eff = np.where(zero_p & (q > 0), 1.0, eff)
+    if unsure.size:
+        flat = eff.reshape(-1)
+        flat[unsure] = exact_spike(q.reshape(-1)[unsure], delta, d) > 0
+    return eff
 
 
 #: Arrays of at least twice this many entries are solved in chunks on threads
