@@ -10,6 +10,7 @@ The front door (``import cactus_theory as ct``), one call per everyday problem:
 - ``ct.analyze_rules(q, p)``: every rule side by side.
 - ``ct.exact_chain(rule, ct.Trajectory(q_t, p_t), m)``: exact multi-token metrics.
 - ``ct.make_sampler(rule, **knobs)``: a batched torch sampler (vLLM's interface).
+- ``ct.audit("distilled", eps=0.1)``: every rule calibrated to one true emitted divergence.
 
 Each returns a frozen dataclass of :mod:`cactus_theory.results` with a summary ``repr``,
 ``to_dict()`` (JSON-ready) and, for tables, ``rows()`` (for pandas).
@@ -32,6 +33,7 @@ from .analysis import (
 )
 from .api import (
     analyze_rules,
+    audit,
     calibrate_delta,
     compare_taylor_exact,
     exact_chain,
@@ -61,6 +63,7 @@ __all__ = [
     "analyze_rules",
     "exact_chain",
     "make_sampler",
+    "audit",
     "Trajectory",
     "SpikeSolution",
     "TaylorExactComparison",

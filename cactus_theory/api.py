@@ -16,6 +16,8 @@ call                           problem (result type, :mod:`cactus_theory.results
 :func:`exact_chain`            exact speculative-decoding metrics over a trajectory
                                (``ChainResult``)
 :func:`make_sampler`           a batched torch sampler (vLLM's interface) for any rule
+:func:`audit`                  every rule calibrated to one true emitted divergence, side by
+                               side (``AuditResult``, :mod:`cactus_theory.rule_audit`)
 =============================  ==============================================================
 
 Names: ``target_probs`` (q, verifier), ``draft_probs`` (p, drafter), ``token`` (n, drafted
@@ -53,6 +55,7 @@ __all__ = [
     "analyze_rules",
     "exact_chain",
     "make_sampler",
+    "audit",
 ]
 
 #: Methods of :func:`solve_spike`.
@@ -567,3 +570,47 @@ def make_sampler(rule, *, strict_mode: bool = False, **knobs):
     from .samplers import make_sampler as _make_sampler
 
     return _make_sampler(rule, strict_mode=strict_mode, **knobs)
+
+
+def audit(target_probs, draft_probs=None, *, eps=0.1, rules=None, per="token", divergence="kl", **options):
+    r"""Every chosen rule calibrated to the same true emitted divergence eps, side by side.
+
+    .. math:: \mathrm{mean}_t\, D(h_{alg,t}(x)\|q_t) = \epsilon \quad\text{(each rule's knob x)}
+
+    Wraps :func:`cactus_theory.rule_audit.audit`: a monotone bisection of each rule's knob within
+    its published range (:func:`cactus_theory.analysis.calibration.calibrate_knob`), then
+    acceptance, the relaxed-only acceptance :math:`\bar\alpha - \bar\alpha_{SpS}`, exact
+    accepted length at several m, emitted KL and TV, the gap to the optimal frontier, and the
+    shift of the end-of-sequence probability :math:`h_{alg}(\mathrm{EOS}) - q(\mathrm{EOS})`
+    with the length ratio it predicts under geometric stopping
+    (:math:`\mathrm{mean}\, q(\mathrm{EOS}) / \mathrm{mean}\, h_{alg}(\mathrm{EOS})`).
+
+    Parameters
+    ----------
+    target_probs : array_like (N, V), Dump, str or Path
+        Verifier rows q, or a dump (loaded, a file, or a shipped recording's name).
+    draft_probs : array_like (N, V), optional
+        Drafter rows p (with arrays).
+    eps : float
+        Target on the emitted divergence.
+    rules : sequence of str, optional
+        Default: every registered rule but :data:`cactus_theory.rule_audit.AUDIT_EXCLUDED`.
+    per : {"token", "sequence"}
+        Per-token mean, or the chain's sequence bound per token.
+    divergence : str
+        D of the target.
+    **options
+        ``draft_lengths``, ``sequence_m``, ``knobs``, ``tune``, ``rows`` ("processed" or
+        "raw"), ``max_positions``, ``eos_token_id``, ``raw_target_probs``,
+        ``raw_draft_probs``: see :func:`cactus_theory.rule_audit.audit`.
+
+    Returns
+    -------
+    cactus_theory.rule_audit.AuditResult
+
+    Symbols: q verifier, p drafter, n drafted token, eps the target on the emitted divergence.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
+    """
+    from .rule_audit import audit as _audit
+
+    return _audit(target_probs, draft_probs, eps=eps, rules=rules, per=per, divergence=divergence, **options)

@@ -477,6 +477,12 @@ SUBCOMMANDS = {
     "calibrate": Subcommand(
         "the delta whose emitted divergence meets a target eps", _args_calibrate, _cmd_calibrate
     ),
+    "audit": Subcommand(
+        "every rule calibrated to one true emitted divergence on a dump: acceptance, AL_m, "
+        "KL/TV, frontier gap, EOS shift",
+        "cactus_theory.rule_audit:add_arguments",
+        "cactus_theory.rule_audit:run",
+    ),
     "simulate": Subcommand(
         "simulate a rule over synthetic trajectories (teacher-forced) beside exact",
         "cactus_theory.simulate.cli:add_arguments",

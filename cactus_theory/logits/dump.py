@@ -317,7 +317,11 @@ def dump_pairs(
             "verifier_source": verifier_lm.source,
             "drafter": d.name,
             "drafter_spec": d.spec,
-            "tokenizer": {"name": verifier_lm.name, "vocab_size": int(verifier_lm.vocab_size)},
+            "tokenizer": {
+                "name": verifier_lm.name,
+                "vocab_size": int(verifier_lm.vocab_size),
+                "eos_token_id": verifier_lm.tokenizer.eos_token_id,
+            },
             "transforms": cfg.sampling.as_dict(),
             "transform_order": "temperature, top-k, top-p",
             "columns_rule": f"union of processed supports and raw top-{cfg.top_k_raw} of each model, plus one tail column (id -2)",

@@ -58,6 +58,13 @@ float32 logits (so ``z ~= logp16 + lse``). Each log-probability carries an absol
 most ``2^-11 |log p_x|`` (about 5e-4 per nat of surprisal); the loader exponentiates in float64
 and renormalizes. The total-variation error is therefore at most about ``2^-11 E_p[|log p|]``.
 
+End of sequence: ``meta["tokenizer"]["eos_token_id"]`` is the tokenizer's end-of-sequence id
+(a vocabulary id, matched against ``columns``); recordings made before it was written resolve it
+from the tokenizer's name (:data:`KNOWN_EOS_IDS`, :func:`eos_token_id`). A trajectory that stops
+before ``new_tokens`` ends with that token. At a position whose columns do not hold the id, its
+processed probability is exactly 0 (the processed supports are inside the columns) and its raw
+probability is inside the tail bucket.
+
 Integrity: the archive's zip CRCs and the metadata checksum are verified on load; any failure
 (truncation, corruption, missing array, inconsistent offsets) raises :class:`DumpFormatError`, a
 ``ValueError`` naming the file and the problem. Writes are atomic (temporary file in the target
@@ -93,7 +100,20 @@ COMPACT_REQUIRED = {
     "prompt_offsets": np.int64,
     "prompt_token_ids": np.int32,
 }
+#: End-of-sequence ids of the tokenizers of the shipped recordings (SmolLM2's ``<|im_end|>``),
+#: for dumps whose metadata predates ``tokenizer.eos_token_id``.
+KNOWN_EOS_IDS = {"SmolLM2-135M-Instruct": 2}
 FULL_REQUIRED = {"logp16_q": np.float16, "logp16_p": np.float16, "lse_q": np.float64, "lse_p": np.float64}
+
+
+def eos_token_id(meta: dict) -> int | None:
+    """The end-of-sequence vocabulary id of a dump: ``meta["tokenizer"]["eos_token_id"]``, else
+    :data:`KNOWN_EOS_IDS` by the tokenizer's name, else None (unknown)."""
+    tok = meta.get("tokenizer") or {}
+    if tok.get("eos_token_id") is not None:
+        return int(tok["eos_token_id"])
+    known = KNOWN_EOS_IDS.get(tok.get("name") or meta.get("verifier"))
+    return None if known is None else int(known)
 
 
 class DumpFormatError(ValueError):
@@ -334,11 +354,13 @@ __all__ = [
     "DumpFormatError",
     "FORMAT",
     "FULL_VOCAB_FORMAT",
+    "KNOWN_EOS_IDS",
     "PAD_ID",
     "TAIL_ID",
     "atomic_write_bytes",
     "checksum",
     "compact_columns",
+    "eos_token_id",
     "pack_compact",
     "read_arrays",
     "validate_compact",
