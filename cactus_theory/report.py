@@ -682,6 +682,40 @@ def section_sequence_budget(seed: int = 0, eps: float = 0.1) -> Section:
     )
 
 
+#: Positions per shipped recording in the report's audit (whole trajectories: the first one or
+#: two prompts), and its target: mean per-token KL(h_alg||q) in nats.
+AUDIT_POSITIONS = 48
+AUDIT_EPS = 0.1
+
+
+def section_audit(seed: int = 0, eps: float = AUDIT_EPS, positions: int = AUDIT_POSITIONS) -> Section:
+    """Every rule calibrated to one true emitted KL on the shipped recordings (ct.audit)."""
+    from .logits import shipped_dumps
+    from .rule_audit import audit
+
+    heading = "The audit: every rule at the same true emitted divergence (shipped recordings)"
+    files = shipped_dumps()
+    if not files:
+        return Section("audit", heading, ("(no shipped recordings found)",))
+    blocks = [
+        f"Each rule's first numeric knob is bisected within its published range so that the mean "
+        f"per-token KL(h_alg||q) of what it emits is eps = {eps:g} nats (`cactus-theory audit`; "
+        f"the first {positions}+ positions of each recording: whole prompts). status: calibrated "
+        "(within 0.1% below eps), step (the divergence jumps over eps: a 0/1 rule, an integer knob or "
+        "an infinite KL), range-end (the range never reaches eps), above (even the least knob exceeds "
+        "eps), reference (lossless). a-a_SpS: the relaxed-only acceptance; AL_m exact, teacher-forced; "
+        "gap: frontier at the rule's own per-position KL minus its acceptance; h-q(EOS): mean shift of "
+        "the end-of-sequence probability; len ratio = mean q(EOS) / mean h(EOS) (geometric stopping). "
+        "cactus-calibrated is left out (its knob is already a per-position budget on the emitted KL)."
+    ]
+    runs = [(f, "processed") for f in files] + [(f, "raw") for f in files if "distilled" in f.name]
+    for f, rows in runs:
+        name = f.stem.replace("smollm2-135m_", "")
+        res = audit(str(f), eps=eps, rows=rows, max_positions=positions)
+        blocks.append(res.to_table(f"audit/{name}" + ("/raw" if rows == "raw" else "")))
+    return Section("audit", heading, tuple(blocks))
+
+
 def section_claims(seed: int = 0) -> Section:
     """Verdicts with numbers on the paper's checkable claims."""
     from .paper_claims import check_claims
@@ -711,6 +745,7 @@ SECTIONS = {
     "chain": section_chain,
     "real": section_real,
     "sequence": section_sequence_budget,
+    "audit": section_audit,
 }
 
 #: One line per section (its function's summary), for ``cactus-theory report --help``.

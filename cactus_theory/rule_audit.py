@@ -80,8 +80,8 @@ AUDIT_EXCLUDED = {
     "evaluation runs a root search per row; pass it in rules= to include it",
 }
 #: Refinement steps of the knob's bisection (a bracket in the mapped knob u narrower than
-#: 2^-32 of the scan's spacing: beyond float32 resolution of any published knob).
-KNOB_STEPS = 32
+#: 2^-20 of the scan's spacing, about 1e-7: finer than any knob is published with).
+KNOB_STEPS = 20
 #: Scan points of the knob's first-crossing search (mapped knob u in [0, 1]).
 KNOB_GRID = 9
 #: Emitted divergence below which a rule without a knob counts as lossless (float64 rounding
