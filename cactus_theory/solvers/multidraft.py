@@ -1,0 +1,527 @@
+r"""Optimal acceptance of k drafts: the min-cut value, its extremal sets, and the budgeted optimum.
+
+Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), k drafts at one position
+drawn i.i.d. from p, S the drafted set, o the emitted distribution (a target), :math:`\epsilon`
+a budget. Every function here is numpy float64; the vocabulary is the last axis.
+
+1. The optimal acceptance of a target (max-flow/min-cut)
+--------------------------------------------------------
+A verifier of k drafts emits a token Y with law o and accepts when Y is one of the drafts.
+Over all couplings of the draft tuple :math:`X = (X_1..X_k)` with :math:`Y \sim o`, the largest
+:math:`P(Y \in S)` is a maximum flow (source -> tuples with capacity P(X = x), tuple -> each
+of its tokens, token y -> sink with capacity :math:`o_y`), so by max-flow/min-cut
+
+.. math:: \alpha^*(o) = \min_{A \subseteq V}\ \big[o(V \setminus A) + P(S \cap A \neq
+          \emptyset)\big] = 2 - \max_{A} \big[o(A) + \varphi(p(A))\big],
+          \qquad \varphi(t) = (1 - t)^k,
+
+since :math:`P(S \cap A \ne \emptyset) = 1 - (1 - p(A))^k` for i.i.d. drafts.
+
+**Theorem (ratio prefixes attain the minimum).** Sort the tokens by :math:`o_i/p_i`,
+decreasing (:math:`o_i/0 = +\infty` for :math:`o_i > 0`). Some prefix of this order attains
+the minimum; more precisely every superlevel set :math:`A_\lambda = \{i : o_i > \lambda p_i\}`
+with :math:`\lambda = -\varphi'(p(A^*))` at a minimiser :math:`A^*` is a minimiser, and every
+minimiser is such a set up to tokens with :math:`o_i = \lambda p_i`. So
+:math:`\alpha^*(o) = 2 - \max_{0 \le m \le V} [O_m + \varphi(P_m)]` over the V + 1 prefixes
+(:math:`O_m, P_m` the prefix sums of o and p in that order): one sort and two prefix sums,
+O(V log V).
+
+*Proof.* :math:`\varphi` is convex on [0, 1], so it is the supremum of its tangent lines:
+:math:`\varphi(t) = \max_{\lambda} [c(\lambda) - \lambda t]` with the tangent at
+:math:`t^*` attaining it (:math:`\lambda = -\varphi'(t^*) \ge 0`, one-sided at t = 1). Let
+:math:`A^*` maximise :math:`g(A) = o(A) + \varphi(p(A))` and :math:`t^* = p(A^*)`. Then
+
+.. math:: g(A^*) = o(A^*) - \lambda p(A^*) + c(\lambda)
+          \le \max_A\,[o(A) - \lambda p(A)] + c(\lambda)
+          = o(A_\lambda) - \lambda p(A_\lambda) + c(\lambda) \le g(A_\lambda),
+
+the middle equality because :math:`\sum_{i \in A}(o_i - \lambda p_i)` is maximised by
+taking exactly the positive terms, and the last inequality because
+:math:`c(\lambda) - \lambda t \le \varphi(t)` for every t. So :math:`A_\lambda` is a
+maximiser, and equality in the first inequality forces :math:`A^*` to hold every i with
+:math:`o_i > \lambda p_i` and none with :math:`o_i < \lambda p_i`. :math:`\square` The proof
+uses only the convexity of :math:`\varphi`: any draft-set law with
+:math:`P(S \cap A = \emptyset) = \varphi(p(A))`, :math:`\varphi` convex, has the same
+extremal family. With k = 1, :math:`\alpha^* = \sum_i \min(o_i, p_i)` (the prefix
+:math:`\{o > p\}`); the threshold family :math:`\{o_i > \lambda\}` and the q/p order do
+*not* attain the minimum in general (tests pin counterexamples).
+
+2. The budgeted optimum
+-----------------------
+.. math:: F_k(\epsilon) = \max_{o \in \Delta_V} \alpha^*(o) \quad \text{s.t.}\quad
+          D_f(o \| q) \le \epsilon
+
+is a concave maximisation (:math:`\alpha^*` is a minimum of affine functions of o).
+
+**Theorem (one path for every divergence).** Sort the tokens by :math:`q_i/p_i` decreasing
+(tokens with q = 0 last). For :math:`M \in [1, M_0]`, :math:`M_0 = 2 - \alpha^*(q)`, let
+:math:`o(M)` be the target whose prefix sums :math:`O_m`, as a function of
+:math:`Q_m = q(\text{first } m)`, form the greatest convex minorant (the taut string) of the
+points :math:`(0, 0)`, :math:`(Q_m, M - \varphi(P_m))` and :math:`(1, 1)`. Then for every
+convex f with :math:`f'(\infty) = \infty` (KL, Pearson chi-square), and for every convex f
+when q > 0, :math:`o(M)` solves the problem at :math:`\epsilon = D_f(o(M)\|q)` with
+:math:`\alpha^*(o(M)) = 2 - M`; so :math:`F_k(\epsilon) = 2 - M(\epsilon)` with
+:math:`M(\epsilon)` the root of the decreasing function :math:`D_f(o(M)\|q) = \epsilon`.
+
+*Proof.* (i) Fix the q/p order and let :math:`\beta(o) = 2 - \max_m [O_m + \varphi(P_m)]`
+(the minimum over its prefixes only), so :math:`\beta \ge \alpha^*`. :math:`\beta(o) \ge 2 - M`
+is the set of linear constraints :math:`O_m \le b_m = M - \varphi(P_m)`, and minimising
+:math:`\sum_i q_i f(o_i/q_i)` under upper bounds on the prefix sums is solved by the taut
+string for every convex f: its KKT conditions read
+:math:`f'(o_i/q_i) = -\nu - W_i/\lambda`, :math:`W_i` the summed multipliers of the binding
+prefixes containing i, nonincreasing in i, so the slopes :math:`o_i/q_i` are nondecreasing
+and constant between binding prefixes, which is the greatest convex minorant (whose slope
+jumps only where it touches a constraint). (ii) :math:`o(M)` has :math:`o_i/p_i`
+nonincreasing along the q/p order: inside a segment of the minorant :math:`o_i/p_i =
+c\,q_i/p_i`; across a touching point m (token i ends at m, token j starts there),
+:math:`o_i \ge b_m - b_{m-1}` and :math:`o_j \le b_{m+1} - b_m`, so by convexity of
+:math:`\varphi`
+
+.. math:: \frac{o_i}{p_i} \ge \frac{\varphi(P_m - p_i) - \varphi(P_m)}{p_i}
+          \ge -\varphi'(P_m) \ge \frac{\varphi(P_m) - \varphi(P_m + p_j)}{p_j}
+          \ge \frac{o_j}{p_j}.
+
+So the q/p order is an o/p order and, by the first theorem, :math:`\alpha^*(o(M)) =
+\beta(o(M)) = 2 - M`. (iii) Hence :math:`\max_{D \le \epsilon} \alpha^* \le
+\max_{D \le \epsilon} \beta = 2 - M(\epsilon) = \alpha^*(o(M(\epsilon)))`: the bound is
+attained. :math:`\square`
+
+So the optimal targets of *every* divergence lie on one path :math:`o(M)` (the divergence
+only picks the point), and the optimal verifier for the optimal target is the lossless
+optimal k-draft verifier run against :math:`o(M)`. With k = 1 the minorant is the clip form
+:math:`\mathrm{clip}(p, a q, b q)` of Mentored decoding and :math:`F_1` is today's
+single-draft frontier. The path keeps every target on supp(q). That is no restriction for KL and Pearson
+chi-square (mass off supp(q) costs :math:`+\infty`) nor when q > 0; where q has zeros, a
+divergence with a finite slope :math:`f'(\infty)` (TV, Hellinger, JS, reverse KL, Neyman
+chi-square) can do better by placing mass outside supp(q) *ahead* of the drafted tokens in
+the o/p order (its KKT weight exceeds every on-support weight), and the solver then returns
+the best target on supp(q), a lower bound (a test pins an instance where the cvxpy oracle
+finds more).
+
+**TV in closed form.** :math:`F_k(\epsilon) = \min(1, \alpha^*(q) + \epsilon)` for every
+draft-set law: each affine piece of :math:`\alpha^*` has coefficients in {0, -1}, so
+:math:`\alpha^*(o) \le \alpha^*(q) + TV(o, q)`; and re-routing :math:`\epsilon` of the
+rejected mass of an optimal coupling for q onto a drafted token moves o by at most
+:math:`\epsilon` in TV and raises the acceptance by exactly :math:`\epsilon`.
+
+References
+----------
+Sun et al., "SpecTr", NeurIPS 2023 (arXiv 2310.15141), the optimal transport view of
+multi-draft verification; Hu et al. 2025 (arXiv 2502.18779), the optimal acceptance of
+i.i.d. drafts by a sort; Khisti et al. 2024 (arXiv 2410.18234); Barlow et al., *Statistical
+Inference under Order Restrictions* (1972), the greatest convex minorant; Hao & Mou, ICLR
+2026 (arXiv 2604.04987), Theorem 1 (the single-draft frontier).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_count, as_nonempty_values, as_prob_pair, as_probs
+from ..divergences import Divergence, get_divergence
+
+__all__ = [
+    "miss_probability",
+    "min_cut_acceptance",
+    "min_cut_set",
+    "MultiDraftFrontier",
+    "multidraft_frontier",
+    "multidraft_target",
+    "multidraft_dual_bound",
+]
+
+#: Bisection steps on M (an interval of length <= 1): 2^-64 is below float64 resolution.
+_BISECTION_STEPS = 64
+
+
+def miss_probability(mass, k):
+    r""":math:`\varphi(t) = (1 - t)^k`, the probability that k i.i.d. drafts all miss a set of
+    drafter mass t (convex and decreasing on [0, 1]).
+
+    Parameters
+    ----------
+    mass : array_like
+        Drafter mass :math:`t = p(A)` in [0, 1] (clipped there: prefix sums can overshoot 1
+        by rounding).
+    k : int
+        Number of drafts, >= 1.
+
+    Returns
+    -------
+    ndarray, float64
+    """
+    k = as_count(k, "k")
+    t = np.clip(np.asarray(mass, dtype=np.float64), 0.0, 1.0)
+    return (1.0 - t) ** k
+
+
+def _ratio_order(o, p):
+    """Token order by o/p decreasing (o/0 = inf for o > 0; tokens with o = p = 0 last)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(p > 0, o / np.where(p > 0, p, 1.0), np.where(o > 0, np.inf, -1.0))
+    return np.argsort(-r, axis=-1)  # ties in o/p: any order (the theorem's sets are unions of tie groups)
+
+
+def _prefix_objective(o, p, k, order):
+    """``O_m + phi(P_m)`` for m = 0..V along ``order`` (shape batch + (V + 1,))."""
+    os_ = np.take_along_axis(o, order, axis=-1)
+    ps_ = np.take_along_axis(p, order, axis=-1)
+    zero = np.zeros(o.shape[:-1] + (1,))
+    cum_o = np.concatenate([zero, np.cumsum(os_, axis=-1)], axis=-1)
+    P = np.concatenate([zero, np.cumsum(ps_, axis=-1)], axis=-1)
+    return cum_o + miss_probability(P, k)
+
+
+def min_cut_acceptance(emitted_probs, draft_probs, k):
+    r"""The optimal acceptance :math:`\alpha^*(o)` of k i.i.d. drafts from p for a target o.
+
+    .. math:: \alpha^*(o) = \min_{A \subseteq V} [o(V\setminus A) + 1 - (1 - p(A))^k]
+              = 2 - \max_{0\le m\le V}[O_m + (1 - P_m)^k]
+
+    over the prefixes of the o/p order (module docstring: the theorem and its proof). It is
+    the largest probability, over every verifier whose emitted law is o, that the emitted
+    token is one of the drafts; with o = q it is the acceptance of the optimal lossless
+    k-draft verifier.
+
+    Parameters
+    ----------
+    emitted_probs, draft_probs : array_like, shape (..., V)
+        The target o and the drafter p (validated).
+    k : int
+        Number of drafts, >= 1.
+
+    Returns
+    -------
+    ndarray, shape batch
+        :math:`\alpha^*(o)` in [0, 1].
+
+    Examples
+    --------
+    >>> round(float(min_cut_acceptance([0.5, 0.5], [0.9, 0.1], 1)), 12)  # sum min(o, p)
+    0.6
+    >>> round(float(min_cut_acceptance([0.5, 0.5], [0.9, 0.1], 2)), 12)  # 0.5 + 1 - 0.9^2
+    0.69
+
+    Symbols: q verifier, p drafter (``draft_probs``), o emitted. Source: Hu et al. 2025
+    (arXiv 2502.18779); Sun et al., NeurIPS 2023 (arXiv 2310.15141).
+    """
+    o, p = as_prob_pair(emitted_probs, draft_probs, target_name="emitted_probs")
+    k = as_count(k, "k")
+    o, p = np.broadcast_arrays(o, p)
+    vals = _prefix_objective(o, p, k, _ratio_order(o, p))
+    return np.clip(2.0 - vals.max(axis=-1), 0.0, 1.0)
+
+
+def min_cut_set(emitted_probs, draft_probs, k):
+    r"""A minimising set of :math:`\alpha^*(o)`: the best prefix of the o/p order.
+
+    Returns
+    -------
+    ndarray of bool, shape (..., V)
+        The set A (tokens in A: True) with :math:`o(V\setminus A) + 1 - (1-p(A))^k =
+        \alpha^*(o)`.
+
+    Symbols: p drafter (``draft_probs``), o emitted. Source: as :func:`min_cut_acceptance`.
+    """
+    o, p = as_prob_pair(emitted_probs, draft_probs, target_name="emitted_probs")
+    k = as_count(k, "k")
+    o, p = np.broadcast_arrays(o, p)
+    order = _ratio_order(o, p)
+    m = np.argmax(_prefix_objective(o, p, k, order), axis=-1)
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.broadcast_to(np.arange(o.shape[-1]), o.shape), axis=-1)
+    return ranks < m[..., None]
+
+
+def _lower_hull(x, y):
+    """Indices of the lower convex hull of points sorted by x (monotone chain)."""
+    xs, ys = x.tolist(), y.tolist()
+    hull: list[int] = []
+    for i in range(len(xs)):
+        xi, yi = xs[i], ys[i]
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (xs[b] - xs[a]) * (yi - ys[a]) - (ys[b] - ys[a]) * (xi - xs[a]) <= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    return np.asarray(hull, dtype=np.intp)
+
+
+class _Row:
+    """One (q, p, k) row prepared for the path o(M): the q/p order, prefix sums, the hull."""
+
+    def __init__(self, q, p, k):
+        self.q, self.p, self.k = q, p, k
+        with np.errstate(divide="ignore", invalid="ignore"):
+            key = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, -2.0))
+        key = np.where((q <= 0) & (p > 0), -1.0, key)  # q = 0 < p: last but the empty tokens
+        self.order = np.argsort(-key, kind="stable")
+        qs, ps = q[self.order], p[self.order]
+        self.n_pos = int(np.count_nonzero(qs > 0))
+        self.tail = np.flatnonzero((qs <= 0) & (ps > 0))  # positions outside supp(q), p > 0
+        self.Q = np.cumsum(qs)
+        self.P = np.cumsum(ps)
+        self.X = float(self.Q[self.n_pos - 1])
+        # ceiling points (Q_m, -phi(P_m)) for prefixes strictly inside supp(q)
+        m = np.arange(1, self.n_pos)
+        self.hx = self.Q[m - 1]
+        self.hy = -miss_probability(self.P[m - 1], k)
+        keep = self.hx < self.X
+        self.hx, self.hy = self.hx[keep], self.hy[keep]
+        self.hx, first = np.unique(self.hx, return_index=True)  # equal Q by rounding: lowest y
+        self.hy = self.hy[first]
+        h = _lower_hull(self.hx, self.hy) if self.hx.size else np.zeros(0, dtype=np.intp)
+        self.hx, self.hy = self.hx[h], self.hy[h]
+        # the prefix that ends supp(q): its ceiling M - phi(P) bounds the mass kept on supp(q)
+        self.phi_end = float(miss_probability(self.P[self.n_pos - 1], k))
+        zero = np.zeros(1)
+        cum_q = np.concatenate([zero, self.Q])
+        P = np.concatenate([zero, self.P])
+        self.M0 = max(1.0, float(np.max(cum_q + miss_probability(P, k))))
+
+    def knots(self, M, end=1.0):
+        """Knots (x, y) of the taut string under the ceilings M - phi(P_m), (0, 0) to (X, end)."""
+        X = self.X
+        kx, ky = [0.0], [0.0]
+        if self.hx.size:
+            up = self.hy + M
+            s0 = up / self.hx
+            j0 = int(np.argmin(s0))
+            if s0[j0] * X < end:  # the straight line to (X, end) crosses the ceiling
+                s1 = (end - up) / (X - self.hx)
+                j1 = int(np.argmax(s1))
+                if j1 >= j0:
+                    kx += self.hx[j0 : j1 + 1].tolist()
+                    ky += up[j0 : j1 + 1].tolist()
+        kx.append(X)
+        ky.append(end)
+        return np.asarray(kx), np.asarray(ky)
+
+    def path_divergence(self, M, f):
+        """D(o(M) || q) from the knots alone: sum over segments of dQ f(slope), O(#knots)."""
+        kx, ky = self.knots(M)
+        dx, dy = np.diff(kx), np.diff(ky)
+        ok = dx > 0
+        with np.errstate(all="ignore"):
+            return float(np.sum(dx[ok] * np.asarray(f(dy[ok] / dx[ok]), dtype=np.float64)))
+
+    def target(self, M, end=1.0):
+        """o(M): the taut string under the ceilings M - phi(P_m), from (0, 0) to (X, end)."""
+        kx, ky = self.knots(M, end)
+        cum_o = np.interp(self.Q[: self.n_pos], kx, ky)
+        o_sorted = np.zeros_like(self.q)
+        o_sorted[: self.n_pos] = np.diff(np.concatenate([[0.0], cum_o]))
+        o = np.empty_like(o_sorted)
+        o[self.order] = np.clip(o_sorted, 0.0, None)
+        return o
+
+
+def _divergence_value(d: Divergence, o, q) -> float:
+    return float(d.unchecked(o, q))
+
+
+def _solve_row(q, p, k, eps, d):
+    """The optimal target of one row at each budget (a list of V-vectors).
+
+    The bisection on M evaluates the divergence from the knots of the taut string
+    (:meth:`_Row.path_divergence`); the target is then built once and its divergence
+    recomputed term by term, and where rounding puts it over the budget M steps towards M_0
+    (geometrically from 4 ulps) until it holds: the returned target satisfies D <= eps as
+    computed.
+    """
+    row = _Row(q, p, k)
+    M_lo = max(1.0, 1.0 + row.phi_end)  # below it the mass on supp(q) exceeds its last ceiling
+
+    def exact(M):
+        o = row.target(M)
+        return _divergence_value(d, o, q), o
+
+    def bisect(lo, hi, fn, e):
+        for _ in range(_BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            if not lo < mid < hi:
+                break
+            if fn(mid) <= e:
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    out = []
+    D_lo = exact(M_lo)[0]
+    for e in eps:
+        if e == 0 or row.M0 <= M_lo:
+            out.append(q.copy() if (e == 0 or D_lo > e) else exact(M_lo)[1])
+            continue
+        if D_lo <= e:
+            out.append(exact(M_lo)[1])
+            continue
+        hi = bisect(M_lo, row.M0, lambda M: row.path_divergence(M, d.f), e)
+        D, o = exact(hi)
+        step = 4.0 * np.spacing(hi)
+        while D > e and hi < row.M0:  # rounding of the term-by-term sum: step towards q
+            hi = min(row.M0, hi + step)
+            step *= 4.0
+            D, o = exact(hi)
+        out.append(o if D <= e else q.copy())
+    return out
+
+
+@dataclass(frozen=True)
+class MultiDraftFrontier:
+    r"""The k-draft frontier :math:`F_k(\epsilon)` of a batch of (q, p) rows.
+
+    Attributes
+    ----------
+    eps : ndarray, shape (E,)
+        Budgets.
+    k : int
+        Number of i.i.d. drafts.
+    acceptance : ndarray, shape batch + (E,)
+        :math:`\alpha^*` of the returned target (exact, by :func:`min_cut_acceptance`).
+    divergence : ndarray, shape batch + (E,)
+        :math:`D(o^*\|q)` of the returned target (<= eps).
+    lossless : ndarray, shape batch
+        :math:`\alpha^*(q)`, the optimal lossless k-draft acceptance (:math:`F_k(0)`).
+    target : ndarray or None, shape batch + (E, V)
+        The optimal targets :math:`o^*`, when requested.
+    divergence_name : str
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o target.
+    Source: this module's theorems; Hao & Mou, ICLR 2026, Theorem 1 at k = 1.
+    """
+
+    eps: np.ndarray
+    k: int
+    acceptance: np.ndarray
+    divergence: np.ndarray
+    lossless: np.ndarray
+    target: np.ndarray | None
+    divergence_name: str
+
+
+def multidraft_frontier(
+    target_probs, draft_probs, k, eps, divergence="kl", *, return_target: bool = False
+) -> MultiDraftFrontier:
+    r"""The best acceptance of k i.i.d. drafts within a divergence budget, exactly.
+
+    .. math:: F_k(\epsilon) = \max_{o} \alpha^*(o) \ \text{s.t.}\ D(o\|q) \le \epsilon
+
+    Solved on the path :math:`o(M)` of the module docstring (one sort, one lower hull, a
+    bisection on M per budget; each evaluation O(V)); TV also has the closed form
+    :math:`\min(1, \alpha^*(q) + \epsilon)`. At k = 1 it is
+    :func:`cactus_theory.solvers.frontier.frontier`.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (..., V)
+        Verifier q and drafter p (validated).
+    k : int
+        Number of drafts, >= 1.
+    eps : float or array_like, shape (E,)
+        Budgets >= 0.
+    divergence : str or Divergence
+        ``D(o || q)``, any of :data:`cactus_theory.divergences.DIVERGENCES` or a
+        :func:`~cactus_theory.divergences.f_divergence`.
+    return_target : bool
+        Also return the maximisers.
+
+    Returns
+    -------
+    MultiDraftFrontier
+
+    Examples
+    --------
+    >>> q, p = [0.30, 0.35, 0.35], [0.05, 0.80, 0.15]
+    >>> r = multidraft_frontier(q, p, 2, [0.0, 0.05], "tv")  # TV: min(1, alpha*(q) + eps)
+    >>> [round(float(x), 6) for x in r.acceptance]
+    [0.71, 0.76]
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o target.
+    Source: this module's theorems; Hao & Mou, ICLR 2026, Theorem 1 at k = 1.
+    """
+    q, p = as_prob_pair(target_probs, draft_probs)
+    q, p = np.broadcast_arrays(q, p)
+    k = as_count(k, "k")
+    d = get_divergence(divergence)
+    e = as_nonempty_values(eps, "eps")
+    if e.ndim != 1:
+        raise ValueError(f"eps: expected a scalar or a 1-D array of budgets, got shape {e.shape}")
+    batch, V = q.shape[:-1], q.shape[-1]
+    qf, pf = q.reshape(-1, V), p.reshape(-1, V)
+    targets = np.stack([np.stack(_solve_row(qr, pr, k, e, d)) for qr, pr in zip(qf, pf, strict=True)])
+    targets = targets.reshape(batch + (e.size, V))
+    acc = min_cut_acceptance(targets, np.broadcast_to(p[..., None, :], targets.shape), k)
+    div = d.unchecked(targets, q[..., None, :])
+    lossless = min_cut_acceptance(q, p, k)
+    return MultiDraftFrontier(e, k, acc, div, lossless, targets if return_target else None, d.name)
+
+
+def multidraft_target(target_probs, draft_probs, k, budget, divergence="kl"):
+    r"""The optimal target :math:`o^*` of :func:`multidraft_frontier` at one budget.
+
+    Returns
+    -------
+    ndarray, shape (..., V)
+        :math:`o^*`, a point of the path :math:`o(M)` with :math:`D(o^*\|q) \le` ``budget``.
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o target.
+    Source: as :func:`multidraft_frontier`.
+    """
+    r = multidraft_frontier(target_probs, draft_probs, k, [budget], divergence, return_target=True)
+    return r.target[..., 0, :]
+
+
+def multidraft_dual_bound(target_probs, draft_probs, k, eps, divergence, sets, weights, lam, nu) -> float:
+    r"""A weak-duality upper bound on :math:`F_k(\epsilon)` (a certificate of optimality).
+
+    For any weights :math:`\mu \ge 0`, :math:`\sum \mu_j = 1` on sets :math:`A_j`,
+    :math:`\alpha^*(o) \le \sum_j \mu_j [2 - \varphi(p(A_j))] - \langle w, o\rangle` with
+    :math:`w_i = \sum_{j: i \in A_j} \mu_j`, so for :math:`\lambda > 0`, real :math:`\nu`
+
+    .. math:: F_k(\epsilon) \le \sum_j \mu_j [2 - \varphi(p(A_j))] + \nu + \lambda\epsilon
+              + \sum_{q_i>0} \lambda q_i f^+\!\Big(\frac{-w_i - \nu}{\lambda}\Big)
+
+    (plus :math:`+\infty` where some :math:`q_i = 0` has :math:`-w_i - \nu > \lambda
+    f'(\infty)`), :math:`f^+(s) = \sup_{t\ge0}(st - f(t))`.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (V,)
+    k : int
+    eps : float
+    divergence : str
+        One of :data:`cactus_theory.solvers.cvx_certificate.CONJUGATE_DIVERGENCES`.
+    sets : array_like of bool, shape (J, V)
+    weights : array_like, shape (J,)
+        Nonnegative; renormalised to sum 1.
+    lam, nu : float
+
+    Returns
+    -------
+    float
+        The bound (``inf`` where the Lagrangian is unbounded).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o target.
+    Source: Boyd & Vandenberghe, Convex Optimization, 5.1 (weak duality).
+    """
+    from .cvx_certificate import _support_terms
+
+    q = as_probs(target_probs, "target_probs")
+    p = as_probs(draft_probs, "draft_probs")
+    k = as_count(k, "k")
+    A = np.asarray(sets, dtype=bool)
+    mu = np.clip(np.asarray(weights, dtype=np.float64), 0.0, None)
+    if mu.sum() <= 0:
+        raise ValueError("weights: must have a positive sum")
+    mu = mu / mu.sum()
+    w = mu @ A.astype(np.float64)
+    C = float(mu @ (2.0 - miss_probability(A.astype(np.float64) @ p, k)))
+    if not lam > 0 or not math.isfinite(nu):
+        return math.inf
+    return float(C + nu + lam * eps + _support_terms(q, -w, lam, nu, get_divergence(divergence).name))
