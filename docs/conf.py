@@ -4,11 +4,14 @@ Nothing is fetched from the network, at build time or when a page is viewed: Mat
 from the site's own ``_static`` folder (npm's ``mathjax`` package, installed by ``./dev setup``
 into ``.cache/mathjax``), the theme's assets are its own, and no intersphinx inventory is read.
 The notebooks (``notebooks/*.ipynb``, stored without outputs) are executed by myst-nb at build
-time, with a cache under ``docs/_build``, so that their pages show their outputs.
+time, with a cache under ``docs/_build``, so that their pages show their outputs (in the test
+run, the notebook test's executed copies are rendered instead: :func:`_executed_copy`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pathlib
 import re
@@ -37,11 +40,28 @@ extensions = [
 ]
 
 
+def _executed_copy(source: pathlib.Path) -> bytes | None:
+    """The executed copy of ``source`` that the notebook test wrote into
+    ``$CACTUS_THEORY_EXECUTED_NOTEBOOKS`` (``./dev test`` sets it), marked for myst-nb not to
+    execute it again; None when there is none or it was made from other source bytes."""
+    folder = os.environ.get("CACTUS_THEORY_EXECUTED_NOTEBOOKS")
+    copy = pathlib.Path(folder) / source.name if folder else None
+    if copy is None or not copy.is_file():
+        return None
+    nb = json.loads(copy.read_text(encoding="utf-8"))
+    made_from = nb.get("metadata", {}).get("cactus_theory", {}).get("source_sha256")
+    if made_from != hashlib.sha256(source.read_bytes()).hexdigest():
+        return None
+    nb["metadata"]["mystnb"] = {"execution_mode": "off"}  # its outputs are already there
+    return json.dumps(nb, indent=1).encode("utf-8")
+
+
 def _copy_notebooks() -> None:
     """Mirror ``notebooks/`` (the notebooks and their index) into ``docs/notebooks`` (ignored by git).
 
     Sphinx reads only what lies under ``docs/``; a file is rewritten only when its bytes changed,
-    so that an unchanged notebook is neither re-read nor re-executed.
+    so that an unchanged notebook is neither re-read nor re-executed. A notebook that the test
+    run has executed already is mirrored executed (:func:`_executed_copy`).
     """
     src, dest = ROOT / "notebooks", DOCS / "notebooks"
     dest.mkdir(exist_ok=True)
@@ -51,8 +71,9 @@ def _copy_notebooks() -> None:
             shutil.rmtree(old) if old.is_dir() else old.unlink()
     for name, f in wanted.items():
         target = dest / name
-        if not target.is_file() or target.read_bytes() != f.read_bytes():
-            shutil.copy2(f, target)
+        data = (_executed_copy(f) if f.suffix == ".ipynb" else None) or f.read_bytes()
+        if not target.is_file() or target.read_bytes() != data:
+            target.write_bytes(data)
 
 
 _copy_notebooks()

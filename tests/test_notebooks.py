@@ -7,8 +7,14 @@ JupyterLab), overriding an inherited ``MPLBACKEND=Agg``. A failing cell (includi
 that assert the prose's numbers) fails the test with that cell's traceback (nbclient's
 CellExecutionError). The notebooks' figures are made without pyplot (safe beside widget
 callbacks on a kernel subshell); JupyterLab itself is exercised by test_notebooks_browser.py.
+
+Where ``CACTUS_THEORY_EXECUTED_NOTEBOOKS`` names a folder (``./dev test`` sets it), each
+notebook that passed is written there executed, with the SHA-256 of its source in its metadata
+(``cactus_theory.source_sha256``): the documentation build that follows renders those outputs
+instead of executing the notebooks a second time (docs/conf.py).
 """
 
+import hashlib
 import json
 import os
 import pathlib
@@ -84,6 +90,7 @@ def test_figure_functions_leave_pyplot_alone():
     assert fig.canvas.manager is None  # not registered with pyplot
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_in_a_kernel(path, monkeypatch):
     # the kernel inherits this environment: the worktree's package first, inline plots
@@ -114,3 +121,19 @@ def test_notebook_runs_in_a_kernel(path, monkeypatch):
     assert '"output_type": "error"' not in state, f"{path.name}: error inside a widget"
     if any("interactive_output" in c.source for c in code):
         assert "image/png" in state, f"{path.name}: the sliders' Output widget shows no figure"
+    _keep_executed(path, nb)
+
+
+def _keep_executed(path: pathlib.Path, nb) -> None:
+    """Write the executed notebook into ``$CACTUS_THEORY_EXECUTED_NOTEBOOKS`` (if set), tagged
+    with its source's hash; written to a temporary name and renamed, never half-written."""
+    folder = os.environ.get("CACTUS_THEORY_EXECUTED_NOTEBOOKS")
+    if not folder:
+        return
+    from cactus_theory._cli import write_atomic
+
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))  # a copy
+    nb.metadata.pop("widgets", None)  # the static pages show no widget views
+    nb.metadata["cactus_theory"] = {"source_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+    write_atomic(str(pathlib.Path(folder) / path.name), nbformat.writes(nb))

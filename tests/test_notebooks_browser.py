@@ -54,7 +54,7 @@ SERVER_START_S = 60
 RUN_ALL_S = 240
 SLIDER_S = 60
 
-pytestmark = [pytest.mark.xdist_group("notebooks_browser")]
+pytestmark = [pytest.mark.jupyterlab]
 
 
 def _missing() -> str | None:

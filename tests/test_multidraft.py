@@ -1,0 +1,239 @@
+"""The multi-draft family's invariant battery: every registered verifier is enrolled.
+
+For each verifier of :data:`cactus_theory.rules.multidraft.VERIFIERS` and each drafting scheme
+and structure it verifies: the emitted law is the verifier's (brute-force enumeration of every
+drawn tree, on tiny vocabularies), the acceptance and accepted-length formulas (closed forms,
+LP, dynamic programme) equal the enumeration, k = 1 is the registered ``sps`` rule, and the
+batched torch sampler's emitted law matches the exact law (chi-square). Structures are small
+(V = 3 or 4, k <= 3, depth <= 2) so the battery stays within the suite's time budget.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from cactus_theory.analysis.multidraft import (
+    drawn_trees,
+    expected_accepted_length,
+    lossless_error,
+    multidraft_acceptance,
+    multidraft_emitted,
+    tree_outcomes,
+)
+from cactus_theory.drafts import MultiDraft
+from cactus_theory.rules import get_rule
+from cactus_theory.rules.multidraft import VERIFIERS, get_verifier
+from cactus_theory.samplers.multidraft import TreeSampler
+from cactus_theory.simulate.trees import simulate_tree, synthetic_chain, synthetic_multidraft, synthetic_tree
+
+# Lossless by enumeration: the emitted law is a sum of at most a few thousand float64 products;
+# SpecTr's division factor is feasible to a relative 1e-12 (its residual is clipped there).
+LOSSLESS_TOL = 1e-11
+# Chi-square and DP-vs-simulation: each test fails falsely with probability at most this
+# (the seeds are fixed, so a run is reproducible; the bound is for a fresh seed).
+FALSE_FAILURE = 1e-5
+
+
+def _cases():
+    """(verifier, drafting, structure label) for every scheme and structure a verifier verifies."""
+    out = []
+    for name, spec in VERIFIERS.items():
+        for drafting in spec.drafting:
+            for structure in ("multi", "tree", "chain"):
+                if structure not in spec.structures:
+                    continue
+                if structure == "chain" and "tree" in spec.structures:
+                    continue  # a chain is a tree: covered by the tree case
+                out.append((name, drafting, structure))
+    return out
+
+
+CASES = _cases()
+
+
+def _structure(structure: str, drafting: str, seed: int = 0):
+    if structure == "multi":
+        md = synthetic_multidraft(
+            "dirichlet", k=3 if drafting != "iid" else 2, n_positions=1, vocab_size=4, rng=seed
+        )
+        return MultiDraft(md.target_probs[0], md.draft_probs[0], md.k, drafting).as_tree()
+    if structure == "tree":
+        return synthetic_tree(
+            "dirichlet", (2, 1), vocab_size=3, rng=seed, drafting=drafting, concentration=0.7
+        )
+    chain = synthetic_chain("dirichlet", 2, vocab_size=3, rng=seed, concentration=0.7)
+    if drafting == "top_k":
+        from cactus_theory.drafts import TokenTree
+
+        q, p = chain.target_probs, chain.draft_probs
+        pad = np.full(3, 1 / 3)
+        return TokenTree.from_model(lambda c: (q[len(c)], p[len(c)] if len(c) < 2 else pad), [1, 1], "top_k")
+    return chain.as_tree()
+
+
+@pytest.mark.parametrize(("name", "drafting", "structure"), CASES)
+def test_emitted_law_is_the_verifiers_by_enumeration(name, drafting, structure):
+    if not VERIFIERS[name].lossless:
+        pytest.skip("lossy verifier: its emitted law is checked by its own tests")
+    for seed in (0, 1):
+        tree = _structure(structure, drafting, seed)
+        err = lossless_error(name, tree)
+        assert err < LOSSLESS_TOL, (name, drafting, structure, seed, err)
+
+
+@pytest.mark.parametrize(("name", "drafting", "structure"), CASES)
+def test_accepted_length_formula_equals_enumeration(name, drafting, structure):
+    tree = _structure(structure, drafting, 2)
+    enum = expected_accepted_length(name, tree, "enumerate")
+    try:
+        dp = expected_accepted_length(name, tree, "dp")
+    except ValueError as exc:  # traversal on a branching tree: no DP, said so by name
+        assert "method" in str(exc) and not tree.is_chain and not VERIFIERS[name].nodewise
+        return
+    # both are sums of at most a few hundred float64 products
+    assert dp == pytest.approx(enum, abs=1e-12)
+
+
+@pytest.mark.parametrize("name", [n for n, s in VERIFIERS.items() if "multi" in s.structures])
+def test_one_position_acceptance_equals_enumeration(name):
+    spec = VERIFIERS[name]
+    drafting = spec.drafting[0]
+    md = synthetic_multidraft("dirichlet", k=2, n_positions=2, vocab_size=4, rng=3, drafting=drafting)
+    acc = multidraft_acceptance(name, md)
+    for i in range(2):
+        enum = tree_outcomes(name, md.row(i).as_tree()).acceptance
+        assert acc[i] == pytest.approx(enum, abs=1e-12)  # float64 rounding of short sums
+    np.testing.assert_allclose(multidraft_emitted(name, md), md.target_probs, atol=LOSSLESS_TOL)
+
+
+@pytest.mark.parametrize("name", list(VERIFIERS))
+def test_k1_is_sps(name):
+    """At one draft, every verifier accepts min(1, q_n/p_n) and recovers normalize(max(0, q - p))."""
+    spec = VERIFIERS[name]
+    verifier = get_verifier(name)
+    sps = get_rule("sps")
+    rng = np.random.default_rng(4)
+    q, p = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+    plan = sps.plan(q[None], p[None])
+    schemes = [d for d in spec.drafting if d != "top_k"]
+    assert schemes, "every verifier verifies a random scheme"
+    for drafting in schemes:
+        tree = MultiDraft(q, p, 1, drafting).as_tree()
+        for _, drawn in drawn_trees(tree):
+            n = int(drawn.token_ids[1])
+            law = verifier.tree_law(drawn)
+            want = float(plan.accept_probs_at(np.array([n]))[0])
+            assert law.end_probs[1] == pytest.approx(want, abs=1e-12)
+            if want < 1:
+                recovery = plan.recovery_at(np.array([n]))[0]
+                np.testing.assert_allclose(law.residuals[0], recovery, atol=1e-12)
+
+
+def test_block_never_below_tokenwise_and_optimal_on_top():
+    """Block verification >= token-wise SpS on chains (Sun et al. 2024, Theorem 2); the LP
+    optimum >= RRS and k-SEQ at one position (it maximizes over lossless verifiers)."""
+    for seed in range(4):
+        chain = synthetic_chain("dirichlet", 2, vocab_size=3, rng=seed, concentration=0.5).as_tree()
+        block = expected_accepted_length("block", chain)
+        tokenwise = expected_accepted_length("rrs", chain)
+        assert block >= tokenwise - 1e-12
+        md = synthetic_multidraft("dirichlet", k=2, n_positions=1, vocab_size=4, rng=seed)
+        opt = multidraft_acceptance("optimal", md)[0]
+        assert opt >= multidraft_acceptance("rrs", md)[0] - 1e-9  # HiGHS' optimality tolerance
+        assert opt >= multidraft_acceptance("spectr", md)[0] - 1e-9
+    # the paper's toy pair: q = (1/3, 2/3), p = (2/3, 1/3), gamma = 2: 10/9 token-wise, 11/9 block
+    from cactus_theory.drafts import DraftChain
+
+    q, p = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
+    toy = DraftChain(np.stack([q, q, q]), np.stack([p, p])).as_tree()
+    assert expected_accepted_length("rrs", toy) == pytest.approx(10 / 9, abs=1e-12)
+    assert expected_accepted_length("block", toy) == pytest.approx(11 / 9, abs=1e-12)
+
+
+def test_traversal_reduces_to_block_on_chains_and_to_rrs_at_one_position():
+    traversal, block = get_verifier("traversal"), get_verifier("block")
+    for drafting in ("iid", "top_k"):
+        tree = _structure("chain", drafting, 5)
+        for _, drawn in drawn_trees(tree):
+            a, b = traversal.tree_law(drawn), block.tree_law(drawn)
+            np.testing.assert_allclose(a.end_probs, b.end_probs, atol=1e-14)
+            mask = a.end_probs > 0
+            np.testing.assert_allclose(a.residuals[mask], b.residuals[mask], atol=1e-14)
+    for drafting, rrs in (("iid", "rrs"), ("without_replacement", "rrs-without-replacement")):
+        tree = _structure("multi", drafting, 6)
+        for _, drawn in drawn_trees(tree):
+            a, b = traversal.tree_law(drawn), get_verifier(rrs).tree_law(drawn)
+            np.testing.assert_allclose(a.end_probs, b.end_probs, atol=1e-14)
+
+
+def _chi_square(verifier, tree, n, seed):
+    draws = drawn_trees(tree)
+    probs = np.array([d[0] for d in draws])
+    idx = np.random.default_rng(seed).choice(len(draws), n, p=probs / probs.sum())
+    q = torch.tensor(np.stack([draws[i][1].target_probs for i in idx]), dtype=torch.float32)
+    p = torch.tensor(np.stack([draws[i][1].draft_probs for i in idx]), dtype=torch.float32)
+    tok = torch.tensor(np.stack([draws[i][1].token_ids for i in idx]))
+    out = TreeSampler(verifier)(
+        q, p, tok, draws[0][1].parents, tree.drafting, torch.Generator().manual_seed(seed)
+    )
+    exact = tree_outcomes(verifier, tree).emitted
+    counts = Counter(tuple(int(x) for x in row if x >= 0) for row in out.tokens.tolist())
+    assert set(counts) <= {k for k, v in exact.items() if v > 0}, "an impossible sequence was emitted"
+    keys = sorted(exact)
+    expected = np.array([exact[k] for k in keys]) * n
+    observed = np.array([counts.get(k, 0) for k in keys], dtype=float)
+    keep = expected >= 5  # pool the cells below 5 expected draws (chi-square's validity)
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+# one case per verifier and scheme: the sampler's own algorithm (coins, residual updates)
+SAMPLER_CASES = [(n, d, "tree" if "tree" in VERIFIERS[n].structures else "chain") for n, d, _ in CASES]
+SAMPLER_CASES = sorted(set(SAMPLER_CASES))
+
+
+@pytest.mark.parametrize(("name", "drafting", "structure"), SAMPLER_CASES)
+def test_sampler_law_matches_exact_law(name, drafting, structure):
+    tree = _structure(structure, drafting, 7)
+    pvalue = _chi_square(name, tree, 3000, seed=8)
+    assert pvalue > FALSE_FAILURE, (name, drafting, pvalue)
+
+
+@pytest.mark.parametrize("name", ["rrs", "spectr", "optimal", "block"])
+def test_dp_matches_simulation(name):
+    spec = VERIFIERS[name]
+    if "tree" in spec.structures:
+        tree = synthetic_tree("dirichlet", (2, 1), vocab_size=3, rng=9, drafting="iid", concentration=0.7)
+    else:
+        tree = synthetic_chain("dirichlet", 2, vocab_size=3, rng=9, concentration=0.7).as_tree()
+    exact = expected_accepted_length(name, tree)
+    lengths = tree_outcomes(name, tree).length_probs
+    variance = float(np.arange(lengths.size) ** 2 @ lengths - exact**2)
+    sim = simulate_tree(name, tree, n=1000, rng=10)
+    assert abs(sim.mean - exact) <= sim.tolerance(FALSE_FAILURE, variance), (name, sim.mean, exact)
+
+
+def test_sampler_accepts_half_precision_and_checks_input():
+    tree = _structure("tree", "iid", 11)
+    draws = drawn_trees(tree)
+    drawn = draws[0][1]
+    q = torch.tensor(drawn.target_probs[None], dtype=torch.bfloat16).expand(4, -1, -1)
+    p = torch.tensor(drawn.draft_probs[None], dtype=torch.float16).expand(4, -1, -1)
+    out = TreeSampler("rrs")(q, p, torch.tensor(drawn.token_ids), drawn.parents)
+    assert out.tokens.shape == (4, 3) and int(out.tokens[:, 0].min()) >= 0
+    with pytest.raises(ValueError, match="drafting"):
+        TreeSampler("spectr")(q, p, torch.tensor(drawn.token_ids), drawn.parents, "top_k")
+    with pytest.raises(ValueError, match="parents"):
+        TreeSampler("block")(q, p, torch.tensor(drawn.token_ids), drawn.parents)
+    with pytest.raises(ValueError, match="token_ids"):
+        TreeSampler("rrs")(q, p, torch.full((4, drawn.num_nodes), 7), drawn.parents)
+    with pytest.raises(ValueError, match="verifier"):
+        get_verifier("nope")
