@@ -61,7 +61,7 @@ from .analysis.one_step import analyze, emitted_distribution
 from .rules import RULES, get_rule
 from .solvers.spike import exact_spike
 
-__all__ = ["GoalResult", "BenchmarkReport", "run_benchmarks"]
+__all__ = ["GoalResult", "BenchmarkReport", "SECTIONS", "run_benchmarks"]
 
 VOCAB = 151_936
 DELTA = 0.1
@@ -75,6 +75,9 @@ QUICK_RULES = ("sps", "cactus-taylor", "cactus-exact-kl", "topk", "cascade-token
 QUICK_SAMPLER_SHAPE = (16, 4, 2000)
 #: Intra-op torch threads of the sampler timings (the issue's measuring condition: CPU, 2).
 SAMPLER_THREADS = 2
+#: The benchmark's sections, in the order they run: the exact root, the emitted
+#: distributions, the analysis (numpy and torch), the samplers, the frontier, the scale rows.
+SECTIONS = ("spike", "emitted", "analysis", "samplers", "frontier", "scale")
 
 
 def median_time(fn, repeats: int = 5) -> float:
@@ -860,6 +863,7 @@ def run_benchmarks(
     all_rules: bool = False,
     threads: int = SAMPLER_THREADS,
     scale: bool = False,
+    sections=SECTIONS,
 ) -> BenchmarkReport:
     """Measure every goal (module docstring) in one run.
 
@@ -885,6 +889,8 @@ def run_benchmarks(
         The chunked analysis' rows at every size of :data:`SCALE_SIZES` (up to 100,000 rows
         at V = 1,000 and 1,024 at V = 151,936: minutes); default :data:`SCALE_SIZES_DEFAULT`,
         quick :data:`SCALE_SIZES_QUICK`.
+    sections : sequence of str
+        Which parts of :data:`SECTIONS` to run (default: all), in their own order.
 
     Returns
     -------
@@ -896,41 +902,51 @@ def run_benchmarks(
     if isinstance(threads, bool) or int(threads) != threads or threads < 1:
         raise ValueError(f"threads: must be an integer >= 1, got {threads}")
     threads = int(threads)
+    if isinstance(sections, str) or not sections or any(x not in SECTIONS for x in sections):
+        raise ValueError(f"sections: a non-empty sequence of {', '.join(SECTIONS)}; got {sections!r}")
     allocator = "glibc, freed memory kept (mallopt)" if keep_freed_memory() else "default"
-    q, p = correlated_pair(VOCAB, seed=seed)
-    goals = [_bench_spike(q, repeats)]
-    goals += _bench_emitted(q, p, repeats)
-    devices = ["cpu"]
-    try:
-        import torch
+    goals = []
+    if "spike" in sections or "emitted" in sections:
+        q, p = correlated_pair(VOCAB, seed=seed)
+    if "spike" in sections:
+        goals.append(_bench_spike(q, repeats))
+    if "emitted" in sections:
+        goals += _bench_emitted(q, p, repeats)
+    if "analysis" in sections:
+        devices = ["cpu"]
+        try:
+            import torch
 
-        if torch.cuda.is_available():
-            devices.append("cuda")
-    except ImportError:  # pragma: no cover
-        pass
-    goals += _bench_analysis(2 if quick else 64, repeats, devices)
-    if quick:
-        rules, shapes = QUICK_RULES, (QUICK_SAMPLER_SHAPE,)
-    else:
-        rules = tuple(sorted(RULES)) if all_rules else FAMILY_RULES
-        shapes = SAMPLER_SHAPES
-    sampler_goals = _bench_samplers(rules, shapes, repeats, threads)
-    if quick:
-        # at the smoke shape the per-call overhead, not the reads, sets the ratios: the
-        # sampler rows there judge their checks only (the goals are the full run's)
-        sampler_goals = [
-            g
-            if g.target == "reported"
-            else replace(g, target=f"{g.target} (full run)", passed=g.check.startswith("ok"))
-            for g in sampler_goals
-        ]
-    goals += sampler_goals
-    goals += _bench_frontier(repeats, quick)
-    goals += _bench_scale(
-        SCALE_SIZES if scale else SCALE_SIZES_QUICK if quick else SCALE_SIZES_DEFAULT,
-        seed,
-        quick=quick and not scale,
-    )
+            if torch.cuda.is_available():
+                devices.append("cuda")
+        except ImportError:  # pragma: no cover
+            pass
+        goals += _bench_analysis(2 if quick else 64, repeats, devices)
+    if "samplers" in sections:
+        if quick:
+            rules, shapes = QUICK_RULES, (QUICK_SAMPLER_SHAPE,)
+        else:
+            rules = tuple(sorted(RULES)) if all_rules else FAMILY_RULES
+            shapes = SAMPLER_SHAPES
+        sampler_goals = _bench_samplers(rules, shapes, repeats, threads)
+        if quick:
+            # at the smoke shape the per-call overhead, not the reads, sets the ratios: the
+            # sampler rows there judge their checks only (the goals are the full run's)
+            sampler_goals = [
+                g
+                if g.target == "reported"
+                else replace(g, target=f"{g.target} (full run)", passed=g.check.startswith("ok"))
+                for g in sampler_goals
+            ]
+        goals += sampler_goals
+    if "frontier" in sections:
+        goals += _bench_frontier(repeats, quick)
+    if "scale" in sections:
+        goals += _bench_scale(
+            SCALE_SIZES if scale else SCALE_SIZES_QUICK if quick else SCALE_SIZES_DEFAULT,
+            seed,
+            quick=quick and not scale,
+        )
     return BenchmarkReport(
         tuple(goals),
         repeats,

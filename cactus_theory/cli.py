@@ -216,12 +216,29 @@ def _args_benchmark(p):
         help="the chunked analysis' rows at every size (100,000 rows at V = 1,000; "
         "1,024 at V = 151,936): minutes",
     )
+    p.add_argument(
+        "--sections",
+        type=_benchmark_sections,
+        default=None,
+        help="comma-separated parts to run, of spike, emitted, analysis, samplers, frontier, scale "
+        "(default: all)",
+    )
     add_seed(p, "seed of the random (q, p) rows")
     add_output(p)
 
 
+def _benchmark_sections(text: str):
+    from .benchmark import SECTIONS
+
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in names if x not in SECTIONS]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(SECTIONS)}")
+    return names
+
+
 def _cmd_benchmark(args) -> int:
-    from .benchmark import SAMPLER_THREADS, run_benchmarks
+    from .benchmark import SAMPLER_THREADS, SECTIONS, run_benchmarks
 
     res = run_benchmarks(
         repeats=args.repeats,
@@ -230,6 +247,7 @@ def _cmd_benchmark(args) -> int:
         all_rules=args.all_rules,
         scale=args.scale,
         threads=SAMPLER_THREADS if args.threads is None else args.threads,
+        sections=SECTIONS if args.sections is None else args.sections,
     )
     _emit(args, text=res.to_text(), data=res.to_dict())
     return 0

@@ -210,7 +210,9 @@ def test_benchmark_json(capsys):
     from cactus_theory.benchmark import QUICK_RULES, QUICK_SAMPLER_SHAPE
 
     assert QUICK_SAMPLER_SHAPE == FUSED_SHAPE
-    data = run_json(capsys, "benchmark", "--repeats", "1", "--quick", "--threads", "1")
+    data = run_json(
+        capsys, "benchmark", "--repeats", "1", "--quick", "--threads", "1", "--sections", "samplers"
+    )
     assert data["quick"] is True and data["repeats"] == 1
     assert data["environment"]["sampler_threads"] == 1
     goals = data["goals"]
@@ -239,9 +241,24 @@ def test_benchmark_json(capsys):
     assert all(v["check"].startswith("ok") and v["target"] == "reported" for v in vals)
     ratio = [g for g in samplers if g["goal"].startswith("sampler exact-kl / taylor")]
     assert len(ratio) == 2 and all(g["target"] == "<= 1.5 (full run)" for g in ratio)
-    # every check outside the samplers passed too (the spike, the emitted distributions,
-    # torch against numpy, the frontier against cvxpy)
     assert all(g["check"].startswith("ok") for g in goals), [g for g in goals if "FAILED" in g["check"]]
+    assert not [g for g in goals if not g["goal"].startswith("sampler ")]  # the one section asked for
+
+
+def test_benchmark_json_other_sections(capsys):
+    """The quick run's other sections (no compiled kernel: on any worker): each present, every
+    check passed (the spike, the emitted distributions, torch against numpy, the frontier
+    against cvxpy, the chunked analysis)."""
+    from cactus_theory.benchmark import SECTIONS
+
+    others = [s for s in SECTIONS if s != "samplers"]
+    data = run_json(capsys, "benchmark", "--repeats", "1", "--quick", "--sections", ",".join(others))
+    goals = data["goals"]
+    assert goals and not [g for g in goals if g["goal"].startswith("sampler ")]
+    assert all(isinstance(g["passed"], bool) and g["check"] for g in goals)
+    assert all(g["check"].startswith("ok") for g in goals), [g for g in goals if "FAILED" in g["check"]]
+    for word in ("spike", "emitted", "analysis", "frontier", "scale"):
+        assert any(word in g["goal"] for g in goals), (word, [g["goal"] for g in goals])
 
 
 # --------------------------------------------------------------------------- errors
@@ -296,6 +313,7 @@ BAD = [
     (["calibrate", *QP, "--eps", "0.1", "--rule", "nope"], "rule"),
     (["benchmark", "--repeats", "0"], "repeats"),
     (["benchmark", "--threads", "0"], "threads"),
+    (["benchmark", "--sections", "samplers,nope"], "sections"),
 ]
 
 
