@@ -4,6 +4,7 @@ Importing it registers the ``cactus-calibrated`` rule (:mod:`cactus_theory.analy
 """
 
 from . import calibration  # noqa: F401  (registers cactus-calibrated)
+from .certificates import acceptance_certificate, accepted_set
 from .one_step import (
     OneStepResult,
     acceptance_probabilities,
@@ -15,7 +16,9 @@ from .scaled import analyze, emitted_distribution  # chunk by chunk beyond one c
 
 __all__ = [
     "OneStepResult",
+    "acceptance_certificate",
     "acceptance_probabilities",
+    "accepted_set",
     "acceptance_rate",
     "analyze",
     "emitted_distribution",
