@@ -53,10 +53,26 @@ FAST_RULES = [
 FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 
-#: The same paths through the compiled core (``fused=True``): every accept path and recovery
-#: of samplers/fused.py, with the five rules of the quick benchmark
-#: (cactus_theory.benchmark.QUICK_RULES) at their defaults, the benchmark's own kernels.
-FUSED_CONFIGS = [(n, {} if n in QUICK_RULES else k) for n, k in FAST_RULES]
+#: The compiled core (``fused=True``) is tested once per path it compiles, not once per knob
+#: variant (each configuration is a kernel of its own: 15-40 s to compile on 2 shared cores):
+#: the five rules of the quick benchmark (cactus_theory.benchmark.QUICK_RULES) at their
+#: defaults, the benchmark's own kernels (the elementwise-target, spike and decision forms'
+#: derived paths, the closed-form and the host-solved spike, top-k's and the token cascades'
+#: kernels), and one configuration of every other rule kernel of samplers/_kernels
+#: (interpolation's recovery, TAS's entropy accept with either recovery, the sequence-level
+#: cascades' maxima, fuzzy SD's bounds) and of the exact root of another divergence. The
+#: other variants of FAST_RULES (cascade-chow/diff, token v1/v2, fuzzy's other divergences)
+#: go through the same kernel functions with another decision formula or divergence traced
+#: in; their laws and plans are tested eagerly (test_sampler_fast_paths.py), not compiled.
+FUSED_CONFIGS = [(n, {}) for n in QUICK_RULES] + [
+    ("cactus-exact-hellinger", {"delta": 0.05}),
+    ("interpolation", {}),
+    ("tas", {}),
+    ("tas", {"entropy": "exact", "recovery": "truncated"}),
+    ("cascade-opt", {"alpha": 0.3}),
+    ("fuzzy", {}),
+]
+assert all((n, k) in FAST_RULES or (n in QUICK_RULES and not k) for n, k in FUSED_CONFIGS)
 
 #: The one call shape (B, k, V) of every test of a compiled core: each configuration's
 #: kernel is specialized to its shape (a new batch size compiles once more, with a dynamic
