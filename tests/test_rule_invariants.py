@@ -130,8 +130,9 @@ def test_rules_that_do_not_read_p_ignore_it(name, q, ps):
     np.testing.assert_array_equal(_recoveries(a1, V), _recoveries(a2, V))
 
 
-def test_tas_is_the_only_rule_that_never_reads_p():
-    assert BLIND == ["tas"]
+def test_the_rules_that_never_read_p():
+    """TAS and the greedy family (relaxed top-K and its aliases, the margin rule) only."""
+    assert sorted(BLIND) == ["greedy", "margin-relaxed", "relaxed-topk", "tas", "vllm-relaxed-thinking"]
 
 
 def _knob_settings(name):

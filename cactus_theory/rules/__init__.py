@@ -12,10 +12,15 @@ from . import (  # noqa: F401  (registration side effect)
     cascades,
     fuzzy,
     interpolation,
+    margin,
     mentored,
     multidraft,
+    relaxed_topk,
+    rfsd,
+    scd,
     sequence_budget,  # noqa: F401  (registration side effect)
     sps,
+    static_ensemble,
     tas,
     topk,
 )
