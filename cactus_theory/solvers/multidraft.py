@@ -131,10 +131,13 @@ __all__ = [
     "multidraft_frontier",
     "multidraft_target",
     "multidraft_dual_bound",
+    "multidraft_multiplier_target",
 ]
 
 #: Bisection steps on M (an interval of length <= 1): 2^-64 is below float64 resolution.
 _BISECTION_STEPS = 64
+#: Golden-section steps on M for the multiplier form (0.618^80 ~ 2e-17 of the interval).
+_GOLDEN_STEPS = 80
 
 
 def miss_probability(mass, k):
@@ -525,3 +528,73 @@ def multidraft_dual_bound(target_probs, draft_probs, k, eps, divergence, sets, w
     if not lam > 0 or not math.isfinite(nu):
         return math.inf
     return float(C + nu + lam * eps + _support_terms(q, -w, lam, nu, get_divergence(divergence).name))
+
+
+def _multiplier_row(q, p, k, lam, d):
+    row = _Row(q, p, k)
+    M_lo = max(1.0, 1.0 + row.phi_end)
+    if lam == math.inf or row.M0 <= M_lo:
+        return q.copy()
+
+    def value(M):  # alpha - lam D along the path: concave in M (D(alpha) is convex)
+        D = row.path_divergence(M, d.f)
+        return (2.0 - M) - lam * D if lam > 0 else 2.0 - M
+
+    a, b = M_lo, row.M0
+    g = 0.5 * (math.sqrt(5.0) - 1.0)
+    c1, c2 = b - g * (b - a), a + g * (b - a)
+    f1, f2 = value(c1), value(c2)
+    for _ in range(_GOLDEN_STEPS):
+        if f1 >= f2:
+            b, c2, f2 = c2, c1, f1
+            c1 = b - g * (b - a)
+            f1 = value(c1)
+        else:
+            a, c1, f1 = c1, c2, f2
+            c2 = a + g * (b - a)
+            f2 = value(c2)
+    best = max((M_lo, row.M0, 0.5 * (a + b)), key=value)
+    return row.target(best) if best < row.M0 else q.copy()
+
+
+def multidraft_multiplier_target(target_probs, draft_probs, k, lam, divergence="kl"):
+    r"""The point of the k-draft frontier that maximises acceptance minus :math:`\lambda` times
+    divergence.
+
+    .. math:: o^*(\lambda) = \arg\max_o\ \alpha^*(o) - \lambda D(o\|q)
+
+    On the path :math:`o(M)` (module docstring) :math:`\alpha^* = 2 - M` and D is convex in M
+    (the inverse of the concave frontier), so the objective is concave in M and a
+    golden-section search finds it. :math:`\lambda = \infty` gives q (the lossless optimum),
+    :math:`\lambda = 0` the saturation point. By Lagrangian sufficiency (Everett 1963) every
+    :math:`\lambda` is optimal for the divergence it spends, and across the nodes of a tree or
+    the steps of a chain one :math:`\lambda` allocates any total budget optimally when the
+    nodes' weights are held fixed (the per-node weights cancel).
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (..., V)
+    k : int
+    lam : float
+        :math:`\lambda \ge 0` (acceptance per unit of divergence; ``inf`` allowed).
+    divergence : str or Divergence
+
+    Returns
+    -------
+    ndarray, shape (..., V)
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o target,
+    :math:`\lambda` multiplier. Source: this module; H. Everett, Operations Research 11 (1963).
+    """
+    q, p = as_prob_pair(target_probs, draft_probs)
+    q, p = np.broadcast_arrays(q, p)
+    k = as_count(k, "k")
+    lam = float(lam)
+    if not lam >= 0:
+        raise ValueError(f"lam: must be >= 0, got {lam}")
+    d = get_divergence(divergence)
+    V = q.shape[-1]
+    rows = [
+        _multiplier_row(qr, pr, k, lam, d) for qr, pr in zip(q.reshape(-1, V), p.reshape(-1, V), strict=True)
+    ]
+    return np.stack(rows).reshape(q.shape)

@@ -61,7 +61,12 @@ def coupling_acceptance_lp(emitted_probs, draft_probs, k) -> float:
     r"""The largest :math:`P(Y \in \{X_1..X_k\})` over couplings, by a linear programme.
 
     .. math:: \max_{\pi \ge 0} \sum_{x, y:\, y \in x} \pi(x, y) \quad \text{s.t.}\quad
-              \sum_y \pi(x, y) = \textstyle\prod_j p_{x_j},\ \ \sum_x \pi(x, y) = o_y
+              \sum_{y \in x} \pi(x, y) \le \textstyle\prod_j p_{x_j},\ \
+              \sum_{x \ni y} \pi(x, y) \le o_y
+
+    over the pairs with y in x only (the flow network; any such flow completes to a coupling
+    with the two marginals by pairing the leftover masses, which adds no hits, so the optimum
+    is the best coupling's).
 
     Parameters
     ----------
@@ -90,14 +95,16 @@ def coupling_acceptance_lp(emitted_probs, draft_probs, k) -> float:
     tuples = np.array(list(itertools.product(range(V), repeat=k)), dtype=np.intp).reshape(-1, k)
     T = tuples.shape[0]
     law = np.prod(p[tuples], axis=1)
-    hit = np.zeros((T, V))
+    hit = np.zeros((T, V), dtype=bool)
     for j in range(k):
-        hit[np.arange(T), tuples[:, j]] = 1.0
-    c = -hit.ravel()  # variable (x, y) at x * V + y
-    rows = np.concatenate([np.repeat(np.arange(T), V), T + np.tile(np.arange(V), T)])
-    cols = np.concatenate([np.arange(T * V), np.arange(T * V)])
-    A = coo_matrix((np.ones(2 * T * V), (rows, cols)), shape=(T + V, T * V)).tocsr()
-    res = linprog(c, A_eq=A, b_eq=np.concatenate([law, o]), bounds=(0, None), method="highs")
+        hit[np.arange(T), tuples[:, j]] = True
+    ti, yi = np.nonzero(hit)  # one variable per (tuple, token of the tuple): the flow's edges
+    n = ti.size
+    rows = np.concatenate([ti, T + yi])
+    A = coo_matrix((np.ones(2 * n), (rows, np.concatenate([np.arange(n), np.arange(n)]))), shape=(T + V, n))
+    res = linprog(
+        -np.ones(n), A_ub=A.tocsr(), b_ub=np.concatenate([law, o]), bounds=(0, None), method="highs"
+    )
     if res.status != 0:
         raise SolverFailure(f"coupling LP: {res.message}")
     return float(-res.fun)

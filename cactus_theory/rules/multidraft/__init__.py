@@ -1,11 +1,12 @@
 """Multi-draft and tree verifiers: the family's declaration form, its registry and its members.
 
 Importing it registers ``rrs``, ``rrs-without-replacement``, ``spectr``, ``optimal``,
-``block`` and ``traversal`` in :data:`VERIFIERS` (:mod:`.base`). Every registered verifier goes
+``block`` and ``traversal`` in :data:`VERIFIERS` (:mod:`.base`), and the lossy
+``optimal-budget``, ``optimal-multiplier`` and ``cactus-rrs`` (:mod:`.budgeted`). Every registered verifier goes
 through the family's invariant battery (``tests/test_multidraft.py``).
 """
 
-from . import block, optimal, rrs, spectr, traversal  # noqa: F401  (registration side effect)
+from . import block, budgeted, optimal, rrs, spectr, traversal  # noqa: F401  (registration side effect)
 from .base import (
     VERIFIERS,
     MultiDraftVerifier,
