@@ -21,6 +21,7 @@ calibration                        delta needed for a target emitted KL         
 real_*                             the same on the shipped SmolLM2 recordings       (same)
 real_acceptance_by_category        acceptance per prompt category and drafter       real
 real_al_by_m                       exact AL_m against m for the four drafters       tradeoff
+(``figure_audit``)                 rules at one emitted divergence (``ct.audit``)   audit
 =================================  ===============================================  ==========
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .audit import figure_audit
 from .calibration import figure_calibration
 from .emitted import figure_per_draft_vs_emitted, figure_worked_example
 from .frontier import figure_frontier, pooled_frontier
@@ -52,6 +54,7 @@ __all__ = [
     "pooled_frontier",
     "figure_calibration",
     "figure_acceptance_by_category",
+    "figure_audit",
     "FIGURES",
     "register_figure",
     "write_figures",
