@@ -44,6 +44,12 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
   V = 1,000, at least 100 (checked: same acceptance to 1e-5); ``frontier_ms``: V = 151,936
   under 50 ms (checked: acceptance and divergence equal the 64-step bisection's,
   ``solve_mentored(..., method="bisect")``, to 1e-9 relative, divergence within delta).
+* ``multidraft_ms``: at V = 151,936 the optimal k-draft acceptance
+  :func:`cactus_theory.solvers.multidraft.min_cut_acceptance` (k = 4) and the budgeted
+  optimum :func:`cactus_theory.solvers.multidraft.multidraft_frontier` (k = 4, KL,
+  budget 0.01), reported (checked: at k = 1 the min-cut value is sum min(p, q) and the
+  multi-draft frontier equals the single-draft frontier, both to 1e-9 relative; the k = 4
+  target within delta).
 
 References
 ----------
@@ -624,7 +630,33 @@ def _bench_frontier(repeats, quick):
             f"{rel_d:.1e} relative (<= 1e-9), divergence <= delta",
         )
     )
+    out.append(_bench_multidraft(qb, pb, float(fast.acceptance[0]), repeats))
     return out
+
+
+def _bench_multidraft(q, p, single_frontier, repeats):
+    from .solvers.multidraft import min_cut_acceptance, multidraft_frontier
+
+    ta = median_time(lambda: min_cut_acceptance(q, p, 4), repeats)
+    eps4 = DELTA / 10  # at delta = 0.1 four drafts of this pair saturate (acceptance 1)
+    tf = median_time(lambda: multidraft_frontier(q, p, 4, eps4, "kl"), max(1, repeats // 2))
+    r4 = multidraft_frontier(q, p, 4, eps4, "kl")
+    # two exact solvers of the same problem agree to the float resolution of the acceptance
+    # (~1e-15); 1e-9 relative is far wider than that and far narrower than a real disagreement
+    rel_min = abs(float(min_cut_acceptance(q, p, 1)) / float(np.minimum(p, q).sum()) - 1)
+    rel_k1 = abs(float(multidraft_frontier(q, p, 1, DELTA, "kl").acceptance[0]) / single_frontier - 1)
+    ok = rel_min <= 1e-9 and rel_k1 <= 1e-9 and float(r4.divergence[0]) <= eps4
+    return _goal(
+        "multi-draft optimum at V = 151936, k = 4 [ms]",
+        f"alpha*(q) {ta * 1e3:.1f} ms, frontier at KL 0.01 {tf * 1e3:.0f} ms "
+        f"(alpha* {float(r4.lossless):.4f} -> {float(r4.acceptance[0]):.4f})",
+        tf * 1e3,
+        "reported",
+        True,
+        ok,
+        f"k = 1: min-cut vs sum min {rel_min:.1e}, frontier vs single-draft {rel_k1:.1e} relative "
+        "(<= 1e-9); k = 4 divergence <= its budget",
+    )
 
 
 #: (n, V) of the chunked-analysis rows (:func:`_bench_scale`): ``scale=True`` (the sizes of the
