@@ -1,0 +1,296 @@
+"""The peer rules' own formulas against independent oracles, and the chain-level policies.
+
+Registered token-level rules (rfsd, scd, relaxed-topk and its aliases, margin-relaxed,
+static-ensemble) also run through the invariant battery with no special casing; here each is
+checked against its source's formula written out independently (the TensorRT-LLM kernel's
+loop, the overlay's logit arithmetic, transformers' ratio). FLy's chain programme is checked
+against an enumeration of every round's base tests and against a round-by-round sampler; the
+relaxed bonus policy against a sampler that drafts, tests and recovers.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+from strategies import pairs
+
+from cactus_theory.analysis.one_step import (
+    acceptance_probabilities,
+    acceptance_rate,
+    emitted_distribution,
+    make_plan,
+)
+from cactus_theory.divergences import get_divergence
+from cactus_theory.rules import get_rule
+from cactus_theory.simulate.bonus import relaxed_bonus_chain, simulate_relaxed_bonus
+from cactus_theory.simulate.chain import Trajectory
+from cactus_theory.simulate.exact import exact_chain
+from cactus_theory.simulate.fly import fly_brute_force, fly_exact_chain, fly_gate, fly_keep, simulate_fly
+
+# float64 sums of <= 32 terms of size <= 1
+ATOL = 1e-12
+
+
+def _rows(seed, T, V, conc=0.6):
+    rng = np.random.default_rng(seed)
+    return rng.dirichlet(np.full(V, conc), T), rng.dirichlet(np.full(V, conc), T)
+
+
+# --------------------------------------------------------------------------------------
+# static ensemble = interpolation
+# --------------------------------------------------------------------------------------
+
+
+@given(pair=pairs(1, 32), w=st.floats(0.0, 1.0))
+@settings(max_examples=25)
+def test_static_ensemble_is_interpolation_and_matches_transformers(pair, w):
+    q, p = pair
+    ens = make_plan(get_rule("static-ensemble", assistant_ensemble_weight=w), q, p)
+    itp = make_plan(get_rule("interpolation", alpha=1.0 - w), q, p)
+    np.testing.assert_allclose(ens.accept_probs(), itp.accept_probs(), rtol=0, atol=ATOL)
+    np.testing.assert_allclose(emitted_distribution(ens), emitted_distribution(itp), rtol=0, atol=ATOL)
+    # the recoveries where they are used: weighted by the rejected mass (at w below one ulp
+    # of 1, 1 - (1 - w) rounds to 0 and only rejection-free residuals differ)
+    rej_e = float(np.dot(p, 1.0 - np.asarray(ens.accept_probs())))
+    rej_i = float(np.dot(p, 1.0 - np.asarray(itp.accept_probs())))
+    np.testing.assert_allclose(
+        rej_e * np.asarray(ens.recovery_at(np.array(0))),
+        rej_i * np.asarray(itp.recovery_at(np.array(0))),
+        rtol=0,
+        atol=ATOL,
+    )
+    # transformers' _speculative_sampling with assistant_ensemble_weight: min(1, 1 - w + w q/p)
+    pos = p > 0
+    np.testing.assert_allclose(
+        np.asarray(ens.accept_probs())[pos], np.minimum(1.0, 1.0 - w + w * q[pos] / p[pos]), rtol=0, atol=ATOL
+    )
+    # DIVERSED: acceptance 1 - w TV(p, q); the emitted law is h itself
+    tv = 0.5 * np.abs(p - q).sum()
+    assert float(acceptance_rate(ens)) == pytest.approx(1.0 - w * tv, abs=ATOL)
+    np.testing.assert_allclose(emitted_distribution(ens), w * q + (1 - w) * p, rtol=0, atol=ATOL)
+
+
+# --------------------------------------------------------------------------------------
+# rfsd
+# --------------------------------------------------------------------------------------
+
+
+def test_rfsd_divergence_direction_and_sps_branch():
+    q, p = np.array([0.7, 0.2, 0.1]), np.array([0.3, 0.3, 0.4])
+    kl_qp, kl_pq = float(np.sum(q * np.log(q / p))), float(np.sum(p * np.log(p / q)))
+    assert kl_qp < kl_pq  # a threshold between them tells the directions apart
+    T = 0.5 * (kl_qp + kl_pq)
+    rule = get_rule("rfsd", fuzzy_threshold=T, fuzzy_divergence="kl")
+    np.testing.assert_allclose(emitted_distribution(rule, q, p), p, atol=ATOL)  # KL(q||p) <= T
+    np.testing.assert_array_equal(acceptance_probabilities(rule, q, p), [1.0, 1.0, 1.0])
+    below = get_rule("rfsd", fuzzy_threshold=0.99 * kl_qp)
+    np.testing.assert_allclose(emitted_distribution(below, q, p), q, atol=ATOL)
+    # unlike FSD, the far branch is SpS: it accepts sum min(p, q), FSD accepts nothing
+    assert float(acceptance_rate(below, q, p)) == pytest.approx(np.minimum(p, q).sum(), abs=ATOL)
+    fsd = get_rule("fuzzy", fsd_div_threshold=0.0, fsd_div_type="kl_div_reversed_processed")
+    assert float(acceptance_rate(fsd, q, p)) == 0.0
+    js = float(get_divergence("js").unchecked(p, q))
+    near = get_rule("rfsd", fuzzy_threshold=js * (1 + 1e-9), fuzzy_divergence="js")
+    np.testing.assert_allclose(emitted_distribution(near, q, p), p, atol=ATOL)
+
+
+# --------------------------------------------------------------------------------------
+# scd, against the overlay's arithmetic on logits
+# --------------------------------------------------------------------------------------
+
+
+def _overlay_scd(z_e, z_a, beta, T, gate):
+    """apply_scd_constraint: softmax(((1 + beta) z_E - beta z_A) / T) on the gate."""
+    s = ((1 + beta) * z_e - beta * z_a) / T
+    s = np.where(gate, s, -np.inf)
+    w = np.exp(s - s.max())
+    return w / w.sum()
+
+
+@pytest.mark.parametrize("T", [1.0, 0.6])
+def test_scd_matches_the_overlay_logit_formula(T):
+    rng = np.random.default_rng(5)
+    V = 9
+    z_e, z_a = 2.0 * rng.standard_normal(V), 2.0 * rng.standard_normal(V)
+    rq, rp = np.exp(z_e) / np.exp(z_e).sum(), np.exp(z_a) / np.exp(z_a).sum()
+    # the processed verifier: temperature T, then top-k = 4 (the overlay's toppk gate)
+    qT = np.exp(z_e / T) / np.exp(z_e / T).sum()
+    keep = np.argsort(-qT)[:4]
+    q = np.zeros(V)
+    q[keep] = qT[keep]
+    q /= q.sum()
+    p = np.exp(z_a / T) / np.exp(z_a / T).sum()
+    for beta in (0.1, 0.5, 1.0):
+        rule = get_rule("scd", scd_beta=beta, scd_temperature=T)
+        h = emitted_distribution(rule, q, p, raw_target_probs=rq, raw_draft_probs=rp)
+        np.testing.assert_allclose(h, _overlay_scd(z_e, z_a, beta, T, q > 0), rtol=0, atol=1e-12)
+        alpha = 0.2
+        gate = z_e >= z_e.max() + T * math.log(alpha)  # scd_alpha_gate_from_logits
+        rule = get_rule("scd", scd_beta=beta, scd_temperature=T, gate="alpha", scd_alpha=alpha)
+        h = emitted_distribution(rule, q, p, raw_target_probs=rq, raw_draft_probs=rp)
+        np.testing.assert_allclose(h, _overlay_scd(z_e, z_a, beta, T, gate), rtol=0, atol=1e-12)
+
+
+def test_scd_zero_draft_probability_is_the_limit():
+    q, p = np.array([0.5, 0.3, 0.2]), np.array([0.6, 0.4, 0.0])
+    rule = get_rule("scd", scd_beta=0.5)
+    limit = emitted_distribution(rule, q, p)
+    eps = 1e-12  # the contrastive row as the drafter's entry at token 2 goes to 0
+    near = emitted_distribution(rule, q, np.array([0.6, 0.4 - eps, eps]))
+    np.testing.assert_allclose(limit, [0.0, 0.0, 1.0], atol=ATOL)
+    assert near[2] > 1 - 1e-5
+
+
+# --------------------------------------------------------------------------------------
+# relaxed top-K (TensorRT-LLM kernel, vLLM #45229), margin
+# --------------------------------------------------------------------------------------
+
+
+def _trtllm_accepts(probs, token, K, delta):
+    """mtpRelaxedAcceptanceKernel's loop over torch.topk(softmax) values, written out."""
+    order = np.argsort(-probs, kind="stable")[:K]
+    threshold = probs[order[0]] - delta
+    for jj, idx in enumerate(order):
+        if jj > 0 and threshold > probs[idx]:
+            break
+        if idx == token:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("K,delta", [(1, 0.0), (3, 0.05), (10, 0.6), (2, 1.0)])
+def test_relaxed_topk_is_the_tensorrt_llm_kernel(K, delta):
+    rng = np.random.default_rng(K)
+    for _ in range(20):
+        rq = rng.dirichlet(np.full(12, 0.3))  # continuous: no ties
+        q = rng.dirichlet(np.full(12, 0.3))
+        p = rng.dirichlet(np.ones(12))
+        plan = make_plan(
+            get_rule("relaxed-topk", relaxed_topk=K, relaxed_delta=delta), q, p, raw_target_probs=rq
+        )
+        want = [_trtllm_accepts(rq, n, K, delta) for n in range(12)]
+        np.testing.assert_array_equal(np.asarray(plan.accept_probs()) == 1.0, want)
+        np.testing.assert_array_equal(plan.recovery_at(np.array(0)), np.eye(12)[np.argmax(q)])
+
+
+def test_vllm_relaxed_thinking_and_greedy_aliases():
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal(10)
+    rq = np.exp(z) / np.exp(z).sum()
+    p = np.full(10, 0.1)
+    a = acceptance_probabilities("vllm-relaxed-thinking", rq, p, raw_target_probs=rq)
+    top3 = np.argsort(-z)[:3]
+    want = np.isin(np.arange(10), top3) & (z >= z.max() + math.log(0.5))  # #45229's logit test
+    np.testing.assert_array_equal(a == 1.0, want)
+    g = acceptance_probabilities("greedy", rq, p)
+    np.testing.assert_array_equal(g, np.eye(10)[np.argmax(rq)])
+
+
+def test_margin_rule_accepts_the_runner_up_below_the_margin_only():
+    q = np.array([0.40, 0.30, 0.20, 0.10])
+    p = np.full(4, 0.25)
+    gap = math.log(0.40 / 0.30)
+    np.testing.assert_array_equal(
+        acceptance_probabilities(get_rule("margin-relaxed", margin_threshold=gap * 1.01), q, p), [1, 1, 0, 0]
+    )
+    np.testing.assert_array_equal(
+        acceptance_probabilities(get_rule("margin-relaxed", margin_threshold=gap * 0.99), q, p), [1, 0, 0, 0]
+    )
+
+
+# --------------------------------------------------------------------------------------
+# FLy
+# --------------------------------------------------------------------------------------
+
+
+def test_fly_window_port_on_a_pattern():
+    # k = 8, W = 3: the mismatch at 1 has two matches after it (kept); the one at 5 is in the
+    # last W positions (never kept); the gate blocks nothing
+    base = np.array([1, 0, 1, 1, 0, 1, 0, 1], dtype=bool)
+    kept = fly_keep(base, np.ones(8, dtype=bool), 3)
+    np.testing.assert_array_equal(kept, [1, 1, 1, 1, 0, 1, 0, 1])
+    blocked = fly_keep(base, np.array([1, 0, 1, 1, 1, 1, 1, 1], dtype=bool), 3)
+    np.testing.assert_array_equal(blocked, base)
+
+
+def _fly_trajectory(seed=0, T=7, V=5):
+    q, p = _rows(seed, T, V)
+    q[2] = [0.97, 0.01, 0.01, 0.005, 0.005]  # a near-deterministic position: the gate closes
+    return Trajectory(q, p)
+
+
+@pytest.mark.parametrize("win_len,threshold", [(1, 0.0), (2, 0.0), (3, 0.3), (2, 0.3)])
+def test_fly_programme_equals_enumeration(win_len, threshold):
+    tr = _fly_trajectory()
+    assert not fly_gate(tr, 0.3)[2] and fly_gate(tr, 0.3).sum() >= 5
+    fx = fly_exact_chain(tr, 5, win_len=win_len, entropy_threshold=threshold)
+    bf = fly_brute_force(tr, 5, win_len=win_len, entropy_threshold=threshold)
+    # the same expectations by two algorithms: float64 rounding of <= 2^7 paths
+    for key in ("rounds", "tokens", "accepted", "kept", "drafts"):
+        assert getattr(fx, key) == pytest.approx(bf[key], abs=1e-12), key
+    np.testing.assert_allclose(fx.weights, bf["weights"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fx.weights.sum(1), 1.0, atol=1e-12)  # each position emitted once
+    np.testing.assert_allclose(fx.emitted.sum(1), 1.0, atol=1e-12)
+    assert fx.tokens == pytest.approx(len(tr), abs=1e-12)
+    if win_len <= 2 and threshold == 0.0:
+        assert fx.kept > 0.05
+
+
+def test_fly_programme_matches_sampling():
+    tr = _fly_trajectory(T=6)
+    fx = fly_exact_chain(tr, 4, win_len=2, entropy_threshold=0.0)
+    n = 1200
+    sim = simulate_fly(tr, 4, n_runs=n, rng=11, win_len=2, entropy_threshold=0.0)
+    # per-run totals: 4.5 standard errors, a two-sided false alarm of ~7e-6 each
+    for key in ("accepted", "kept", "rounds"):
+        se = sim[key].std(ddof=1) / math.sqrt(n)
+        assert abs(sim[key].mean() - getattr(fx, key)) <= 4.5 * se + 1e-12, key
+    # the emitted token at position 3: chi-square against the exact marginal (alpha 1e-4)
+    counts = np.bincount(sim["text"][:, 3], minlength=tr.vocab_size)
+    exp = fx.emitted[3] * n
+    assert stats.chisquare(counts[exp > 0], exp[exp > 0] * counts.sum() / exp.sum()).pvalue > 1e-4
+
+
+def test_fly_is_not_a_one_step_rule():
+    """The same (q, p) at every position: a one-step rule emits the same law everywhere,
+    FLy keeps mismatches at some positions and never at others (the last W drafts of a round)."""
+    q, p = np.array([0.4, 0.35, 0.25]), np.array([0.2, 0.3, 0.5])
+    tr = Trajectory(np.tile(q, (8, 1)), np.tile(p, (8, 1)))
+    fx = fly_exact_chain(tr, 4, win_len=2, entropy_threshold=0.0)
+    keep = fx.weights[:, 1]
+    assert keep.max() > 0.05 and keep[-1] == 0.0
+    assert np.ptp(fx.emitted, axis=0).max() > 0.01  # the per-position law differs
+
+
+# --------------------------------------------------------------------------------------
+# the relaxed bonus policy
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,knobs", [("cactus-taylor", {"delta": 0.3}), ("sps", {})])
+def test_relaxed_bonus_chain_matches_sampling(name, knobs):
+    q, p = _rows(4, 7, 5)
+    tr = Trajectory(q, p)
+    rule = get_rule(name, **knobs)
+    ex = relaxed_bonus_chain(rule, tr, 3)
+    std = exact_chain(rule, tr, 3)
+    assert ex.tokens == pytest.approx(float(std.totals.tokens[0]), abs=1e-12)  # unchanged
+    assert ex.accepted == pytest.approx(float(std.totals.accepted[0]) + ex.bonus_accepted, abs=1e-12)
+    assert ex.bonus_accepted > 0.1
+    # every position but the last emits h_t: the text's KL is the per-step sum there
+    kl = get_divergence("kl")
+    h = std.laws.emitted
+    assert ex.sequence_kl == pytest.approx(
+        float(kl.unchecked(h[:-1], q[:-1]).sum() + kl.unchecked(ex.emitted[-1], q[-1])), abs=1e-12
+    )
+    n = 2000
+    sim = simulate_relaxed_bonus(rule, tr, 3, n_runs=n, rng=7)
+    for key in ("accepted", "bonus_accepted", "drafts", "rounds"):
+        se = sim[key].std(ddof=1) / math.sqrt(n)
+        assert abs(sim[key].mean() - getattr(ex, key)) <= 4.5 * se + 1e-12, key  # ~7e-6 each
+    counts = np.bincount(sim["text"][:, 5], minlength=5)
+    exp = ex.emitted[5] * n
+    assert stats.chisquare(counts[exp > 0], exp[exp > 0] * counts.sum() / exp.sum()).pvalue > 1e-4
