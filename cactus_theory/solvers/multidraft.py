@@ -290,7 +290,7 @@ class _Row:
     def knots(self, M, end=1.0):
         """Knots (x, y) of the taut string under the ceilings M - phi(P_m), (0, 0) to (X, end)."""
         X = self.X
-        kx, ky = [0.0], [0.0]
+        mid_x, mid_y = self.hx[:0], self.hy[:0]
         if self.hx.size:
             up = self.hy + M
             s0 = up / self.hx
@@ -299,11 +299,8 @@ class _Row:
                 s1 = (end - up) / (X - self.hx)
                 j1 = int(np.argmax(s1))
                 if j1 >= j0:
-                    kx += self.hx[j0 : j1 + 1].tolist()
-                    ky += up[j0 : j1 + 1].tolist()
-        kx.append(X)
-        ky.append(end)
-        return np.asarray(kx), np.asarray(ky)
+                    mid_x, mid_y = self.hx[j0 : j1 + 1], up[j0 : j1 + 1]
+        return np.concatenate([[0.0], mid_x, [X]]), np.concatenate([[0.0], mid_y, [end]])
 
     def path_divergence(self, M, f):
         """D(o(M) || q) from the knots alone: sum over segments of dQ f(slope), O(#knots)."""
@@ -334,8 +331,8 @@ def _solve_row(q, p, k, eps, d):
     The bisection on M evaluates the divergence from the knots of the taut string
     (:meth:`_Row.path_divergence`); the target is then built once and its divergence
     recomputed term by term, and where rounding puts it over the budget M steps towards M_0
-    (geometrically from 4 ulps) until it holds: the returned target satisfies D <= eps as
-    computed.
+    (from twice the chord estimate, growing 4x) until it holds: the returned target
+    satisfies D <= eps as computed.
     """
     row = _Row(q, p, k)
     M_lo = max(1.0, 1.0 + row.phi_end)  # below it the mass on supp(q) exceeds its last ceiling
@@ -366,8 +363,9 @@ def _solve_row(q, p, k, eps, d):
             continue
         hi = bisect(M_lo, row.M0, lambda M: row.path_divergence(M, d.f), e)
         D, o = exact(hi)
-        step = 4.0 * np.spacing(hi)
-        while D > e and hi < row.M0:  # rounding of the term-by-term sum: step towards q
+        # rounding of the term-by-term sum: step towards q, from twice the chord's estimate
+        step = max(4.0 * np.spacing(hi), 2.0 * (D - e) / max(D, 1e-300) * (row.M0 - hi))
+        while D > e and hi < row.M0:
             hi = min(row.M0, hi + step)
             step *= 4.0
             D, o = exact(hi)
