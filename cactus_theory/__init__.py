@@ -11,6 +11,9 @@ The front door (``import cactus_theory as ct``), one call per everyday problem:
 - ``ct.exact_chain(rule, ct.Trajectory(q_t, p_t), m)``: exact multi-token metrics.
 - ``ct.make_sampler(rule, **knobs)``: a batched torch sampler (vLLM's interface).
 - ``ct.audit("distilled", eps=0.1)``: every rule calibrated to one true emitted divergence.
+- ``ct.get_verifier(name)`` with ``ct.MultiDraft`` / ``ct.TokenTree`` / ``ct.DraftChain``:
+  multi-draft and tree verification (``ct.VERIFIERS``; exact laws in
+  :mod:`cactus_theory.analysis.multidraft`).
 
 Each returns a frozen dataclass of :mod:`cactus_theory.results` with a summary ``repr``,
 ``to_dict()`` (JSON-ready) and, for tables, ``rows()`` (for pandas).
@@ -42,6 +45,7 @@ from .api import (
     solve_spike,
 )
 from .divergences import DIVERGENCES, divergence, get_divergence, two_point_divergence
+from .drafts import DraftChain, MultiDraft, TokenTree
 from .results import (
     CalibrationResult,
     ChainResult,
@@ -51,6 +55,7 @@ from .results import (
     TaylorExactComparison,
 )
 from .rules import RULES, get_rule, rule_names
+from .rules.multidraft import VERIFIERS, get_verifier
 from .simulate.chain import Trajectory
 
 __version__ = "0.1.0"
@@ -79,6 +84,11 @@ __all__ = [
     "RULES",
     "get_rule",
     "rule_names",
+    "VERIFIERS",
+    "get_verifier",
+    "MultiDraft",
+    "TokenTree",
+    "DraftChain",
     "OneStepResult",
     "acceptance_probabilities",
     "acceptance_rate",

@@ -108,7 +108,8 @@ def test_one_position_acceptance_equals_enumeration(name):
     for i in range(2):
         enum = tree_outcomes(name, md.row(i).as_tree()).acceptance
         assert acc[i] == pytest.approx(enum, abs=1e-12)  # float64 rounding of short sums
-    np.testing.assert_allclose(multidraft_emitted(name, md), md.target_probs, atol=LOSSLESS_TOL)
+    if spec.lossless:
+        np.testing.assert_allclose(multidraft_emitted(name, md), md.target_probs, atol=LOSSLESS_TOL)
 
 
 @pytest.mark.parametrize("name", list(VERIFIERS))
@@ -237,3 +238,15 @@ def test_sampler_accepts_half_precision_and_checks_input():
         TreeSampler("rrs")(q, p, torch.full((4, drawn.num_nodes), 7), drawn.parents)
     with pytest.raises(ValueError, match="verifier"):
         get_verifier("nope")
+
+
+def test_docs_page_lists_every_verifier_and_its_example_runs(capsys):
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "multidraft.md").read_text()
+    for name in VERIFIERS:
+        assert f"| `{name}` |" in page, f"docs/multidraft.md has no row for verifier {name!r}"
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/multidraft.md", "exec"), {})
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 5 and all(line.endswith("True") for line in lines), lines

@@ -5,6 +5,14 @@ Importing it registers the ``cactus-calibrated`` rule (:mod:`cactus_theory.analy
 
 from . import calibration  # noqa: F401  (registers cactus-calibrated)
 from .certificates import acceptance_certificate, accepted_set
+from .multidraft import (
+    drawn_trees,
+    expected_accepted_length,
+    lossless_error,
+    multidraft_acceptance,
+    multidraft_emitted,
+    tree_outcomes,
+)
 from .one_step import (
     OneStepResult,
     acceptance_probabilities,
@@ -24,4 +32,10 @@ __all__ = [
     "emitted_distribution",
     "make_plan",
     "per_draft_divergence",
+    "drawn_trees",
+    "expected_accepted_length",
+    "lossless_error",
+    "multidraft_acceptance",
+    "multidraft_emitted",
+    "tree_outcomes",
 ]

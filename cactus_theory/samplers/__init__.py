@@ -7,6 +7,7 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted t
 """
 
 from .base import RuleSampler, exponential_race, inverse_cdf_sample
+from .multidraft import TreeSample, TreeSampler, make_tree_sampler
 from .v1 import V1Stats, parse_output, ragged_forward
 
 __all__ = [
@@ -17,6 +18,9 @@ __all__ = [
     "ragged_forward",
     "parse_output",
     "V1Stats",
+    "TreeSampler",
+    "TreeSample",
+    "make_tree_sampler",
 ]
 
 

@@ -26,6 +26,7 @@ from .metrics import (
     rej_relative,
 )
 from .synthetic import synthetic_trajectory
+from .trees import TreeSimulation, simulate_tree, synthetic_chain, synthetic_multidraft, synthetic_tree
 
 __all__ = [
     "Trajectory",
@@ -49,4 +50,9 @@ __all__ = [
     "rej_relative",
     "METRIC_LABELS",
     "synthetic_trajectory",
+    "synthetic_multidraft",
+    "synthetic_chain",
+    "synthetic_tree",
+    "simulate_tree",
+    "TreeSimulation",
 ]
