@@ -62,6 +62,7 @@ __all__ = [
     "AuditCorpus",
     "audit",
     "audit_corpus",
+    "audit_rows",
     "corpus_from_dump",
     "corpus_from_arrays",
     "AUDIT_EXCLUDED",
@@ -391,6 +392,47 @@ def _metrics(name, laws, c, spec_knobs, knob_text, status, note, ms, seq_m, d, s
     return row, shift
 
 
+def _check_maps(knobs, tune):
+    if knobs is not None and not isinstance(knobs, dict):
+        raise ValueError(f"knobs: expected a dict of rule name -> dict of knobs, got {type(knobs).__name__}")
+    if tune is not None and not isinstance(tune, dict):
+        raise ValueError(f"tune: expected a dict of rule name -> knob name, got {type(tune).__name__}")
+    return knobs or {}, tune or {}
+
+
+def _names(rules):
+    """The audited rule names and the default set's exclusions (with reasons)."""
+    from .rules import RULES
+
+    if rules is None:
+        names = [n for n in RULES if n not in AUDIT_EXCLUDED]
+        return names, {n: AUDIT_EXCLUDED[n] for n in RULES if n in AUDIT_EXCLUDED}
+    names = [choice(r, RULES.all_names(), "rules") for r in ([rules] if isinstance(rules, str) else rules)]
+    if not names:
+        raise ValueError("rules: empty list")
+    return names, {}
+
+
+def _check_tune(names, knobs, tune):
+    from .rules import RULES
+
+    for name, knob_name in tune.items():
+        if name not in names:
+            raise ValueError(f"tune: rule {name!r} is not among the audited rules")
+        _tunable(RULES[name], dict(knobs.get(name, {})), knob_name)
+
+
+def _note(cal, per, d, knob):
+    """One line on how the calibration ended."""
+    return {
+        "calibrated": f"{per} {d.name} = {cal.achieved:.4g} ({cal.evaluations} evaluations)",
+        "step": f"{per} {d.name} jumps from {cal.achieved:.4g} to {_g(cal.next_achieved)} at "
+        f"{_fmt_knob(knob.name, cal.next_value)}: cannot meet eps exactly",
+        "range-end": f"cannot reach eps in its range: {per} {d.name} = {cal.achieved:.4g} at the range's end",
+        "above": f"above eps at every knob: {per} {d.name} = {cal.achieved:.4g} at its least",
+    }[cal.status]
+
+
 def audit_corpus(
     corpus: AuditCorpus,
     eps=0.1,
@@ -424,25 +466,9 @@ def audit_corpus(
     if not ms:
         raise ValueError("draft_lengths: give at least one draft length")
     seq_m = positive_int(sequence_m, "sequence_m")
-    if knobs is not None and not isinstance(knobs, dict):
-        raise ValueError(f"knobs: expected a dict of rule name -> dict of knobs, got {type(knobs).__name__}")
-    if tune is not None and not isinstance(tune, dict):
-        raise ValueError(f"tune: expected a dict of rule name -> knob name, got {type(tune).__name__}")
-    knobs, tune = knobs or {}, tune or {}
-    excluded = {}
-    if rules is None:
-        names = [n for n in RULES if n not in AUDIT_EXCLUDED]
-        excluded = {n: AUDIT_EXCLUDED[n] for n in RULES if n in AUDIT_EXCLUDED}
-    else:
-        names = [
-            choice(r, RULES.all_names(), "rules") for r in ([rules] if isinstance(rules, str) else rules)
-        ]
-        if not names:
-            raise ValueError("rules: empty list")
-    for name, knob_name in tune.items():
-        if name not in names:
-            raise ValueError(f"tune: rule {name!r} is not among the audited rules")
-        _tunable(RULES[name], dict(knobs.get(name, {})), knob_name)
+    knobs, tune = _check_maps(knobs, tune)
+    names, excluded = _names(rules)
+    _check_tune(names, knobs, tune)
     c = corpus
     sps_acc = float(np.minimum(c.target_probs, c.draft_probs).sum(-1).mean())
     table, shifts = [], {}
@@ -485,14 +511,7 @@ def audit_corpus(
                 )
                 rule = get_rule(name, **fixed, **{knob.name: cal.value})
                 laws = _laws(rule, c)
-                note = {
-                    "calibrated": f"{per} {d.name} = {cal.achieved:.4g} ({cal.evaluations} evaluations)",
-                    "step": f"{per} {d.name} jumps from {cal.achieved:.4g} to {_g(cal.next_achieved)} at "
-                    f"{_fmt_knob(knob.name, cal.next_value)}: cannot meet eps exactly",
-                    "range-end": f"cannot reach eps in its range: {per} {d.name} = {cal.achieved:.4g} at "
-                    f"the range's end",
-                    "above": f"above eps at every knob: {per} {d.name} = {cal.achieved:.4g} at its least",
-                }[cal.status]
+                note = _note(cal, per, d, knob)
                 row, shift = _metrics(
                     name,
                     laws,
@@ -611,12 +630,10 @@ class AuditResult(_Result):
         cols = [Column("rule", "rule", "s"), Column("knob", "knob", "s"), Column("status", "status", "s")]
         cols += [Column("acceptance", "accept"), Column("relaxed_acceptance", "a-a_SpS")]
         cols += [Column(f"al_{m}", f"AL_{m}", ".3f") for m in self.draft_lengths]
-        cols += [
-            Column("emitted_kl", "KL(h||q)"),
-            Column("emitted_tv", "TV"),
-            Column("sequence_kl_upper", f"seqKL/tok@{self.sequence_m}"),
-            Column("frontier_gap", "gap"),
-        ]
+        cols += [Column("emitted_kl", "KL(h||q)"), Column("emitted_tv", "TV")]
+        if self.sequence_m:  # trajectories: the chain's sequence bound
+            cols.append(Column("sequence_kl_upper", f"seqKL/tok@{self.sequence_m}"))
+        cols.append(Column("frontier_gap", "gap"))
         if self.eos_token_id is not None:
             cols += [
                 Column("eos_q", "q(EOS)", ".2e"),
@@ -678,6 +695,9 @@ def audit(
     eos_token_id=None,
     raw_target_probs=None,
     raw_draft_probs=None,
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
 ) -> AuditResult:
     r"""Every chosen rule calibrated to the same true emitted divergence eps, side by side.
 
@@ -685,10 +705,10 @@ def audit(
 
     Parameters
     ----------
-    target_probs : array_like (N, V), Dump, str or Path
+    target_probs : array_like (N, V), Dump, str, Path or RowSource
         Verifier rows q (with ``draft_probs``), or a dump: a loaded
         :class:`cactus_theory.logits.Dump`, a dump file or a shipped recording's name
-        (``"distilled"``, ...).
+        (``"distilled"``, ...), or a folder of shards / a row source, read chunk by chunk.
     draft_probs : array_like (N, V), optional
         Drafter rows p (arrays only).
     eps : float
@@ -717,6 +737,10 @@ def audit(
         The EOS vocabulary id (a dump's own by default) or, for arrays, its column.
     raw_target_probs, raw_draft_probs : array_like, optional
         Raw rows for arrays (rules that decide on them).
+    chunk_rows, max_memory, progress
+        For a row source (:mod:`cactus_theory.rows`: a folder of ``.npy``/``.npz`` shards, or a
+        :class:`~cactus_theory.analysis.chunked.RowSource`): rows per chunk or the memory bound,
+        and a progress bar over chunks (:func:`audit_rows`).
 
     Returns
     -------
@@ -732,8 +756,31 @@ def audit(
     """
     from pathlib import Path
 
+    from .analysis.chunked import RowSource
     from .logits.loader import Dump
 
+    if isinstance(target_probs, RowSource) or (
+        isinstance(target_probs, (str, Path)) and Path(target_probs).is_dir()
+    ):
+        if draft_probs is not None:
+            raise ValueError("draft_probs: give a row source (or a folder of shards) alone")
+        for name, value in (("max_positions", max_positions), ("eos_token_id", eos_token_id)):
+            if value is not None:
+                raise ValueError(f"{name}: applies to dumps and arrays, not to a row source")
+        if choice(rows, ROWS, "rows") == "raw":
+            raise ValueError("rows: a row source is audited on its rows as stored ('processed')")
+        return audit_rows(
+            target_probs,
+            eps,
+            rules=rules,
+            per=per,
+            divergence=divergence,
+            knobs=knobs,
+            tune=tune,
+            chunk_rows=chunk_rows,
+            max_memory=max_memory,
+            progress=progress,
+        )
     if isinstance(target_probs, (str, Path)):
         if draft_probs is not None:
             raise ValueError("draft_probs: give a dump alone, or (target_probs, draft_probs) arrays")
@@ -773,6 +820,158 @@ def audit(
     )
 
 
+def _chunk_kernel(chunk, name, knobs, divergence, final):
+    """Per-row emitted divergence of one rule on a chunk (and, ``final``, every column's rows)."""
+    from .analysis.frontier import gap_to_frontier
+    from .analysis.one_step import emitted_distribution, make_plan
+    from .rules import get_rule
+
+    q, p = as_prob_pair(chunk.target_probs, chunk.draft_probs)
+    rq = q if chunk.raw_target_probs is None else np.asarray(chunk.raw_target_probs, dtype=np.float64)
+    rp = p if chunk.raw_draft_probs is None else np.asarray(chunk.raw_draft_probs, dtype=np.float64)
+    plan = make_plan(get_rule(name, **knobs), q, p, raw_target_probs=rq, raw_draft_probs=rp)
+    h = np.asarray(emitted_distribution(plan), dtype=np.float64)
+    qq, pp = np.asarray(plan.target_probs, dtype=np.float64), np.asarray(plan.draft_probs, dtype=np.float64)
+    D = np.asarray(get_divergence(divergence).unchecked(h, qq), dtype=np.float64)
+    if not final:
+        return D
+    alpha = np.sum(pp * np.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
+    kl = np.asarray(get_divergence("kl").unchecked(h, qq), dtype=np.float64)
+    _, gap = gap_to_frontier(qq, pp, np.clip(alpha, 0.0, 1.0), kl, "kl")
+    return {
+        "D": D,
+        "alpha": alpha,
+        "sps": np.minimum(qq, pp).sum(-1),
+        "kl": kl,
+        "tv": np.asarray(get_divergence("tv").unchecked(h, qq), dtype=np.float64),
+        "gap": np.asarray(gap, dtype=np.float64),
+    }
+
+
+def audit_rows(
+    source,
+    eps=0.1,
+    *,
+    rules=None,
+    per="token",
+    divergence="kl",
+    knobs=None,
+    tune=None,
+    chunk_rows=None,
+    max_memory=None,
+    progress=False,
+) -> AuditResult:
+    r"""The audit over a row source, chunk by chunk (a folder of shards, files, large arrays).
+
+    Each evaluation of a knob is one pass over the rows (the mean per-token
+    :math:`D(h_{alg,t}\|q_t)`, by :mod:`cactus_theory.analysis.chunked`'s runner, with a
+    progress bar over chunks when ``progress``); a last pass gives acceptance,
+    :math:`\bar\alpha - \bar\alpha_{SpS}`, emitted KL and TV and the frontier gap. A row
+    source has neither trajectories nor vocabulary ids, so the accepted-length, sequence and
+    EOS columns are absent and ``per`` must be ``"token"``.
+
+    Symbols: q verifier, p drafter, eps the target on the emitted divergence.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
+    """
+    from .analysis.calibration import calibrate_knob
+    from .analysis.chunked import runner_for
+    from .rows import as_row_source
+    from .rules import RULES, get_rule
+
+    eps = as_budget(eps, "eps")
+    if not math.isfinite(eps):
+        raise ValueError(f"eps: must be finite, got {eps}")
+    if choice(per, PER, "per") != "token":
+        raise ValueError("per: 'sequence' needs trajectories (a dump or arrays), not a row source")
+    d = get_divergence(divergence)
+    src = as_row_source(source)
+    run = runner_for(src, "rules", chunk_rows, max_memory, progress)
+    N = run.n_rows
+    if N == 0:
+        raise ValueError("target_probs: no rows")
+    knobs, tune = _check_maps(knobs, tune)
+    names, excluded = _names(rules)
+    _check_tune(names, knobs, tune)
+    table, sps_acc = [], None
+    for name in names:
+        spec = RULES[name]
+        fixed = dict(knobs.get(name, {}))
+        try:
+            knob = _tunable(spec, fixed, tune.get(name))
+
+            def stat(x, name=name, fixed=fixed, knob=knob):
+                kn = dict(fixed, **({} if knob is None else {knob.name: x}))
+                return float(np.sum(np.concatenate(run.map(_chunk_kernel, name, kn, d.name, False)))) / N
+
+            if knob is None:
+                cal, value_text, kn = None, "-", fixed
+            else:
+                start, end, scale = _path(spec, knob, stat)
+                cal = calibrate_knob(
+                    stat,
+                    start,
+                    end,
+                    eps,
+                    scale=scale,
+                    integer=knob.integer,
+                    grid_points=KNOB_GRID,
+                    steps=KNOB_STEPS,
+                )
+                kn = dict(fixed, **{knob.name: cal.value})
+                value_text = _fmt_knob(knob.name, cal.value)
+            parts = run.map(_chunk_kernel, name, kn, d.name, True)
+            col = {k: np.concatenate([x[k] for x in parts]) for k in parts[0]}
+            configured = dict(get_rule(name, **kn).knobs)
+        except (ValueError, NotImplementedError, TypeError) as exc:
+            table.append(
+                {"rule": name, "knob": "-", "knobs": fixed, "status": "not audited", "note": str(exc)}
+            )
+            continue
+        sps_acc = float(col["sps"].mean())
+        if cal is None:
+            s0 = float(col["D"].mean())
+            status = "reference" if s0 <= LOSSLESS_TOL else "no knob"
+            note = (
+                "lossless: emits q"
+                if status == "reference"
+                else f"no numeric knob: token {d.name} = {s0:.4g}"
+            )
+        else:
+            status, note = cal.status, _note(cal, "token", d, knob)
+        row = {
+            "rule": name,
+            "knob": value_text,
+            "knobs": configured,
+            "status": status,
+            "acceptance": float(col["alpha"].mean()),
+            "relaxed_acceptance": float(col["alpha"].mean()) - sps_acc,
+            "emitted_kl": float(col["kl"].mean()),
+            "emitted_tv": float(col["tv"].mean()),
+            "frontier": float(np.mean(col["gap"] + col["alpha"])),
+            "frontier_gap": float(col["gap"].mean()),
+            "note": note,
+        }
+        if cal is not None:
+            row["achieved"] = cal.achieved
+        table.append(row)
+    return AuditResult(
+        eps=float(eps),
+        per="token",
+        divergence=d.name,
+        rows_kind="processed",
+        label=f"{src!r}: {N} rows",
+        n_positions=int(N),
+        n_trajectories=0,
+        draft_lengths=(),
+        sequence_m=0,
+        eos_token_id=None,
+        sps_acceptance=float("nan") if sps_acc is None else sps_acc,
+        frontier_at_eps=None,
+        table=tuple(table),
+        excluded=excluded,
+    )
+
+
 def _load(source):
     """A dump from a path or a shipped recording's name (ValueError naming ``target_probs``)."""
     from pathlib import Path
@@ -806,7 +1005,7 @@ def add_arguments(p):
         required=True,
         metavar="DUMP|FILE",
         help="a dump file or a shipped recording (distilled, early-exit-25, requant-3, requant-4), "
-        "or a .npy/.npz/.json file of (q, p) rows",
+        "a .npy/.npz/.json file of (q, p) rows, or a folder of .npy/.npz shards",
     )
     p.add_argument("--eps", type=float, default=0.1, help="target emitted divergence (per token)")
     p.add_argument("--rules", default=None, help="comma-separated rule names (default: every rule)")
@@ -826,6 +1025,13 @@ def add_arguments(p):
         default=",".join(map(str, DRAFT_LENGTHS)),
         help="draft lengths m of the accepted-length columns (comma-separated)",
     )
+    p.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SIZE",
+        help="with --input a folder of .npy/.npz shards: bound on the working memory (e.g. 256MB)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar over chunks (shards)")
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf or .png)")
     p.add_argument("--markdown", action="store_true", help="print Markdown (also when --output ends in .md)")
     add_output(p, csv_flag=True)
@@ -860,7 +1066,13 @@ def run(args) -> int:
     is_dump = str(source) in shipped_pair_names() or (
         Path(source).suffix.lower() == ".npz" and Path(source).is_file() and _is_dump(source)
     )
-    if is_dump:
+    if Path(source).is_dir():  # a folder of shards, read chunk by chunk
+        for flag, value in (("raw", args.raw), ("positions", args.positions)):
+            if value:
+                raise ValueError(f"{flag}: applies to dumps, not to a folder of shards")
+        kw.pop("draft_lengths")
+        res = audit(source, max_memory=args.max_memory, progress=not args.no_progress, **kw)
+    elif is_dump:
         res = audit(source, rows="raw" if args.raw else "processed", max_positions=args.positions, **kw)
     else:
         if args.raw:
