@@ -30,19 +30,9 @@ import threading
 import time
 
 import pytest
+from chromium import chromium_missing, launched_chromium
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("CACTUS_THEORY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 MATHJAX = pathlib.Path(
     os.environ.get("CACTUS_THEORY_MATHJAX", ROOT / ".cache" / "mathjax" / "node_modules" / "mathjax")
 )
@@ -60,14 +50,13 @@ def _missing() -> str | None:
         ("numpydoc", "docs"),
         ("myst_nb", "docs"),
         ("pydata_sphinx_theme", "docs"),
-        ("playwright.sync_api", "notebooks"),
     ):
         try:
             __import__(mod)
         except ImportError:
             return f"{mod} is not installed (pip install -e '.[{extra}]')"
-    if not pathlib.Path(CHROMIUM).exists():
-        return f"Chromium not found at {CHROMIUM} (./dev installs Debian's chromium)"
+    if chromium_missing():
+        return chromium_missing()
     if not (MATHJAX / "es5" / "tex-chtml.js").is_file():
         return f"MathJax not found at {MATHJAX} (./dev setup installs npm's mathjax@3 there)"
     return None
@@ -127,14 +116,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launched_chromium() as b:
+        yield b
 
 
 #: In the page, once MathJax has typeset it: the formulas, and TeX delimiters left in the text

@@ -34,21 +34,10 @@ import time
 import urllib.request
 
 import pytest
+from chromium import chromium_missing, launched_chromium
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-CHROMIUM = os.environ.get("CACTUS_THEORY_CHROMIUM", "/usr/bin/chromium")
-#: Chromium flags for a headless run as root in a container without network.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 #: Hang guards, not speed tests: a notebook runs in about 10 s, a slider redraw in 1-3 s.
 SERVER_START_S = 60
 RUN_ALL_S = 240
@@ -58,12 +47,8 @@ pytestmark = [pytest.mark.jupyterlab]
 
 
 def _missing() -> str | None:
-    if not pathlib.Path(CHROMIUM).exists():
-        return f"Chromium not found at {CHROMIUM} (./dev installs Debian's chromium)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install -e '.[notebooks]')"
+    if chromium_missing():
+        return chromium_missing()
     for mod in ("jupyterlab", "ipywidgets", "ipykernel"):
         try:
             __import__(mod)
@@ -144,14 +129,8 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(lab):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with launched_chromium() as b:
+        yield b
 
 
 def _png_rows_complete(src: str) -> str | None:
