@@ -426,6 +426,19 @@ class GlobalDelta:
     acceptance: np.ndarray
 
 
+def _as_statistic(statistic):
+    """``"mean"``, or a quantile level in (0, 1] as a float (ValueError naming ``statistic``)."""
+    if statistic == "mean":
+        return statistic
+    try:
+        lv = float(statistic)
+    except (TypeError, ValueError):
+        raise ValueError(f"statistic: 'mean' or a quantile level in (0, 1], got {statistic!r}") from None
+    if not 0 < lv <= 1:
+        raise ValueError(f"statistic: quantile level must lie in (0, 1], got {statistic!r}")
+    return lv
+
+
 def _stat(D, statistic):
     if statistic == "mean":
         return float(np.mean(D))
@@ -458,14 +471,7 @@ def global_delta(
     d = _check(base, divergence)
     m = get_divergence(measure) if measure is not None else d
     eps = as_budget(eps, "eps")
-    if statistic != "mean":
-        try:
-            lv = float(statistic)
-        except (TypeError, ValueError):
-            raise ValueError(f"statistic: 'mean' or a quantile level in (0, 1], got {statistic!r}") from None
-        if not 0 < lv <= 1:
-            raise ValueError(f"statistic: quantile level must lie in (0, 1], got {statistic!r}")
-        statistic = lv
+    statistic = _as_statistic(statistic)
     q2, p2 = q.reshape(-1, q.shape[-1]), p.reshape(-1, p.shape[-1])
     sat = float(np.max(saturation_delta(q2, base, d.name)))
     if eps == 0:

@@ -595,19 +595,12 @@ def global_delta(
     """
     from .._validation import as_budget
     from ..divergences import get_divergence
-    from .calibration import GlobalDelta, _check, _grids, _illinois, _stat
+    from .calibration import GlobalDelta, _as_statistic, _check, _grids, _illinois, _stat
 
     d = _check(base, divergence)
     m = get_divergence(measure) if measure is not None else d
     eps = as_budget(eps, "eps")
-    if statistic != "mean":
-        try:
-            lv = float(statistic)
-        except (TypeError, ValueError):
-            raise ValueError(f"statistic: 'mean' or a quantile level in (0, 1], got {statistic!r}") from None
-        if not 0 < lv <= 1:
-            raise ValueError(f"statistic: quantile level must lie in (0, 1], got {statistic!r}")
-        statistic = lv
+    statistic = _as_statistic(statistic)
     source = as_rows(target_probs, draft_probs)
     run = runner_for(source, "calibrate", chunk_rows, max_memory, progress, runner)
     sats = run.map(_saturation_delta_kernel, base, d.name)
