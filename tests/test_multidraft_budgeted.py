@@ -153,3 +153,26 @@ def test_calibration_meets_the_spend_and_one_multiplier_wins_at_fixed_reach():
         tree_constant_budget(tree, B, verifier="rrs")
     with pytest.raises(ValueError, match="budget"):
         tree_sequence_budget(tree, -1.0)
+
+
+def test_top_k_children_take_theorem_2_on_the_set_and_the_kl_multiplier_closed_form():
+    """Top-k children: one deterministic set S, so the budgeted acceptance is the two-point root
+    gamma(q(S)) (exact_spike), and the KL multiplier's closed-form set mass beats every gamma
+    on a fine grid (1e-12: rounding of the two-point KL)."""
+    from cactus_theory.divergences import two_point_divergence
+    from cactus_theory.drafts import top_k_tokens
+    from cactus_theory.solvers.spike import exact_spike
+
+    md = _md(5, 6, 2)
+    q, p = md.target_probs, md.draft_probs
+    S = top_k_tokens(p, 2)
+    s = float(q[S].sum())
+    top = MultiDraft(q, p, 2, "top_k")
+    acc = float(multidraft_acceptance(get_verifier("optimal-budget", delta=0.05), top))
+    assert acc == pytest.approx(float(exact_spike(np.asarray(s), 0.05, "kl")), abs=1e-12)
+    lam = 0.7
+    o = get_verifier("optimal-multiplier", lam=lam).target(q, p, 2, "top_k")
+    g = float(o[S].sum())
+    grid = np.linspace(s, 1 - 1e-9, 20001)
+    best = np.max(grid - lam * two_point_divergence(grid, np.full_like(grid, s), "kl"))
+    assert g - lam * float(two_point_divergence(g, s, "kl")) >= best - 1e-12

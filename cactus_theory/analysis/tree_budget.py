@@ -50,7 +50,14 @@ from ..rules.multidraft import get_verifier
 from ..rules.multidraft.base import NodeVerifier
 from .multidraft import as_token_tree, multidraft_emitted
 
-__all__ = ["TreeSpend", "tree_spend", "TreeBudgetResult", "tree_sequence_budget", "tree_constant_budget"]
+__all__ = [
+    "TreeSpend",
+    "tree_spend",
+    "TreeBudgetResult",
+    "tree_sequence_budget",
+    "tree_constant_budget",
+    "tree_budget_rows",
+]
 
 #: Most regula-falsi steps on the calibrated knob (1/lambda, or delta).
 CALIBRATION_STEPS = 40
@@ -120,7 +127,7 @@ def tree_spend(verifier, structure, divergence="kl") -> TreeSpend:
             reach[c] = reach[u] * a[x]
         target = getattr(ver, "target", None)
         if target is not None:  # the targeted verifiers emit their target exactly
-            emitted[u] = target(q, p, w)
+            emitted[u] = target(q, p, w, tree.drafting)
         else:
             emitted[u] = multidraft_emitted(ver, MultiDraft(q, p, w, tree.drafting))
     node_div = np.asarray(d.unchecked(emitted, tree.target_probs), dtype=np.float64)
@@ -258,3 +265,50 @@ def tree_constant_budget(structure, budget, divergence="kl", verifier="optimal-b
 
     delta, s = _calibrate(make, B, 1e3)
     return TreeBudgetResult(name, "delta", delta, s.spend, s.expected_accepted, d.name)
+
+
+def tree_budget_rows(trees, budget, divergence="kl", lossless=("optimal",)) -> list[dict]:
+    r"""Verifiers on a set of trees at one sequence divergence per verification (means over trees).
+
+    Rows: each lossless verifier of ``lossless`` (spend 0), ``optimal-budget`` with one
+    per-node :math:`\delta` and ``optimal-multiplier`` with one :math:`\lambda`, each
+    calibrated per tree to the spend ``budget`` (:func:`tree_constant_budget`,
+    :func:`tree_sequence_budget`), and ``cactus-rrs`` likewise where every tree is i.i.d.
+    (for top-k children it coincides with ``optimal-budget``). Keys: ``verifier``, ``knob``
+    (how it is set), ``expected_accepted`` (mean :math:`E[L]`), ``spend`` (mean), ``gain``
+    (mean :math:`E[L]` minus that of the first lossless verifier).
+
+    Symbols: B budget, :math:`E[L]` accepted drafts per verification. Source: this module.
+    """
+    from .multidraft import expected_accepted_length
+
+    trees = [as_token_tree(t) for t in trees]
+    if not trees:
+        raise ValueError("trees: empty; give at least one tree")
+    B = as_budget(budget, "budget")
+    d = get_divergence(divergence)
+    rows = []
+    for name in lossless:
+        ver = get_verifier(name)
+        method = "dp" if isinstance(ver, NodeVerifier) else "enumerate"
+        el = [expected_accepted_length(ver, t, method) for t in trees]
+        rows.append(dict(verifier=name, knob="lossless", expected_accepted=float(np.mean(el)), spend=0.0))
+    calibrated = [("optimal-multiplier", lambda t: tree_sequence_budget(t, B, d.name))]
+    calibrated.append(("optimal-budget", lambda t: tree_constant_budget(t, B, d.name)))
+    if all(t.drafting == "iid" for t in trees):
+        calibrated.append(("cactus-rrs", lambda t: tree_constant_budget(t, B, d.name, "cactus-rrs")))
+    for name, fit in calibrated:
+        res = [fit(t) for t in trees]
+        knob = "one lam per tree" if name == "optimal-multiplier" else "one delta per tree"
+        rows.append(
+            dict(
+                verifier=name,
+                knob=knob,
+                expected_accepted=float(np.mean([r.expected_accepted for r in res])),
+                spend=float(np.mean([r.spend for r in res])),
+            )
+        )
+    base = rows[0]["expected_accepted"]
+    for r in rows:
+        r["gain"] = r["expected_accepted"] - base
+    return rows

@@ -29,8 +29,12 @@ multiplier.
     with the others at its true emitted divergence.
 
 All three are lossless at their defaults (:math:`\delta = 0`, :math:`\lambda = \infty`) and
-standard speculative sampling at k = 1 and :math:`\delta = 0`; they verify i.i.d. drafts (the
-theory of :mod:`cactus_theory.solvers.multidraft`).
+standard speculative sampling at k = 1 and :math:`\delta = 0`. They verify i.i.d. drafts (the
+theory of :mod:`cactus_theory.solvers.multidraft`); the first two also top-k children, whose
+draft set S is deterministic, so :math:`\alpha^*(o) = o(S)` and the optimum is Theorem 2 on
+the set (:func:`draft_set_target`; the multiplier form maximises
+:math:`\gamma - \lambda D_2(\gamma, q(S))` over the set's mass :math:`\gamma`), where
+``cactus-rrs`` would coincide with ``optimal-budget``.
 
 References
 ----------
@@ -44,7 +48,8 @@ import math
 
 import numpy as np
 
-from ...divergences import DIVERGENCES
+from ...divergences import DIVERGENCES, get_divergence
+from ...drafts import top_k_tokens
 from ...solvers.multidraft import multidraft_multiplier_target, multidraft_target
 from ...solvers.spike import exact_spike
 from ..registry import Knob
@@ -64,17 +69,17 @@ class _TargetedOptimal(NodeVerifier):
         self._lossless = OptimalCoupling()
         self._cache: dict = {}
 
-    def _solve(self, q, p, k):  # pragma: no cover - subclasses implement it
+    def _solve(self, q, p, k, drafting):  # pragma: no cover - subclasses implement it
         raise NotImplementedError
 
-    def target(self, target_probs, draft_probs, k: int) -> np.ndarray:
-        """The node's target o (cached per rows and k)."""
+    def target(self, target_probs, draft_probs, k: int, drafting: str = "iid") -> np.ndarray:
+        """The node's target o (cached per rows, k and drafting scheme)."""
         q = np.ascontiguousarray(target_probs, dtype=np.float64)
         p = np.ascontiguousarray(draft_probs, dtype=np.float64)
-        key = (q.tobytes(), p.tobytes(), int(k))
+        key = (q.tobytes(), p.tobytes(), int(k), drafting)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._solve(q, p, int(k))
+            hit = self._solve(q, p, int(k), drafting)
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
             self._cache[key] = hit
@@ -82,12 +87,12 @@ class _TargetedOptimal(NodeVerifier):
 
     def node_law(self, target_probs, draft_probs, child_tokens, drafting: str) -> NodeLaw:
         """The ``optimal`` verifier's law at the node, with q replaced by the target."""
-        o = self.target(target_probs, draft_probs, len(child_tokens))
+        o = self.target(target_probs, draft_probs, len(child_tokens), drafting)
         return self._lossless.node_law(o, draft_probs, child_tokens, drafting)
 
     def accepted_token_law(self, target_probs, draft_probs, k: int, drafting: str) -> np.ndarray:
         """The LP's flow into each token for the target (sums to :math:`\\alpha^*(o)`)."""
-        o = self.target(target_probs, draft_probs, k)
+        o = self.target(target_probs, draft_probs, k, drafting)
         return self._lossless.accepted_token_law(o, draft_probs, k, drafting)
 
 
@@ -102,9 +107,11 @@ class BudgetedOptimal(_TargetedOptimal):
         super().__init__()
         self.delta, self.divergence = float(delta), divergence
 
-    def _solve(self, q, p, k):
+    def _solve(self, q, p, k, drafting):
         if self.delta == 0:
             return q.copy()
+        if drafting == "top_k":  # one deterministic set S: alpha*(o) = o(S), Theorem 2 on S
+            return draft_set_target(q, top_k_tokens(p, k).tolist(), self.delta, self.divergence, p)
         return multidraft_target(q, p, k, self.delta, self.divergence)
 
 
@@ -119,7 +126,9 @@ class MultiplierOptimal(_TargetedOptimal):
         super().__init__()
         self.lam, self.divergence = float(lam), divergence
 
-    def _solve(self, q, p, k):
+    def _solve(self, q, p, k, drafting):
+        if drafting == "top_k":
+            return _set_multiplier_target(q, top_k_tokens(p, k).tolist(), self.lam, self.divergence, p)
         return multidraft_multiplier_target(q, p, k, self.lam, self.divergence)
 
 
@@ -139,12 +148,22 @@ def draft_set_target(target_probs, draft_set, delta: float, divergence: str = "k
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 2.
     """
     q = np.asarray(target_probs, dtype=np.float64)
-    inside = np.zeros(q.shape[-1], dtype=bool)
-    inside[list(draft_set)] = True
-    s = float(q[inside].sum())
+    s = _set_mass(q, draft_set)
     if delta == 0 or s >= 1.0:
         return q.copy()
     gamma = float(exact_spike(np.asarray(min(max(s, 0.0), 1.0)), float(delta), divergence))
+    return _with_set_mass(q, draft_set, gamma, draft_probs)
+
+
+def _set_mass(q, draft_set) -> float:
+    return float(q[list(draft_set)].sum())
+
+
+def _with_set_mass(q, draft_set, gamma, draft_probs=None):
+    """q reshaped to mass gamma on the set (q's shape inside and outside it)."""
+    inside = np.zeros(q.shape[-1], dtype=bool)
+    inside[list(draft_set)] = True
+    s = float(q[inside].sum())
     h = np.zeros_like(q)
     if s > 0:
         h[inside] = gamma * q[inside] / s
@@ -155,8 +174,45 @@ def draft_set_target(target_probs, draft_set, delta: float, divergence: str = "k
             else np.ones(inside.sum())
         )
         h[inside] = gamma * w / w.sum() if w.sum() > 0 else gamma / inside.sum()
-    h[~inside] = (1.0 - gamma) * q[~inside] / (1.0 - s)
+    if s < 1:
+        h[~inside] = (1.0 - gamma) * q[~inside] / (1.0 - s)
     return h / h.sum()
+
+
+def _set_multiplier_target(q, draft_set, lam, divergence, draft_probs=None):
+    """argmax over gamma of gamma - lam D2(gamma, q(S)) (concave: golden section), as a target."""
+    s = _set_mass(q, draft_set)
+    if lam == math.inf or s >= 1.0:
+        return q.copy()
+    d = get_divergence(divergence)
+    if d.name == "kl" and 0 < s < 1:
+        # stationarity log(g/s) - log((1-g)/(1-s)) = 1/lam: the odds of the set grow by e^(1/lam)
+        odds = s / (1.0 - s) * math.exp(min(1.0 / lam, 700.0)) if lam > 0 else math.inf
+        gamma = 1.0 if odds == math.inf else odds / (1.0 + odds)
+        return _with_set_mass(q, draft_set, gamma, draft_probs)
+    top = 1.0 if d.finite_off_support or s > 0 else 0.0
+    sa, sb = np.array([s]), np.array([1.0 - s])
+
+    def value(g):
+        with np.errstate(all="ignore"):
+            D = float((d.term(np, np.array([g]), sa) + d.term(np, np.array([1.0 - g]), sb))[0])
+        return g - lam * D if math.isfinite(D) else -math.inf
+
+    a, b = s, top
+    r = 0.5 * (math.sqrt(5.0) - 1.0)
+    c1, c2 = b - r * (b - a), a + r * (b - a)
+    f1, f2 = value(c1), value(c2)
+    for _ in range(80):  # 0.618^80 of [s, 1]: below float64 resolution
+        if f1 >= f2:
+            b, c2, f2 = c2, c1, f1
+            c1 = b - r * (b - a)
+            f1 = value(c1)
+        else:
+            a, c1, f1 = c1, c2, f2
+            c2 = a + r * (b - a)
+            f2 = value(c2)
+    gamma = max((s, 0.5 * (a + b)), key=value)
+    return _with_set_mass(q, draft_set, gamma, draft_probs)
 
 
 class CactusRRS(NodeVerifier):
@@ -186,7 +242,7 @@ register_verifier(
         name="optimal-budget",
         factory=BudgetedOptimal,
         knobs=(_DELTA, _DIV),
-        drafting=("iid",),
+        drafting=("iid", "top_k"),
         structures=("multi", "tree"),
         nodewise=True,
         lossless=False,
@@ -210,7 +266,7 @@ register_verifier(
             ),
             _DIV,
         ),
-        drafting=("iid",),
+        drafting=("iid", "top_k"),
         structures=("multi", "tree"),
         nodewise=True,
         lossless=False,
