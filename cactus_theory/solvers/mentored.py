@@ -497,7 +497,8 @@ def _solve_checked(q, p, budget, d, return_target, budget_axis, method):
         xp = np  # the same functions without the compatibility wrappers (~1-2 us per call)
     dev = getattr(q, "device", None)
     if not hasattr(budget, "shape"):
-        budget = xp.asarray(budget, dtype=q.dtype, device=dev)
+        # a fill on q's device: asarray of a Python number is a host-to-device copy (a sync)
+        budget = xp.full((), budget, dtype=q.dtype, device=dev)
     else:
         budget = xp.astype(budget, q.dtype)
     batch = q.shape[:-1]

@@ -104,11 +104,20 @@ def multiplier_step(target_probs, draft_probs, lam):
     return o
 
 
+def _on_device(xp, x, q):
+    """``x`` (a Python number or an array) in q's dtype on q's device; a number is filled in
+    on the device (``asarray`` of it would be a host-to-device copy, a synchronization)."""
+    dev = getattr(q, "device", None)
+    if not hasattr(x, "shape"):
+        return xp.full((), x, dtype=q.dtype, device=dev)
+    return xp.asarray(x, dtype=q.dtype, device=dev)
+
+
 def _band(xp, q, p, lam, lo, hi, steps, early_stop=False):
     """Bisection for a in [lo, hi] (per row); returns (o, lo, hi) with o at the upper end."""
     on = q > 0
     zero = xp.zeros_like(q)
-    lam_arr = xp.asarray(lam, dtype=q.dtype, device=getattr(q, "device", None))
+    lam_arr = _on_device(xp, lam, q)
     if lam_arr.ndim:
         lam_arr = lam_arr[..., None]
     # band width b/a = e^{1/lambda}: inf at lambda = 0, 1 at lambda = inf
@@ -201,7 +210,7 @@ def budgeted_multiplier_step(target_probs, draft_probs, lam, cap=math.inf):
     xp = array_namespace(target_probs, draft_probs)
     q = target_probs
     capped = solve_mentored(q, draft_probs, cap, "kl", return_target=True).target
-    over = _kl_rows(xp, o, q) > xp.asarray(cap, dtype=q.dtype, device=getattr(q, "device", None))
+    over = _kl_rows(xp, o, q) > _on_device(xp, cap, q)
     return xp.where(over[..., None], capped, o)
 
 

@@ -210,7 +210,13 @@ def _wrap_mrv1_sample(orig):
         rule = _ACTIVE.get()
         if rule is not None and not sampling_metadata.all_greedy and target_logits.shape[0] > 0:
             draft_probs, target_logits = mrv1_substitute(
-                rule, draft_token_ids, num_draft_tokens, draft_probs, target_logits, sampling_metadata
+                rule,
+                draft_token_ids,
+                num_draft_tokens,
+                draft_probs,
+                target_logits,
+                sampling_metadata,
+                cu_num_draft_tokens,
             )
         return orig(
             draft_token_ids,

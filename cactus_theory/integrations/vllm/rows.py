@@ -21,10 +21,11 @@ Symbols: q verifier (``target_logits`` softmaxed), p drafter (``draft_probs``), 
 
 from __future__ import annotations
 
-import torch
-
+from ..._extras import require
 from ...rules import Rule
 from ...rules.plans import SpikePlan, TargetPlan, gather, spike_target_at
+
+torch = require("torch", "cactus_theory.integrations.vllm", extra="vllm")
 
 __all__ = ["target_rows", "substitute_target_logits", "mrv1_substitute", "mrv2_substitute"]
 
@@ -93,7 +94,13 @@ def substitute_target_logits(
 
 
 def mrv1_substitute(
-    rule: Rule, draft_token_ids, num_draft_tokens, draft_probs, target_logits, sampling_metadata
+    rule: Rule,
+    draft_token_ids,
+    num_draft_tokens,
+    draft_probs,
+    target_logits,
+    sampling_metadata,
+    cu_num_draft_tokens=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """New ``(draft_probs, target_logits)`` for MRV1's module-level ``rejection_sample``.
 
@@ -101,6 +108,10 @@ def mrv1_substitute(
     request i owning ``num_draft_tokens[i]`` of them; the bonus rows are not among them.
     Greedy requests (``sampling_metadata.temperature == 0``) keep their rows. ``draft_probs``
     None (a drafter without probabilities) becomes the one-hot rows the kernel would assume.
+    ``cu_num_draft_tokens`` (the kernel's device tensor of cumulative counts, request i's rows
+    ending at ``cu_num_draft_tokens[i]``), when given, maps rows to requests on the device
+    (row j belongs to the first request whose end exceeds j); without it the Python list
+    ``num_draft_tokens`` is copied to the device (a blocking host-to-device copy).
     """
     num_rows, vocab = target_logits.shape
     device = target_logits.device
@@ -111,9 +122,15 @@ def mrv1_substitute(
     if sampling_metadata.all_random:
         rows = torch.ones(num_rows, dtype=torch.bool, device=device)
     else:
-        counts = torch.as_tensor(list(num_draft_tokens), device=device)
         random_req = sampling_metadata.temperature != 0
-        rows = torch.repeat_interleave(random_req, counts, output_size=num_rows)
+        if cu_num_draft_tokens is not None:
+            ends = cu_num_draft_tokens.to(device=device, dtype=torch.int64)
+            row_ids = torch.arange(num_rows, device=device, dtype=torch.int64)
+            req = torch.searchsorted(ends, row_ids, right=True).clamp(max=ends.shape[0] - 1)
+            rows = random_req[req]
+        else:
+            counts = torch.as_tensor(list(num_draft_tokens), device=device)
+            rows = torch.repeat_interleave(random_req, counts, output_size=num_rows)
     new_logits = substitute_target_logits(rule, target_logits, draft_probs, draft_token_ids, rows)
     return draft_probs.contiguous(), new_logits.contiguous()
 
@@ -141,7 +158,8 @@ def mrv2_substitute(
     if num_rows == 0:
         return target_logits
     is_bonus = torch.zeros(num_rows, dtype=torch.bool, device=device)
-    is_bonus[(cu_num_logits[1:] - 1).to(torch.int64)] = True
+    # (index_fill_ takes the value as a scalar: no host tensor to copy to the device)
+    is_bonus.index_fill_(0, (cu_num_logits[1:] - 1).to(torch.int64), True)
     next_tok = torch.full((num_rows,), -1, dtype=torch.int64, device=device)
     next_tok[:-1] = draft_sampled[1:num_rows].to(torch.int64)
     state = expanded_idx_mapping.to(torch.int64)
