@@ -21,6 +21,7 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -130,34 +131,24 @@ def ragged_forward(
     )
     originals = (target_probs, bonus_token_ids, draft_probs, draft_token_ids, generators)
     draft_token_ids, bonus_token_ids, invalid_tok, probs = validate_sampler_entry(*originals, **entry)
+    body = functools.partial(
+        _ragged,
+        sampler,
+        draft_token_ids,
+        num_draft_tokens,
+        bonus_token_ids,
+        invalid_tok,
+        cu_num_draft_tokens=cu_num_draft_tokens,
+        generators=generators,
+        max_spec_len=max_spec_len,
+    )
     try:
-        return _ragged(
-            sampler,
-            draft_token_ids,
-            num_draft_tokens,
-            bonus_token_ids,
-            invalid_tok,
-            probs,
-            cu_num_draft_tokens,
-            generators,
-            max_spec_len,
-        )
+        return body(probs)
     except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
         if invalid_tok is None or not bool(invalid_tok.any()):
             raise
         # a rule that validates on the host met an invalid row: retry on sanitized rows
-        probs = validate_sampler_entry(*originals, **entry, sanitize=True)[3]
-        return _ragged(
-            sampler,
-            draft_token_ids,
-            num_draft_tokens,
-            bonus_token_ids,
-            invalid_tok,
-            probs,
-            cu_num_draft_tokens,
-            generators,
-            max_spec_len,
-        )
+        return body(validate_sampler_entry(*originals, **entry, sanitize=True)[3])
 
 
 def _ragged(
