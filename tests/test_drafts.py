@@ -124,7 +124,7 @@ def test_tree_draws_follow_the_enumerated_law():
     law = {tuple(d.trie_nodes.tolist()): pr for pr, d in drawn_trees(tree)}
     assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
     rng = np.random.default_rng(1)
-    n = 1500
+    n = 1000
     counts = Counter(tuple(tree.draw(rng).trie_nodes.tolist()) for _ in range(n))
     keys = sorted(law)
     obs = np.array([counts.get(k, 0) for k in keys])

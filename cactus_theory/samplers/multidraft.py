@@ -33,7 +33,7 @@ from ..rules.multidraft.rrs import RecursiveRejection
 from ..rules.multidraft.spectr import KSequential
 from .draws import inverse_cdf_sample
 
-__all__ = ["TreeSample", "TreeSampler", "make_tree_sampler"]
+__all__ = ["TreeSample", "TreeSampler", "make_tree_sampler", "verify_chain"]
 
 _DRAFTING = ("iid", "without_replacement", "top_k")
 
@@ -354,3 +354,44 @@ def _stack_laws(p, removed, rej, y_node, drafting):
 def make_tree_sampler(verifier, **knobs) -> TreeSampler:
     """A :class:`TreeSampler` for one verifier (a registry name with its knobs, or a verifier)."""
     return TreeSampler(verifier, **knobs)
+
+
+def verify_chain(
+    verifier, target_with_bonus_probs, draft_probs, draft_token_ids, *, generator=None, **knobs
+) -> torch.Tensor:
+    r"""Verify B drafted chains in vLLM's rejection-sampler layout with a multi-draft verifier.
+
+    Parameters
+    ----------
+    verifier : str or MultiDraftVerifier
+        E.g. ``"block"`` (block verification) or ``"rrs"`` (token-wise SpS on a chain).
+    target_with_bonus_probs : Tensor, shape (B, gamma + 1, V)
+        q at the gamma draft positions and at the bonus position.
+    draft_probs : Tensor, shape (B, gamma, V)
+    draft_token_ids : Tensor, shape (B, gamma)
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor, shape (B, gamma + 1), int64
+        The accepted drafts, then the correction token (or the bonus token, drawn here from
+        q at position gamma), then -1: the layout of :class:`~cactus_theory.samplers.RuleSampler`.
+    """
+    if target_with_bonus_probs.ndim != 3:
+        raise ValueError(
+            f"target_with_bonus_probs: expected shape (B, gamma + 1, V), got {tuple(target_with_bonus_probs.shape)}"
+        )
+    b, g1, v = target_with_bonus_probs.shape
+    gamma = g1 - 1
+    if tuple(draft_probs.shape) != (b, gamma, v):
+        raise ValueError(f"draft_probs: expected shape {(b, gamma, v)}, got {tuple(draft_probs.shape)}")
+    if tuple(draft_token_ids.shape) != (b, gamma):
+        raise ValueError(f"draft_token_ids: expected shape {(b, gamma)}, got {tuple(draft_token_ids.shape)}")
+    p = torch.cat([draft_probs.to(torch.float32), torch.ones(b, 1, v, device=draft_probs.device)], 1)
+    tokens = torch.cat(
+        [torch.zeros(b, 1, dtype=torch.int64, device=draft_token_ids.device), draft_token_ids], 1
+    )
+    parents = np.arange(-1, gamma)
+    return TreeSampler(verifier, **knobs)(
+        target_with_bonus_probs, p, tokens, parents, "iid", generator
+    ).tokens
