@@ -24,3 +24,32 @@ def test_trees_section_runs_and_states_what_is_true():
     for name in ("optimal-budget", "optimal-multiplier"):
         assert 0 < rows[name]["spend"] <= TREE_BUDGET * (1 + 1e-12)
         assert rows[name]["gain"] > 0
+
+
+def test_multidraft_figures_record_their_verifiers_and_keep_legends_short():
+    """Legends hold at most 8 entries; every curve given is drawn with its label (none dropped)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cactus_theory.figures import figure_multidraft_frontier, figure_tree_budget
+    from cactus_theory.figures.notes import rule_record
+    from cactus_theory.logits.tree_dump import load_tree_dump
+
+    rng = np.random.default_rng(0)
+    q, p = rng.dirichlet(np.ones(16)), rng.dirichlet(np.ones(16))
+    figs = [
+        figure_multidraft_frontier(q, p, ks=(1, 2, 4)),
+        figure_tree_budget(load_tree_dump().trees[:2], (0.05,)),
+    ]
+    for fig in figs:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            leg = ax.get_legend()
+            if leg is not None:
+                assert len(leg.get_texts()) <= 8
+        rec = rule_record(fig)
+        assert rec is not None and set(rec.given) == set(rec.drawn) and not rec.dropped
+        texts = " ".join(
+            t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()
+        )
+        assert all(label in texts for label in rec.drawn.values())

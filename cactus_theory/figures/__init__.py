@@ -22,6 +22,8 @@ real_*                             the same on the shipped SmolLM2 recordings   
 real_acceptance_by_category        acceptance per prompt category and drafter       real
 real_al_by_m                       exact AL_m against m for the four drafters       tradeoff
 (``figure_audit``)                 rules at one emitted divergence (``ct.audit``)   audit
+(``figure_multidraft_frontier``)   F_k against the budget for several k             multidraft
+(``figure_tree_budget``)           trees: E[accepted drafts] against the spend      multidraft
 =================================  ===============================================  ==========
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
@@ -37,6 +39,7 @@ from .audit import figure_audit
 from .calibration import figure_calibration
 from .emitted import figure_per_draft_vs_emitted, figure_worked_example
 from .frontier import figure_frontier, pooled_frontier
+from .multidraft import figure_multidraft_frontier, figure_tree_budget
 from .real import figure_acceptance_by_category
 from .style import FORMATS, figure_style, save_figure
 from .taylor import figure_gamma, figure_taylor_exact_acceptance, figure_taylor_overshoot
@@ -55,6 +58,8 @@ __all__ = [
     "figure_calibration",
     "figure_acceptance_by_category",
     "figure_audit",
+    "figure_multidraft_frontier",
+    "figure_tree_budget",
     "FIGURES",
     "register_figure",
     "write_figures",
