@@ -142,8 +142,10 @@ def test_trees_and_relaxation_only_enlarge_the_certificate():
             Q, "relaxed-topk", relaxed_topk=3, relaxed_delta=0.2, divergence=divergence
         )
         assert np.all(relaxed >= g1 - 1e-15)
-        # K = 1 or delta = 0 (no ties in continuous random rows) is greedy verification
-        same = acceptance_certificate(Q, "relaxed-topk", relaxed_topk=4, divergence=divergence)
+        # delta = 0 (no ties in continuous random rows) is greedy verification
+        same = acceptance_certificate(
+            Q, "relaxed-topk", relaxed_topk=4, relaxed_delta=0.0, divergence=divergence
+        )
         assert np.allclose(same, g1, rtol=0, atol=0)
 
 
@@ -153,8 +155,11 @@ def test_edge_cases():
     assert rejection_radius_row(q, np.ones(3, bool)) == math.inf
     # nothing accepted: any drafter is rejected
     assert rejection_radius_row(q, np.zeros(3, bool)) == 0.0
-    # a tie at the top: greedy verification keeps the lower index, the tie itself rejects
-    assert acceptance_certificate(np.array([0.4, 0.4, 0.2])) == 0.0
+    # a tie at the top: greedy (relaxed-topk K = 1, delta = 0) accepts both tied tokens, and
+    # the cheapest rejection pools all three at the geometric mean
+    assert acceptance_certificate(np.array([0.4, 0.4, 0.2])) == pytest.approx(
+        -math.log(3 * (0.4 * 0.4 * 0.2) ** (1 / 3)), abs=1e-15
+    )
     # the only rejected token has q = 0: KL(p||q) cannot put mass there, KL(q||p) can
     q0 = np.array([0.7, 0.3, 0.0])
     assert rejection_radius_row(q0, np.array([True, True, False]), 1, "kl") == math.inf

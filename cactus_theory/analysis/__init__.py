@@ -4,7 +4,7 @@ Importing it registers the ``cactus-calibrated`` rule (:mod:`cactus_theory.analy
 """
 
 from . import calibration  # noqa: F401  (registers cactus-calibrated)
-from .certificates import acceptance_certificate, accepted_set
+from .certificates import acceptance_certificate, accepted_set, certificate_rules
 from .multidraft import (
     drawn_trees,
     expected_accepted_length,
@@ -29,6 +29,7 @@ __all__ = [
     "accepted_set",
     "acceptance_rate",
     "analyze",
+    "certificate_rules",
     "emitted_distribution",
     "make_plan",
     "per_draft_divergence",

@@ -14,13 +14,16 @@ exact (:mod:`cactus_theory.solvers.certificates`). Which direction the paper sta
 be read from the available copy of it (its abstract says "the exact KL divergence required for
 rejection"); the toolkit reports both.
 
-Accepted sets (all upper level sets of q, so the rejection region is a lower level set):
+Accepted sets: any registered rule whose acceptance is 0/1 and does not read p
+(``RuleSpec.deterministic`` and not ``reads_draft``), with its knobs; its accepted set is read
+from its plan, :math:`A(q) = \{x : a_x = 1\}`, and must be an upper level set of q (checked).
+The shipped ones:
 
-* ``"greedy"``: :math:`A = \{\arg\max q\}` (ties: the lowest index, as ``torch.argmax``);
-* ``"relaxed-topk"`` (TensorRT-LLM's relaxed MTP acceptance, ``relaxed_topk`` K and
-  ``relaxed_delta`` :math:`\Delta`): the K most probable tokens of q whose probability is at
-  least :math:`\max q - \Delta` (the top token always; ``mtpRelaxedAcceptanceKernel``, on the
-  softmax probabilities);
+* ``"greedy"``: :math:`A = \{x : q_x = \max q\}` (an alias of ``relaxed-topk`` with K = 1,
+  :math:`\delta = \rho = 0`);
+* ``"relaxed-topk"`` (TensorRT-LLM's relaxed MTP acceptance, :mod:`cactus_theory.rules.relaxed_topk`):
+  the tokens among q's top ``relaxed_topk`` with :math:`q_x \ge \max q - \delta` (probabilities)
+  and :math:`q_x \ge \rho \max q`; ``"vllm-relaxed-thinking"`` its vLLM #45229 preset;
 * ``"tas"`` (typical acceptance, :mod:`cactus_theory.rules.tas`):
   :math:`A = \{x : q_x > \min(\epsilon, \alpha e^{-H(q)})\}`.
 
@@ -38,79 +41,49 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_finite_number, as_probs, choice, positive_int
-from ..rules.tas import tas_threshold
+from .._validation import as_probs, choice, positive_int
+from ..rules import RULES, get_rule
 from ..solvers.certificates import CERTIFICATE_DIVERGENCES, rejection_radius
 
-__all__ = ["CERTIFICATE_RULES", "accepted_set", "acceptance_certificate"]
-
-#: Deterministic rules with a certificate.
-CERTIFICATE_RULES = ("greedy", "relaxed-topk", "tas")
+__all__ = ["accepted_set", "acceptance_certificate", "certificate_rules"]
 
 
-def accepted_set(
-    target_probs,
-    rule: str = "greedy",
-    *,
-    relaxed_topk: int = 1,
-    relaxed_delta: float = 0.0,
-    posterior_threshold: float = 0.09,
-    posterior_alpha: float = 0.3,
-    entropy: str = "vllm",
-) -> np.ndarray:
+def certificate_rules() -> list[str]:
+    """Registered rule names (aliases included) with 0/1 acceptance that does not read p."""
+    out = []
+    for name in RULES.all_names():
+        spec = RULES[name]
+        if spec.deterministic and not spec.reads_draft:
+            out.append(name)
+    return sorted(out)
+
+
+def accepted_set(target_probs, rule: str = "greedy", **knobs) -> np.ndarray:
     r"""The accepted set :math:`A(q)` of a deterministic rule, as a bool mask ``[..., V]``.
 
     Parameters
     ----------
     target_probs : array_like, shape (..., V)
         Verifier rows q.
-    rule : {"greedy", "relaxed-topk", "tas"}
-        See the module docstring.
-    relaxed_topk : int
-        K of ``"relaxed-topk"`` (TensorRT-LLM ``relaxed_topk``, >= 1).
-    relaxed_delta : float
-        :math:`\Delta` of ``"relaxed-topk"``, a probability gap to the top token (>= 0).
-    posterior_threshold, posterior_alpha, entropy
-        :math:`\epsilon`, :math:`\alpha` and the entropy convention of ``"tas"``
-        (:func:`cactus_theory.rules.tas.tas_threshold`).
+    rule : str
+        One of :func:`certificate_rules` (``"greedy"``, ``"relaxed-topk"``, ``"tas"``, ...).
+    **knobs
+        The rule's knobs (e.g. ``relaxed_topk``, ``relaxed_delta`` or ``posterior_threshold``);
+        the registry's defaults otherwise.
 
     Returns
     -------
     numpy.ndarray of bool, shape (..., V)
+        :math:`a_x = 1` where the rule would accept a drafted token x (read from its plan).
     """
     q = as_probs(target_probs, "target_probs")
-    choice(rule, CERTIFICATE_RULES, "rule")
-    V = q.shape[-1]
-    top = np.argmax(q, axis=-1)
-    if rule == "greedy":
-        return np.arange(V) == top[..., None]
-    if rule == "relaxed-topk":
-        k = positive_int(relaxed_topk, "relaxed_topk")
-        d = as_finite_number(relaxed_delta, "relaxed_delta", low=0.0)
-        # rank of every token in q's descending order, ties by increasing index (torch.topk's
-        # order on CPU is not specified for ties; the lower index first is the toolkit's rule)
-        order = np.argsort(-q, axis=-1, kind="stable")
-        rank = np.empty_like(order)
-        np.put_along_axis(rank, order, np.arange(V)[(None,) * (q.ndim - 1)], axis=-1)
-        qmax = np.max(q, axis=-1, keepdims=True)
-        return (rank < k) & ((q >= qmax - d) | (rank == 0))
-    eps = as_finite_number(posterior_threshold, "posterior_threshold", low=0.0, high=1.0)
-    alpha = as_finite_number(posterior_alpha, "posterior_alpha", low=0.0)
-    choice(entropy, ("vllm", "exact"), "entropy")
-    return q > tas_threshold(q, eps, alpha, entropy)
+    choice(rule, certificate_rules(), "rule")
+    plan = get_rule(rule, **knobs).plan(q, q)
+    return np.asarray(plan.accept_probs(), dtype=np.float64) > 0.5
 
 
 def acceptance_certificate(
-    target_probs,
-    rule: str = "greedy",
-    *,
-    top_m: int = 1,
-    divergence: str = "kl",
-    relaxed_topk: int = 1,
-    relaxed_delta: float = 0.0,
-    posterior_threshold: float = 0.09,
-    posterior_alpha: float = 0.3,
-    entropy: str = "vllm",
+    target_probs, rule: str = "greedy", *, top_m: int = 1, divergence: str = "kl", **knobs
 ) -> np.ndarray:
     r"""The smallest drafter-verifier divergence that can force a rejection, per verifier row.
 
@@ -126,13 +99,14 @@ def acceptance_certificate(
     ----------
     target_probs : array_like, shape (..., V)
         Verifier rows q.
-    rule : {"greedy", "relaxed-topk", "tas"}
-        The deterministic acceptance test (:func:`accepted_set`).
+    rule : str
+        The deterministic acceptance test, one of :func:`certificate_rules`
+        (:func:`accepted_set`).
     top_m : int
         Children per tree node proposed by the drafter (its m most probable tokens).
     divergence : {"kl", "reverse_kl"}
         ``"kl"``: :math:`KL(p\|q) = \sum p \log(p/q)`; ``"reverse_kl"``: :math:`KL(q\|p)`.
-    relaxed_topk, relaxed_delta, posterior_threshold, posterior_alpha, entropy
+    **knobs
         The rule's knobs (:func:`accepted_set`).
 
     Returns
@@ -154,13 +128,5 @@ def acceptance_certificate(
     choice(divergence, CERTIFICATE_DIVERGENCES, "divergence")
     m = positive_int(top_m, "top_m")
     q = as_probs(target_probs, "target_probs")
-    mask = accepted_set(
-        q,
-        rule,
-        relaxed_topk=relaxed_topk,
-        relaxed_delta=relaxed_delta,
-        posterior_threshold=posterior_threshold,
-        posterior_alpha=posterior_alpha,
-        entropy=entropy,
-    )
+    mask = accepted_set(q, rule, **knobs)
     return rejection_radius(q, mask, m, divergence)
