@@ -43,8 +43,8 @@ maximiser, and equality in the first inequality forces :math:`A^*` to hold every
 uses only the convexity of :math:`\varphi`: any draft-set law with
 :math:`P(S \cap A = \emptyset) = \varphi(p(A))`, :math:`\varphi` convex, has the same
 extremal family. With k = 1, :math:`\alpha^* = \sum_i \min(o_i, p_i)` (the prefix
-:math:`\{o > p\}`); the threshold family :math:`\{o_i > \lambda\}` and the q/p order do
-*not* attain the minimum in general (tests pin counterexamples).
+:math:`\{o > p\}`); the threshold family :math:`\{o_i > t\}` (sorting by o alone) does
+*not* attain the minimum in general (a test pins a counterexample).
 
 2. The budgeted optimum
 -----------------------
@@ -413,8 +413,9 @@ def multidraft_frontier(
 
     .. math:: F_k(\epsilon) = \max_{o} \alpha^*(o) \ \text{s.t.}\ D(o\|q) \le \epsilon
 
-    Solved on the path :math:`o(M)` of the module docstring (one sort, one lower hull, a
-    bisection on M per budget; each evaluation O(V)); TV also has the closed form
+    Solved on the path :math:`o(M)` of the module docstring (one sort and one lower hull per
+    row, O(V log V); then a bisection on M per budget whose evaluations read the hull's knots
+    only, and one O(V) build of the target); TV also has the closed form
     :math:`\min(1, \alpha^*(q) + \epsilon)`. At k = 1 it is
     :func:`cactus_theory.solvers.frontier.frontier`.
 
