@@ -182,7 +182,7 @@ def _tiny_pair():
             num_hidden_layers=1,
             num_attention_heads=2,
             num_key_value_heads=1,
-            max_position_embeddings=64,
+            max_position_embeddings=512,
             initializer_range=0.3,
         )
         return LlamaForCausalLM(cfg).eval()
@@ -225,3 +225,23 @@ def test_shipped_smollm2_trees():
             if name != "traversal":
                 assert expected_accepted_length(name, tree) == pytest.approx(dp_or_enum, abs=1e-12)
             assert 0.0 <= dp_or_enum <= 3.0
+
+
+def test_tree_dump_command_end_to_end(tmp_path, monkeypatch):
+    """``python -m cactus_theory.logits.tree_dump --shipped --out FILE`` with the shipped recipe
+    (tiny random models stand in for SmolLM2); bad arguments exit 2."""
+    from cactus_theory.logits import drafters, models, tree_dump
+
+    lm, drafter = _tiny_pair()
+    monkeypatch.setattr(models, "load_smollm2", lambda device="cpu": lm)
+    monkeypatch.setattr(
+        drafters, "make_drafter", lambda spec, verifier_lm, device="cpu": (drafter, "tiny-drafter")
+    )
+    out = tmp_path / "trees.npz"
+    assert tree_dump.main(["--shipped", "--out", str(out), "--threads", "1"]) == 0
+    dump = tree_dump.load_tree_dump(out)
+    assert len(dump.trees) == 4 * 3 and dump.meta["command"] == tree_dump.SHIPPED_COMMAND
+    assert max(int(t.depths.max()) for t in dump.trees) == 3
+    with pytest.raises(SystemExit) as exc:
+        tree_dump.main(["--shipped"])
+    assert exc.value.code == 2
