@@ -57,6 +57,7 @@ __all__ = [
     "tree_sequence_budget",
     "tree_constant_budget",
     "tree_budget_rows",
+    "top_chain",
 ]
 
 #: Most regula-falsi steps on the calibrated knob (1/lambda, or delta).
@@ -312,3 +313,35 @@ def tree_budget_rows(trees, budget, divergence="kl", lossless=("optimal",)) -> l
     for r in rows:
         r["gain"] = r["expected_accepted"] - base
     return rows
+
+
+def top_chain(structure) -> TokenTree:
+    r"""The chain of a tree's most likely drafts: from the root, the child of the drafter's top-1
+    token, until a leaf (one draft per node, ``drafting="top_k"``).
+
+    With one deterministic draft per node the lossless optimum accepts :math:`q_u(x)` there
+    (SpS against a point-mass drafter), and ``optimal-budget`` is Cactus's exact per-draft
+    target (Theorem 2) on that chain: the single-chain baseline of a tree.
+
+    Symbols: q verifier, p drafter. Source: Hao & Mou, ICLR 2026, Theorem 2.
+    """
+    from ..drafts import top_k_tokens
+
+    tree = as_token_tree(structure)
+    path, u = [0], 0
+    while int(tree.widths[u]) > 0:
+        x = int(top_k_tokens(tree.draft_probs[u], 1)[0])
+        c = tree.child(u, x)
+        if c < 0:
+            break
+        path.append(c)
+        u = c
+    n = len(path)
+    return TokenTree(
+        parents=np.arange(-1, n - 1),
+        token_ids=np.array([-1] + [int(tree.token_ids[i]) for i in path[1:]]),
+        target_probs=tree.target_probs[path],
+        draft_probs=tree.draft_probs[path],
+        widths=np.array([1] * (n - 1) + [0]),
+        drafting="top_k",
+    )
