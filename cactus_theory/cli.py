@@ -35,6 +35,7 @@ from ._cli import (
     dispatch,
     parse_knobs,
 )  # (OPTIONAL_EXTRAS, parse_knobs, ... re-exported)
+from ._extras import MissingExtraError
 
 __all__ = ["main", "SUBCOMMANDS", "Subcommand"]
 
@@ -537,6 +538,15 @@ def _version() -> str:
         return getattr(cactus_theory, "__version__", "unknown")
 
 
+def _missing_extra_handler(exc: MissingExtraError):
+    """The handler of a subcommand whose extra is missing: it raises the one-line error."""
+
+    def handler(args):
+        raise exc
+
+    return handler
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``cactus-theory`` parser, built from :data:`SUBCOMMANDS`."""
     parser = _Parser(prog="cactus-theory", description=__doc__.split("\n\n")[0], formatter_class=_Formatter)
@@ -551,7 +561,12 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=epilog,
             formatter_class=_Formatter,
         )
-        _resolve(sc.arguments)(p)
+        try:
+            _resolve(sc.arguments)(p)
+        except MissingExtraError as exc:  # a subcommand of an extra that is not installed
+            p.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            p.set_defaults(handler=_missing_extra_handler(exc))
+            continue
         p.set_defaults(handler=sc.handler)
     return parser
 

@@ -40,8 +40,8 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
+from ._torch import torch
 from .format import FORMAT, compact_columns, pack_compact, write_arrays
 from .runner import BatchRunner, SamplingParams, processed_sparse
 

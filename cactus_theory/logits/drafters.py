@@ -24,10 +24,10 @@ import io
 from pathlib import Path
 from types import SimpleNamespace
 
-import torch
-from torch import nn
-
 from .._io import atomic_write_bytes
+from ._torch import torch
+
+nn = torch.nn
 
 DISTILLED_PATH = Path(__file__).resolve().parents[1] / "data" / "drafters" / "smollm2-distilled.pt"
 BUILTIN_DRAFTERS = ("early-exit:K", "requant:B", "distilled")

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from ._torch import torch
 from .format import FORMAT, FULL_VOCAB_FORMAT, compact_columns, pack_compact, write_arrays
 from .loader import FULL_VOCAB_PATH, REAL_DIR
 from .prompts import Prompt, benchmark_mix, chat_ids

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from ..distributions import process_sorted_logits, top_candidates
+from ._torch import torch
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..drafts import TokenTree
+from ._torch import torch
 from .format import TAIL_ID, DumpFormatError, compact_columns, read_arrays, write_arrays
 from .loader import REAL_DIR
 from .prompts import Prompt, benchmark_mix, chat_ids

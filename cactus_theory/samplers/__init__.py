@@ -3,12 +3,19 @@
 * :class:`RuleSampler` (vLLM 0.7.3 V0 layout ``[B, k+1, V]``) and :func:`make_sampler`.
 * :mod:`.v1`: an adapter for vLLM V1's ragged layout (flat draft ids with cumulative counts).
 
+Needs torch (``pip install 'cactus-theory[torch]'``); without it, importing this package raises
+one line naming the extra.
+
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
 """
 
-from .base import RuleSampler, exponential_race, inverse_cdf_sample
-from .multidraft import TreeSample, TreeSampler, make_tree_sampler
-from .v1 import V1Stats, parse_output, ragged_forward
+from .._extras import require
+
+require("torch", "cactus_theory.samplers")
+
+from .base import RuleSampler, exponential_race, inverse_cdf_sample  # noqa: E402
+from .multidraft import TreeSample, TreeSampler, make_tree_sampler  # noqa: E402
+from .v1 import V1Stats, parse_output, ragged_forward  # noqa: E402
 
 __all__ = [
     "RuleSampler",

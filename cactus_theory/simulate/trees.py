@@ -22,12 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
+from .._extras import require
 from .._validation import as_count, random_generator
 from ..distributions import synthetic_pairs
 from ..drafts import DraftChain, MultiDraft, TokenTree
-from ..samplers.multidraft import TreeSampler
 
 __all__ = ["synthetic_multidraft", "synthetic_chain", "synthetic_tree", "TreeSimulation", "simulate_tree"]
 
@@ -138,8 +137,11 @@ def simulate_tree(verifier, structure, n: int = 2000, rng=None, **knobs) -> Tree
 
     Trees are drawn by :meth:`~cactus_theory.drafts.TokenTree.draw` (numpy ``rng``), grouped
     by topology and verified by :class:`~cactus_theory.samplers.multidraft.TreeSampler`
-    (torch generator seeded from ``rng``).
+    (torch generator seeded from ``rng``). Needs torch (the ``[torch]`` extra).
     """
+    torch = require("torch", "cactus_theory.simulate.simulate_tree")
+    from ..samplers.multidraft import TreeSampler
+
     if isinstance(structure, (MultiDraft, DraftChain)):
         structure = structure.as_tree()
     if not isinstance(structure, TokenTree):

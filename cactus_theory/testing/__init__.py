@@ -13,30 +13,38 @@ r"""Test any rejection sampler against the exact theory: ``cactus_theory.testing
 * a pytest plugin (:mod:`.pytest_plugin`, entry point ``cactus_theory``): the fixtures
   ``sampler_law`` and ``exact_law`` and the marker ``sampler_law``.
 
+Needs torch and hypothesis (``pip install 'cactus-theory[test]'``): the names are imported on
+first use, and without torch that use raises one line naming the extra.
+
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
 Reference: Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987.
 """
 
-from .adapters import (
-    SamplerAdapter,
-    as_adapter,
-    callable_adapter,
-    v0_adapter,
-    v1_adapter,
-)
-from .law import (
-    DEFAULT_ALPHA,
-    DEFAULT_NUM_SAMPLES,
-    ExactLaw,
-    LawCheck,
-    SamplerLawResult,
-    assert_sampler_law,
-    check_sampler_law,
-    default_cases,
-    dyadic,
-    exact_law,
-)
-from .mutants import DEFECTS, reference_sampler
+from __future__ import annotations
+
+import importlib
+
+#: Where each public name lives; imported on first use, so that importing this package (as the
+#: pytest plugin does in every pytest run of the environment) needs neither torch nor hypothesis.
+_LAZY = {
+    "SamplerAdapter": "adapters",
+    "as_adapter": "adapters",
+    "callable_adapter": "adapters",
+    "v0_adapter": "adapters",
+    "v1_adapter": "adapters",
+    "DEFAULT_ALPHA": "law",
+    "DEFAULT_NUM_SAMPLES": "law",
+    "ExactLaw": "law",
+    "LawCheck": "law",
+    "SamplerLawResult": "law",
+    "assert_sampler_law": "law",
+    "check_sampler_law": "law",
+    "default_cases": "law",
+    "dyadic": "law",
+    "exact_law": "law",
+    "DEFECTS": "mutants",
+    "reference_sampler": "mutants",
+}
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -57,3 +65,16 @@ __all__ = [
     "v0_adapter",
     "v1_adapter",
 ]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

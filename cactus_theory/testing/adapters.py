@@ -31,7 +31,8 @@ import types
 from collections.abc import Callable
 
 import numpy as np
-import torch
+
+from ._torch import torch
 
 __all__ = [
     "COUNTER_NAMES",

@@ -49,11 +49,11 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 from scipy import stats
 
 from ..analysis import acceptance_probabilities, acceptance_rate, emitted_distribution
 from ..rules import get_rule
+from ._torch import torch
 from .adapters import SamplerAdapter, as_adapter
 
 __all__ = [

@@ -32,7 +32,7 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorem 3, Corollary 5. Leviat
 
 from __future__ import annotations
 
-import torch
+from ._torch import torch
 
 __all__ = ["DEFECTS", "REFERENCE_RULES", "reference_sampler"]
 

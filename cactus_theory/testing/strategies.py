@@ -39,10 +39,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from hypothesis import strategies as st
 
 from .. import distributions
+from ._torch import torch
 from .law import dyadic
 
 __all__ = ["PAIR_KINDS", "DraftBatch", "draft_batches", "pair_of_kind", "pairs"]
