@@ -239,8 +239,8 @@ def min_cut_set(emitted_probs, draft_probs, k):
     return ranks < m[..., None]
 
 
-def _lower_hull(x, y):
-    """Indices of the lower convex hull of points sorted by x (monotone chain)."""
+def _lower_hull_chain(x, y):
+    """Indices of the lower convex hull of points sorted by x (Andrew's monotone chain)."""
     xs, ys = x.tolist(), y.tolist()
     hull: list[int] = []
     for i in range(len(xs)):
@@ -253,6 +253,32 @@ def _lower_hull(x, y):
                 break
         hull.append(i)
     return np.asarray(hull, dtype=np.intp)
+
+
+#: Vectorised pruning passes before the monotone chain (:func:`_lower_hull`).
+_PRUNE_PASSES = 64
+
+
+def _lower_hull(x, y):
+    """Indices of the lower convex hull of points sorted by x.
+
+    Vectorised passes first drop every point on or above the chord of its two neighbours
+    (never a hull vertex, so the hull is unchanged); a polyline whose turns are all strictly
+    convex is its own lower hull and is returned as it is (k = 1: every prefix), and what is
+    left after :data:`_PRUNE_PASSES` passes goes through the monotone chain.
+    """
+    idx = np.arange(x.size)
+    for _ in range(_PRUNE_PASSES):
+        if idx.size < 3:
+            return idx
+        xa, ya, xb, yb = x[idx[:-2]], y[idx[:-2]], x[idx[1:-1]], y[idx[1:-1]]
+        cross = (xb - xa) * (y[idx[2:]] - ya) - (yb - ya) * (x[idx[2:]] - xa)
+        if np.all(cross > 0):
+            return idx
+        keep = np.ones(idx.size, dtype=bool)
+        keep[1:-1] = cross > 0
+        idx = idx[keep]
+    return idx[_lower_hull_chain(x[idx], y[idx])]
 
 
 class _Row:
