@@ -6,45 +6,75 @@ For every rule of the registry (q verifier, p drafter, n drafted token):
 1. law: the emitted token at one position matches the exact h_alg (paper, Theorem 3) by a
    chi-square test (false-alarm rate 1e-3 per rule; n draws per rule);
 2. sync: ``forward`` without seeded rows runs under ``torch.cuda.set_sync_debug_mode("error")``
-   (no host-device synchronization anywhere in it, the accept path included); rows seeded with
-   per-row generators are reported separately (warn mode, count of warnings);
+   (no host-device synchronization anywhere in it, the accept path included), eager and
+   fused (``fused=True``; compiled, so within ``--budget-s``: the speed rules' at the speed
+   shapes, then the others at small ones), and so do the rule's vLLM rows
+   (:func:`cactus_theory.integrations.vllm.rows.substitute_target_logits`, for the rules the
+   plugin supports) and both runners' layouts around them; rows seeded with per-row
+   generators are reported separately (warn mode, count of warnings). On CPU tensors (the
+   dry run) the same calls run under :func:`cactus_theory.testing.sync.record_host_syncs`
+   instead, the exact root on its device path;
 3. bf16: bfloat16 inputs give exactly the float32 result on the rounded values;
 4. speed (selected rules): the accept path (plan + acceptance of the drafted tokens +
    uniforms), the whole forward, and the fused forward (``fused=True``, compiled by its first
-   call) at B = 64, k = 8, V = 151,936, median of CUDA-event timings;
+   call) at B = 64, k = 8, V = 151,936, median of CUDA-event timings; the exact root's accept
+   path against the Taylor rule's (goal: within 1.5x on a GPU);
 5. analysis: :func:`cactus_theory.analysis.one_step.analyze` on torch tensors of the device
    against numpy (every rule, small V; then the exact and Taylor Cactus rules at
    V = 151,936), and rows per second at batch 64, V = 151,936 (torch on the device, numpy on
    the host).
 
-Everything runs in one process within ``--budget-s`` (default 200 s; well under 4 minutes
-on an H200). When the environment variable ``OUT`` names a folder, the summary is also
-written there as ``gpu_check.json`` and ``gpu_check.txt``.
+6. vLLM plugin overhead, where vLLM imports: the verification step (MRV1's
+   ``rejection_sample``) with and without the plugin's rule (``scripts/vllm_overhead.py``;
+   goal: within 1.1x of the stock step on a GPU).
 
-Usage: ``python scripts/gpu_check.py [--device cuda] [--draws 50000] [--speed-rules ...]``.
-``--device cpu`` runs the same checks on the CPU (sync mode skipped); ``--dry-run`` is a
-small CPU run (few draws, small shapes, three rules) to test the script itself.
-Exit status 1 when a law, bf16 or analysis check fails.
+Everything runs in one process within ``--budget-s`` (default 400 s: under 8 minutes with
+start-up on an H200). The summary is written as ``gpu_check.json`` and ``gpu_check.txt``
+(atomically) to ``--out`` or, when that is not given, to the folder the environment variable
+``OUT`` names.
+
+Usage: ``python scripts/gpu_check.py [--device cuda] [--out DIR] [--draws 50000]
+[--speed-rules ...]``. ``--device cpu`` runs the same checks on the CPU (the sync check by the
+recorder); ``--dry-run``, and any run where CUDA is not available, is a small CPU run (few
+draws, small shapes, three rules, nothing compiled) to test the script itself.
+Exit status 1 when a law, bf16, sync or analysis check fails, or on CUDA when a speed goal is
+missed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
+import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (vllm_overhead, its sibling)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from cactus_theory.analysis.one_step import emitted_distribution  # noqa: E402
+from cactus_theory.integrations.vllm.config import check_rule_supported  # noqa: E402
+from cactus_theory.integrations.vllm.rows import (  # noqa: E402
+    mrv1_substitute,
+    mrv2_substitute,
+    substitute_target_logits,
+)
 from cactus_theory.rules import RULES, get_rule  # noqa: E402
 from cactus_theory.samplers import make_sampler  # noqa: E402
+from cactus_theory.solvers import spike  # noqa: E402
+from cactus_theory.testing.sync import record_host_syncs  # noqa: E402
+
+#: Speed goals on a GPU: the exact root's accept path within this factor of the Taylor rule's,
+EXACT_OVER_TAYLOR_GOAL = 1.5
+#: and a verification step with the plugin's rule within this factor of vLLM's stock step.
+PLUGIN_OVER_STOCK_GOAL = 1.1
 
 ALPHA = 1e-3
 
@@ -84,21 +114,62 @@ def batch(B, k, V, device, seed=0, dtype=torch.float32):
     return q.to(dtype), bonus, p.to(dtype), ids
 
 
-def sync_check(name, device):
-    if device.type != "cuda":
-        return "skipped (cpu)", "skipped"
-    s = make_sampler(name)
-    q, bonus, p, ids = batch(8, 4, 1000, device)
-    s(q, bonus, p, ids)  # warm-up (lazy init, counters)
-    torch.cuda.synchronize()
+@contextlib.contextmanager
+def _device_root():
+    """The exact root's device path (what CUDA tensors take) also for CPU tensors."""
+    orig = spike._host_tensor
+    spike._host_tensor = lambda t: False
     try:
-        torch.cuda.set_sync_debug_mode("error")
-        s(q, bonus, p, ids)
-        unseeded = "sync-free"
-    except RuntimeError as e:
-        unseeded = "SYNC: " + str(e).splitlines()[0][:80]
+        yield
     finally:
-        torch.cuda.set_sync_debug_mode("default")
+        spike._host_tensor = orig
+
+
+def sync_free(fn, device):
+    """``"sync-free"`` when ``fn()`` synchronizes nowhere, else ``"SYNC: ..."``: on CUDA under
+    ``torch.cuda.set_sync_debug_mode("error")``; on CPU tensors by the host-read recorder
+    (:mod:`cactus_theory.testing.sync`), the exact root on its device path."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        try:
+            torch.cuda.set_sync_debug_mode("error")
+            fn()
+            return "sync-free"
+        except RuntimeError as e:
+            return "SYNC: " + str(e).splitlines()[0][:80]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    with _device_root(), record_host_syncs() as hits:
+        fn()
+    if not hits:
+        return "sync-free"
+    return "SYNC: " + ", ".join(dict.fromkeys(f"{h.op} at {h.where.rsplit('/', 2)[-1]}" for h in hits))[:120]
+
+
+def aten_op_count(fn):
+    """The number of aten operators ``fn()`` dispatches (each a kernel launch on a GPU: the
+    accept path's launch-bound cost at small batches), the exact root on its device path."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            _Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with _device_root(), _Count():
+        fn()
+    return _Count.n
+
+
+def sync_check(name, device, fused=False, shape=(8, 4, 1000)):
+    s = make_sampler(name, fused=fused)
+    q, bonus, p, ids = batch(*shape, device)
+    s(q, bonus, p, ids)  # warm-up (lazy init, counters; fused: the compile)
+    unseeded = sync_free(lambda: s(q, bonus, p, ids), device)
+    if device.type != "cuda":
+        return unseeded, "skipped (cpu)"
     import warnings
 
     gens = {i: torch.Generator(device=device).manual_seed(i) for i in range(0, 8, 2)}
@@ -110,6 +181,53 @@ def sync_check(name, device):
         finally:
             torch.cuda.set_sync_debug_mode("default")
     return unseeded, f"{len(w)} sync warnings"
+
+
+def vllm_supported(name):
+    """True when the vLLM plugin serves the rule (its plan is SpS against a per-draft h)."""
+    try:
+        check_rule_supported(get_rule(name))
+    except ValueError:
+        return False
+    return True
+
+
+def rows_sync_check(name, device, V=1000):
+    """The rule's vLLM rows (:func:`substitute_target_logits`) under :func:`sync_free`."""
+    rule = get_rule(name)
+    g = torch.Generator(device=device).manual_seed(4)
+    logits = 2 * torch.randn(6, V, generator=g, device=device)
+    draft = torch.softmax(2 * torch.randn(6, V, generator=g, device=device), -1)
+    ids = torch.multinomial(draft, 1, generator=g)[:, 0]
+    rows = torch.arange(6, device=device) % 3 != 2  # every third row greedy or bonus
+    substitute_target_logits(rule, logits, draft, ids, rows)  # warm-up
+    return sync_free(lambda: substitute_target_logits(rule, logits, draft, ids, rows), device)
+
+
+def layouts_sync_check(device, V=1000):
+    """Both runners' layouts around the rows (MRV1 given its cumulative counts, as the
+    plugin passes them; MRV2), mixed greedy and random requests, with ``sps``."""
+    rule = get_rule("sps")
+    g = torch.Generator(device=device).manual_seed(5)
+    logits = 2 * torch.randn(5, V, generator=g, device=device)
+    draft = torch.softmax(2 * torch.randn(5, V, generator=g, device=device), -1)
+    ids = torch.multinomial(draft, 1, generator=g)[:, 0]
+    counts = [2, 1, 2]
+    meta = types.SimpleNamespace(all_random=False, temperature=torch.tensor([1.0, 0.0, 0.7], device=device))
+    cu = torch.tensor([2, 3, 5], dtype=torch.int32, device=device)
+    draft_logits = 2 * torch.randn(2, 2, V, generator=g, device=device)
+    sampled = torch.randint(0, V, (5,), generator=g, device=device)
+    cu_logits = torch.tensor([0, 3, 5], device=device)
+    state = torch.tensor([0, 0, 0, 1, 1], device=device)
+    local = torch.tensor([0, 1, 2, 0, 1], device=device)
+    temps = torch.tensor([0.8, 0.5], device=device)
+
+    def run():
+        mrv1_substitute(rule, ids, counts, draft, logits, meta, cu)
+        mrv2_substitute(rule, logits, draft_logits, sampled, cu_logits, state, local, temps)
+
+    run()
+    return sync_free(run, device)
 
 
 def bf16_check(name, device):
@@ -138,7 +256,7 @@ def timed(fn, device, reps):
     return statistics.median(times)
 
 
-def speed(name, device, B, k, V, reps):
+def speed(name, device, B, k, V, reps, with_fused=True):
     q, bonus, p, ids = batch(B, k, V, device, seed=1)
     s = make_sampler(name)
 
@@ -156,16 +274,25 @@ def speed(name, device, B, k, V, reps):
     def forward_fused():  # the compiled core (torch.compile; compiled by the first call)
         return fused(q, bonus, p, ids)
 
-    for f in (accept_path, forward, forward_fused):
+    for f in (accept_path, forward) + ((forward_fused,) if with_fused else ()):
         f()
+    if device.type == "cuda":
+        sync = {
+            "accept_path": sync_free(accept_path, device),
+            "forward": sync_free(forward, device),
+            "forward_fused": sync_free(forward_fused, device) if with_fused else "skipped",
+        }
+    else:  # (the recorder costs seconds per call here; the law section checked the same calls)
+        sync = dict.fromkeys(("accept_path", "forward", "forward_fused"), "skipped")
+    sync["aten_ops_accept_path"] = aten_op_count(accept_path)
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     t_acc = timed(accept_path, device, reps)
     t_fwd = timed(forward, device, reps)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
-    t_fused = timed(forward_fused, device, reps)
-    return t_acc, t_fwd, peak, t_fused
+    t_fused = timed(forward_fused, device, reps) if with_fused else float("nan")
+    return t_acc, t_fwd, peak, t_fused, sync
 
 
 def analysis_check(device, V_small=1000, V_big=151_936, batch=64, reps=3, rules=None):
@@ -224,9 +351,30 @@ def _wall(fn):
     return time.perf_counter() - t
 
 
-def _write_out(summary, lines):
-    """Write the JSON and text summary under $OUT (when set), atomically."""
-    out = os.environ.get("OUT")
+def _commit():
+    """The checked-out commit ($CACTUS_THEORY_COMMIT, else ``git rev-parse HEAD``; None when
+    neither is available, as in a copy of the tree without its history)."""
+    env = os.environ.get("CACTUS_THEORY_COMMIT")
+    if env:
+        return env
+    import subprocess
+
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _write_out(summary, lines, out=None):
+    """Write the JSON and text summary under ``out`` (default $OUT, when set), atomically."""
+    out = out or os.environ.get("OUT")
     if not out:
         return
     os.makedirs(out, exist_ok=True)
@@ -243,6 +391,7 @@ def _write_out(summary, lines):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", default=None, help="folder for gpu_check.json/.txt (default: $OUT)")
     ap.add_argument("--draws", type=int, default=50_000)
     ap.add_argument("--rules", nargs="*", default=None, help="default: every registered rule")
     ap.add_argument(
@@ -266,40 +415,48 @@ def main(argv=None):
     ap.add_argument(
         "--budget-s",
         type=float,
-        default=200.0,
+        default=400.0,
         help="stop starting new checks after this many seconds (device time is scarce)",
     )
     ap.add_argument(
         "--dry-run", action="store_true", help="small CPU run of every check (tests the script, not the GPU)"
     )
+    ap.add_argument("--no-fused", action="store_true", help="skip the compiled samplers (nothing compiled)")
     args = ap.parse_args(argv)
     lines = []
-    summary = {"law": {}, "speed": {}, "analysis": None}
+    summary = {"law": {}, "sync": {}, "speed": {}, "goals": {}, "plugin_overhead": None, "analysis": None}
 
     def log(*parts):
         line = " ".join(str(x) for x in parts)
         print(line, flush=True)
         lines.append(line)
 
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available() and not args.dry_run:
+        log("gpu_check: CUDA is not available: a dry run on the CPU (the script's code paths, not the GPU)")
+        args.dry_run = True
     if args.dry_run:
-        args.device, args.draws, args.reps = "cpu", 4000, 2
-        args.B, args.k, args.V = 4, 2, 4096
+        args.device, args.draws, args.reps = "cpu", 2000, 2
+        args.B, args.k, args.V = 4, 2, 1024
         args.rules = args.rules or ["sps", "cactus-taylor", "cactus-exact-kl"]
-        args.speed_rules = ["sps", "cactus-exact-kl"]
+        args.speed_rules = ["cactus-taylor", "cactus-exact-kl"]
+        args.no_fused = True  # (compiling costs seconds to minutes per rule on a CPU)
     start = time.perf_counter()
     over = lambda: time.perf_counter() - start > args.budget_s  # noqa: E731
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        log("gpu_check: CUDA is not available (use --device cpu for a dry run)")
-        return 2
     names = args.rules or list(RULES)
     log(
         f"gpu_check on {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
-        f"torch {torch.__version__}, {len(names)} rules"
+        f"torch {torch.__version__}, {len(names)} rules{' (dry run)' if args.dry_run else ''}"
     )
     log(f"law: chi-square of the emitted token vs exact h_alg, n = {args.draws}, false alarm {ALPHA}")
+    log(
+        "sync: "
+        + ("torch.cuda.set_sync_debug_mode('error')" if device.type == "cuda" else "host-read recorder")
+    )
     failed = False
-    log(f"{'rule':<26} {'law p-value':>12} {'bf16==f32':>10}  {'no seeded rows':<22} seeded rows")
+    log(
+        f"{'rule':<26} {'law p-value':>12} {'bf16==f32':>10}  {'sync (eager)':<14} {'vLLM rows':<14} seeded rows"
+    )
     for name in names:
         if over():
             log(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
@@ -310,25 +467,41 @@ def main(argv=None):
             pval = law_check(name, device, args.draws)
             bf = bf16_check(name, device)
             sy, sy_seeded = sync_check(name, device)
+            rows = rows_sync_check(name, device) if vllm_supported(name) else "not served"
         except Exception as e:  # report and continue
             log(f"{name:<26} ERROR {type(e).__name__}: {str(e)[:100]}")
             failed = True
             continue
-        ok = pval > ALPHA and bf
+        sync_ok = sy == "sync-free" and rows in ("sync-free", "not served")
+        ok = pval > ALPHA and bf and sync_ok
         failed |= not ok
         summary["law"][name] = {
             "law_pvalue": pval,
             "bf16_equal": bf,
             "sync_unseeded": sy,
             "sync_seeded": sy_seeded,
+            "sync_vllm_rows": rows,
             "ok": ok,
         }
+        summary["sync"][name] = {"eager": sy, "vllm_rows": rows}
         log(
-            f"{name:<26} {pval:>12.3g} {str(bf):>10}  {sy:<22} {sy_seeded}"
+            f"{name:<26} {pval:>12.3g} {str(bf):>10}  {sy[:14]:<14} {rows[:14]:<14} {sy_seeded}"
             f"{'' if ok else '  <-- FAIL'}  ({time.perf_counter() - t0:.1f}s)"
         )
+        if not sync_ok:
+            log(f"{'':<26} {sy} | {rows}")
+    try:
+        lay = layouts_sync_check(device)
+    except Exception as e:
+        lay = f"ERROR {type(e).__name__}: {str(e)[:100]}"
+    summary["sync"]["vllm_layouts"] = lay
+    failed |= lay != "sync-free"
+    log(f"{'vLLM layouts (MRV1, MRV2)':<26} {lay}")
+
     log(f"\nspeed at B={args.B}, k={args.k}, V={args.V} (median of {args.reps}, ms):")
-    log(f"{'rule':<26} {'accept path':>12} {'forward':>10} {'peak GiB':>9} {'fused':>8}")
+    log(
+        f"{'rule':<26} {'accept path':>12} {'forward':>10} {'peak GiB':>9} {'fused':>8}  sync (accept, forward, fused), aten ops of the accept path"
+    )
     for name in args.speed_rules:
         if name not in RULES:
             continue
@@ -336,24 +509,100 @@ def main(argv=None):
             log(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
             continue
         try:
-            t_acc, t_fwd, peak, t_fused = speed(name, device, args.B, args.k, args.V, args.reps)
-            log(f"{name:<26} {t_acc:>12.2f} {t_fwd:>10.2f} {peak:>9.2f} {t_fused:>8.2f}")
+            t_acc, t_fwd, peak, t_fused, sync = speed(
+                name, device, args.B, args.k, args.V, args.reps, with_fused=not args.no_fused
+            )
+            sync_ok = all(
+                v in ("sync-free", "skipped") for key, v in sync.items() if key != "aten_ops_accept_path"
+            )
+            failed |= not sync_ok
+            log(
+                f"{name:<26} {t_acc:>12.2f} {t_fwd:>10.2f} {peak:>9.2f} {t_fused:>8.2f}  "
+                + ", ".join(str(v)[:40] for v in sync.values())
+                + ("" if sync_ok else "  <-- FAIL")
+            )
             summary["speed"][name] = {
                 "accept_ms": t_acc,
                 "forward_ms": t_fwd,
                 "peak_gib": peak,
                 "forward_fused_ms": t_fused,
+                "sync": sync,
             }
         except Exception as e:
             log(f"{name:<26} ERROR {type(e).__name__}: {str(e)[:100]}")
+            failed = True
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    sp = summary["speed"]
+    if "cactus-exact-kl" in sp and "cactus-taylor" in sp:
+        ratio = sp["cactus-exact-kl"]["accept_ms"] / sp["cactus-taylor"]["accept_ms"]
+        met = ratio <= EXACT_OVER_TAYLOR_GOAL
+        summary["goals"]["exact_over_taylor_accept"] = {
+            "ratio": ratio,
+            "goal": EXACT_OVER_TAYLOR_GOAL,
+            "met": met,
+            "gated": device.type == "cuda",
+        }
+        failed |= device.type == "cuda" and not met
+        log(
+            f"exact root / Taylor accept path: {ratio:.2f}x (goal <= {EXACT_OVER_TAYLOR_GOAL}x on a GPU"
+            f"{'' if device.type == 'cuda' else '; not gated on CPU'}){'' if met else '  <-- MISSED'}"
+        )
+
+    if not args.no_fused:
+        log("\nsync of the fused (compiled) samplers at B=8, k=4, V=1000, rules not timed above:")
+        for name in names:
+            if name in sp:
+                summary["sync"].setdefault(name, {})["fused"] = sp[name]["sync"]["forward_fused"]
+                continue
+            if over():
+                log(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
+                summary["sync"].setdefault(name, {})["fused"] = "skipped (budget)"
+                continue
+            t0 = time.perf_counter()
+            try:
+                fz = sync_check(name, device, fused=True)[0]
+            except Exception as e:
+                fz = f"ERROR {type(e).__name__}: {str(e)[:80]}"
+            summary["sync"].setdefault(name, {})["fused"] = fz
+            failed |= fz != "sync-free"
+            log(
+                f"{name:<26} {fz}{'' if fz == 'sync-free' else '  <-- FAIL'}  ({time.perf_counter() - t0:.1f}s)"
+            )
+
+    if over():
+        log("plugin overhead: skipped (--budget-s spent)")
+    else:
+        try:
+            import vllm_overhead
+
+            res = vllm_overhead.verify_step_overhead(device, quick=args.dry_run)
+        except ImportError as e:
+            res = {"skipped": f"vLLM not importable here ({str(e)[:80]})"}
+        except Exception as e:
+            res = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
+            failed = True
+        summary["plugin_overhead"] = res
+        if "rules" in res:
+            log("\nplugin overhead: " + vllm_overhead.summary_line(res))
+            worst = max(r["ratio_median"] for r in res["rules"].values())
+            met = worst <= PLUGIN_OVER_STOCK_GOAL
+            summary["goals"]["plugin_over_stock_step"] = {
+                "ratio": worst,
+                "goal": PLUGIN_OVER_STOCK_GOAL,
+                "met": met,
+                "gated": device.type == "cuda",
+            }
+            failed |= device.type == "cuda" and not met
+        else:
+            log(f"\nplugin overhead: {next(iter(res.values()))}")
+
     if over():
         log("analysis: skipped (--budget-s spent)")
         failed = True
     else:
         try:
-            small = dict(V_big=4096, batch=4, reps=1) if args.dry_run else {}
+            small = dict(V_big=1024, batch=4, reps=1) if args.dry_run else {}
             an = analysis_check(device, rules=args.rules, **small)
             summary["analysis"] = an
             log("\nanalysis on torch vs numpy (max |h_alg diff|):")
@@ -372,13 +621,17 @@ def main(argv=None):
             failed = True
     summary["device"] = str(device)
     summary["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    summary["dry_run"] = bool(args.dry_run)
+    summary["torch"] = torch.__version__
+    summary["date"] = time.strftime("%Y-%m-%d", time.gmtime())
+    summary["commit"] = _commit()
     summary["seconds"] = time.perf_counter() - start
     summary["passed"] = not failed
     log(
         f"\nsummary ({time.perf_counter() - start:.0f} s):",
-        "FAIL (or skipped)" if failed else "all law, bf16 and analysis checks passed",
+        "FAIL (or skipped)" if failed else "all law, bf16, sync, speed-goal and analysis checks passed",
     )
-    _write_out(summary, lines)
+    _write_out(summary, lines, args.out)
     return 1 if failed else 0
 
 
