@@ -65,12 +65,13 @@ def test_min_cut_prefix_equals_brute_force_over_all_sets():
 
 
 def test_min_cut_equals_the_coupling_linear_programme():
-    """40 random (o, p, k), V <= 5, k <= 3: |alpha* - LP| <= 1e-7 for every one.
+    """20 random (o, p, k), V <= 5, k <= 3: |alpha* - LP| <= 1e-7 for every one (the wider
+    study: scripts/multidraft_oracle_study.py).
 
     Tolerance: HiGHS's default primal/dual feasibility tolerance is 1e-7."""
     rng = np.random.default_rng(1)
     gaps = []
-    for _ in range(40):
+    for _ in range(20):
         V, k = int(rng.integers(2, 6)), int(rng.integers(1, 4))
         o, p = _row(rng, V), _row(rng, V)
         gaps.append(abs(coupling_acceptance_lp(o, p, k) - float(min_cut_acceptance(o, p, k))))
@@ -136,10 +137,10 @@ def test_k1_frontier_equals_the_single_draft_frontier(div):
 
 @pytest.mark.parametrize("div", DIVS)
 def test_frontier_agrees_with_cvxpy_and_is_certified(div):
-    """One random row (q > 0, V <= 5, k in 2..4) per divergence (the wider study: 20 rows per
-    divergence, in the module's documentation): the fast optimum is within the
+    """One random row (q > 0, V <= 5, k in 2..4) per divergence: the fast optimum is within the
     oracle's certified gap (1e-6) of the cvxpy optimum, and its own float64 dual certificate
-    closes to 1e-7 (tolerances: the oracle's tol; the polished dual bound's resolution)."""
+    closes to 1e-7 (tolerances: the oracle's tol; the polished dual bound's resolution). The
+    wider study: scripts/multidraft_oracle_study.py."""
     rng = np.random.default_rng(5)
     gaps, certs = [], []
     for _ in range(1):
@@ -224,3 +225,17 @@ def test_pruned_lower_hull_equals_the_monotone_chain():
         if t % 5 == 0:
             y = np.round(y, 1)
         assert np.array_equal(_lower_hull(x, y), _lower_hull_chain(x, y))
+
+
+def test_the_oracle_study_script_runs_reduced():
+    """scripts/multidraft_oracle_study.py end to end on a reduced run (no cvxpy rows)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "multidraft_oracle_study.py"
+    spec = importlib.util.spec_from_file_location("multidraft_oracle_study", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    res = mod.run(n_sets=30, n_lp=3, n_cvx=0, seed=1)
+    assert res["subsets"]["rate"] == 1.0 and res["coupling_lp"]["rate"] == 1.0
+    assert res["cvxpy/kl"]["n"] == 0

@@ -26,7 +26,9 @@ def test_trees_section_runs_and_states_what_is_true():
         assert rows[name]["gain"] > 0
     # the chain of top-1 drafts is a subtree whose nodes accept q_u(x) <= q_u(S_u) losslessly
     chain = rows["top-1 chain: SpS"]
-    assert chain["spend"] == 0.0 and chain["expected_accepted"] <= rows["optimal"]["expected_accepted"] + 1e-12
+    assert (
+        chain["spend"] == 0.0 and chain["expected_accepted"] <= rows["optimal"]["expected_accepted"] + 1e-12
+    )
     assert rows["top-1 chain: Cactus (exact)"]["spend"] <= TREE_BUDGET * (1 + 1e-12)
 
 
