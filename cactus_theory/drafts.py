@@ -11,7 +11,7 @@ Drafting schemes (``drafting``), the law of the children drafted at a node with 
 ``"without_replacement"``
     k distinct tokens, sequentially: the j-th from p restricted to the tokens not yet drafted
     and renormalized (Hu et al. 2025, arXiv 2502.18779; Weng et al. 2025, arXiv 2505.12398);
-    needs k <= |supp p|.
+    needs k at most the size of p's support.
 ``"top_k"``
     the k most likely tokens of p, in order (ties to the lower id): deterministic children,
     as EAGLE-2's and Medusa's trees draft. The drafting law of the j-th child is a point mass.

@@ -18,9 +18,9 @@ checksum of :mod:`.format`):
 ``parents``, ``token_ids``, ``widths`` int32 [N]
     Parent within the tree (-1 at the root), the node's token (vocabulary id; -1 at the root)
     and the number of children drafted there.
-``row_offsets`` int64 [N + 1], ``columns`` int32, ``target_probs``, ``draft_probs`` float64,
-``raw_target_probs``, ``raw_draft_probs`` float32
-    The compact rows of every node (the layout of :mod:`.format`'s compact file).
+``row_offsets``, ``columns``, ``target_probs``, ``draft_probs``, ``raw_target_probs``, ``raw_draft_probs``
+    The compact rows of every node (the layout and dtypes of :mod:`.format`'s compact file:
+    int64 offsets [N + 1], int32 columns, float64 processed and float32 raw values).
 ``prompt_offsets`` int64 [n_trees + 1], ``prompt_token_ids`` int32
     Each tree's root context (chat-formatted prompt plus the sampled prefix).
 
