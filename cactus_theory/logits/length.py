@@ -263,6 +263,8 @@ def _summaries(parts, cfg: LengthConfig, rng):
             "stop_rate": float(_rate(lens, st)),
             "expected_stops": float(np.concatenate(E[name]).sum()),
             "acceptance": acc[name][0] / acc[name][1] if acc[name][1] else None,
+            "tokens": int(lens.sum()),
+            "drafted": acc[name][1],
         }
 
     # bootstrap over completions, resampled within each prompt (the design is stratified)
@@ -301,6 +303,20 @@ def _summaries(parts, cfg: LengthConfig, rng):
     ratios[cfg.rule]["eos_q_mean"] = float(q_tf.mean())
     ratios[cfg.rule]["eos_h_mean"] = float(h_tf.mean())
     ratios[cfg.rule]["eos_shift_mean"] = float((h_tf - q_tf).mean())
+    # the rule's bonus slots emit q: the teacher-forced shift diluted by their share b
+    b_frac = 1.0 - r["drafted"] / r["tokens"]
+    diluted = (1.0 - b_frac) * h_tf.mean() + b_frac * q_tf.mean()
+    ratios[cfg.rule]["bonus_fraction"] = float(b_frac)
+    ratios[cfg.rule]["predicted_ratio_teacher_forced_bonus_diluted"] = (
+        float(q_tf.mean() / diluted) if diluted > 0 else None
+    )
+    # the same under the cap T: E min(L, T) = (1 - (1 - s)^T) / s for geometric stopping at s,
+    # with s the verifier's measured rate and s / (predicted ratio) the rule's
+    s_v, pred = out["verifier"]["stop_rate"], ratios[cfg.rule]["predicted_ratio_teacher_forced"]
+    capped = lambda s_: (1.0 - (1.0 - s_) ** cfg.max_new_tokens) / s_ if s_ > 0 else float(cfg.max_new_tokens)
+    ratios[cfg.rule]["predicted_mean_length_ratio_capped"] = (
+        float(capped(s_v / pred) / capped(s_v)) if pred else None
+    )
     lens_r = np.concatenate(L[cfg.rule]).sum()
     on_policy_rate = r["expected_stops"] / lens_r
     ratios[cfg.rule]["predicted_ratio_on_policy"] = (
@@ -441,7 +457,17 @@ def length_markdown(res: dict) -> str:
         lines += [
             "",
             f"Teacher-forced EOS: mean q = {rr['eos_q_mean']:.5f}, mean h_alg = {rr['eos_h_mean']:.5f}, "
-            f"mean shift h_alg - q = {rr['eos_shift_mean']:+.5f} per position.",
+            f"mean shift h_alg - q = {rr['eos_shift_mean']:+.5f} per position."
+            + (
+                f" Share of the rule's tokens emitted at bonus slots (from q): {rr['bonus_fraction']:.3f}; "
+                f"the teacher-forced prediction diluted by it: "
+                f"{_f(rr['predicted_ratio_teacher_forced_bonus_diluted'], 2)}. The teacher-forced "
+                f"prediction of the mean length ratio under the cap of {st['max_new_tokens']} tokens "
+                f"(geometric stopping at the verifier's measured rate): "
+                f"{_f(rr['predicted_mean_length_ratio_capped'], 2)}."
+                if "bonus_fraction" in rr
+                else ""
+            ),
         ]
     return "\n".join(lines) + "\n"
 
