@@ -44,7 +44,8 @@ def default_sweep(rule: str, n_points: int = 13):
     Returns
     -------
     knob : str or None
-        The first numeric knob (None for rules without one, e.g. SpS).
+        The first numeric knob that the name leaves free (None for rules without one, e.g.
+        SpS; an alias's preset knobs are fixed).
     values : list
         ``n_points`` values across its range: linear on a finite range, ``[0] + geomspace``
         on ``[0, inf)``, ``1..n_points`` for an integer knob, and ``-inf``, a linear grid and
@@ -58,7 +59,7 @@ def default_sweep(rule: str, n_points: int = 13):
     n_points = as_count(n_points, "n_points", minimum=2)
     spec = RULES[rule]
     for k in spec.knobs:
-        if k.choices is not None:
+        if k.choices is not None or k.name in spec.preset:  # an alias's preset knobs are fixed
             continue
         lo, hi = k.low, k.high
         if k.integer:
