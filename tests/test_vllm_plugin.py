@@ -472,3 +472,24 @@ def test_unsupported_setting_fails_when_the_sampler_is_built(vllm_mods, monkeypa
     monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "tas"}))
     with pytest.raises(ValueError, match="own acceptance"):
         vllm_mods.r1.RejectionSampler(Sampler(), _spec(), torch.device("cpu"))
+
+
+@needs_vllm
+def test_overhead_script_times_the_step_stock_and_with_a_rule(vllm_mods, tmp_path):
+    """scripts/vllm_overhead.py end to end (tiny shapes, one round): the JSON and Markdown are
+    written, every part is timed, and the plugin stays installed for the other tests."""
+    spec = importlib.util.spec_from_file_location(
+        "vllm_overhead_script", os.path.join(os.path.dirname(__file__), "..", "scripts", "vllm_overhead.py")
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--reps", "1", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "vllm_overhead_cpu.json").read_text())
+    assert set(res["rules"]) == set(mod.QUICK_RULES)
+    assert res["stock"]["median_ms"] > 0 and res["shape"]["rows"] == 4
+    for r in res["rules"].values():
+        assert r["ratio_median"] > 0 and r["step"]["n"] == 1
+        assert r["parts"]["plan_ms"] > 0 and r["parts"]["substitute_total_ms"] > 0
+    assert "| sps |" in (tmp_path / "vllm_overhead_cpu.md").read_text()
+    assert vpatch.is_installed()
+    assert mod.main(["--quick", "--B", "0"]) == 2  # bad input: exit code 2
