@@ -71,11 +71,15 @@ class SamplerAdapter:
     supports_greedy_flag : bool
         Rows can be flagged greedy (vLLM V1: temperature 0); otherwise a greedy row is a row
         whose verifier distributions are one-hot (what temperature 0 makes of q).
+    supports_raw : bool
+        The sampler takes raw (temperature-1) rows, ``raw=(raw_target_probs [B, k+1, V],
+        raw_draft_probs [B, k, V])``, for the rules that decide on them.
     """
 
     name = "adapter"
     supports_seeds = False
     supports_greedy_flag = False
+    supports_raw = False
 
     def __call__(
         self,
@@ -86,6 +90,7 @@ class SamplerAdapter:
         *,
         seeded_seqs: dict[int, torch.Generator] | None = None,
         greedy: torch.Tensor | None = None,
+        raw: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         raise NotImplementedError
 
@@ -101,9 +106,18 @@ class _V0(SamplerAdapter):
         self.sampler = sampler
         forward = getattr(sampler, "forward", sampler)
         self.supports_seeds = "seeded_seqs" in _parameters(forward)
+        self.supports_raw = {"raw_target_probs", "raw_draft_probs"} <= set(_parameters(forward))
 
     def __call__(
-        self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *, seeded_seqs=None, greedy=None
+        self,
+        target_probs,
+        bonus_token_ids,
+        draft_probs,
+        draft_token_ids,
+        *,
+        seeded_seqs=None,
+        greedy=None,
+        raw=None,
     ):
         kwargs = {
             "target_with_bonus_probs": target_probs,
@@ -113,6 +127,8 @@ class _V0(SamplerAdapter):
         }
         if self.supports_seeds:
             kwargs["seeded_seqs"] = seeded_seqs
+        if raw is not None:
+            kwargs["raw_target_probs"], kwargs["raw_draft_probs"] = raw
         if getattr(self.sampler, "num_accepted_tokens", 0) is None and callable(
             getattr(self.sampler, "init_tensors", None)
         ):
@@ -184,14 +200,26 @@ class _Callable(SamplerAdapter):
         self.fn = fn
         self.array = array
         self.supports_seeds = "seeded_seqs" in _parameters(fn)
+        self.supports_raw = {"raw_target_probs", "raw_draft_probs"} <= set(_parameters(fn))
 
     def __call__(
-        self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *, seeded_seqs=None, greedy=None
+        self,
+        target_probs,
+        bonus_token_ids,
+        draft_probs,
+        draft_token_ids,
+        *,
+        seeded_seqs=None,
+        greedy=None,
+        raw=None,
     ):
         args = (target_probs, draft_probs, draft_token_ids, bonus_token_ids)
         if self.array == "numpy":
             args = tuple(a.cpu().numpy() for a in args)
+            raw = None if raw is None else tuple(r.cpu().numpy() for r in raw)
         kwargs = {"seeded_seqs": seeded_seqs} if self.supports_seeds else {}
+        if raw is not None:
+            kwargs["raw_target_probs"], kwargs["raw_draft_probs"] = raw
         out = self.fn(*args, **kwargs)
         if isinstance(out, torch.Tensor):
             return out.to(torch.int64)

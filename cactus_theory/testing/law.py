@@ -226,7 +226,7 @@ def _float32_values(x, name: str) -> np.ndarray:
     return arr.astype(np.float32).astype(np.float64)
 
 
-def exact_law(rule, target_probs, draft_probs) -> ExactLaw:
+def exact_law(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None) -> ExactLaw:
     r"""The exact per-position law of one step (:class:`ExactLaw`) of ``rule``.
 
     Parameters
@@ -238,6 +238,10 @@ def exact_law(rule, target_probs, draft_probs) -> ExactLaw:
         not read).
     draft_probs : array_like, shape (k, V)
         Drafter rows p.
+    raw_target_probs, raw_draft_probs : array_like, optional
+        The raw (temperature-1) rows, shapes as ``target_probs`` and ``draft_probs``, of a rule
+        that decides on them (``rule.spec.needs_raw``: fuzzy, margin, relaxed-topk, scd,
+        cascades); default: the processed rows.
 
     Examples
     --------
@@ -256,9 +260,20 @@ def exact_law(rule, target_probs, draft_probs) -> ExactLaw:
             f"target_probs: expected shape {(k + 1, v)} (k draft rows and the bonus row), got {q.shape}"
         )
     qk = q[:k]
-    acc = np.asarray(acceptance_rate(rule, qk, p), dtype=np.float64).reshape(k)
-    a = np.asarray(acceptance_probabilities(rule, qk, p), dtype=np.float64).reshape(k, v)
-    h = np.asarray(emitted_distribution(rule, qk, p), dtype=np.float64).reshape(k, v)
+    raw = {}
+    if raw_target_probs is not None:
+        rq = np.asarray(raw_target_probs, dtype=np.float64)
+        if rq.shape != q.shape:
+            raise ValueError(f"raw_target_probs: expected shape {q.shape} (as target_probs), got {rq.shape}")
+        raw["raw_target_probs"] = rq[:k]
+    if raw_draft_probs is not None:
+        rp = np.asarray(raw_draft_probs, dtype=np.float64)
+        if rp.shape != p.shape:
+            raise ValueError(f"raw_draft_probs: expected shape {p.shape} (as draft_probs), got {rp.shape}")
+        raw["raw_draft_probs"] = rp
+    acc = np.asarray(acceptance_rate(rule, qk, p, **raw), dtype=np.float64).reshape(k)
+    a = np.asarray(acceptance_probabilities(rule, qk, p, **raw), dtype=np.float64).reshape(k, v)
+    h = np.asarray(emitted_distribution(rule, qk, p, **raw), dtype=np.float64).reshape(k, v)
     p_n = p / p.sum(-1, keepdims=True)
     reach = np.concatenate([[1.0], np.cumprod(acc)])
     return ExactLaw(acceptance=acc, emitted=h, accepted_mass=p_n * a, reach=reach)
@@ -531,9 +546,45 @@ def _check_int(value, name, low):
     return int(value)
 
 
-def _call(adapter, q, bonus, p, drafts, device, torch_seed, **kw):
+def _as_raw_cases(raw_target_probs, raw_draft_probs, cases, default_cases_used):
+    """Per case None (raw = processed) or the raw rows (q_raw (k+1, V), p_raw (k, V)), float64."""
+    if raw_target_probs is None and raw_draft_probs is None:
+        return [None] * len(cases)
+    if default_cases_used:
+        raise ValueError("raw_target_probs: raw rows need explicit target_probs and draft_probs")
+    n = len(cases)
+
+    def stacked(x, name, idx):
+        if x is None:
+            return [c[idx] for c in cases]
+        arr = np.asarray(x.cpu() if torch.is_tensor(x) else x, dtype=np.float64)
+        arr = arr[None] if arr.ndim == 2 else arr
+        if arr.ndim != 3 or len(arr) != n:
+            raise ValueError(f"{name}: expected one case or {n} stacked cases, got shape {arr.shape}")
+        rows = []
+        for a, c in zip(arr, cases):
+            if a.shape != c[idx].shape or np.any(~np.isfinite(a)) or np.any(a < 0) or np.any(a.sum(-1) <= 0):
+                raise ValueError(
+                    f"{name}: each case needs shape {c[idx].shape} with non-negative finite rows of positive sum"
+                )
+            rows.append(a / a.sum(-1, keepdims=True))
+        return rows
+
+    qs = stacked(raw_target_probs, "raw_target_probs", 0)
+    ps = stacked(raw_draft_probs, "raw_draft_probs", 1)
+    return list(zip(qs, ps))
+
+
+def _call(adapter, q, bonus, p, drafts, device, torch_seed, raw_rows=None, **kw):
     """One sampler call on ``b`` copies of the rows q (k+1, V) and p (k, V), under a torch seed."""
     b = drafts.shape[0]
+    if raw_rows is not None:
+        kw["raw"] = tuple(
+            torch.as_tensor(np.ascontiguousarray(r), dtype=torch.float32, device=device)
+            .expand(b, *r.shape)
+            .contiguous()
+            for r in raw_rows
+        )
     q_t = torch.as_tensor(np.ascontiguousarray(q), dtype=torch.float32, device=device)
     p_t = torch.as_tensor(np.ascontiguousarray(p), dtype=torch.float32, device=device)
     args = (
@@ -567,6 +618,8 @@ def check_sampler_law(
     min_expected: float = 5.0,
     invariants: bool = True,
     device="cpu",
+    raw_target_probs=None,
+    raw_draft_probs=None,
 ) -> SamplerLawResult:
     r"""Draw ``sampler`` many times and compare its output law with ``rule``'s exact law.
 
@@ -602,6 +655,18 @@ def check_sampler_law(
         Also run the exact invariant checks.
     device : str or torch.device
         Where the sampler's inputs live.
+    raw_target_probs, raw_draft_probs : array_like, optional
+        Raw (temperature-1) rows for a rule that decides on them (``rule.spec.needs_raw``:
+        fuzzy, margin, relaxed-topk, scd, cascades), shaped as ``target_probs`` and
+        ``draft_probs`` (one case, or stacked cases; explicit cases are then required). The
+        exact law uses them, and the sampler receives them as the keywords
+        ``raw_target_probs`` ([B, k+1, V]) and ``raw_draft_probs`` ([B, k, V]): a V0 sampler
+        whose ``forward`` takes them (:func:`cactus_theory.make_sampler` does) or a plain
+        callable that takes them. vLLM's interfaces carry no raw rows, so with raw rows a V1
+        ``rejection_sample``, or a sampler without those keywords, is refused (ValueError
+        naming ``raw_target_probs``). Without raw rows the raw rows are the processed ones,
+        for the sampler and the exact law alike (what such a rule does at temperature 1
+        without truncation).
 
     Returns
     -------
@@ -621,7 +686,17 @@ def check_sampler_law(
     adapter: SamplerAdapter = as_adapter(sampler)
     rule = get_rule(rule)
     cases = _as_cases(target_probs, draft_probs)
-    laws = [exact_law(rule, q, p) for q, p in cases]
+    raws = _as_raw_cases(raw_target_probs, raw_draft_probs, cases, target_probs is None)
+    if any(r is not None for r in raws) and not adapter.supports_raw:
+        raise ValueError(
+            f"raw_target_probs: the {adapter.name} interface passes no raw rows to the sampler "
+            "(vLLM's interfaces carry none); give a sampler that takes the keywords "
+            "raw_target_probs and raw_draft_probs, or leave the raw rows out (raw = processed)"
+        )
+    laws = [
+        exact_law(rule, q, p, **({} if r is None else {"raw_target_probs": r[0], "raw_draft_probs": r[1]}))
+        for (q, p), r in zip(cases, raws)
+    ]
     raw: list[dict] = []
     skipped: list[str] = []
     n_draft = n_emitted = n_prefix = 0
@@ -633,7 +708,7 @@ def check_sampler_law(
         rng = np.random.default_rng([seed, c])
         drafts = np.stack([_draw(rng, p[i], num_samples) for i in range(k)], axis=1)
         bonus = _draw(rng, q[k], num_samples)[:, None]
-        out = _call(adapter, q, bonus, p, drafts, device, seed * 1_000_003 + c)
+        out = _call(adapter, q, bonus, p, drafts, device, seed * 1_000_003 + c, raw_rows=raws[c])
         outputs.append((out, drafts, bonus))
         present = out != PLACEHOLDER
         n_draft += num_samples * k

@@ -50,6 +50,8 @@ CHECK_OPTIONS = (
     "draft_probs",
     "seed",
     "device",
+    "raw_target_probs",
+    "raw_draft_probs",
 )
 
 
