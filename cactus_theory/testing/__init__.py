@@ -32,6 +32,7 @@ _LAZY = {
     "callable_adapter": "adapters",
     "v0_adapter": "adapters",
     "v1_adapter": "adapters",
+    "padded_adapter": "adapters",
     "DEFAULT_ALPHA": "law",
     "DEFAULT_NUM_SAMPLES": "law",
     "ExactLaw": "law",
@@ -64,6 +65,7 @@ __all__ = [
     "reference_sampler",
     "v0_adapter",
     "v1_adapter",
+    "padded_adapter",
 ]
 
 

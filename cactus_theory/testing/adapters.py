@@ -38,6 +38,7 @@ __all__ = [
     "COUNTER_NAMES",
     "SamplerAdapter",
     "as_adapter",
+    "padded_adapter",
     "callable_adapter",
     "v0_adapter",
     "v1_adapter",
@@ -274,6 +275,64 @@ def callable_adapter(fn: Callable, *, array: str = "torch") -> SamplerAdapter:
         int64 ids).
     """
     return _Callable(fn, array)
+
+
+class _Padded(SamplerAdapter):
+    name = "padded"
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(
+        self,
+        target_probs,
+        bonus_token_ids,
+        draft_probs,
+        draft_token_ids,
+        *,
+        seeded_seqs=None,
+        greedy=None,
+        raw=None,
+    ):
+        b, k1, v = target_probs.shape
+        # the bonus row made one-hot at the pre-drawn bonus token: a sampler that draws its bonus
+        # token from that row emits exactly it, so the bonus check stays exact
+        rows = target_probs.clone()
+        rows[:, -1] = 0.0
+        rows[:, -1].scatter_(-1, bonus_token_ids.reshape(b, 1), 1.0)
+        sampled = torch.zeros((b, k1), dtype=torch.int64, device=target_probs.device)
+        sampled[:, 1:] = draft_token_ids  # each request's first entry: the last emitted token (0)
+        cu = torch.arange(0, b * k1 + 1, k1, dtype=torch.int32, device=target_probs.device)
+        out = self.fn(rows.reshape(b * k1, v), draft_probs, sampled.reshape(-1), cu)
+        if isinstance(out, tuple):  # (sampled [B, k+1], num_sampled [B]) as the newer runner returns
+            tokens, num = (torch.as_tensor(x) for x in out)
+            tokens = tokens.to(torch.int64).clone()
+            j = torch.arange(k1, device=tokens.device)
+            tokens[j[None, :] >= num.to(tokens.device).reshape(b, 1)] = -1  # the V0 layout's placeholder
+            return tokens
+        return torch.as_tensor(out).to(torch.int64)
+
+
+def padded_adapter(fn: Callable) -> SamplerAdapter:
+    r"""The newer vLLM runner's (MRV2's) padded layout, in probabilities, for a plain callable.
+
+    ``fn(target_probs [L, V], draft_probs [B, K, V], draft_sampled [L], cu_num_logits [B + 1])``
+    where request r owns logits rows ``cu_num_logits[r]:cu_num_logits[r + 1]`` (its
+    :math:`k_r` draft rows, then its bonus row; :math:`L = \sum_r (k_r + 1)`), ``draft_probs``
+    is padded with zero rows past :math:`k_r`, and logits row i's drafted token is
+    ``draft_sampled[i + 1]`` (each request's first entry is its last emitted token; 0 here).
+    It returns ``sampled [B, K + 1]`` with -1 past the emitted tokens, or the pair
+    ``(sampled, num_sampled [B])`` as MRV2's ``SamplerOutput`` holds them. The sampler draws the
+    bonus token from the bonus row itself; the adapter hands it a one-hot bonus row at the
+    check's pre-drawn bonus token (drawn from :math:`q_k`), so the emitted law is unchanged and
+    the bonus check exact. Every request has the same k here (the check's cases); ragged
+    batches are covered by :meth:`~cactus_theory.testing.strategies.DraftBatch.padded`.
+    Source: vLLM ``v1/worker/gpu/spec_decode/rejection_sampler.py`` (``rejection_sample``'s
+    ``target_logits``, ``draft_logits``, ``draft_sampled``, ``cu_num_logits``).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+    return _Padded(fn)
 
 
 def as_adapter(sampler) -> SamplerAdapter:
