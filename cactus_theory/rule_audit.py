@@ -54,6 +54,7 @@ import numpy as np
 
 from ._tables import Column, Table, format_table
 from ._validation import as_budget, as_prob_pair, choice, positive_int
+from .analysis.lengths import geometric_length_ratio
 from .divergences import get_divergence
 from .results import _g, _internal, _Result
 
@@ -387,7 +388,7 @@ def _metrics(name, laws, c, spec_knobs, knob_text, status, note, ms, seq_m, d, s
         row["eos_q"] = float(q_e.mean())
         row["eos_h"] = float(h_e.mean())
         row["eos_shift"] = float(shift.mean())
-        row["length_ratio"] = float(q_e.mean() / h_e.mean()) if h_e.mean() > 0 and q_e.mean() > 0 else None
+        row["length_ratio"] = geometric_length_ratio(q_e.reshape(-1), h_e.reshape(-1))
     row["note"] = note
     return row, shift
 

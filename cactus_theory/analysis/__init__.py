@@ -5,6 +5,7 @@ Importing it registers the ``cactus-calibrated`` rule (:mod:`cactus_theory.analy
 
 from . import calibration  # noqa: F401  (registers cactus-calibrated)
 from .certificates import acceptance_certificate, accepted_set, certificate_rules
+from .lengths import geometric_length_ratio
 from .multidraft import (
     drawn_trees,
     expected_accepted_length,
@@ -31,6 +32,7 @@ __all__ = [
     "analyze",
     "certificate_rules",
     "emitted_distribution",
+    "geometric_length_ratio",
     "make_plan",
     "per_draft_divergence",
     "drawn_trees",

@@ -63,6 +63,7 @@ import numpy as np
 import torch
 
 from .._io import atomic_write_text
+from ..analysis.lengths import geometric_length_ratio
 from .runner import BatchRunner, SamplingParams, processed_sparse
 
 __all__ = ["LENGTH_SETTINGS", "LengthConfig", "run_length_check", "length_markdown", "write_length_check"]
@@ -297,9 +298,7 @@ def _summaries(parts, cfg: LengthConfig, rng):
     q_tf = np.concatenate([part["q_eos_tf"] for part in parts])
     h_tf = np.concatenate([part["h_eos_tf"] for part in parts])
     r = out[cfg.rule]
-    ratios[cfg.rule]["predicted_ratio_teacher_forced"] = (
-        float(q_tf.mean() / h_tf.mean()) if h_tf.mean() > 0 else None
-    )
+    ratios[cfg.rule]["predicted_ratio_teacher_forced"] = geometric_length_ratio(q_tf, h_tf)
     ratios[cfg.rule]["eos_q_mean"] = float(q_tf.mean())
     ratios[cfg.rule]["eos_h_mean"] = float(h_tf.mean())
     ratios[cfg.rule]["eos_shift_mean"] = float((h_tf - q_tf).mean())
