@@ -24,7 +24,7 @@ import wheel_helpers as wh
 pytest.importorskip("build", reason="python -m build needs the build package (the [docs] extra)")
 pytest.importorskip("packaging")
 
-pytestmark = pytest.mark.xdist_group("wheel")
+pytestmark = [pytest.mark.wheel, pytest.mark.xdist_group("wheel")]
 
 EXTRAS = {"torch", "real", "notebooks", "vllm", "test", "docs", "scale"}
 

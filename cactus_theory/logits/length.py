@@ -60,10 +60,10 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from .._io import atomic_write_text
 from ..analysis.lengths import geometric_length_ratio
+from ._torch import torch
 from .runner import BatchRunner, SamplingParams, processed_sparse
 
 __all__ = ["LENGTH_SETTINGS", "LengthConfig", "run_length_check", "length_markdown", "write_length_check"]
