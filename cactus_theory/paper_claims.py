@@ -89,10 +89,17 @@ class Check:
         return {"<=": v <= t, ">=": v >= t, ">": v > t}[self.op]
 
     def line(self) -> str:
-        """One line: ``[pass] statement: value <= threshold``."""
+        """One line: ``[pass] statement: value <= threshold``; a value below
+        :data:`ROUNDING_FLOOR` in size reads ``0 (to 1e-14)`` (its digits are float64 rounding of
+        order-one quantities, which the summation order of a machine or thread count moves)."""
         tag = ("pass" if self.passed else "FAIL") if self.of_paper else ("true" if self.passed else "false")
-        return f"[{tag}] {self.statement}: {self.value:.6g} {self.op} {self.threshold:.6g}"
+        shown = f"0 (to {ROUNDING_FLOOR:g})" if abs(self.value) < ROUNDING_FLOOR else f"{self.value:.6g}"
+        return f"[{tag}] {self.statement}: {shown} {self.op} {self.threshold:.6g}"
 
+
+#: Below this size a check's value is shown as ``0 (to 1e-14)``: float64 rounding (a few ulps of
+#: order-one quantities), whose digits depend on the summation order.
+ROUNDING_FLOOR = 1e-14
 
 #: The verdict words and the criterion of each (:func:`verdict_word` applies them).
 VERDICT_WORDS = {
