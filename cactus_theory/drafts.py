@@ -286,22 +286,11 @@ class TokenTree:
 
     def __post_init__(self):
         drafting = _drafting(self.drafting)
-        parents = _int_vector(self.parents, "parents")
-        n = parents.size
-        if n == 0:
-            raise ValueError("parents: a tree has at least its root")
-        tokens = _int_vector(self.token_ids, "token_ids", n)
+        parents, tokens, q, p = _node_arrays(
+            self.parents, self.token_ids, self.target_probs, self.draft_probs
+        )
+        n, v = parents.size, q.shape[1]
         widths = _int_vector(self.widths, "widths", n)
-        q = as_probs(self.target_probs, "target_probs")
-        p = as_probs(self.draft_probs, "draft_probs")
-        for name, arr in (("target_probs", q), ("draft_probs", p)):
-            if arr.ndim != 2 or arr.shape[0] != n:
-                raise ValueError(f"{name}: expected shape (N, V) with N = {n} nodes, got {arr.shape}")
-        if q.shape != p.shape:
-            raise ValueError(f"draft_probs: shape {p.shape} does not match target_probs' shape {q.shape}")
-        v = q.shape[1]
-        if parents[0] != -1 or tokens[0] != -1:
-            raise ValueError("parents: node 0 is the root: parents[0] and token_ids[0] must be -1")
         idx = np.arange(n)
         if n > 1 and (np.any(parents[1:] < 0) or np.any(parents[1:] >= idx[1:])):
             raise ValueError("parents: every node i > 0 needs a parent 0 <= parents[i] < i")
@@ -559,21 +548,10 @@ class DrawnTree:
 
     def __post_init__(self):
         drafting = _drafting(self.drafting)
-        parents = _int_vector(self.parents, "parents")
-        m = parents.size
-        if m == 0:
-            raise ValueError("parents: a tree has at least its root")
-        tokens = _int_vector(self.token_ids, "token_ids", m)
-        q = as_probs(self.target_probs, "target_probs")
-        p = as_probs(self.draft_probs, "draft_probs")
-        for name, arr in (("target_probs", q), ("draft_probs", p)):
-            if arr.ndim != 2 or arr.shape[0] != m:
-                raise ValueError(f"{name}: expected shape (M, V) with M = {m} nodes, got {arr.shape}")
-        if q.shape != p.shape:
-            raise ValueError(f"draft_probs: shape {p.shape} does not match target_probs' shape {q.shape}")
-        v = q.shape[1]
-        if parents[0] != -1 or tokens[0] != -1:
-            raise ValueError("parents: node 0 is the root: parents[0] and token_ids[0] must be -1")
+        parents, tokens, q, p = _node_arrays(
+            self.parents, self.token_ids, self.target_probs, self.draft_probs
+        )
+        m, v = parents.size, q.shape[1]
         if m > 1 and (np.any(tokens[1:] < 0) or np.any(tokens[1:] >= v)):
             raise ValueError(f"token_ids: drafted tokens must lie in [0, {v})")
         stack = [0]
@@ -636,6 +614,27 @@ class DrawnTree:
             out.append(int(self.token_ids[node]))
             node = int(self.parents[node])
         return out[::-1]
+
+
+def _node_arrays(parents, token_ids, target_probs, draft_probs):
+    """The validated node arrays of a tree: ``parents`` and ``token_ids`` as integer vectors
+    of one length N >= 1 with node 0 the root (both -1 there), and the rows ``target_probs``,
+    ``draft_probs`` of shape (N, V); each error a ValueError naming the argument."""
+    parents = _int_vector(parents, "parents")
+    n = parents.size
+    if n == 0:
+        raise ValueError("parents: a tree has at least its root")
+    tokens = _int_vector(token_ids, "token_ids", n)
+    q = as_probs(target_probs, "target_probs")
+    p = as_probs(draft_probs, "draft_probs")
+    for name, arr in (("target_probs", q), ("draft_probs", p)):
+        if arr.ndim != 2 or arr.shape[0] != n:
+            raise ValueError(f"{name}: expected shape (N, V) with N = {n} nodes, got {arr.shape}")
+    if q.shape != p.shape:
+        raise ValueError(f"draft_probs: shape {p.shape} does not match target_probs' shape {q.shape}")
+    if parents[0] != -1 or tokens[0] != -1:
+        raise ValueError("parents: node 0 is the root: parents[0] and token_ids[0] must be -1")
+    return parents, tokens, q, p
 
 
 def _int_vector(x, name: str, size: int | None = None) -> np.ndarray:
