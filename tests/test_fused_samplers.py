@@ -180,10 +180,19 @@ def test_cond_graphs_are_stored_in_the_fx_graph_cache():
     bypass = c["fxgraph_cache_bypass"]
     first = fused_kernels.CompiledKernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
     torch.testing.assert_close(first(x), x.cos() + 1.0)
-    hits = c["fxgraph_cache_hit"]
+    a = counters["aot_autograd"]
+    hits, aot_hits, misses = c["fxgraph_cache_hit"], a["autograd_cache_hit"], c["fxgraph_cache_miss"]
     again = fused_kernels.CompiledKernel(_cond_sin_cos, copy=True, options=fused_kernels.CACHE_OPTIONS)
     torch.testing.assert_close(again(x), x.cos() + 1.0)
-    assert c["fxgraph_cache_hit"] == hits + 1
+    # loaded, not compiled: no FX-graph miss, and a hit of the FX graph cache or of AOTAutograd's
+    # cache in front of it (which serves the stored graph without a second FX lookup when it
+    # holds the entry already)
+    seen = (
+        c["fxgraph_cache_hit"] - hits,
+        a["autograd_cache_hit"] - aot_hits,
+        c["fxgraph_cache_miss"] - misses,
+    )
+    assert seen[2] == 0 and (seen[0] == 1 or seen[1] == 1), f"(fx hits, aot hits, fx misses) added: {seen}"
     other = fused_kernels.CompiledKernel(_cond_sin_exp, copy=True, options=fused_kernels.CACHE_OPTIONS)
     torch.testing.assert_close(other(x), x.exp() + 1.0)
     assert c["fxgraph_cache_bypass"] == bypass
