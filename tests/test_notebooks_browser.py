@@ -134,8 +134,8 @@ def browser(lab):
 
 
 class _Lab:
-    """One JupyterLab page per worker, loaded once (loading the application takes 13-22 s on
-    2 shared cores): each notebook is opened in it with the ``docmanager:open`` command, as from
+    """One JupyterLab page per worker, loaded once (loading the application is the slow part of
+    opening a page): each notebook is opened in it with the ``docmanager:open`` command, as from
     the file browser, and closed afterwards. A test that fails leaves the page to be loaded
     afresh for the next one."""
 
