@@ -133,48 +133,6 @@ def browser(lab):
         yield b
 
 
-class _Lab:
-    """One JupyterLab page per worker, loaded once (loading the application is the slow part of
-    opening a page): each notebook is opened in it with the ``docmanager:open`` command, as from
-    the file browser, and closed afterwards. A test that fails leaves the page to be loaded
-    afresh for the next one."""
-
-    def __init__(self, browser, base: str, token: str):
-        self.browser, self.base, self.token = browser, base, token
-        self.context = self.page = None
-
-    def fresh(self):
-        if self.page is None:
-            self.context = self.browser.new_context(viewport={"width": 1280, "height": 900})
-            self.page = self.context.new_page()
-            self.page.goto(f"{self.base}/lab?token={self.token}&reset", wait_until="load")
-            self.page.wait_for_function(
-                "() => !!(window.jupyterapp && window.jupyterapp.shell)", timeout=SERVER_START_S * 1000
-            )
-            self.page.evaluate("async () => { await window.jupyterapp.restored; }")
-        return self.page
-
-    def close_documents(self):
-        """Dispose of every open document (no save dialog: the copy on disk is a temporary one)."""
-        self.page.evaluate(
-            """() => { const shell = window.jupyterapp.shell;
-                 for (const w of Array.from(shell.widgets('main'))) w.dispose(); }"""
-        )
-
-    def discard(self):
-        if self.context is not None:
-            self.context.close()
-        self.context = self.page = None
-
-
-@pytest.fixture(scope="module")
-def lab_page(lab, browser):
-    base, token, _ = lab
-    holder = _Lab(browser, base, token)
-    yield holder
-    holder.discard()
-
-
 def _png_rows_complete(src: str) -> str | None:
     """None if every row of the PNG has an opaque pixel, else a description of the problem."""
     import numpy as np
@@ -261,13 +219,13 @@ def _check_outputs(name: str, cells, where: str):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_in_jupyterlab(path, lab, lab_page):
+def test_notebook_in_jupyterlab(path, lab, browser):
     base, token, work = lab
     started = time.monotonic()
-    page = lab_page.fresh()
-    ok = False
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
     try:
-        page.evaluate("(p) => window.jupyterapp.commands.execute('docmanager:open', {path: p})", path.name)
+        page.goto(f"{base}/lab/tree/{path.name}?token={token}&reset", wait_until="load")
         page.wait_for_function(
             """(name) => { const a = window.jupyterapp; if (!a) return false;
                  const w = a.shell.currentWidget;
@@ -314,15 +272,11 @@ def test_notebook_in_jupyterlab(path, lab, lab_page):
                 _check_outputs(path.name, cells, f"after moving slider {k} of cell {i}")
                 moved += 1
         print(
-            f"{path.name}: opened with an idle kernel in {loaded:.1f} s, run all {ran - loaded:.1f} s, {moved} slider(s), "
+            f"{path.name}: page and idle kernel {loaded:.1f} s, run all {ran - loaded:.1f} s, {moved} slider(s), "
             f"total {time.monotonic() - started:.1f} s"
         )
-        ok = True
     finally:
-        if ok:
-            lab_page.close_documents()
-        else:
-            lab_page.discard()
+        context.close()
         _shut_down_kernels(base, token)
 
 
