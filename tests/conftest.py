@@ -38,6 +38,16 @@ except ImportError:  # pragma: no cover - torch is a dependency; stay importable
     pass
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """The tests that need SmolLM2 (marked ``model``) share one xdist worker (``./dev test``
+    runs ``--dist loadgroup``): each process loads the model once (about as long as a test that
+    uses it), so in one worker it is loaded once, not in every worker."""
+    for item in items:
+        if item.get_closest_marker("model") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("smollm2"))
+
+
 def assert_close(actual, expected, *, rtol=None, atol=0.0, err_msg=""):
     """``np.testing.assert_allclose`` with the package's dtype-aware default rtol.
 

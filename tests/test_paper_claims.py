@@ -27,6 +27,10 @@ from cactus_theory.rules import get_rule
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+#: One worker runs this module (``./dev test``: ``--dist loadgroup``), so that the module-scoped
+#: fresh run of the checks (``check_claims``, the module's costly step) is computed once.
+pytestmark = pytest.mark.xdist_group("paper-claims")
+
 
 @pytest.fixture(scope="module")
 def fresh():
