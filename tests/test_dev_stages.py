@@ -57,6 +57,8 @@ def test_the_model_cache_set_up_checks_the_path_the_package_writes():
     from cactus_theory.logits.models import SMOLLM2_NAME
 
     dev = (ROOT / "dev").read_text()
-    (checked,) = re.findall(r'\[ -f "\$\{CACTUS_THEORY_CACHE:-\.cache\}/models/([^/"]+)/config\.json" \]', dev)
+    (checked,) = re.findall(
+        r'\[ -f "\$\{CACTUS_THEORY_CACHE:-\.cache\}/models/([^/"]+)/config\.json" \]', dev
+    )
     assert checked == SMOLLM2_NAME
     assert "models --prepare" in dev
