@@ -1,7 +1,6 @@
-"""The optimal frontier: agreement with cvxpy, shape, speed at V = 151,936, operating points."""
+"""The optimal frontier: agreement with cvxpy, shape (also at V = 151,936), operating points."""
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -166,15 +165,16 @@ def test_rule_table_runs_untruncated_and_truncated():
         assert "sps" in text and "nan" not in text
 
 
-def test_speed_at_full_qwen_vocabulary():
-    """V = 151,936: one sort per row, scalar bisections. ~0.1-0.3 s on one core here; the
-    bound leaves 10x room for a shared 2-core CI machine."""
+def test_frontier_at_full_qwen_vocabulary_is_nondecreasing():
+    """V = 151,936 (Qwen's vocabulary): the frontier over 16 budgets is nondecreasing for three
+    divergences. Its speed at this V is a goal of ``cactus-theory benchmark`` (the frontier
+    section), not of this test."""
     q, p = synthetic_pairs("noisy_copy", 1, 151_936, 0)
-    frontier(q[0], p[0], 0.1, "kl")
     for div in ("kl", "reverse_kl", "js"):
-        t0 = time.perf_counter()
         F = frontier(q[0], p[0], np.linspace(0, 1, 16), div).acceptance
-        assert time.perf_counter() - t0 < 3.0
+        assert np.all(np.isfinite(F))
+        # the acceptance at a larger budget is a maximum over a larger set: never smaller,
+        # up to the solver's rounding
         assert np.all(np.diff(F) >= -1e-12)
 
 

@@ -1,7 +1,7 @@
 """Model-backed smoke tests (marked ``model``): SmolLM2-135M-Instruct through the dump tool.
 
-SmolLM2 loads in about 20 s from its GGUF file the first time (then about 1 s from the local
-cache); the tests themselves take a few seconds.
+SmolLM2 loads from its GGUF file the first time, then from the local float32 copy that
+``./dev setup`` prepares (``cactus-theory models --prepare``).
 """
 
 import numpy as np

@@ -38,7 +38,7 @@ from chromium import chromium_missing, launched_chromium
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-#: Hang guards, not speed tests: a notebook runs in about 10 s, a slider redraw in 1-3 s.
+#: Hang guards, not speed tests: each bounds a wait many times longer than it takes.
 SERVER_START_S = 60
 RUN_ALL_S = 240
 SLIDER_S = 60

@@ -2,8 +2,8 @@
 generates them), their examples run, and their relative links resolve.
 
 One test checks the blocks of the cheap sections (taylor, families, rules, frontier,
-calibration, chain, claims, sequence, and the blocks computed from shipped data: about 40 s),
-another the real-data blocks (the ``real`` section, about 45 s); ``scripts/update_readme.py
+calibration, chain, claims, sequence, and the blocks computed from shipped data), another the
+real-data blocks (the ``real`` section); ``scripts/update_readme.py
 --check`` checks every block too.
 """
 
@@ -112,7 +112,7 @@ def test_readme_tables_match_a_fresh_report():
 
 
 def test_readme_real_data_tables_match_a_fresh_report():
-    # the real section: about 45 s on the shared 2-core machine
+    # the real section (the costliest to recompute)
     _check([n for n in upd.BLOCKS if n not in upd.blocks_for(CHEAP)])
 
 

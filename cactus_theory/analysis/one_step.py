@@ -394,7 +394,15 @@ def _add_empty_residual_rows(xp, out, empty, q, gamma, c, w):
 
 
 def _emitted_dense(plan):
-    """Theorem 3 by enumeration: materializes every r^(n) (O(V^2) memory). Test oracle."""
+    r"""Theorem 3 by enumeration: materializes every r^(n) (O(V^2) memory). Test oracle.
+
+    A spike plan's whole :math:`\gamma` is computed first (kept by the plan): each draft's
+    recovery then reads its own :math:`\gamma_n`, where the plan would otherwise solve it
+    anew for every enumerated draft. The oracle reads the whole root, not the capped
+    :meth:`~cactus_theory.rules.SpikePlan.effective_spike` the fast path may read.
+    """
+    if isinstance(plan, SpikePlan):
+        _ = plan.spike
     p = plan.draft_probs
     V = p.shape[-1]
     a = np.clip(plan.accept_probs(), 0.0, 1.0)
