@@ -1,9 +1,11 @@
-"""Contiguous chunks of an elementwise numpy computation on a few threads.
+"""Contiguous chunks of an elementwise or row-wise numpy computation on a few threads.
 
 numpy's ufuncs and ``searchsorted`` release the GIL on numeric arrays, so a computation whose
 every output entry depends on its own inputs only (the exact spike's root, a sorted search)
 can run on contiguous chunks in threads and give the same floats as one call. Used for
-arrays large enough that the threads' start-up (tens of microseconds) is negligible.
+arrays large enough that the threads' start-up (tens of microseconds) is negligible. A
+row-wise computation (each output row a function of its own input rows) runs the same way on
+blocks of rows (:func:`in_row_blocks`), whose temporaries then stay small.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import concurrent.futures
 import os
 import threading
 
-__all__ = ["thread_count", "in_chunks"]
+import numpy as np
+
+__all__ = ["thread_count", "in_chunks", "in_row_blocks"]
 
 _POOL: list = []
 _LOCK = threading.Lock()
@@ -56,3 +60,33 @@ def in_chunks(fn, size: int, min_chunk: int, max_chunk: int | None = None) -> li
     if workers <= 1:
         return [fn(bounds[i], bounds[i + 1]) for i in range(chunks)]
     return list(_pool(workers).map(lambda i: fn(bounds[i], bounds[i + 1]), range(chunks)))
+
+
+def in_row_blocks(fn, arrays, block_elements: int):
+    """``fn(*arrays)`` for a row-wise ``fn``, computed on blocks of rows on threads.
+
+    ``arrays``: numpy arrays of one shape (..., V), batch axes leading; ``fn`` maps arrays of
+    shape (n, V) to one array of shape (n, V) and computes each output row from the same
+    rows of its inputs only, so that the blocks give the floats of one call. Blocks hold at
+    most ``block_elements`` entries (at least one row): a whole batch's temporaries of a long
+    vectorized formula are arrays as large as the batch, read back from memory, and allocated
+    anew (and page-faulted in) for every operation, where a block's stay in a core's cache.
+    A batch of one block is one call. Each block runs under the caller's numpy error state
+    (:func:`in_chunks` runs its chunks under the default state).
+    """
+    shape = arrays[0].shape
+    V = shape[-1]
+    flat = [np.reshape(a, (-1, V)) for a in arrays]
+    rows = flat[0].shape[0]
+    per_block = max(1, block_elements // max(1, V))
+    if rows <= per_block:
+        return np.reshape(fn(*flat), shape)
+    out = np.empty((rows, V), dtype=np.result_type(*arrays))
+    errors = np.geterr()
+
+    def block(lo, hi):
+        with np.errstate(**errors):
+            out[lo:hi] = fn(*(a[lo:hi] for a in flat))
+
+    in_chunks(block, rows, per_block, per_block)
+    return out.reshape(shape)

@@ -16,6 +16,10 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
 * ``exact_emitted_ms``: the exact (KL-root) emitted distribution :math:`h_{alg}`
   (Theorem 3) per position, under 50 ms.
 * ``exact_vs_taylor``: exact over Taylor emitted distribution, at most 2.
+* ``row blocks``: Theorem 3's mixture of a batch of short rows (2,111 x 24 rows of V = 129,
+  the real-data calibration's grid) by ``emitted_distribution``, in blocks of rows
+  (:func:`cactus_theory._threads.in_row_blocks`), against one call of the same formula over
+  the whole batch: at least 1.5 (checked: the same floats).
 * ``taylor_vs_floor``: the Taylor emitted distribution over a plain numpy implementation of the
   same O(V log V) formula (:func:`floor_emitted_taylor`: sort once, prefix sums,
   searchsorted), at most 1.5 (checked: same distribution to 1e-12).
@@ -334,6 +338,38 @@ def _bench_emitted(q, p, repeats):
         )
     )
     return out
+
+
+#: The short-row batch of the row-block goal: the real-data calibration's grid (2,111
+#: positions x 24 deltas of V = 129 tokens); the quick run's batch.
+SHORT_ROWS, SHORT_ROWS_QUICK, SHORT_VOCAB = 2111 * 24, 4096, 129
+
+
+def _bench_row_blocks(rows, repeats, quick, seed):
+    """Theorem 3's batched mixture of short numpy rows: one call over the whole batch (the
+    formula alone) against ``emitted_distribution``'s blocks of rows
+    (:func:`cactus_theory._threads.in_row_blocks`); checked: the same floats."""
+    from .analysis.one_step import _emitted_spike_fast, make_plan
+
+    q, p = correlated_pair(SHORT_VOCAB, (rows,), seed=seed + 2)
+    plan = make_plan(get_rule("cactus-exact-kl", delta=DELTA), q, p)
+    gamma = np.asarray(plan.spike, dtype=np.float64)
+    args = (plan.target_probs, plan.draft_probs, gamma)
+    with np.errstate(over="ignore"):  # emitted_distribution's own error state
+        same = bool(np.array_equal(_emitted_spike_fast(*args), emitted_distribution(plan)))
+        t_one = median_time(lambda: _emitted_spike_fast(*args), repeats)
+        t_blocks = median_time(lambda: emitted_distribution(plan), repeats)
+    target = ">= 1.5" + (" (full run)" if quick else "")
+    return _goal(
+        "emitted short rows: one call / row blocks",
+        f"one call {t_one * 1e3:.0f} ms, blocks {t_blocks * 1e3:.0f} ms "
+        f"([{rows}, {SHORT_VOCAB}], cactus-exact-kl)",
+        t_one / t_blocks,
+        target,
+        quick or t_one / t_blocks >= 1.5,
+        same,
+        f"same floats={same}",
+    )
 
 
 def _bench_analysis(batch, repeats, devices):
@@ -944,6 +980,7 @@ def run_benchmarks(
         goals.append(_bench_spike(q, repeats))
     if "emitted" in sections:
         goals += _bench_emitted(q, p, repeats)
+        goals.append(_bench_row_blocks(SHORT_ROWS_QUICK if quick else SHORT_ROWS, repeats, quick, seed))
     if "analysis" in sections:
         devices = ["cpu"]
         try:

@@ -432,3 +432,62 @@ def test_thread_chunks_with_a_largest_chunk_cover_the_range_in_order(monkeypatch
     assert _threads.in_chunks(lambda lo, hi: (lo, hi), 30, 1, 30) == (
         [(0, 30)] if threads == 1 else [(30 * i // threads, 30 * (i + 1) // threads) for i in range(threads)]
     )
+
+
+# --- short numpy rows: the batch in blocks of rows ------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-hellinger"])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_short_rows_in_blocks_are_one_call(monkeypatch, name, threads):
+    """``emitted_distribution`` runs a batch of short numpy rows (under
+    :data:`LONG_ROW_VOCAB`) in blocks of rows on threads: the floats of one call of the
+    batched mixture over the whole batch, with leading batch axes, blocks of 1 to 7 rows (an
+    uneven last one), rows with zeros in q (t = inf; a subnormal q_j overflows p_j / q_j to
+    inf, silently as in one call) and one-hot rows."""
+    import warnings
+
+    from cactus_theory import _threads
+    from cactus_theory.analysis import one_step
+
+    rng = np.random.default_rng(21)
+    V = 40
+    q, p = rng.dirichlet(np.full(V, 0.3), size=(3, 7)), rng.dirichlet(np.full(V, 0.3), size=(3, 7))
+    q[0, 1, rng.random(V) < 0.4] = 0.0
+    q[1, 2, 5] = 1e-310  # subnormal: p_j / q_j overflows
+    q[2, 3] = np.eye(V)[7]
+    q = q / q.sum(-1, keepdims=True)
+    plan = make_plan(_rule(name, 0.3), q, p)
+    with np.errstate(over="ignore"):
+        whole = one_step._emitted_spike_fast(
+            plan.target_probs, plan.draft_probs, np.asarray(plan.spike_for_emission(), dtype=np.float64)
+        )
+    monkeypatch.setattr(_threads, "thread_count", lambda: threads)
+    for rows in (1, 2, 7, 21):
+        monkeypatch.setattr(one_step, "ROW_BLOCK_ELEMENTS", rows * V)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = ct.emitted_distribution(plan)
+        assert got.shape == (3, 7, V) and np.array_equal(got, whole), rows
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_row_blocks_keep_the_callers_error_state(monkeypatch, threads):
+    """Each block runs under the numpy error state of the caller (threads start with the
+    default state): an overflow raises where the caller raises and is silent where it
+    ignores, as in one call; the output is the blocks' rows in order, with the input's shape."""
+    from cactus_theory import _threads
+
+    monkeypatch.setattr(_threads, "thread_count", lambda: threads)
+    x = np.arange(24.0).reshape(2, 3, 4)
+
+    got = _threads.in_row_blocks(lambda a: 2.0 * a, (x,), 4)  # one row a block
+    assert got.shape == x.shape and np.array_equal(got, 2.0 * x)
+
+    def overflow(a):
+        return a * np.float64(1e308) * 10.0
+
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        _threads.in_row_blocks(overflow, (x,), 4)
+    with np.errstate(over="ignore"):
+        assert np.isinf(_threads.in_row_blocks(overflow, (x + 1.0,), 4)).all()

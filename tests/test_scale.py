@@ -164,7 +164,9 @@ def test_working_memory_stays_under_the_bound():
     # keeping accept_probs and emitted: their N x V outputs, written chunk by chunk, on top
     tok_peak = peak(lambda: ct.analyze("cactus-exact", q, p, max_memory=bound))
     assert tok_peak <= q.nbytes + p.nbytes + bound + results
-    assert block_peak > 10 * (q.nbytes + p.nbytes)  # what chunking avoids: ~15x the input
+    # what chunking avoids: about 9 input-sized arrays at once (the plan and the divergences
+    # over the whole batch; the emitted mixture itself runs in blocks of rows)
+    assert block_peak > 8 * (q.nbytes + p.nbytes)
 
 
 # --------------------------------------------------------------------------- the other analyses

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace
 
-from .._threads import in_chunks
+from .._threads import in_chunks, in_row_blocks
 from .._validation import as_prob_pair, as_probs, choice
 from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
@@ -346,6 +346,11 @@ def _emitted_spike_fast(q, p, gamma):
 #: 13 ms.
 LONG_ROW_VOCAB = 1024
 
+#: Entries per block of rows of the batched numpy mixture (shorter rows than
+#: :data:`LONG_ROW_VOCAB`; :func:`~cactus_theory._threads.in_row_blocks`): the same floats
+#: as one call over the batch; ``cactus-theory benchmark`` times both.
+ROW_BLOCK_ELEMENTS = 1 << 17
+
 
 def _emitted_spike_rows(q, p, gamma):
     """The numpy mixture of long rows, one row at a time
@@ -470,9 +475,12 @@ def emitted_distribution(
     if isinstance(plan, SpikePlan):
         # gamma, or min(gamma, p) where the plan has not solved gamma: the same law bit for bit
         spike = plan.spike_for_emission()
-        if _is_torch(p) or q.shape[-1] < LONG_ROW_VOCAB:
-            return _emitted_spike_fast(q, p, spike if _is_torch(p) else np.asarray(spike, dtype=np.float64))
-        return _emitted_spike_rows(q, p, np.asarray(spike, dtype=np.float64))
+        if _is_torch(p):
+            return _emitted_spike_fast(q, p, spike)
+        spike = np.asarray(spike, dtype=np.float64)
+        if q.shape[-1] < LONG_ROW_VOCAB:
+            return in_row_blocks(_emitted_spike_fast, (q, p, spike), ROW_BLOCK_ELEMENTS)
+        return _emitted_spike_rows(q, p, spike)
     a = xp.clip(plan.accept_probs(), 0.0, 1.0)
     if isinstance(plan, TargetPlan):
         return _emitted_fixed_recovery(p, a, residual_distribution(plan.target, p))
