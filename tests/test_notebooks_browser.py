@@ -128,9 +128,15 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(lab):
+def browser_context(lab):
+    """One browser context per worker: each notebook opens in a new page of it (a fresh
+    JupyterLab app), and the pages share the context's HTTP cache of Lab's static files."""
     with launched_chromium() as b:
-        yield b
+        context = b.new_context(viewport={"width": 1280, "height": 900})
+        try:
+            yield context
+        finally:
+            context.close()
 
 
 def _png_rows_complete(src: str) -> str | None:
@@ -219,11 +225,10 @@ def _check_outputs(name: str, cells, where: str):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_in_jupyterlab(path, lab, browser):
+def test_notebook_in_jupyterlab(path, lab, browser_context):
     base, token, work = lab
     started = time.monotonic()
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
+    page = browser_context.new_page()
     try:
         page.goto(f"{base}/lab/tree/{path.name}?token={token}&reset", wait_until="load")
         page.wait_for_function(
@@ -276,7 +281,7 @@ def test_notebook_in_jupyterlab(path, lab, browser):
             f"total {time.monotonic() - started:.1f} s"
         )
     finally:
-        context.close()
+        page.close()
         _shut_down_kernels(base, token)
 
 
