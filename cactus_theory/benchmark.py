@@ -940,7 +940,8 @@ def run_benchmarks(
     repeats : int
         Timings are medians over this many calls (>= 1).
     quick : bool
-        Smoke run: batch 2 for the analysis, the samplers of :data:`QUICK_RULES` at
+        Smoke run: batch 2 for the analysis, :data:`SHORT_ROWS_QUICK` short rows for the
+        row blocks, the samplers of :data:`QUICK_RULES` at
         :data:`QUICK_SAMPLER_SHAPE` only (every check still runs). Its numbers are not the
         goals' (the full run is): at that shape the samplers' rows pass or fail on their
         checks alone, their targets marked "(full run)".
