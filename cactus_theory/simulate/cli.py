@@ -46,9 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--rule", default="cactus-taylor", help="registry name")
     add_knobs(p)
     p.add_argument("--family", default="noisy_copy", help=f"one of {', '.join(FAMILIES)}")
-    p.add_argument("--vocab-size", type=int, default=64)
+    p.add_argument("--vocab-size", type=int, default=64, help="V, tokens of the synthetic vocabulary")
     p.add_argument("--length", type=int, default=256, help="positions per trajectory (T)")
-    p.add_argument("--trajectories", type=int, default=4)
+    p.add_argument("--trajectories", type=int, default=4, help="synthetic trajectories of the family")
     p.add_argument("--runs", type=int, default=200, help="simulated runs per trajectory")
     p.add_argument("--draft-length", "-m", type=int, default=8, help="m, drafts per round (at most T)")
     p.add_argument(
