@@ -423,8 +423,27 @@ def _check_tune(names, knobs, tune):
         _tunable(RULES[name], dict(knobs.get(name, {})), knob_name)
 
 
-def _note(cal, per, d, knob):
+#: A calibration stopped by a step of its statistic that still lands within this relative
+#: distance below eps is reported as :data:`NEAR_STATUS`, not ``"step"``.
+NEAR_RTOL = 0.002
+NEAR_STATUS = "within 0.2% of eps"
+
+
+def _status(cal, eps):
+    """The status word of a calibration: ``"step"`` becomes :data:`NEAR_STATUS` when the value
+    reached lies within :data:`NEAR_RTOL` of eps (below it: a step stops short of eps)."""
+    if cal.status == "step" and eps > 0 and 0 <= eps - cal.achieved <= NEAR_RTOL * eps:
+        return NEAR_STATUS
+    return cal.status
+
+
+def _note(cal, per, d, knob, eps=None):
     """One line on how the calibration ended."""
+    if eps is not None and _status(cal, eps) == NEAR_STATUS:
+        return (
+            f"{per} {d.name} = {cal.achieved:.4g}, {100 * (eps - cal.achieved) / eps:.2g}% below eps "
+            f"(the next knob value, {_fmt_knob(knob.name, cal.next_value)}, jumps to {_g(cal.next_achieved)})"
+        )
     return {
         "calibrated": f"{per} {d.name} = {cal.achieved:.4g} ({cal.evaluations} evaluations)",
         "step": f"{per} {d.name} jumps from {cal.achieved:.4g} to {_g(cal.next_achieved)} at "
@@ -446,10 +465,12 @@ def audit_corpus(
     knobs=None,
     tune=None,
     rows="processed",
+    progress=False,
 ) -> AuditResult:
     r"""Calibrate every chosen rule to the emitted divergence eps on ``corpus`` and compare them.
 
-    Parameters are those of :func:`audit` (the corpus built already).
+    Parameters are those of :func:`audit` (the corpus built already); ``progress`` shows a
+    progress bar over the rules.
 
     Symbols: q verifier, p drafter, eps the target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
@@ -473,7 +494,9 @@ def audit_corpus(
     c = corpus
     sps_acc = float(np.minimum(c.target_probs, c.draft_probs).sum(-1).mean())
     table, shifts = [], {}
-    for name in names:
+    from tqdm.auto import tqdm
+
+    for name in tqdm(names, disable=not progress, desc="audit", unit="rule"):
         spec = RULES[name]
         fixed = dict(knobs.get(name, {}))
         try:
@@ -512,14 +535,14 @@ def audit_corpus(
                 )
                 rule = get_rule(name, **fixed, **{knob.name: cal.value})
                 laws = _laws(rule, c)
-                note = _note(cal, per, d, knob)
+                note = _note(cal, per, d, knob, eps)
                 row, shift = _metrics(
                     name,
                     laws,
                     c,
                     dict(rule.knobs),
                     _fmt_knob(knob.name, cal.value),
-                    cal.status,
+                    _status(cal, eps),
                     note,
                     ms,
                     seq_m,
@@ -586,8 +609,8 @@ class AuditResult(_Result):
         Mean over positions of the optimal acceptance :math:`F_t(\epsilon)` with every
         position within eps (Theorem 1).
     table : tuple of dict
-        One row per rule: ``rule``, ``knob``, ``status`` (``calibrated``, ``step``,
-        ``range-end``, ``above``, ``reference``, ``no knob``, ``not audited``), ``acceptance``,
+        One row per rule: ``rule``, ``knob``, ``status`` (``calibrated``, ``within 0.2% of
+        eps`` (stopped by a step of the statistic that close below eps), ``step``, ``range-end``, ``above``, ``reference``, ``no knob``, ``not audited``), ``acceptance``,
         ``relaxed_acceptance`` (:math:`\bar\alpha - \bar\alpha_{SpS}`), ``al_<m>``,
         ``emitted_kl``, ``emitted_tv``, ``sequence_kl_upper``/``_lower`` (per token, m =
         ``sequence_m``), ``frontier`` and ``frontier_gap``, ``eos_q``, ``eos_h``,
@@ -818,6 +841,7 @@ def audit(
         knobs=knobs,
         tune=tune,
         rows=rows,
+        progress=progress,
     )
 
 
@@ -938,7 +962,7 @@ def audit_rows(
                 else f"no numeric knob: token {d.name} = {s0:.4g}"
             )
         else:
-            status, note = cal.status, _note(cal, "token", d, knob)
+            status, note = _status(cal, eps), _note(cal, "token", d, knob, eps)
         row = {
             "rule": name,
             "knob": value_text,
@@ -1032,7 +1056,11 @@ def add_arguments(p):
         metavar="SIZE",
         help="with --input a folder of .npy/.npz shards: bound on the working memory (e.g. 256MB)",
     )
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar over chunks (shards)")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide the progress bar (over rules; over chunks for a folder of shards)",
+    )
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf or .png)")
     p.add_argument("--markdown", action="store_true", help="print Markdown (also when --output ends in .md)")
     add_output(p, csv_flag=True)
@@ -1074,14 +1102,20 @@ def run(args) -> int:
         kw.pop("draft_lengths")
         res = audit(source, max_memory=args.max_memory, progress=not args.no_progress, **kw)
     elif is_dump:
-        res = audit(source, rows="raw" if args.raw else "processed", max_positions=args.positions, **kw)
+        res = audit(
+            source,
+            rows="raw" if args.raw else "processed",
+            max_positions=args.positions,
+            progress=not args.no_progress,
+            **kw,
+        )
     else:
         if args.raw:
             raise ValueError("raw: needs a dump (its raw rows); --input holds (q, p) rows only")
         if args.positions is not None:
             raise ValueError("positions: applies to dumps only")
         q, p = load_pairs(source)
-        res = audit(q, p, **kw)
+        res = audit(q, p, progress=not args.no_progress, **kw)
     if args.figure is not None:
         from .figures.style import save_figure
 
