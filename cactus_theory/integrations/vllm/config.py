@@ -18,6 +18,7 @@ law is then :math:`h_{alg}`). Refused, each with one line saying why:
 * rules with their own acceptance and recovery (``DecisionPlan``: TAS, fuzzy SD);
 * rules whose h is not a distribution (top-k's indicator target): the kernels take logits and
   normalize them, which would change :math:`\min(1, h_n/p_n)`;
+* a knob the engine sets per request (:data:`REQUEST_KNOBS`: SCD's ``scd_temperature``);
 * greedy drafting (``draft_sample_method != "probabilistic"``: p would be one-hot) and the
   non-standard verifiers (``rejection_sample_method`` "synthetic", "block", "fly").
 
@@ -46,6 +47,7 @@ __all__ = [
     "config_from_vllm",
     "check_rule_supported",
     "check_speculative_config",
+    "REQUEST_KNOBS",
 ]
 
 ENV_VAR = "CACTUS_THEORY_VLLM"
@@ -53,6 +55,11 @@ ENV_VAR = "CACTUS_THEORY_VLLM"
 
 CONFIG_KEY = "cactus_theory"
 """Key of the plugin's section in vLLM's ``additional_config``."""
+
+REQUEST_KNOBS = {"scd": ("scd_temperature", "temperature")}
+"""Rule name -> (knob, request field): knobs the engine sets from each request (SCD's
+contrastive temperature is the request's, as the arXiv 2607.08690 overlay sets it); configuring
+one is refused."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,13 @@ def parse_config(raw: Any) -> PluginConfig | None:
         raise ValueError(f"{CONFIG_KEY}: the key 'rule' is missing (a name from `cactus-theory rules`)")
     knobs = {k: v for k, v in raw.items() if k != "rule"}
     rule = get_rule(raw["rule"], **knobs)
+    spec = rule.spec.alias_of or rule.spec
+    tied = REQUEST_KNOBS.get(spec.name)
+    if tied is not None and tied[0] in knobs:
+        raise ValueError(
+            f"{tied[0]}: set from each request's {tied[1]} in the engine (rule {rule.name!r}); "
+            "leave it out of the configuration"
+        )
     check_rule_supported(rule)
     return PluginConfig(rule.name, dict(knobs), rule)
 

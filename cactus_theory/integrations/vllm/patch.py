@@ -15,7 +15,11 @@ them would silently change nothing under the other, so :func:`install` patches b
   the active one while it runs;
 * the module-level ``rejection_sample`` name in each module is replaced by a wrapper that, when
   a rule is active, replaces the non-greedy, non-bonus target rows by :math:`\log h^{(n)}`
-  (:mod:`.rows`) and calls the original kernel. Without a configured rule nothing changes.
+  (:mod:`.rows`) and calls the original kernel. Without a configured rule, or with a rule at
+  its SpS knobs, nothing changes;
+* a rule that reads the raw rows gets them: each verify wrapper keeps a thunk giving the raw
+  verifier logits of the call (MRV1 ``logits[metadata.target_logits_indices]``, MRV2 the
+  ``logits`` before ``apply_sampling_params``), evaluated only for such a rule.
 
 :func:`install` first checks the vLLM version against :data:`SUPPORTED_VLLM` and the
 signatures it wraps against :data:`_EXPECTED_SIGNATURES`; a mismatch raises RuntimeError
@@ -104,6 +108,7 @@ _EXPECTED_SIGNATURES = {
 """Leading positional parameters of every wrapped callable, as vLLM 0.32/0.33 name them."""
 
 _ACTIVE = contextvars.ContextVar("cactus_theory_vllm_rule", default=None)
+_RAW = contextvars.ContextVar("cactus_theory_vllm_raw_logits", default=None)
 _ORIGINALS: dict = {}
 
 
@@ -179,20 +184,52 @@ def _wrap_init(orig):
     return __init__
 
 
-def _wrap_verify(orig):
-    @functools.wraps(orig)
-    def verify(self, *args, **kwargs):
-        token = _ACTIVE.set(getattr(self, "cactus_theory_rule", None))
-        try:
-            return orig(self, *args, **kwargs)
-        finally:
-            _ACTIVE.reset(token)
+def _wrap_verify(raw_of):
+    """Wrap a verify method: the instance's rule is active while it runs, and the raw verifier
+    logits (``raw_of(args, kwargs)``: a thunk giving them, rows as the kernel's) are kept for
+    the rules that read raw rows."""
 
-    return verify
+    def wrap(orig):
+        @functools.wraps(orig)
+        def verify(self, *args, **kwargs):
+            token = _ACTIVE.set(getattr(self, "cactus_theory_rule", None))
+            raw_token = _RAW.set(raw_of(args, kwargs))
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                _RAW.reset(raw_token)
+                _ACTIVE.reset(token)
+
+        return verify
+
+    return wrap
+
+
+def _mrv1_raw(args, kwargs):
+    """MRV1 ``forward(metadata, draft_probs, logits, sampling_metadata)``: the raw rows are
+    ``logits[metadata.target_logits_indices]`` (``forward`` only indexes ``logits``, a copy)."""
+    metadata = args[0] if args else kwargs["metadata"]
+    logits = args[2] if len(args) > 2 else kwargs["logits"]
+    return lambda: logits[metadata.target_logits_indices]
+
+
+def _mrv2_raw(args, kwargs):
+    """MRV2 ``_verify(logits, ...)``: ``logits`` themselves (``apply_sampling_params`` copies
+    them before processing)."""
+    logits = args[0] if args else kwargs["logits"]
+    return lambda: logits
+
+
+def _raw_logits(rule):
+    """The raw verifier logits of the running verify call, for a rule that reads raw rows."""
+    from .rows import needs_raw
+
+    thunk = _RAW.get()
+    return thunk() if thunk is not None and needs_raw(rule) else None
 
 
 def _wrap_mrv1_sample(orig):
-    from .rows import mrv1_substitute
+    from .rows import is_sps, mrv1_substitute
 
     @functools.wraps(orig)
     def rejection_sample(
@@ -208,7 +245,12 @@ def _wrap_mrv1_sample(orig):
         **kwargs,
     ):
         rule = _ACTIVE.get()
-        if rule is not None and not sampling_metadata.all_greedy and target_logits.shape[0] > 0:
+        if (
+            rule is not None
+            and not sampling_metadata.all_greedy
+            and target_logits.shape[0] > 0
+            and not is_sps(rule)
+        ):
             draft_probs, target_logits = mrv1_substitute(
                 rule,
                 draft_token_ids,
@@ -217,6 +259,7 @@ def _wrap_mrv1_sample(orig):
                 target_logits,
                 sampling_metadata,
                 cu_num_draft_tokens,
+                _raw_logits(rule),
             )
         return orig(
             draft_token_ids,
@@ -235,7 +278,7 @@ def _wrap_mrv1_sample(orig):
 
 
 def _wrap_mrv2_sample(orig):
-    from .rows import mrv2_substitute
+    from .rows import is_sps, mrv2_substitute
 
     @functools.wraps(orig)
     def rejection_sample(
@@ -254,7 +297,7 @@ def _wrap_mrv2_sample(orig):
         **kwargs,
     ):
         rule = _ACTIVE.get()
-        if rule is not None:
+        if rule is not None and not is_sps(rule):
             target_logits = mrv2_substitute(
                 rule,
                 target_logits,
@@ -264,6 +307,7 @@ def _wrap_mrv2_sample(orig):
                 expanded_idx_mapping,
                 expanded_local_pos,
                 temperature,
+                _raw_logits(rule),
             )
         return orig(
             target_logits,
@@ -287,10 +331,10 @@ def _wrap_mrv2_sample(orig):
 _PATCHES = (
     (MRV1_MODULE, "rejection_sample", _wrap_mrv1_sample),
     (MRV1_MODULE, "RejectionSampler.__init__", _wrap_init),
-    (MRV1_MODULE, "RejectionSampler.forward", _wrap_verify),
+    (MRV1_MODULE, "RejectionSampler.forward", _wrap_verify(_mrv1_raw)),
     (MRV2_MODULE, "rejection_sample", _wrap_mrv2_sample),
     (MRV2_MODULE, "RejectionSampler.__init__", _wrap_init),
-    (MRV2_MODULE, "RejectionSampler._verify", _wrap_verify),
+    (MRV2_MODULE, "RejectionSampler._verify", _wrap_verify(_mrv2_raw)),
 )
 
 

@@ -15,6 +15,30 @@ The computation is float32 on the input's device, through the rule's array-API `
 (:mod:`cactus_theory.rules.plans`): the formulas are the ones the exact analysis uses. No
 boolean indexing: every row is computed and ``torch.where`` keeps the untouched ones.
 
+**Raw rows.** Rules that decide on the raw rows (``RuleSpec.needs_raw``: the cascades' deferral
+tests, SCD's contrastive score) receive them: the verifier's raw row is the model's logits
+before penalties, temperature and top-k/top-p (both runners keep them: MRV1's
+``logits[target_logits_indices]``, MRV2's ``logits`` before ``apply_sampling_params``, which
+copies); the drafter's raw row is MRV2's raw draft logits, and in MRV1, whose drafter
+(``compute_probs_and_sample_next_token`` in vLLM 0.32-0.33) divides its logits by the request
+temperature T and truncates nothing, :math:`\tilde p = \mathrm{softmax}(T \log p)` (exact up to
+float32 underflow of p below ~1e-45).
+
+**Knobs tied to the request.** SCD's ``scd_temperature`` is the request's temperature (as the
+arXiv 2607.08690 overlay sets it): rows are grouped by temperature and each group gets the rule
+with that knob (:data:`REQUEST_KNOBS`).
+
+**Declared shortcuts** (apart from the maths, each checked against the plan path by the tests
+and timed against it by ``scripts/vllm_overhead.py``):
+
+* a rule configured at its SpS knobs (``RuleSpec.sps_knobs``: h = q) is not substituted at all
+  (:func:`is_sps`; the wrappers call vLLM's kernel directly);
+* a :class:`~cactus_theory.rules.registry.SpikeRule` (Cactus) needs :math:`\gamma` at the
+  drafted token only: with :math:`\ell` the logits, :math:`L = \mathrm{logsumexp}(\ell)`,
+  :math:`q_n = e^{\ell_n - L}`, the row :math:`\log h^{(n)}` up to a constant is
+  :math:`\ell + \log c_n` off n and :math:`\log\gamma_n + L` at n
+  (:math:`c_n = (1-\gamma_n)/(1-q_n)`, Theorem 2), one read and one write of the row.
+
 Symbols: q verifier (``target_logits`` softmaxed), p drafter (``draft_probs``), n drafted token
 (``draft_token_ids``), h target. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 2-3.
 """
@@ -23,42 +47,138 @@ from __future__ import annotations
 
 from ..._extras import require
 from ...rules import Rule
-from ...rules.plans import SpikePlan, TargetPlan, gather, spike_target_at
+from ...rules.plans import SpikePlan, TargetPlan
+from ...rules.registry import SpikeRule
+from ...solvers.spike import spike_scale
+from .config import REQUEST_KNOBS
 
 torch = require("torch", "cactus_theory.integrations.vllm", extra="vllm")
 
-__all__ = ["target_rows", "substitute_target_logits", "mrv1_substitute", "mrv2_substitute"]
+__all__ = [
+    "is_sps",
+    "needs_raw",
+    "raw_draft_from_tempered",
+    "target_rows",
+    "substitute_target_logits",
+    "mrv1_substitute",
+    "mrv2_substitute",
+]
+
+
+def _spec(rule):
+    spec = getattr(rule, "spec", None)
+    return spec.alias_of if spec is not None and spec.alias_of is not None else spec
+
+
+def is_sps(rule: Rule) -> bool:
+    """True when the rule is configured at its SpS knobs (``RuleSpec.sps_knobs``): h = q."""
+    spec = _spec(rule)
+    if spec is None or spec.sps_knobs is None:
+        return False
+    knobs = getattr(rule, "knobs", {})
+    return all(knobs.get(k) == v for k, v in spec.sps_knobs.items())
+
+
+def needs_raw(rule: Rule) -> bool:
+    """True when the rule reads the raw rows (``RuleSpec.needs_raw``)."""
+    spec = _spec(rule)
+    return bool(spec is not None and spec.needs_raw)
+
+
+def _request_knob(rule: Rule):
+    spec = _spec(rule)
+    return REQUEST_KNOBS.get(spec.name) if spec is not None else None
+
+
+def raw_draft_from_tempered(draft_probs, temperature):
+    r"""The drafter's raw row :math:`\tilde p = \mathrm{softmax}(T \log p)` from its tempered row.
+
+    Parameters
+    ----------
+    draft_probs : Tensor, shape (num_rows, V)
+        :math:`p = \mathrm{softmax}(z / T)` (MRV1's drafter: temperature only, no truncation).
+    temperature : Tensor, shape (num_rows,)
+        Each row's request temperature T (rows with T = 0 get T = 1; they are greedy rows).
+    """
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).to(torch.float32)
+    return torch.softmax(t[:, None] * torch.log(draft_probs.to(torch.float32)), dim=-1)
+
+
+def _with_knob(rule: Rule, knob: str, value: float) -> Rule:
+    spec = _spec(rule)
+    knobs = dict(rule.knobs)
+    knobs[knob] = value
+    return spec.make(**knobs)
 
 
 def target_rows(
-    rule: Rule, target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_token_ids: torch.Tensor
+    rule: Rule,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    *,
+    raw_target_probs: torch.Tensor | None = None,
+    raw_draft_probs: torch.Tensor | None = None,
+    temperature: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    r"""The per-draft target :math:`h^{(n)}` of each row, float32, shape ``[num_rows, V]``.
+    r"""The per-draft target :math:`h^{(n)}` of each row through the rule's plan, float32, [num_rows, V].
 
     Parameters
     ----------
     rule : Rule
         A rule whose plan is a ``TargetPlan`` or ``SpikePlan``.
     target_probs, draft_probs : Tensor, shape (num_rows, V)
-        Processed verifier q and drafter p (rows renormalized here in float32).
+        Processed verifier q and drafter p, as vLLM's kernel reads them.
     draft_token_ids : Tensor, shape (num_rows,)
         The drafted token n of each row (must lie in [0, V)).
+    raw_target_probs, raw_draft_probs : Tensor, shape (num_rows, V), optional
+        Raw rows, passed to the plan of a rule that reads them.
+    temperature : Tensor, shape (num_rows,), optional
+        Each row's request temperature: sets the rule's request-tied knob
+        (:data:`REQUEST_KNOBS`); rows are grouped by value (one host read of the distinct
+        values). Required for such a rule.
     """
     q = target_probs.to(torch.float32)
     p = draft_probs.to(torch.float32)
-    q = q / q.sum(-1, keepdim=True)
-    p = p / p.sum(-1, keepdim=True)
     ids = draft_token_ids.to(torch.int64)
-    if hasattr(rule, "spike"):
-        # Cactus with a fixed delta: gamma is an elementwise function of q_n, so evaluate it at
-        # the drafted token only (Theorem 2's h^(n) without gamma for all V tokens).
-        return spike_target_at(q, ids, rule.spike(gather(q, ids)))
-    plan = rule.plan(q, p)
+    raw = {}
+    if needs_raw(rule):
+        raw = {"raw_target_probs": raw_target_probs, "raw_draft_probs": raw_draft_probs}
+    tied = _request_knob(rule)
+    if tied is None:
+        return _plan_rows(rule, q, p, ids, raw)
+    if temperature is None:
+        raise ValueError(f"temperature: rule {rule.name!r} sets {tied[0]} from each request's temperature")
+    out = torch.empty_like(q)
+    t = temperature.to(torch.float32)
+    for value in torch.unique(t).tolist():
+        sel = torch.nonzero(t == value)[:, 0]
+        r = _with_knob(rule, tied[0], value if value > 0 else 1.0)  # T = 0: greedy rows (kept as q)
+        sub = {k: v if v is None else v[sel] for k, v in raw.items()}
+        out[sel] = _plan_rows(r, q[sel], p[sel], ids[sel], sub)
+    return out
+
+
+def _plan_rows(rule, q, p, ids, raw):
+    """h^(n) of each row through the rule's plan (``raw``: the raw-row keywords, or empty)."""
+    plan = rule.plan(q, p, **raw)
     if isinstance(plan, SpikePlan):
         return plan.target_at(ids)
     if isinstance(plan, TargetPlan):
         return plan.target
     raise ValueError(f"rule: {rule.name!r} gives a {type(plan).__name__}, not a per-draft target")
+
+
+def _spike_logits(rule: SpikeRule, logits, ids, valid):
+    r"""``log h^(n)`` (up to a row constant) of a spike rule from gamma at n alone (module docstring)."""
+    lse = torch.logsumexp(logits, dim=-1)
+    z_n = logits.gather(1, ids[:, None])[:, 0]
+    q_n = torch.exp(z_n - lse).clamp(max=1.0)
+    gamma = rule.spike_at_tokens(q_n).to(torch.float32)
+    shift = torch.where(valid, torch.log(spike_scale(q_n, gamma)), torch.zeros_like(q_n))
+    out = logits + shift[:, None]
+    at_n = torch.where(valid, torch.log(gamma) + lse, z_n)
+    return out.scatter_(1, ids[:, None], at_n[:, None])
 
 
 def substitute_target_logits(
@@ -67,6 +187,11 @@ def substitute_target_logits(
     draft_probs: torch.Tensor,
     draft_token_ids: torch.Tensor,
     rows: torch.Tensor,
+    *,
+    raw_target_logits: torch.Tensor | None = None,
+    raw_draft_probs: torch.Tensor | None = None,
+    temperature: torch.Tensor | None = None,
+    shortcuts: bool = True,
 ) -> torch.Tensor:
     """``log h`` on the rows where ``rows`` is True, ``target_logits`` elsewhere (a new tensor).
 
@@ -82,15 +207,46 @@ def substitute_target_logits(
         Drafted token of each row; rows with a negative id (vLLM's placeholder) are left unchanged.
     rows : Tensor of bool, shape (num_rows,)
         Rows to substitute (non-greedy, non-bonus).
+    raw_target_logits, raw_draft_probs : Tensor, shape (num_rows, V), optional
+        Raw verifier logits and raw drafter row, for a rule that reads raw rows (ValueError
+        when such a rule gets none).
+    temperature : Tensor, shape (num_rows,), optional
+        Each row's request temperature (for a rule with a request-tied knob).
+    shortcuts : bool
+        Use the declared shortcuts (module docstring); False computes every rule through its
+        plan (the reference the shortcuts are tested and timed against).
     """
     logits = target_logits.to(torch.float32)
     if logits.shape[0] == 0:
         return logits.clone()
     valid = rows & (draft_token_ids >= 0)
     ids = draft_token_ids.to(torch.int64).clamp(min=0)
+    if shortcuts and is_sps(rule):
+        return logits.clone()
+    if shortcuts and isinstance(rule, SpikeRule) and _request_knob(rule) is None:
+        return _spike_logits(rule, logits, ids, valid)
+    raw = {}
+    if needs_raw(rule):
+        if raw_target_logits is None or raw_draft_probs is None:
+            raise ValueError(f"raw_target_logits: rule {rule.name!r} reads the raw rows; none were given")
+        raw = {
+            "raw_target_probs": torch.softmax(raw_target_logits.to(torch.float32), dim=-1),
+            "raw_draft_probs": raw_draft_probs.to(torch.float32),
+        }
     q = torch.softmax(logits, dim=-1)
-    h = target_rows(rule, q, draft_probs, ids)
+    h = target_rows(rule, q, draft_probs, ids, temperature=temperature, **raw)
     return torch.where(valid[:, None], torch.log(h), logits)
+
+
+def _rows_of_requests(values, num_rows, num_draft_tokens, cu_num_draft_tokens, device):
+    """Per-request ``values`` [B] expanded to the flat rows (request i owns num_draft_tokens[i])."""
+    if cu_num_draft_tokens is not None:
+        ends = cu_num_draft_tokens.to(device=device, dtype=torch.int64)
+        row_ids = torch.arange(num_rows, device=device, dtype=torch.int64)
+        req = torch.searchsorted(ends, row_ids, right=True).clamp(max=ends.shape[0] - 1)
+        return values[req]
+    counts = torch.as_tensor(list(num_draft_tokens), device=device)
+    return torch.repeat_interleave(values, counts, output_size=num_rows)
 
 
 def mrv1_substitute(
@@ -101,6 +257,9 @@ def mrv1_substitute(
     target_logits,
     sampling_metadata,
     cu_num_draft_tokens=None,
+    raw_target_logits=None,
+    *,
+    shortcuts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """New ``(draft_probs, target_logits)`` for MRV1's module-level ``rejection_sample``.
 
@@ -112,6 +271,8 @@ def mrv1_substitute(
     ending at ``cu_num_draft_tokens[i]``), when given, maps rows to requests on the device
     (row j belongs to the first request whose end exceeds j); without it the Python list
     ``num_draft_tokens`` is copied to the device (a blocking host-to-device copy).
+    ``raw_target_logits`` (``logits[target_logits_indices]`` of ``RejectionSampler.forward``)
+    are the verifier's raw rows; the drafter's raw rows are :func:`raw_draft_from_tempered`.
     """
     num_rows, vocab = target_logits.shape
     device = target_logits.device
@@ -119,19 +280,36 @@ def mrv1_substitute(
         draft_probs = torch.nn.functional.one_hot(draft_token_ids.to(torch.int64).clamp(min=0), vocab).to(
             torch.float32
         )
+    if shortcuts and is_sps(rule):
+        return draft_probs, target_logits
+    temps = sampling_metadata.temperature
+    row_temp = None
+    if temps is not None and (needs_raw(rule) or _request_knob(rule) is not None):
+        row_temp = _rows_of_requests(
+            temps.to(device=device, dtype=torch.float32),
+            num_rows,
+            num_draft_tokens,
+            cu_num_draft_tokens,
+            device,
+        )
     if sampling_metadata.all_random:
         rows = torch.ones(num_rows, dtype=torch.bool, device=device)
     else:
-        random_req = sampling_metadata.temperature != 0
-        if cu_num_draft_tokens is not None:
-            ends = cu_num_draft_tokens.to(device=device, dtype=torch.int64)
-            row_ids = torch.arange(num_rows, device=device, dtype=torch.int64)
-            req = torch.searchsorted(ends, row_ids, right=True).clamp(max=ends.shape[0] - 1)
-            rows = random_req[req]
-        else:
-            counts = torch.as_tensor(list(num_draft_tokens), device=device)
-            rows = torch.repeat_interleave(random_req, counts, output_size=num_rows)
-    new_logits = substitute_target_logits(rule, target_logits, draft_probs, draft_token_ids, rows)
+        rows = _rows_of_requests(temps != 0, num_rows, num_draft_tokens, cu_num_draft_tokens, device)
+    raw_draft = None
+    if needs_raw(rule) and row_temp is not None:
+        raw_draft = raw_draft_from_tempered(draft_probs, row_temp)
+    new_logits = substitute_target_logits(
+        rule,
+        target_logits,
+        draft_probs,
+        draft_token_ids,
+        rows,
+        raw_target_logits=raw_target_logits,
+        raw_draft_probs=raw_draft,
+        temperature=row_temp,
+        shortcuts=shortcuts,
+    )
     return draft_probs.contiguous(), new_logits.contiguous()
 
 
@@ -144,6 +322,9 @@ def mrv2_substitute(
     expanded_idx_mapping,
     expanded_local_pos,
     temperature,
+    raw_target_logits=None,
+    *,
+    shortcuts: bool = True,
 ) -> torch.Tensor:
     """New ``target_logits`` for MRV2's ``rejection_sample`` (``rejection_sampler_utils.py``).
 
@@ -152,10 +333,12 @@ def mrv2_substitute(
     logits of row j are ``draft_logits[expanded_idx_mapping[j], expanded_local_pos[j]]``,
     divided by the request's temperature (``temperature[expanded_idx_mapping[j]]``) as the
     kernel does; temperature 0 means greedy. ``draft_logits`` None means one-hot drafts.
+    ``raw_target_logits`` (the ``logits`` ``RejectionSampler._verify`` received, same rows)
+    are the verifier's raw rows; the drafter's raw rows are ``softmax(draft_logits)``.
     """
     num_rows, vocab = target_logits.shape
     device = target_logits.device
-    if num_rows == 0:
+    if num_rows == 0 or (shortcuts and is_sps(rule)):
         return target_logits
     is_bonus = torch.zeros(num_rows, dtype=torch.bool, device=device)
     # (index_fill_ takes the value as a scalar: no host tensor to copy to the device)
@@ -165,11 +348,25 @@ def mrv2_substitute(
     state = expanded_idx_mapping.to(torch.int64)
     temp = temperature.to(torch.float32)[state]
     rows = (~is_bonus) & (temp != 0)
+    raw_draft = None
     if draft_logits is None:
         p = torch.nn.functional.one_hot(next_tok.clamp(min=0), vocab).to(torch.float32)
+        raw_draft = p
     else:
         local = expanded_local_pos.to(torch.int64).clamp(max=draft_logits.shape[1] - 1)
         raw = draft_logits[state, local, :vocab].to(torch.float32)
         safe_t = torch.where(temp != 0, temp, torch.ones_like(temp))
         p = torch.softmax(raw / safe_t[:, None], dim=-1)
-    return substitute_target_logits(rule, target_logits, p, next_tok, rows).contiguous()
+        if needs_raw(rule):
+            raw_draft = torch.softmax(raw, dim=-1)
+    return substitute_target_logits(
+        rule,
+        target_logits,
+        p,
+        next_tok,
+        rows,
+        raw_target_logits=raw_target_logits,
+        raw_draft_probs=raw_draft,
+        temperature=temp,
+        shortcuts=shortcuts,
+    ).contiguous()
