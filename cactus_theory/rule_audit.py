@@ -1022,7 +1022,7 @@ def _load(source):
 
 def add_arguments(p):
     """Arguments of ``cactus-theory audit``."""
-    from ._cli import add_output
+    from ._cli import add_output, add_per_file
 
     p.add_argument(
         "--input",
@@ -1063,6 +1063,7 @@ def add_arguments(p):
     )
     p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf or .png)")
     p.add_argument("--markdown", action="store_true", help="print Markdown (also when --output ends in .md)")
+    add_per_file(p)
     add_output(p, csv_flag=True)
 
 
@@ -1089,7 +1090,45 @@ def run(args) -> int:
     if rules is not None and not rules:
         raise ValueError("rules: empty list")
     kw = dict(eps=args.eps, rules=rules, per=args.per, divergence=args.divergence, draft_lengths=ms)
-    source = args.input
+    if args.per_file:
+        if not Path(args.input).is_dir():
+            raise ValueError("per-file: applies to --input FOLDER (each of its files audited apart)")
+        if args.figure is not None:
+            raise ValueError("figure: one figure per audit; without --per-file, give one file")
+        from .rows import shard_files
+
+        results = [(f.name, _audit_input(str(f), args, dict(kw))) for f in shard_files(args.input)]
+    else:
+        results = [(None, _audit_input(args.input, args, kw))]
+    if args.figure is not None:
+        from .figures.style import save_figure
+
+        stem = Path(args.figure)
+        save_figure(results[0][1].figure(), stem.with_suffix(""), (stem.suffix.lower()[1:],))
+    suffix = os.path.splitext(args.output or "")[1].lower()
+    if args.json or suffix == ".json":
+        data = (
+            results[0][1].to_dict()
+            if not args.per_file
+            else {"files": [{"file": name, **res.to_dict()} for name, res in results]}
+        )
+        _write(args, json.dumps(json_ready(data), indent=2, allow_nan=False))
+        return 0
+    if args.csv or suffix == ".csv":
+        fmt = lambda res: format_table(res.to_table(), "csv")  # noqa: E731
+        head = "# {}\n"
+    elif args.markdown or suffix in (".md", ".markdown"):
+        fmt, head = (lambda res: res.to_markdown()), "### {}\n\n"
+    else:
+        fmt, head = (lambda res: res.to_text()), "== {} ==\n"
+    _write(args, "\n\n".join((head.format(name) if name else "") + fmt(res) for name, res in results))
+    return 0
+
+
+def _audit_input(source, args, kw):
+    """The audit of one ``--input`` (a dump, a file of (q, p) rows, or a folder of shards)."""
+    from pathlib import Path
+
     from .inputs import load_pairs, shipped_pair_names
 
     is_dump = str(source) in shipped_pair_names() or (
@@ -1100,37 +1139,21 @@ def run(args) -> int:
             if value:
                 raise ValueError(f"{flag}: applies to dumps, not to a folder of shards")
         kw.pop("draft_lengths")
-        res = audit(source, max_memory=args.max_memory, progress=not args.no_progress, **kw)
-    elif is_dump:
-        res = audit(
+        return audit(source, max_memory=args.max_memory, progress=not args.no_progress, **kw)
+    if is_dump:
+        return audit(
             source,
             rows="raw" if args.raw else "processed",
             max_positions=args.positions,
             progress=not args.no_progress,
             **kw,
         )
-    else:
-        if args.raw:
-            raise ValueError("raw: needs a dump (its raw rows); --input holds (q, p) rows only")
-        if args.positions is not None:
-            raise ValueError("positions: applies to dumps only")
-        q, p = load_pairs(source)
-        res = audit(q, p, progress=not args.no_progress, **kw)
-    if args.figure is not None:
-        from .figures.style import save_figure
-
-        stem = Path(args.figure)
-        save_figure(res.figure(), stem.with_suffix(""), (stem.suffix.lower()[1:],))
-    suffix = os.path.splitext(args.output or "")[1].lower()
-    if args.json or suffix == ".json":
-        _write(args, json.dumps(json_ready(res.to_dict()), indent=2, allow_nan=False))
-    elif args.csv or suffix == ".csv":
-        _write(args, format_table(res.to_table(), "csv"))
-    elif args.markdown or suffix in (".md", ".markdown"):
-        _write(args, res.to_markdown())
-    else:
-        _write(args, res.to_text())
-    return 0
+    if args.raw:
+        raise ValueError("raw: needs a dump (its raw rows); --input holds (q, p) rows only")
+    if args.positions is not None:
+        raise ValueError("positions: applies to dumps only")
+    q, p = load_pairs(source)
+    return audit(q, p, progress=not args.no_progress, **kw)
 
 
 def _is_dump(path) -> bool:
