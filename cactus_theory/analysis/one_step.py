@@ -48,7 +48,7 @@ from .._validation import as_prob_pair, as_probs, choice
 from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
 from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
-from ..rules.plans import ratio_acceptance, residual_distribution
+from ..rules.plans import one_hot, ratio_acceptance, residual_distribution
 from ..solvers.spike import spike_scale_unchecked
 from .rejected_mixture import mixture_row
 
@@ -61,10 +61,15 @@ __all__ = [
     "per_draft_divergence",
     "analyze",
     "DEFAULT_DIVERGENCES",
+    "DRAFTING",
+    "drafting_distribution",
 ]
 
 DEFAULT_DIVERGENCES = ("kl", "reverse_kl", "tv")
 EMIT_METHODS = ("fast", "dense")
+
+#: Drafting policies of one drafted token (:func:`drafting_distribution`).
+DRAFTING = ("sample", "argmax", "top_k")
 
 
 def _overflow_is_inf(fn):
@@ -129,8 +134,77 @@ def _as_pair(target_probs, draft_probs):
     return q, p
 
 
+def drafting_distribution(draft_probs, drafting: str = "sample", draft_top_k=None):
+    r"""The law the drafted token is drawn from under a drafting policy (array-agnostic).
+
+    ``"sample"``: p itself (the default everywhere). ``"argmax"``: the point mass at the
+    drafter's most likely token, the lowest id among ties (``numpy.argmax``,
+    ``torch.argmax``); vLLM's ``draft_sample_method="greedy"``, EAGLE's chains.
+    ``"top_k"``: p restricted to its ``draft_top_k`` most likely tokens (exactly k, ties to
+    the lower id, as :func:`cactus_theory.drafts.top_k_tokens`) and renormalized;
+    ``draft_top_k = 1`` is ``"argmax"``.
+
+    A verifier that keeps the engine's semantics verifies the drafted token against the law
+    it was drawn from: the analysis gives the rule this law as its drafter row p.
+
+    Parameters
+    ----------
+    draft_probs : array, shape (..., V)
+        The drafter's rows p (numpy or torch; rows sum to 1).
+    drafting : {"sample", "argmax", "top_k"}
+    draft_top_k : int, optional
+        k >= 1 for ``"top_k"`` (values above V use V); not used otherwise.
+
+    Returns
+    -------
+    array, shape (..., V)
+        Rows summing to 1, the dtype and namespace of ``draft_probs``.
+
+    Symbols: p drafter (``draft_probs``), n drafted token.
+    """
+    choice(drafting, DRAFTING, "drafting")
+    if drafting == "sample":
+        return draft_probs
+    xp = array_namespace(draft_probs)
+    p = draft_probs
+    V = p.shape[-1]
+    if drafting == "argmax":
+        k = 1
+    else:
+        if draft_top_k is None or isinstance(draft_top_k, bool):
+            raise ValueError(
+                f"draft_top_k: an integer k >= 1 is required with drafting='top_k', got {draft_top_k!r}"
+            )
+        try:
+            k = int(draft_top_k)
+        except (TypeError, ValueError):
+            raise ValueError(f"draft_top_k: must be an integer k >= 1, got {draft_top_k!r}") from None
+        if k != draft_top_k or k < 1:
+            raise ValueError(f"draft_top_k: must be an integer k >= 1, got {draft_top_k!r}")
+        k = min(k, V)
+    if k == 1:
+        return one_hot(xp.argmax(p, axis=-1), V, p)
+    kth = xp.sort(p, axis=-1)[..., V - k : V - k + 1]
+    above = p > kth
+    ties = p == kth
+    room = k - xp.sum(xp.astype(above, xp.int64), axis=-1, keepdims=True)
+    tie_rank = xp.cumulative_sum(xp.astype(ties, xp.int64), axis=-1)
+    keep = above | (ties & (tie_rank <= room))
+    kept = xp.where(keep, p, xp.zeros_like(p))
+    return kept / xp.sum(kept, axis=-1, keepdims=True)
+
+
 @_overflow_is_inf
-def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
+def make_plan(
+    rule,
+    target_probs,
+    draft_probs,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    drafting: str = "sample",
+    draft_top_k=None,
+):
     """Validate the inputs (float64, rows renormalized) and build the rule's plan.
 
     Parameters
@@ -142,6 +216,12 @@ def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_dra
     raw_target_probs, raw_draft_probs : array_like, shape (..., V), optional
         Raw (temperature-1) distributions for rules that decide on them; default: the
         processed ones.
+    drafting : {"sample", "argmax", "top_k"}
+        How the drafted token is drawn (:func:`drafting_distribution`): the rule is given
+        that law as its drafter row. A rule that reads the raw drafter row still reads the
+        drafter's own (``raw_draft_probs``, default the processed p before the policy).
+    draft_top_k : int, optional
+        k for ``drafting="top_k"``.
     """
     rule = get_rule(rule)
     q, p = _as_pair(target_probs, draft_probs)
@@ -151,11 +231,22 @@ def make_plan(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_dra
     for name, arr in (("raw_target_probs", raw_q), ("raw_draft_probs", raw_p)):
         if tuple(arr.shape) != tuple(q.shape):
             raise ValueError(f"{name}: shape {tuple(arr.shape)} does not match target_probs' {q.shape}")
+    p = drafting_distribution(p, drafting, draft_top_k)
     return rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
 
 
-def _as_plan(plan_or_rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs):
+def _as_plan(
+    plan_or_rule,
+    target_probs,
+    draft_probs,
+    raw_target_probs,
+    raw_draft_probs,
+    drafting="sample",
+    draft_top_k=None,
+):
     if isinstance(plan_or_rule, (TargetPlan, SpikePlan, DecisionPlan)):
+        if drafting != "sample":
+            raise ValueError("drafting: a plan has its drafter row already; give the rule and the rows")
         return plan_or_rule
     if target_probs is None or draft_probs is None:
         raise ValueError("target_probs: required together with draft_probs when a rule is given")
@@ -165,12 +256,21 @@ def _as_plan(plan_or_rule, target_probs, draft_probs, raw_target_probs, raw_draf
         draft_probs,
         raw_target_probs=raw_target_probs,
         raw_draft_probs=raw_draft_probs,
+        drafting=drafting,
+        draft_top_k=draft_top_k,
     )
 
 
 @_overflow_is_inf
 def acceptance_probabilities(
-    rule, target_probs=None, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None
+    rule,
+    target_probs=None,
+    draft_probs=None,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    drafting: str = "sample",
+    draft_top_k=None,
 ) -> np.ndarray:
     r"""Per-draft acceptance :math:`a_n` for every candidate drafted token n.
 
@@ -180,22 +280,38 @@ def acceptance_probabilities(
         What to analyse (a plan from :func:`make_plan` skips validation).
     target_probs, draft_probs : array_like, shape (..., V)
         Verifier q and drafter p.
+    drafting : {"sample", "argmax", "top_k"}
+        How the drafted token is drawn (:func:`drafting_distribution`; default: from p).
+    draft_top_k : int, optional
+        k for ``drafting="top_k"``.
 
     Returns
     -------
     ndarray, shape (..., V)
         :math:`a_n \in [0, 1]`; e.g. SpS gives :math:`\min(1, q_n/p_n)`.
     """
-    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs, drafting, draft_top_k)
     xp = array_namespace(plan.draft_probs)
     return xp.clip(plan.accept_probs(), 0.0, 1.0)
 
 
 @_overflow_is_inf
 def acceptance_rate(
-    rule, target_probs=None, draft_probs=None, *, raw_target_probs=None, raw_draft_probs=None
+    rule,
+    target_probs=None,
+    draft_probs=None,
+    *,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    drafting: str = "sample",
+    draft_top_k=None,
 ) -> np.ndarray:
     r"""Overall acceptance :math:`\alpha = \sum_n p_n a_n` of one drafted token.
+
+    With a drafting policy (``drafting``, ``draft_top_k``: see :func:`make_plan`) p is the
+    law the policy draws from: argmax drafting gives :math:`a_{\arg\max p}`, which is not
+    always the larger acceptance (q = (0, 1, 0), p = (0.51, 0.49, 0): 0 for the argmax
+    draft, 0.49 for sampling under SpS).
 
     Examples
     --------
@@ -203,7 +319,7 @@ def acceptance_rate(
     >>> round(float(acceptance_rate("sps", q, p)), 4)    # sum min(p, q)
     0.55
     """
-    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs, drafting, draft_top_k)
     xp = array_namespace(plan.draft_probs)
     return xp.sum(plan.draft_probs * xp.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
 
@@ -331,10 +447,24 @@ def _emitted_spike_fast(q, p, gamma):
     # corrections at j = n: remove u_n max(0, c_n q_n - p_n), add u_n max(0, gamma_n - p_n)
     mix = mix - u * own_c + u * own_g
     out = p * a + xp.clip(mix, 0.0, None)
+    if not isinstance(out, np.ndarray):
+        # torch: without reading the device, every row's correction (zero where no
+        # residual is empty)
+        return out + _empty_residual_terms(xp, empty, q, gamma, c, w)
     if bool(xp.any(empty)):
         # Convention 3 (empty residual -> normalize(h^(n))); unreachable in exact arithmetic.
         out = _add_empty_residual_rows(xp, out, empty, q, gamma, c, w)
     return out
+
+
+def _empty_residual_terms(xp, empty, q, gamma, c, w):
+    r""":func:`_add_empty_residual_rows`'s addition as one array expression (no host read):
+    :math:`\sum_n [\text{empty}_n]\, w_n h^{(n)}/|h^{(n)}|` with :math:`h^{(n)} = c_n q` off n,
+    :math:`h^{(n)}_n = \gamma_n`, :math:`|h^{(n)}| = c_n (\sum_j q_j - q_n) + \gamma_n`."""
+    zero = xp.zeros_like(q)
+    total = c * (xp.sum(q, axis=-1, keepdims=True) - q) + gamma
+    coef = xp.where(empty, w / xp.where(empty & (total > 0), total, xp.ones_like(q)), zero)
+    return q * xp.sum(coef * c, axis=-1, keepdims=True) + coef * (gamma - c * q)
 
 
 #: Rows at least this long take :func:`~cactus_theory.analysis.rejected_mixture.mixture_row`,
@@ -428,6 +558,8 @@ def emitted_distribution(
     raw_target_probs=None,
     raw_draft_probs=None,
     method: str = "fast",
+    drafting: str = "sample",
+    draft_top_k=None,
 ) -> np.ndarray:
     r"""The distribution of the emitted token, :math:`h_{alg}` (Theorem 3), exactly.
 
@@ -447,6 +579,10 @@ def emitted_distribution(
     method : {"fast", "dense"}
         ``"fast"``: O(V log V) per row (spike plans) or O(V) (target and decision plans).
         ``"dense"``: enumerate every draft's recovery (O(V^2)); for testing at small V.
+    drafting : {"sample", "argmax", "top_k"}
+        How the drafted token is drawn (:func:`drafting_distribution`; default: from p).
+    draft_top_k : int, optional
+        k for ``drafting="top_k"``.
 
     Returns
     -------
@@ -465,7 +601,7 @@ def emitted_distribution(
     Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 3.
     """
     choice(method, EMIT_METHODS, "method")
-    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    plan = _as_plan(rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs, drafting, draft_top_k)
     if method == "dense":
         if _is_torch(plan.draft_probs):
             raise ValueError("method: 'dense' (the O(V^2) test oracle) takes numpy inputs only")
@@ -547,6 +683,8 @@ def analyze(
     raw_target_probs=None,
     raw_draft_probs=None,
     divergences=DEFAULT_DIVERGENCES,
+    drafting: str = "sample",
+    draft_top_k=None,
 ) -> OneStepResult:
     """Acceptance, emitted distribution and its divergences from q in one call.
 
@@ -558,6 +696,10 @@ def analyze(
         Verifier q and drafter p.
     divergences : sequence of str
         Divergences ``D(h_alg || q)`` to report (default KL, reverse KL, TV).
+    drafting : {"sample", "argmax", "top_k"}
+        How the drafted token is drawn (:func:`drafting_distribution`; default: from p).
+    draft_top_k : int, optional
+        k for ``drafting="top_k"``.
 
     Returns
     -------
@@ -565,7 +707,13 @@ def analyze(
     """
     rule = get_rule(rule)
     plan = make_plan(
-        rule, target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
+        rule,
+        target_probs,
+        draft_probs,
+        raw_target_probs=raw_target_probs,
+        raw_draft_probs=raw_draft_probs,
+        drafting=drafting,
+        draft_top_k=draft_top_k,
     )
     a = acceptance_probabilities(plan)
     emitted = emitted_distribution(plan)

@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (registration side effect)
     cascades,
     fuzzy,
     interpolation,
+    lossy_sd,
     margin,
     mentored,
     multidraft,
@@ -19,6 +20,7 @@ from . import (  # noqa: F401  (registration side effect)
     rfsd,
     scd,
     sequence_budget,  # noqa: F401  (registration side effect)
+    sglang_threshold,
     sps,
     static_ensemble,
     tas,
