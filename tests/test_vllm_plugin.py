@@ -167,9 +167,9 @@ def test_package_imports_without_vllm():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.getcwd())
 
 
-def _exact_h(rule, q, p, n):
+def _exact_h(rule, q, p, n, **raw):
     """The per-draft target in float64 through the toolkit's own plan (the oracle)."""
-    plan = rule.plan(q, p)
+    plan = rule.plan(q, p, **raw)
     return plan.target_at(np.asarray(n)) if hasattr(plan, "target_at") else plan.target
 
 
@@ -493,3 +493,183 @@ def test_overhead_script_times_the_step_stock_and_with_a_rule(vllm_mods, tmp_pat
     assert "| sps |" in (tmp_path / "vllm_overhead_cpu.md").read_text()
     assert vpatch.is_installed()
     assert mod.main(["--quick", "--B", "0"]) == 2  # bad input: exit code 2
+
+
+# ------------------------------------------- rows against the exact analysis: T = 0.6, top-k/top-p
+
+SERVED_RULES = [n for n in rule_names() if n in SUPPORTED]
+RAW_RULES = [n for n in SERVED_RULES if get_rule(n).spec.needs_raw]
+
+
+def _softmax(z):
+    w = np.exp(z - z.max(-1, keepdims=True))
+    return w / w.sum(-1, keepdims=True)
+
+
+def _processed(z, T, top_k, top_p):
+    """vLLM's processed verifier row in float64 (``apply_sampling_constraints``): logits / T,
+    then top-k (keep logits >= the k-th largest), then top-p over the ascending sort (drop the
+    tokens whose cumulative probability is <= 1 - top_p, always keeping the largest)."""
+    z = z / T
+    order = np.argsort(z, kind="stable")
+    zs = z[order]
+    keep = zs >= zs[len(z) - top_k]
+    ps = np.where(keep, np.exp(zs - zs.max()), 0.0)
+    ps /= ps.sum()
+    keep &= ~(np.cumsum(ps) <= 1 - top_p)
+    keep[-1] = True
+    mask = np.zeros(len(z), dtype=bool)
+    mask[order[keep]] = True
+    return np.where(mask, _softmax(np.where(mask, z, -np.inf)), 0.0)
+
+
+def _engine_rows(mods, monkeypatch, rule_cfg, z_e, z_a, drafts, temps, top_k, top_p):
+    """The rows the patched MRV1 forward hands vLLM's kernel: (draft_probs, target_logits).
+
+    ``z_e`` [B*(k+1), V] raw verifier logits (request-major, the bonus row last), ``z_a``
+    [B*k, V] raw drafter logits; the drafter's rows are softmax(z_a / T) as vLLM's drafter
+    makes them. The kernel is replaced by a spy (the law of the kernel is tested above).
+    """
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+
+    seen = {}
+
+    def spy(draft_token_ids, num_draft_tokens, max_spec_len, cu, draft_probs, target_logits, *a, **kw):
+        seen["p"], seen["logits"] = draft_probs, target_logits
+        return torch.full((len(num_draft_tokens), max_spec_len + 1), -1, dtype=torch.int32)
+
+    monkeypatch.setattr(mods.r1, "rejection_sample", vpatch._wrap_mrv1_sample(spy))
+    monkeypatch.setenv(cfg.ENV_VAR, json.dumps(rule_cfg))
+    sampler = mods.r1.RejectionSampler(Sampler(), _spec(), torch.device("cpu"))
+    B, k = drafts.shape
+    md = SpecDecodeMetadata.make_dummy(drafts.tolist(), torch.device("cpu"))
+    idx = torch.arange(B * (k + 1), dtype=torch.int32).view(B, k + 1)
+    md.target_logits_indices = idx[:, :k].reshape(-1).contiguous()
+    md.bonus_logits_indices = idx[:, k].contiguous()
+    t = np.where(np.asarray(temps) > 0, temps, 1.0).repeat(k)[:, None]
+    p = torch.tensor(_softmax(z_a / t), dtype=torch.float32)
+    meta = _sampling_metadata(temps)
+    meta.top_k = torch.tensor(top_k, dtype=torch.int32)
+    meta.top_p = torch.tensor(top_p, dtype=torch.float32)
+    sampler(md, p, torch.tensor(z_e, dtype=torch.float32), meta)
+    return seen["p"], seen["logits"]
+
+
+def _engine_case(seed=0):
+    rng = np.random.default_rng(seed)
+    B, k, V = 5, 2, 12
+    temps = [0.6, 0.6, 1.0, 0.0, 0.6]  # request 3 is greedy
+    top_k = [5, V, 8, V, 7]
+    top_p = [0.9, 0.8, 1.0, 1.0, 0.95]
+    z_e = 2.0 * rng.standard_normal((B * (k + 1), V))
+    z_a = z_e[np.arange(B * (k + 1)) % (k + 1) != k] + 1.5 * rng.standard_normal((B * k, V))
+    drafts = rng.integers(0, V, size=(B, k))
+    return B, k, V, temps, top_k, top_p, z_e, z_a, drafts
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", SERVED_RULES)
+def test_engine_rows_match_the_exact_analysis_at_temperature_06_with_top_k_top_p(
+    vllm_mods, monkeypatch, name
+):
+    """Each served rule's row, as vLLM's kernel receives it, is the toolkit's float64 h^(n) on
+    the processed rows (temperature 0.6, top-k/top-p) and, for the rules that read them, the
+    raw rows (untempered, untruncated); SCD's temperature is the request's."""
+    knobs = _law_knobs(name)
+    B, k, V, temps, top_k, top_p, z_e, z_a, drafts = _engine_case()
+    p_seen, logits = _engine_rows(
+        vllm_mods, monkeypatch, {"rule": name, **knobs}, z_e, z_a, torch.tensor(drafts), temps, top_k, top_p
+    )
+    rows = np.arange(B * (k + 1)) % (k + 1) != k
+    for j in range(B * k):
+        i = j // k
+        T = temps[i]
+        z = z_e[rows][j]
+        if T == 0:  # greedy request: the verifier row is left as vLLM processed it (raw logits)
+            np.testing.assert_array_equal(logits[j].numpy(), z.astype(np.float32))
+            continue
+        q = _processed(z, T, top_k[i], top_p[i])
+        p = _softmax(z_a[j] / T)
+        rule = get_rule(name, **knobs, **({"scd_temperature": T} if name == "scd" else {}))
+        raw = {"raw_target_probs": _softmax(z), "raw_draft_probs": _softmax(z_a[j])}
+        h = _exact_h(rule, q, p, drafts[i, j % k], **raw)
+        got = torch.softmax(logits[j].double(), -1).numpy()
+        # float32 logits, softmax and log (and float32 roots) against float64: 1e-5 absolute on
+        # probabilities <= 1 is ~100 float32 ulps of 1
+        np.testing.assert_allclose(got, h, rtol=0, atol=1e-5, err_msg=f"row {j}")
+        np.testing.assert_allclose(p_seen[j].numpy(), p, rtol=0, atol=1e-6)  # p is untouched
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", RAW_RULES)
+def test_raw_rows_and_request_temperature_matter(vllm_mods, monkeypatch, name):
+    """At T = 0.6 with top-k/top-p each raw-row rule's engine rows (default knobs) are far, in
+    L1 on at least one row of the case above, from what the plugin computed before: the plan on
+    the processed rows alone (the cascades' deferral tests then read tempered, truncated rows)
+    and, for SCD, its knob's default temperature 1 instead of the request's. (For SCD on the
+    processed rows at the request's T the two agree: vLLM's drafter only tempers, and
+    (beta/T) log p~ = beta log p_T up to a constant.)"""
+    # cascade-diff at alpha 0.1: row 2's test max p~ - max q~ = -0.026 >= -0.1 picks p, the
+    # tempered rows' -0.219 picks q (at the default 0.5 both pick p on every row)
+    knobs = {"alpha": 0.1} if name == "cascade-diff" else {}
+    B, k, V, temps, top_k, top_p, z_e, z_a, drafts = _engine_case()
+    _, logits = _engine_rows(
+        vllm_mods, monkeypatch, {"rule": name, **knobs}, z_e, z_a, torch.tensor(drafts), temps, top_k, top_p
+    )
+    rows = np.arange(B * (k + 1)) % (k + 1) != k
+    gaps = []
+    for j in range(B * k):
+        i = j // k
+        if temps[i] == 0:
+            continue
+        q = _processed(z_e[rows][j], temps[i], top_k[i], top_p[i])
+        p = _softmax(z_a[j] / temps[i])
+        raw = {"raw_target_probs": _softmax(z_e[rows][j]), "raw_draft_probs": _softmax(z_a[j])}
+        before = _exact_h(get_rule(name, **knobs), q, p, drafts[i, j % k], **(raw if name == "scd" else {}))
+        gaps.append(np.abs(torch.softmax(logits[j].double(), -1).numpy() - before).sum())
+    assert max(gaps) > 0.05, gaps
+
+
+def test_scd_temperature_is_the_requests():
+    with pytest.raises(ValueError, match="scd_temperature: set from each request's temperature"):
+        cfg.parse_config({"rule": "scd", "scd_temperature": 0.6})
+    assert cfg.parse_config({"rule": "scd", "scd_beta": 1.0}).rule.knobs["scd_beta"] == 1.0
+
+
+def test_mrv2_raw_rows_and_request_temperature():
+    """MRV2: SCD reads the raw verifier logits and softmax(draft_logits) (the drafter's raw row),
+    with the request's temperature, on the processed rows the kernel gets."""
+    rule = get_rule("scd", scd_beta=0.5)
+    rng = np.random.default_rng(6)
+    V, k = 10, 2
+    raw_logits = torch.tensor(2 * rng.standard_normal((5, V)), dtype=torch.float32)
+    draft_logits = torch.tensor(2 * rng.standard_normal((2, k, V)), dtype=torch.float32)
+    draft_sampled = torch.tensor([9, 4, 1, 7, 2], dtype=torch.int64)
+    cu = torch.tensor([0, 3, 5])
+    state = torch.tensor([1, 1, 1, 0, 0])
+    local = torch.tensor([0, 1, 2, 0, 1])
+    temperature = torch.tensor([0.8, 0.6])
+    processed = []
+    for j in range(5):
+        T = float(temperature[state[j]])
+        processed.append(_processed(raw_logits[j].double().numpy(), T, 6, 0.9))
+    processed = np.array(processed)
+    with np.errstate(divide="ignore"):  # log 0 = -inf: the truncated tokens
+        tl = torch.tensor(np.log(processed), dtype=torch.float32)
+    new = mrv2_substitute(rule, tl, draft_logits, draft_sampled, cu, state, local, temperature, raw_logits)
+    for j in (0, 1, 3):
+        T = float(temperature[state[j]])
+        z_a = draft_logits[state[j], local[j]].double().numpy()
+        h = _exact_h(
+            get_rule("scd", scd_beta=0.5, scd_temperature=T),
+            processed[j],
+            _softmax(z_a / T),
+            int(draft_sampled[j + 1]),
+            raw_target_probs=_softmax(raw_logits[j].double().numpy()),
+            raw_draft_probs=_softmax(z_a),
+        )
+        # float32 against float64 (see the MRV1 test)
+        np.testing.assert_allclose(torch.softmax(new[j].double(), -1).numpy(), h, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="raw"):
+        mrv2_substitute(rule, tl, draft_logits, draft_sampled, cu, state, local, temperature)
