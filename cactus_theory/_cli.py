@@ -25,6 +25,7 @@ __all__ = [
     "add_output",
     "add_seed",
     "add_knobs",
+    "add_per_file",
     "dispatch",
     "module_entry",
     "OPTIONAL_EXTRAS",
@@ -142,6 +143,17 @@ def _seed(text: str) -> int:
 def add_seed(p, help="seed of every random draw"):
     """Add the shared ``--seed`` (an integer >= 0)."""
     p.add_argument("--seed", type=_seed, default=0, help=help)
+
+
+def add_per_file(p):
+    """Add ``--per-file``: each file of an ``--input`` folder analysed apart (a ``file`` column)."""
+    p.add_argument(
+        "--per-file",
+        action="store_true",
+        help="with --input FOLDER: analyse each file apart, one block of rows per file named in a "
+        "'file' column (a folder of different recordings, such as dump's one file per drafter, "
+        "is refused without it; shards of one recording are analysed together)",
+    )
 
 
 def add_knobs(p):

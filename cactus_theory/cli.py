@@ -31,6 +31,7 @@ from ._cli import (
     _positive_int,
     _write,  # noqa: F401
     add_output,
+    add_per_file,
     add_seed,
     dispatch,
     parse_knobs,
@@ -175,17 +176,34 @@ def _args_figures(p):
         help="file format, repeatable (default: pdf and png)",
     )
     p.add_argument("--names", nargs="*", default=None, help="subset of figures (default: all)")
-    add_seed(p, "seed of the synthetic inputs")
+    p.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=None,
+        metavar="DUMP",
+        help="draw the figures of your own recordings instead (repeatable): a file cactus-theory "
+        "dump wrote, its output folder (every dump inside) or a shipped recording's name; "
+        "figures: per_draft_vs_emitted, acceptance_vs_delta, frontier, calibration (one per "
+        "recording), acceptance_by_category, al_by_m (all recordings in one)",
+    )
+    add_seed(p, "seed of the synthetic inputs (with --input: of the positions' subsample)")
     p.add_argument("--json", action="store_true", help="print the written paths as JSON")
 
 
 def _cmd_figures(args) -> int:
     formats = list(dict.fromkeys(args.formats or ["pdf", "png"]))
-    from .figures import write_figures
+    if args.input:
+        from .figures import write_dump_figures
 
-    paths = [
-        str(p) for p in write_figures(args.out, names=args.names, formats=tuple(formats), seed=args.seed)
-    ]
+        written = write_dump_figures(
+            args.out, args.input, names=args.names, formats=tuple(formats), seed=args.seed
+        )
+    else:
+        from .figures import write_figures
+
+        written = write_figures(args.out, names=args.names, formats=tuple(formats), seed=args.seed)
+    paths = [str(p) for p in written]
     if args.json:
         sys.stdout.write(json.dumps({"paths": paths}, indent=2) + "\n")
     else:
@@ -338,6 +356,7 @@ def _args_analyze(p):
         "analysed in chunks; --input may be a folder of .npy/.npz shards, read lazily",
     )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar over chunks")
+    add_per_file(p)
     add_output(p, csv_flag=True)
 
 
@@ -357,16 +376,20 @@ def _cmd_analyze(args) -> int:
 
     from .rules import RULES
 
-    if args.input is not None and Path(args.input).is_dir():  # a folder of shards, read lazily
+    folder = args.input is not None and Path(args.input).is_dir()
+    if args.per_file and not folder:
+        raise ValueError("per-file: applies to --input FOLDER (each of its files analysed apart)")
+    if folder:  # a folder of shards, read lazily
         if args.q is not None or args.p is not None:
             raise ValueError("input: give either --input or --q and --p, not both")
-        from .rows import as_row_source
+        from .rows import as_row_source, shard_files
 
-        q = as_row_source(args.input)
-        p, shape = None, (q.n_rows, max(V for _, V in q.widths()))
+        if args.per_file:
+            sources = [(f.name, as_row_source(f)) for f in shard_files(args.input)]
+        else:
+            sources = [(None, as_row_source(args.input))]  # refuses different recordings
     else:
-        q, p = _pairs(args)
-        shape = q.shape
+        sources = [(None, _pairs(args))]
     rules = _rule_list(args.rules)
     flat = parse_knobs(args.knob)
     kw = {}
@@ -384,11 +407,32 @@ def _cmd_analyze(args) -> int:
         kw["knobs"] = {n: d for n, d in per.items() if d}
     if args.delta is not None:
         kw["delta"] = args.delta
-    res = ct.analyze_rules(q, p, rules, max_memory=args.max_memory, progress=not args.no_progress, **kw)
-    table = _rows_table(res.rows(), "analyze", f"{shape[0]} positions, V = {shape[1]}")
+    rows, data, shapes = [], [], []
+    for name, src in sources:
+        if isinstance(src, tuple):
+            q, p = src
+            shape = q.shape
+        else:
+            q, p, shape = src, None, (src.n_rows, max(V for _, V in src.widths()))
+        res = ct.analyze_rules(q, p, rules, max_memory=args.max_memory, progress=not args.no_progress, **kw)
+        shapes.append(shape)
+        if name is None:
+            rows += res.rows()
+            data = res.to_dict()
+        else:
+            rows += [{"file": name, **r} for r in res.rows()]
+            data.append({"file": name, "positions": shape[0], **res.to_dict()})
+    if len(sources) == 1 and sources[0][0] is None:
+        title = f"{shapes[0][0]} positions, V = {shapes[0][1]}"
+    else:
+        title = f"{len(sources)} files, each analysed apart: " + ", ".join(
+            f"{n} ({s[0]} positions, V = {s[1]})" for (n, _), s in zip(sources, shapes)
+        )
+        data = {"files": data}
+    table = _rows_table(rows, "analyze", title)
     from .report import format_table
 
-    _emit(args, text=format_table(table), data=res.to_dict(), tables=[table])
+    _emit(args, text=format_table(table), data=data, tables=[table])
     return 0
 
 
@@ -565,7 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
             _resolve(sc.arguments)(p)
         except MissingExtraError as exc:  # a subcommand of an extra that is not installed
             p.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-            p.set_defaults(handler=_missing_extra_handler(exc))
+            p.set_defaults(handler=_missing_extra_handler(exc), missing_extra=True)
             continue
         p.set_defaults(handler=sc.handler)
     return parser
@@ -576,8 +620,12 @@ def main(argv=None) -> int:
 
     Returns the exit status (argparse's own exits, such as ``--help`` and bad flags, included).
     """
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        # a subcommand whose extra is missing has no options to parse: its one line, not argparse's
+        if unknown and not getattr(args, "missing_extra", False):
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     return dispatch(args, f"cactus-theory {args.command}", lambda a: _resolve(a.handler)(a))

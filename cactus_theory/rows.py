@@ -19,7 +19,11 @@ Sources (:func:`as_row_source`):
 * a full-vocabulary dump (``cactus_theory.full_vocab/1``): raw rows, exponentiated in float64
   and renormalized chunk by chunk (the error of the float16 storage is stated in
   :mod:`cactus_theory.logits.format`);
-* a folder of such files (shards), taken in name order.
+* a folder of such files (shards), taken in name order. Shards are pieces of one recording:
+  a folder whose dumps come from different recordings (another verifier, drafter or sampling
+  transform, as ``cactus-theory dump`` writes one file per drafter) is refused with the list
+  of its recordings (ValueError naming ``source``); analyse each file apart instead
+  (``cactus-theory analyze --per-file``, :func:`recordings`).
 
 Laziness: a folder holds one shard in memory at a time. A ``.npy`` shard is read row block by
 row block (memory map); a compressed ``.npz`` or dump shard is read whole when its turn comes
@@ -39,6 +43,7 @@ import numpy as np
 from .analysis.chunked import ArrayRows, RowChunk, RowSource
 
 __all__ = [
+    "RECORDING_KEYS",
     "SHARD_SUFFIXES",
     "ArrayRows",
     "FileRows",
@@ -46,11 +51,66 @@ __all__ = [
     "RowSource",
     "ShardRows",
     "as_row_source",
+    "recordings",
+    "shard_files",
 ]
 
 #: File types a folder of shards may hold (others are ignored).
 SHARD_SUFFIXES = (".npy", ".npz")
 _KEYS = (("target_probs", "draft_probs"), ("q", "p"))
+#: The metadata of a dump that names its recording: files that differ in any of them are
+#: different recordings (different q or p), never shards of one.
+RECORDING_KEYS = ("verifier", "drafter", "drafter_spec", "transforms", "kind")
+
+
+def _dump_meta(path: Path) -> dict | None:
+    """A dump's metadata (its small ``__meta__`` member only), or None for plain arrays."""
+    import json
+
+    if path.suffix.lower() != ".npz":
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "__meta__" not in z.files:
+                return None
+            return json.loads(z["__meta__"].tobytes().decode())
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable .npz archive ({exc})") from None
+
+
+def shard_files(folder) -> list[Path]:
+    """The ``.npy``/``.npz`` files of a folder, in name order (ValueError naming ``source``)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"source: {str(folder)!r} is not a folder")
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in SHARD_SUFFIXES)
+    if not files:
+        raise ValueError(f"source: {folder}: no .npy or .npz shards in this folder")
+    return files
+
+
+def recordings(files) -> dict:
+    """Group files by recording: ``{description: [files]}``, in the files' order.
+
+    A dump's recording is its :data:`RECORDING_KEYS` metadata; the description names the keys
+    in which the groups differ (e.g. ``"drafter SmolLM2-135M-Instruct/distilled"``). Files
+    without metadata (plain arrays) are one group, ``"(q, p) arrays"``.
+    """
+    metas = {}
+    for f in map(Path, files):
+        meta = _dump_meta(f)
+        key = None if meta is None else tuple(repr(meta.get(k)) for k in RECORDING_KEYS)
+        metas.setdefault(key, (meta, []))[1].append(f)
+    dumps = [m for m, _ in metas.values() if m is not None]
+    varying = [k for k in RECORDING_KEYS if len({repr(m.get(k)) for m in dumps}) > 1]
+    out = {}
+    for meta, fs in metas.values():
+        if meta is None:
+            text = "(q, p) arrays"
+        else:
+            text = ", ".join(f"{k} {meta.get(k)}" for k in varying) or "one recording"
+        out[text] = fs
+    return out
 
 
 def _npy_rows(path: Path):
@@ -216,11 +276,14 @@ class ShardRows(RowSource):
 
     def __init__(self, folder):
         self.folder = Path(folder)
-        if not self.folder.is_dir():
-            raise ValueError(f"source: {str(folder)!r} is not a folder")
-        files = sorted(f for f in self.folder.iterdir() if f.is_file() and f.suffix.lower() in SHARD_SUFFIXES)
-        if not files:
-            raise ValueError(f"{self.folder}: no .npy or .npz shards in this folder")
+        files = shard_files(self.folder)
+        groups = recordings(files)
+        if len(groups) > 1:
+            listed = "; ".join(f"{', '.join(f.name for f in fs)}: {what}" for what, fs in groups.items())
+            raise ValueError(
+                f"source: {self.folder} holds {len(groups)} different recordings, not shards of one "
+                f"({listed}); give one file, or analyse each file apart (--per-file)"
+            )
         self.shards = [FileRows(f) for f in files]
 
     def __repr__(self) -> str:

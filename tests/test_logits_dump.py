@@ -96,3 +96,45 @@ def test_rows_are_distributions_and_supports_fit(tmp_path):
     assert np.all(rq[d.columns() == -2] > 0)
     assert d.meta["drafter_spec"] == "early-exit:1" and d.meta["transforms"]["top_k"] == 20
     assert [t.prompt_id for t in d.trajectories()] == [p.id for p in PROMPTS]
+
+
+def test_the_progress_bar_counts_the_recorded_positions(tmp_path, capsys):
+    # 5 prompts in batches of 2: the last batch holds one prompt; 6 tokens each, no EOS -> 30
+    # positions (a bar over batch_size x new_tokens per batch would count 36)
+    lm = tiny_lm()
+    (path,) = dump_pairs(lm, ["early-exit:1"], PROMPTS, tmp_path, CFG, progress=True)
+    assert load_dump(path).n_positions == 30
+    err = capsys.readouterr().err
+    assert "30/30" in err.split("\r")[-1] and "/36" not in err
+
+
+def test_an_early_exit_at_the_verifier_depth_is_refused(tmp_path):
+    from cactus_theory.logits.drafters import early_exit_logits, early_exit_model, make_drafter
+
+    lm = tiny_lm()  # 2 layers: early-exit:2 would be the verifier itself
+    for spec in ("early-exit:2", "early-exit:3"):
+        with pytest.raises(ValueError, match=f"^drafter: '{spec}' keeps 2 of the verifier's 2 layers"):
+            dump_pairs(lm, ["early-exit:1", spec], PROMPTS, tmp_path, CFG, progress=False)
+        with pytest.raises(ValueError, match="^drafter: "):
+            make_drafter(spec, lm)
+    assert not list(tmp_path.rglob("*.npz"))  # refused before any batch ran
+    with pytest.raises(ValueError, match="^drafter: 'early-exit:2'"):
+        early_exit_model(lm.model, 2)
+    ids = torch.tensor([[1, 2, 3]])
+    hs = lm.model(ids, output_hidden_states=True).hidden_states
+    with pytest.raises(ValueError, match="^drafter: 'early-exit:2'"):
+        early_exit_logits(lm.model, hs, 2)
+    early_exit_logits(lm.model, hs, 1)  # below the depth: fine
+
+
+def test_a_model_cache_that_cannot_be_written_is_one_line_not_an_error(tmp_path, capsys):
+    from cactus_theory.logits.models import _save_cache
+
+    lm = tiny_lm()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    target = blocker / "models" / "tiny"  # beneath a file: no folder can be made there
+    assert _save_cache(lm.model, lm.tokenizer, target) is False
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(target) in err[0] and "CACTUS_THEORY_CACHE" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]

@@ -86,11 +86,14 @@ def test_early_exit_reads_hidden_states(smollm2):
     ids = smollm2.tokenizer("The capital of France is", return_tensors="pt").input_ids
     with torch.no_grad():
         out = smollm2.model(ids, output_hidden_states=True)
-        for k in (3, 30):
+        for k in (3, 29):
             a = early_exit_model(smollm2.model, k)(ids).logits
             b = early_exit_logits(smollm2.model, out.hidden_states, k)
             # same modules, same inputs: identical up to float32 reassociation (1e-4 on logits ~10)
             assert (a - b).abs().max() < 1e-4
+        # all 30 layers would be the verifier itself (acceptance ~1 under a drafter's name)
+        with pytest.raises(ValueError, match="^drafter: 'early-exit:30'"):
+            early_exit_logits(smollm2.model, out.hidden_states, 30)
         # the model is the real SmolLM2: the documented check from models-and-data.md
         pr = torch.softmax(out.logits[0, -1], -1)
         top = int(pr.argmax())

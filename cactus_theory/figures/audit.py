@@ -24,9 +24,10 @@ from .style import DOUBLE_COLUMN, PALETTE, new_axes_row, styled
 
 __all__ = ["figure_audit", "STATUS_COLOURS"]
 
-#: Bar colour per calibration status (legend entries: at most these five).
+#: Bar colour per calibration status (legend entries: at most these).
 STATUS_COLOURS = {
     "calibrated": PALETTE[1],
+    "within 0.2% of eps": PALETTE[6],
     "step": PALETTE[2],
     "range-end": PALETTE[5],
     "above": PALETTE[4],

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["PROMPT_SETS", "check_model_source", "check_drafter", "check_prompts"]
+__all__ = ["BUILTIN_DRAFTERS", "PROMPT_SETS", "check_model_source", "check_drafter", "check_prompts"]
 
 #: The shipped prompt sets (``mix``: every category).
 PROMPT_SETS = ("gsm8k", "spec_bench", "ifeval", "mix")
+#: The built-in drafters of the verifier's own weights.
+BUILTIN_DRAFTERS = ("early-exit:K", "requant:B", "distilled")
 
 
 def _int_suffix(spec: str, prefix: str, name: str) -> int:
@@ -49,18 +51,26 @@ def check_model_source(spec: str, name: str) -> None:
     )
 
 
-def check_drafter(spec: str, name: str = "drafter") -> None:
-    """Validate a drafter spec before any model is loaded.
+def check_drafter(spec: str, name: str = "drafter", n_layers: int | None = None) -> None:
+    """Validate a drafter spec before any model is loaded (or against the loaded verifier).
 
-    Built-in: ``early-exit:K`` (K >= 1), ``requant:B`` (B >= 1), ``distilled`` or
-    ``distilled:PATH`` (an existing file); otherwise an existing folder / ``.gguf`` file or a hub
-    id already in the local cache. Raises ValueError naming ``name``.
+    Built-in: ``early-exit:K`` (1 <= K < ``n_layers``, the verifier's number of layers, when
+    known: K = ``n_layers`` would be the verifier itself), ``requant:B`` (1 <= B <= 8),
+    ``distilled`` or ``distilled:PATH`` (an existing file); otherwise an existing folder /
+    ``.gguf`` file or a hub id already in the local cache. Raises ValueError naming ``name``.
     """
     spec = str(spec)
     if spec.startswith("early-exit:"):
-        _int_suffix(spec, "early-exit:", name)
+        k = _int_suffix(spec, "early-exit:", name)
+        if n_layers is not None and k >= n_layers:
+            raise ValueError(
+                f"{name}: {spec!r} keeps {min(k, n_layers)} of the verifier's {n_layers} layers, "
+                f"which is the verifier itself; give K in 1..{n_layers - 1}"
+            )
     elif spec.startswith("requant:"):
-        _int_suffix(spec, "requant:", name)
+        b = _int_suffix(spec, "requant:", name)
+        if b > 8:
+            raise ValueError(f"{name}: {spec!r}: re-quantization bits must be in 1..8")
     elif spec == "distilled":
         return
     elif spec.startswith("distilled:"):

@@ -723,6 +723,9 @@ def add_decode_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--records-dir", default=None, help="write the recorded (q, p) of every run here")
     add_output(p, output_help="also write the results (JSON) to this file (atomically)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    from .models import add_cache_dir_argument
+
+    add_cache_dir_argument(p)
     return p
 
 
@@ -762,7 +765,9 @@ def check_decode_args(args) -> dict:
         get_rule(args.rule, **knobs)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"rule: {exc}") from None
-    check_drafter(args.drafter)
+    from .models import SMOLLM2_LAYERS
+
+    check_drafter(args.drafter, n_layers=SMOLLM2_LAYERS)  # the verifier is SmolLM2
     check_prompts(args.prompts)
     return knobs
 
@@ -792,8 +797,11 @@ def _decode_text(res: dict) -> str:
 def run_decode(args) -> int:
     """Execute ``cactus-theory decode`` (arguments checked first; no model loaded on bad input)."""
     from .._cli import _emit, check_output_path
+    from .models import apply_cache_dir, require_builtin
 
     knobs = check_decode_args(args)
+    apply_cache_dir(args)
+    require_builtin("cactus-theory decode")
     if args.shipped:
         if args.output_dir:
             check_output_path(args.output_dir, "output-dir", folder=True)

@@ -3,7 +3,7 @@
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``). Per-position acceptance of
 speculative sampling is ``beta = sum_x min(p_x, q_x) = 1 - TV(p, q)``.
 
-* ``early-exit:K`` -- the verifier's first K of 30 layers, then its final RMSNorm and (tied)
+* ``early-exit:K`` -- the verifier's first K of its 30 layers (1 <= K <= 29), then its final RMSNorm and (tied)
   lm_head: the self-speculative drafter of LayerSkip / Draft & Verify (no training).
 * ``requant:B`` -- the verifier with every weight matrix re-quantized to B bits by
   round-to-nearest, asymmetric (min/max) over groups of 32 consecutive input weights. Same cost as
@@ -25,12 +25,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from .._io import atomic_write_bytes
+from ._checks import BUILTIN_DRAFTERS, check_drafter
 from ._torch import torch
+from .models import DISTILLED_PATH
 
 nn = torch.nn
-
-DISTILLED_PATH = Path(__file__).resolve().parents[1] / "data" / "drafters" / "smollm2-distilled.pt"
-BUILTIN_DRAFTERS = ("early-exit:K", "requant:B", "distilled")
 
 
 def _truncated_config(cfg, n_layers: int):
@@ -50,9 +49,7 @@ def early_exit_model(verifier, k: int):
     """
     from transformers import AutoModelForCausalLM
 
-    n = verifier.config.num_hidden_layers
-    if not 1 <= k <= n:
-        raise ValueError(f"early exit layer must be in 1..{n}, got {k}")
+    check_drafter(f"early-exit:{k}", n_layers=verifier.config.num_hidden_layers)
     cfg = _truncated_config(verifier.config, k)
     with torch.device("meta"):
         m = AutoModelForCausalLM.from_config(cfg)
@@ -69,11 +66,10 @@ def early_exit_logits(verifier, hidden_states, k: int) -> torch.Tensor:
     """Early-exit logits from the verifier's ``output_hidden_states``.
 
     ``hidden_states[k]`` is the residual stream after layer ``k`` (index 0 is the embedding), for
-    ``k`` below the number of layers; transformers stores the last entry after the final norm, so
-    ``k = n_layers`` applies only the lm_head (the verifier's own logits).
+    ``1 <= k`` below the number of layers (``k = n_layers`` would be the verifier's own logits:
+    ValueError naming ``drafter``).
     """
-    if k >= verifier.config.num_hidden_layers:
-        return verifier.lm_head(hidden_states[-1])
+    check_drafter(f"early-exit:{k}", n_layers=verifier.config.num_hidden_layers)
     return verifier.lm_head(verifier.model.norm(hidden_states[k]))
 
 
@@ -311,8 +307,15 @@ def make_drafter(spec: str, verifier_lm, device: str = "cpu"):
     Returns
     -------
     (model, name) : (torch.nn.Module, str)
+
+    Raises
+    ------
+    ValueError
+        Naming ``drafter``, for a spec the verifier cannot give (e.g. ``early-exit:K`` with K at
+        or above its number of layers).
     """
     v = verifier_lm.model
+    check_drafter(spec, n_layers=getattr(v.config, "num_hidden_layers", None))
     if spec.startswith("early-exit:"):
         k = int(spec.split(":", 1)[1])
         return early_exit_model(v, k), f"{verifier_lm.name}/early-exit-{k}"

