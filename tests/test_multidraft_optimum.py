@@ -182,17 +182,95 @@ def test_tv_closed_form():
         assert np.max(np.abs(r.acceptance - closed)) <= 1e-12
 
 
-def test_off_support_mass_is_not_on_the_path_pinned():
-    """Counterexample pinned: TV with q = (1, 0), p = (0.1, 0.9), k = 2. The optimum (closed
-    form, any q) is alpha*(q) + eps = 0.19 + 0.3, reached by moving mass onto token 1 outside
-    supp(q); the path keeps o on supp(q), here o = q, and returns 0.19 (a lower bound, as
-    documented). In 400 random rows with a zero in q, 214 showed such a gap."""
+#: Divergences with a finite cost f'(inf) for mass where q = 0 (the optimum may put mass there).
+OFF_SUPPORT_DIVS = tuple(name for name, d in DIVERGENCES.items() if d.finite_off_support)
+
+
+def _rows_with_zeros(rng, n, V):
+    """n (q, p) pairs with zeros in q at random tokens (at least one kept), p > 0."""
+    q = rng.dirichlet(np.full(V, 0.7), size=n)
+    p = rng.dirichlet(np.full(V, 0.7), size=n)
+    zero = rng.random((n, V)) < 0.4
+    zero[np.arange(n), rng.integers(V, size=n)] = False
+    q = np.where(zero, 0.0, q)
+    return q / q.sum(axis=-1, keepdims=True), p
+
+
+def test_off_support_counterexamples():
+    """Mass outside supp(q) pays for TV: the optimum meets the closed form alpha*(q) + eps.
+
+    q = (1, 0), p = (0.1, 0.9), k = 2, eps = 0.3: alpha*(q) = 0.19, optimum 0.49 (o = (0.7, 0.3)).
+    p uniform on 3 tokens, q = (1/6, 0, 5/6), eps = 0.2: 0.7, 0.9222 and 1 at k = 1, 2, 3, each
+    attained by the returned target as the coupling LP computes it. Tolerances: 1e-12, the
+    float resolution of sums of a few terms; 1e-9 against the LP (HiGHS's optimality tolerance).
+    """
     q, p = np.array([1.0, 0.0]), np.array([0.1, 0.9])
-    r = multidraft_frontier(q, p, 2, [0.3], "tv")
+    r = multidraft_frontier(q, p, 2, [0.3], "tv", return_target=True)
     assert float(min_cut_acceptance(q, p, 2)) == pytest.approx(0.19, abs=1e-15)
-    assert float(r.acceptance[0]) == pytest.approx(0.19, abs=1e-15)
-    o = np.array([0.7, 0.3])  # TV(o, q) = 0.3: the closed form's value is attained
-    assert float(min_cut_acceptance(o, p, 2)) == pytest.approx(0.49, abs=1e-15)
+    assert float(r.acceptance[0]) == pytest.approx(0.49, abs=1e-12)
+    assert float(r.divergence[0]) <= 0.3
+    q, p = np.array([1 / 6, 0.0, 5 / 6]), np.full(3, 1 / 3)
+    for k, want in ((1, 0.7), (2, 0.9222222222222222), (3, 1.0)):
+        r = multidraft_frontier(q, p, k, [0.2], "tv", return_target=True)
+        assert float(r.acceptance[0]) == pytest.approx(want, abs=1e-12)
+        assert float(r.divergence[0]) <= 0.2 and r.target[0, 1] > 0  # mass where q = 0
+        assert coupling_acceptance_lp(r.target[0], p, k) == pytest.approx(want, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "div, want", [("tv", 0.5), ("reverse_kl", 0.49516258), ("hellinger", 0.59), ("js", 0.66033154)]
+)
+def test_k1_with_a_zero_equals_the_single_draft_values(div, want):
+    """q = (.5, .5, 0), p = (.2, .2, .6), eps = 0.1, k = 1: the single-draft frontier's values
+    (the on-support path gave 0.4 for all four). Tolerance 1e-8: the expected values are
+    printed to 8 digits; the two solvers agree to 1e-12 (the next test)."""
+    q, p = np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.2, 0.6])
+    a = float(multidraft_frontier(q, p, 1, [0.1], div).acceptance[0])
+    assert a == pytest.approx(want, abs=1e-8)
+    assert a == pytest.approx(float(frontier(q, p, [0.1], div).acceptance[0]), abs=1e-12)
+
+
+def test_k1_equals_the_single_draft_frontier_on_rows_with_zeros():
+    """k = 1 against the single-draft frontier (an independent exact solver with its own
+    off-support phase) on 5 rows with zeros in q, every divergence, 2 budgets. Tolerance
+    1e-12: both resolve the acceptance to float precision (the single-draft one states ~1e-15;
+    this one searches the off-support mass to 2e-17 of its range)."""
+    rng = np.random.default_rng(42)
+    q, p = _rows_with_zeros(rng, 5, 6)
+    eps = [0.02, 0.3]
+    for div in DIVS:
+        a = multidraft_frontier(q, p, 1, eps, div).acceptance
+        b = frontier(q, p, eps, div).acceptance
+        assert np.max(np.abs(a - b)) <= 1e-12, div
+
+
+def test_tv_closed_form_holds_with_zeros_in_q():
+    """F_k(eps) = min(1, alpha*(q) + eps) for TV on rows with zeros in q too (k = 2, 4; 6 rows
+    x 2 budgets). Tolerance 1e-12: float resolution of the acceptance."""
+    rng = np.random.default_rng(43)
+    q, p = _rows_with_zeros(rng, 6, 6)
+    eps = np.array([0.05, 0.5])
+    for k in (2, 4):
+        r = multidraft_frontier(q, p, k, eps, "tv")
+        closed = np.minimum(1.0, min_cut_acceptance(q, p, k)[:, None] + eps)
+        assert np.max(np.abs(r.acceptance - closed)) <= 1e-12
+
+
+@pytest.mark.parametrize("div", OFF_SUPPORT_DIVS)
+def test_zeros_in_q_agree_with_cvxpy(div):
+    """Two rows with zeros in q (V = 4-5, k = 2-3) per finite-slope divergence: within the
+    oracle's certified gap (1e-6) of cvxpy, which optimises over the whole simplex."""
+    rng = np.random.default_rng(44)
+    for _ in range(2):
+        V, k = int(rng.integers(4, 6)), int(rng.integers(2, 4))
+        q, p = _rows_with_zeros(rng, 1, V)
+        eps = float(rng.choice([0.02, 0.1]))
+        r = multidraft_frontier(q[0], p[0], k, [eps], div)
+        assert r.divergence[0] <= eps
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = multidraft_frontier_cvxpy(q[0], p[0], k, eps, div)
+        assert abs(ref.acceptance - float(r.acceptance[0])) <= 1e-6
 
 
 def test_frontier_shape_concave_nondecreasing_in_eps_and_k():
@@ -215,7 +293,7 @@ def test_frontier_shape_concave_nondecreasing_in_eps_and_k():
 def test_pruned_lower_hull_equals_the_monotone_chain():
     """The vectorised pruning keeps exactly the monotone chain's vertices (300 point sets, ties
     and collinear points included, convex ones returned without the chain)."""
-    from cactus_theory.solvers.multidraft import _lower_hull, _lower_hull_chain
+    from cactus_theory.solvers._multidraft_path import _lower_hull, _lower_hull_chain
 
     rng = np.random.default_rng(9)
     for t in range(300):

@@ -89,20 +89,46 @@ attained. :math:`\square`
 So the optimal targets of *every* divergence lie on one path :math:`o(M)` (the divergence
 only picks the point), and the optimal verifier for the optimal target is the lossless
 optimal k-draft verifier run against :math:`o(M)`. With k = 1 the minorant is the clip form
-:math:`\mathrm{clip}(p, a q, b q)` of Mentored decoding and :math:`F_1` is today's
-single-draft frontier. The path keeps every target on supp(q). That is no restriction for KL and Pearson
-chi-square (mass off supp(q) costs :math:`+\infty`) nor when q > 0; where q has zeros, a
-divergence with a finite slope :math:`f'(\infty)` (TV, Hellinger, JS, reverse KL, Neyman
-chi-square) can do better by placing mass outside supp(q) *ahead* of the drafted tokens in
-the o/p order (its KKT weight exceeds every on-support weight), and the solver then returns
-the best target on supp(q), a lower bound (a test pins an instance where the cvxpy oracle
-finds more).
+:math:`\mathrm{clip}(p, a q, b q)` of Mentored decoding.
+
+3. Mass outside supp(q)
+-----------------------
+The path keeps every target on supp(q). That is no restriction for KL and Pearson chi-square
+(mass off supp(q) costs :math:`+\infty`) nor where p puts no mass outside supp(q). Otherwise
+(TV, squared Hellinger, Jensen-Shannon, reverse KL, Neyman chi-square: a finite cost
+:math:`c = f'(\infty)` per unit of mass where q = 0, 0 for reverse KL) moving mass onto the
+drafter's tokens outside supp(q) can pay. Let Z be the tokens with :math:`q = 0 < p`,
+:math:`P_Z = p(Z)`, and s the target's mass on Z.
+
+* *Within Z, mass proportional to p is optimal.* Replace o on Z by :math:`\tilde o_i = s
+  p_i / P_Z`. For any set A, split :math:`A = A_1 \cup A_2`, :math:`A_2 \subseteq Z`:
+  :math:`\tilde o(A) + \varphi(p(A)) = o(A_1) + s t / P_Z + \varphi(p(A_1) + t)` with
+  :math:`t = p(A_2)` is convex in t, so its largest value is at :math:`A_2 = \emptyset` or
+  :math:`A_2 = Z`, where :math:`\tilde o` equals o; hence :math:`\alpha^*(\tilde o) \ge
+  \alpha^*(o)`, and the cost :math:`c\,s` is the same. Z acts as one token of drafter mass
+  :math:`P_Z`.
+* *For a fixed s the path is again a taut string.* The prefixes of the q/p order of supp(q),
+  with or without Z, give the ceilings :math:`O_j \le M - \psi_s(P_j)`,
+  :math:`\psi_s(t) = \max(\varphi(t), s + \varphi(t + P_Z))`, convex and decreasing; so
+  (i)-(iii) above hold with :math:`\psi_s` for :math:`\varphi` and the string ending at
+  :math:`(1, 1 - s)`: its o/p order is the q/p order with Z inserted, every o/p prefix is
+  among the constraints, and :math:`\alpha^* = 2 - M`.
+* *The best s.* The pairs (s, M) with a target of budget :math:`\le \epsilon` form a convex
+  set (:math:`\alpha^*` is concave, D convex), so the least M is a convex function of s:
+  :math:`F_k(\epsilon) = 2 - \min_s M_\epsilon(s)`, found by golden section over
+  :math:`s \in [0, \min(1, \epsilon / c)]`, each :math:`M_\epsilon(s)` a root on its path.
+
+At k = 1 this is the single-draft frontier (phase 2 of :mod:`cactus_theory.solvers.mentored`)
+for every divergence, rows with zeros in q included (a test compares them).
 
 **TV in closed form.** :math:`F_k(\epsilon) = \min(1, \alpha^*(q) + \epsilon)` for every
-draft-set law: each affine piece of :math:`\alpha^*` has coefficients in {0, -1}, so
-:math:`\alpha^*(o) \le \alpha^*(q) + TV(o, q)`; and re-routing :math:`\epsilon` of the
-rejected mass of an optimal coupling for q onto a drafted token moves o by at most
-:math:`\epsilon` in TV and raises the acceptance by exactly :math:`\epsilon`.
+draft-set law and every q, zeros included, provided mass may move outside supp(q) (as here):
+each affine piece of :math:`\alpha^*` has coefficients in {0, -1}, so :math:`\alpha^*(o) \le
+\alpha^*(q) + TV(o, q)`; and re-routing :math:`\epsilon` of the rejected mass of an optimal
+coupling for q onto a drafted token, wherever q puts it, moves o by at most
+:math:`\epsilon` in TV and raises the acceptance by exactly :math:`\epsilon`. Restricted to
+supp(q) it fails where the drafts land outside supp(q) (q = (1, 0), p = (0.1, 0.9), k = 2,
+:math:`\epsilon = 0.3`: 0.19 on supp(q), 0.49 in all; tests pin both).
 
 References
 ----------
@@ -121,7 +147,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_count, as_nonempty_values, as_prob_pair, as_probs
-from ..divergences import Divergence, get_divergence
+from ..divergences import get_divergence
+from ._multidraft_path import miss_probability, multiplier_row, solve_row
 
 __all__ = [
     "miss_probability",
@@ -133,32 +160,6 @@ __all__ = [
     "multidraft_dual_bound",
     "multidraft_multiplier_target",
 ]
-
-#: Bisection steps on M (an interval of length <= 1): 2^-64 is below float64 resolution.
-_BISECTION_STEPS = 64
-#: Golden-section steps on M for the multiplier form (0.618^80 ~ 2e-17 of the interval).
-_GOLDEN_STEPS = 80
-
-
-def miss_probability(mass, k):
-    r""":math:`\varphi(t) = (1 - t)^k`, the probability that k i.i.d. drafts all miss a set of
-    drafter mass t (convex and decreasing on [0, 1]).
-
-    Parameters
-    ----------
-    mass : array_like
-        Drafter mass :math:`t = p(A)` in [0, 1] (clipped there: prefix sums can overshoot 1
-        by rounding).
-    k : int
-        Number of drafts, >= 1.
-
-    Returns
-    -------
-    ndarray, float64
-    """
-    k = as_count(k, "k")
-    t = np.clip(np.asarray(mass, dtype=np.float64), 0.0, 1.0)
-    return (1.0 - t) ** k
 
 
 def _ratio_order(o, p):
@@ -239,166 +240,6 @@ def min_cut_set(emitted_probs, draft_probs, k):
     return ranks < m[..., None]
 
 
-def _lower_hull_chain(x, y):
-    """Indices of the lower convex hull of points sorted by x (Andrew's monotone chain)."""
-    xs, ys = x.tolist(), y.tolist()
-    hull: list[int] = []
-    for i in range(len(xs)):
-        xi, yi = xs[i], ys[i]
-        while len(hull) >= 2:
-            a, b = hull[-2], hull[-1]
-            if (xs[b] - xs[a]) * (yi - ys[a]) - (ys[b] - ys[a]) * (xi - xs[a]) <= 0:
-                hull.pop()
-            else:
-                break
-        hull.append(i)
-    return np.asarray(hull, dtype=np.intp)
-
-
-#: Vectorised pruning passes before the monotone chain (:func:`_lower_hull`).
-_PRUNE_PASSES = 64
-
-
-def _lower_hull(x, y):
-    """Indices of the lower convex hull of points sorted by x.
-
-    Vectorised passes first drop every point on or above the chord of its two neighbours
-    (never a hull vertex, so the hull is unchanged); a polyline whose turns are all strictly
-    convex is its own lower hull and is returned as it is (k = 1: every prefix), and what is
-    left after :data:`_PRUNE_PASSES` passes goes through the monotone chain.
-    """
-    idx = np.arange(x.size)
-    for _ in range(_PRUNE_PASSES):
-        if idx.size < 3:
-            return idx
-        xa, ya, xb, yb = x[idx[:-2]], y[idx[:-2]], x[idx[1:-1]], y[idx[1:-1]]
-        cross = (xb - xa) * (y[idx[2:]] - ya) - (yb - ya) * (x[idx[2:]] - xa)
-        if np.all(cross > 0):
-            return idx
-        keep = np.ones(idx.size, dtype=bool)
-        keep[1:-1] = cross > 0
-        idx = idx[keep]
-    return idx[_lower_hull_chain(x[idx], y[idx])]
-
-
-class _Row:
-    """One (q, p, k) row prepared for the path o(M): the q/p order, prefix sums, the hull."""
-
-    def __init__(self, q, p, k):
-        self.q, self.p, self.k = q, p, k
-        with np.errstate(divide="ignore", invalid="ignore"):
-            key = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, -2.0))
-        key = np.where((q <= 0) & (p > 0), -1.0, key)  # q = 0 < p: last but the empty tokens
-        self.order = np.argsort(-key, kind="stable")
-        qs, ps = q[self.order], p[self.order]
-        self.n_pos = int(np.count_nonzero(qs > 0))
-        self.tail = np.flatnonzero((qs <= 0) & (ps > 0))  # positions outside supp(q), p > 0
-        self.Q = np.cumsum(qs)
-        self.P = np.cumsum(ps)
-        self.X = float(self.Q[self.n_pos - 1])
-        # ceiling points (Q_m, -phi(P_m)) for prefixes strictly inside supp(q)
-        m = np.arange(1, self.n_pos)
-        self.hx = self.Q[m - 1]
-        self.hy = -miss_probability(self.P[m - 1], k)
-        keep = self.hx < self.X
-        self.hx, self.hy = self.hx[keep], self.hy[keep]
-        self.hx, first = np.unique(self.hx, return_index=True)  # equal Q by rounding: lowest y
-        self.hy = self.hy[first]
-        h = _lower_hull(self.hx, self.hy) if self.hx.size else np.zeros(0, dtype=np.intp)
-        self.hx, self.hy = self.hx[h], self.hy[h]
-        # the prefix that ends supp(q): its ceiling M - phi(P) bounds the mass kept on supp(q)
-        self.phi_end = float(miss_probability(self.P[self.n_pos - 1], k))
-        zero = np.zeros(1)
-        cum_q = np.concatenate([zero, self.Q])
-        P = np.concatenate([zero, self.P])
-        self.M0 = max(1.0, float(np.max(cum_q + miss_probability(P, k))))
-
-    def knots(self, M, end=1.0):
-        """Knots (x, y) of the taut string under the ceilings M - phi(P_m), (0, 0) to (X, end)."""
-        X = self.X
-        mid_x, mid_y = self.hx[:0], self.hy[:0]
-        if self.hx.size:
-            up = self.hy + M
-            s0 = up / self.hx
-            j0 = int(np.argmin(s0))
-            if s0[j0] * X < end:  # the straight line to (X, end) crosses the ceiling
-                s1 = (end - up) / (X - self.hx)
-                j1 = int(np.argmax(s1))
-                if j1 >= j0:
-                    mid_x, mid_y = self.hx[j0 : j1 + 1], up[j0 : j1 + 1]
-        return np.concatenate([[0.0], mid_x, [X]]), np.concatenate([[0.0], mid_y, [end]])
-
-    def path_divergence(self, M, f):
-        """D(o(M) || q) from the knots alone: sum over segments of dQ f(slope), O(#knots)."""
-        kx, ky = self.knots(M)
-        dx, dy = np.diff(kx), np.diff(ky)
-        ok = dx > 0
-        with np.errstate(all="ignore"):
-            return float(np.sum(dx[ok] * np.asarray(f(dy[ok] / dx[ok]), dtype=np.float64)))
-
-    def target(self, M, end=1.0):
-        """o(M): the taut string under the ceilings M - phi(P_m), from (0, 0) to (X, end)."""
-        kx, ky = self.knots(M, end)
-        cum_o = np.interp(self.Q[: self.n_pos], kx, ky)
-        o_sorted = np.zeros_like(self.q)
-        o_sorted[: self.n_pos] = np.diff(np.concatenate([[0.0], cum_o]))
-        o = np.empty_like(o_sorted)
-        o[self.order] = np.clip(o_sorted, 0.0, None)
-        return o
-
-
-def _divergence_value(d: Divergence, o, q) -> float:
-    return float(d.unchecked(o, q))
-
-
-def _solve_row(q, p, k, eps, d):
-    """The optimal target of one row at each budget (a list of V-vectors).
-
-    The bisection on M evaluates the divergence from the knots of the taut string
-    (:meth:`_Row.path_divergence`); the target is then built once and its divergence
-    recomputed term by term, and where rounding puts it over the budget M steps towards M_0
-    (from twice the chord estimate, growing 4x) until it holds: the returned target
-    satisfies D <= eps as computed.
-    """
-    row = _Row(q, p, k)
-    M_lo = max(1.0, 1.0 + row.phi_end)  # below it the mass on supp(q) exceeds its last ceiling
-
-    def exact(M):
-        o = row.target(M)
-        return _divergence_value(d, o, q), o
-
-    def bisect(lo, hi, fn, e):
-        for _ in range(_BISECTION_STEPS):
-            mid = 0.5 * (lo + hi)
-            if not lo < mid < hi:
-                break
-            if fn(mid) <= e:
-                hi = mid
-            else:
-                lo = mid
-        return hi
-
-    out = []
-    D_lo = exact(M_lo)[0]
-    for e in eps:
-        if e == 0 or row.M0 <= M_lo:
-            out.append(q.copy() if (e == 0 or D_lo > e) else exact(M_lo)[1])
-            continue
-        if D_lo <= e:
-            out.append(exact(M_lo)[1])
-            continue
-        hi = bisect(M_lo, row.M0, lambda M: row.path_divergence(M, d.f), e)
-        D, o = exact(hi)
-        # rounding of the term-by-term sum: step towards q, from twice the chord's estimate
-        step = max(4.0 * np.spacing(hi), 2.0 * (D - e) / max(D, 1e-300) * (row.M0 - hi))
-        while D > e and hi < row.M0:
-            hi = min(row.M0, hi + step)
-            step *= 4.0
-            D, o = exact(hi)
-        out.append(o if D <= e else q.copy())
-    return out
-
-
 @dataclass(frozen=True)
 class MultiDraftFrontier:
     r"""The k-draft frontier :math:`F_k(\epsilon)` of a batch of (q, p) rows.
@@ -441,8 +282,9 @@ def multidraft_frontier(
 
     Solved on the path :math:`o(M)` of the module docstring (one sort and one lower hull per
     row, O(V log V); then a bisection on M per budget whose evaluations read the hull's knots
-    only, and one O(V) build of the target); TV also has the closed form
-    :math:`\min(1, \alpha^*(q) + \epsilon)`. At k = 1 it is
+    only, and one O(V) build of the target); where the divergence gives mass outside supp(q)
+    a finite cost and p drafts there, a golden section over that mass (section 3). TV also
+    has the closed form :math:`\min(1, \alpha^*(q) + \epsilon)`. At k = 1 it is
     :func:`cactus_theory.solvers.frontier.frontier`.
 
     Parameters
@@ -482,7 +324,7 @@ def multidraft_frontier(
         raise ValueError(f"eps: expected a scalar or a 1-D array of budgets, got shape {e.shape}")
     batch, V = q.shape[:-1], q.shape[-1]
     qf, pf = q.reshape(-1, V), p.reshape(-1, V)
-    targets = np.stack([np.stack(_solve_row(qr, pr, k, e, d)) for qr, pr in zip(qf, pf, strict=True)])
+    targets = np.stack([np.stack(solve_row(qr, pr, k, e, d)) for qr, pr in zip(qf, pf, strict=True)])
     targets = targets.reshape(batch + (e.size, V))
     acc = min_cut_acceptance(targets, np.broadcast_to(p[..., None, :], targets.shape), k)
     div = d.unchecked(targets, q[..., None, :])
@@ -555,33 +397,6 @@ def multidraft_dual_bound(target_probs, draft_probs, k, eps, divergence, sets, w
     return float(C + nu + lam * eps + _support_terms(q, -w, lam, nu, get_divergence(divergence).name))
 
 
-def _multiplier_row(q, p, k, lam, d):
-    row = _Row(q, p, k)
-    M_lo = max(1.0, 1.0 + row.phi_end)
-    if lam == math.inf or row.M0 <= M_lo:
-        return q.copy()
-
-    def value(M):  # alpha - lam D along the path: concave in M (D(alpha) is convex)
-        D = row.path_divergence(M, d.f)
-        return (2.0 - M) - lam * D if lam > 0 else 2.0 - M
-
-    a, b = M_lo, row.M0
-    g = 0.5 * (math.sqrt(5.0) - 1.0)
-    c1, c2 = b - g * (b - a), a + g * (b - a)
-    f1, f2 = value(c1), value(c2)
-    for _ in range(_GOLDEN_STEPS):
-        if f1 >= f2:
-            b, c2, f2 = c2, c1, f1
-            c1 = b - g * (b - a)
-            f1 = value(c1)
-        else:
-            a, c1, f1 = c1, c2, f2
-            c2 = a + g * (b - a)
-            f2 = value(c2)
-    best = max((M_lo, row.M0, 0.5 * (a + b)), key=value)
-    return row.target(best) if best < row.M0 else q.copy()
-
-
 def multidraft_multiplier_target(target_probs, draft_probs, k, lam, divergence="kl"):
     r"""The point of the k-draft frontier that maximises acceptance minus :math:`\lambda` times
     divergence.
@@ -620,6 +435,6 @@ def multidraft_multiplier_target(target_probs, draft_probs, k, lam, divergence="
     d = get_divergence(divergence)
     V = q.shape[-1]
     rows = [
-        _multiplier_row(qr, pr, k, lam, d) for qr, pr in zip(q.reshape(-1, V), p.reshape(-1, V), strict=True)
+        multiplier_row(qr, pr, k, lam, d) for qr, pr in zip(q.reshape(-1, V), p.reshape(-1, V), strict=True)
     ]
     return np.stack(rows).reshape(q.shape)

@@ -1,0 +1,91 @@
+r"""Bracketed scalar searches shared by the solvers: a threshold bisection and a golden section.
+
+Both are plain float64 Python loops over a callable (one value per call), for searches whose
+evaluations are themselves vectorised (a taut string, a sorted prefix sum). Their tolerances:
+
+* :func:`bisect_threshold` halves the bracket ``steps`` times (64 by default: an interval of
+  length <= 1 then shrinks below float64 resolution) and stops early once the midpoint
+  rounds onto an end. It returns the end on the feasible side, so the answer always
+  satisfies the predicate as computed.
+* :func:`golden_section` shrinks the bracket by the golden ratio per step
+  (:math:`0.618^{80} \approx 2 \cdot 10^{-17}` of the interval at 80 steps) and returns the
+  best of both ends, the final bracket's midpoint and the best point probed, so an optimum
+  at an end (a function monotone on the bracket) is returned exactly, and one at the edge
+  of an infinite region is not lost when the midpoint falls beyond that edge. ``+inf`` values (infeasible points
+  of a convex function on an interval whose feasible part contains ``lo``) are allowed when
+  minimising: ties between two infinite probes move the bracket towards ``lo``.
+
+References
+----------
+J. Kiefer, "Sequential minimax search for a maximum", Proc. AMS 4 (1953) (golden section).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+__all__ = ["bisect_threshold", "golden_section"]
+
+_GOLDEN = 0.5 * (math.sqrt(5.0) - 1.0)
+
+
+def bisect_threshold(holds: Callable[[float], bool], lo: float, hi: float, steps: int = 64) -> float:
+    """The smallest x in [lo, hi] where a monotone predicate holds, to ``steps`` halvings.
+
+    ``holds`` must be False below some threshold and True above it, and True at ``hi`` (the
+    caller checks); the returned value is an end of the final bracket at which ``holds`` was
+    True (or ``hi``).
+    """
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def golden_section(
+    fn: Callable[[float], float], lo: float, hi: float, steps: int = 80, *, maximize: bool = False
+) -> tuple[float, float]:
+    """The optimum of a unimodal function on [lo, hi] by golden-section search.
+
+    Returns
+    -------
+    x, value : float
+        The best of ``lo``, ``hi``, the final bracket's midpoint and the best point probed
+        (the first of them on a tie).
+    """
+    sign = -1.0 if maximize else 1.0
+
+    def g(x):
+        return sign * fn(x)
+
+    a, b = lo, hi
+    c1, c2 = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
+    g1, g2 = g(c1), g(c2)
+    seen_x, seen_g = (c1, g1) if g1 <= g2 else (c2, g2)  # the best probe so far
+    for _ in range(steps):
+        if g1 <= g2:  # the minimum lies in [a, c2] (ties, infinite ones included, towards lo)
+            b, c2, g2 = c2, c1, g1
+            c1 = b - _GOLDEN * (b - a)
+            g1 = g(c1)
+            if g1 < seen_g:
+                seen_x, seen_g = c1, g1
+        else:
+            a, c1, g1 = c1, c2, g2
+            c2 = a + _GOLDEN * (b - a)
+            g2 = g(c2)
+            if g2 < seen_g:
+                seen_x, seen_g = c2, g2
+    best_x, best_g = lo, g(lo)
+    # ties: lo, then hi, then the midpoint; the best probe where the optimum sits at the edge
+    # of an infinite region (the final bracket's midpoint can fall beyond it)
+    for x, gx in ((hi, None), (0.5 * (a + b), None), (seen_x, seen_g)):
+        gx = g(x) if gx is None else gx
+        if gx < best_g:
+            best_x, best_g = x, gx
+    return best_x, sign * best_g

@@ -1,0 +1,331 @@
+r"""The path of optimal k-draft targets (the taut string), with mass off supp(q).
+
+The maths is stated in :mod:`cactus_theory.solvers.multidraft` (sections 2 and 3); this module
+computes it. Symbols: q verifier, p drafter, k i.i.d. drafts, o target, :math:`\varphi(t) =
+(1-t)^k`, Z the tokens with :math:`q = 0 < p` (drafter mass :math:`P_Z`), s the target's mass
+on Z (spread proportionally to p there), c the divergence's slope :math:`f'(\infty)` (the cost
+of a unit of mass where q = 0).
+
+For one off-support mass s the constraints :math:`o(A) \le M - \varphi(p(A))` on the prefixes
+of the q/p order of supp(q), with and without Z, read :math:`O_j \le M - \psi_s(P_j)` with
+:math:`\psi_s(t) = \max(\varphi(t),\ s + \varphi(t + P_Z))` (convex and decreasing), and the
+best target on supp(q) is the taut string under these ceilings from (0, 0) to (1, 1 - s)
+(:class:`_Path`). :func:`solve_row` then minimises :math:`M` over s (:math:`M_{min}(s)` is
+convex: the feasible set of (s, M) is convex) by golden section, each s by bisection on M.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.optimize import brentq
+
+from .._search import bisect_threshold, golden_section
+from .._validation import as_count
+from ..divergences import Divergence
+
+#: Bisection steps on M (an interval of length <= 1): 2^-64 is below float64 resolution.
+BISECTION_STEPS = 64
+#: Golden-section steps (0.618^80 ~ 2e-17 of the interval).
+GOLDEN_STEPS = 80
+#: Brent's relative tolerance on M (4 ulp: the smallest scipy accepts).
+_RTOL = 4.0 * np.finfo(float).eps
+#: Relative steps back from an off-support mass s whose target exceeds the budget by rounding.
+_BACK_OFF = (0.0, 1e-12, 1e-9, 1e-6, 1e-3)
+
+
+def miss_probability(mass, k):
+    r""":math:`\varphi(t) = (1 - t)^k`, the probability that k i.i.d. drafts all miss a set of
+    drafter mass t (convex and decreasing on [0, 1]).
+
+    Parameters
+    ----------
+    mass : array_like
+        Drafter mass :math:`t = p(A)` in [0, 1] (clipped there: prefix sums can overshoot 1
+        by rounding).
+    k : int
+        Number of drafts, >= 1.
+
+    Returns
+    -------
+    ndarray, float64
+    """
+    k = as_count(k, "k")
+    t = np.clip(np.asarray(mass, dtype=np.float64), 0.0, 1.0)
+    return (1.0 - t) ** k
+
+
+def _lower_hull_chain(x, y):
+    """Indices of the lower convex hull of points sorted by x (Andrew's monotone chain)."""
+    xs, ys = x.tolist(), y.tolist()
+    hull: list[int] = []
+    for i in range(len(xs)):
+        xi, yi = xs[i], ys[i]
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (xs[b] - xs[a]) * (yi - ys[a]) - (ys[b] - ys[a]) * (xi - xs[a]) <= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    return np.asarray(hull, dtype=np.intp)
+
+
+#: Vectorised pruning passes before the monotone chain (:func:`_lower_hull`).
+_PRUNE_PASSES = 64
+
+
+def _lower_hull(x, y):
+    """Indices of the lower convex hull of points sorted by x.
+
+    Vectorised passes first drop every point on or above the chord of its two neighbours
+    (never a hull vertex, so the hull is unchanged); a polyline whose turns are all strictly
+    convex is its own lower hull and is returned as it is (k = 1: every prefix), and what is
+    left after :data:`_PRUNE_PASSES` passes goes through the monotone chain.
+    """
+    idx = np.arange(x.size)
+    for _ in range(_PRUNE_PASSES):
+        if idx.size < 3:
+            return idx
+        xa, ya, xb, yb = x[idx[:-2]], y[idx[:-2]], x[idx[1:-1]], y[idx[1:-1]]
+        cross = (xb - xa) * (y[idx[2:]] - ya) - (yb - ya) * (x[idx[2:]] - xa)
+        if np.all(cross > 0):
+            return idx
+        keep = np.ones(idx.size, dtype=bool)
+        keep[1:-1] = cross > 0
+        idx = idx[keep]
+    return idx[_lower_hull_chain(x[idx], y[idx])]
+
+
+def slope_at_infinity(d: Divergence) -> float:
+    r""":math:`f'(\infty) = \lim_{t \to \infty} f(t)/t`, the cost of a unit of mass where q = 0
+    (``inf`` for KL and Pearson chi-square)."""
+    if not d.finite_off_support:
+        return math.inf
+    with np.errstate(all="ignore"):
+        return float(d.term(np, np.array(1.0), np.array(0.0)))
+
+
+class Row:
+    """One (q, p, k) row: the q/p order, prefix sums, and the paths o(M) per off-support mass."""
+
+    def __init__(self, q, p, k, d: Divergence):
+        self.q, self.p, self.k, self.d = q, p, k, d
+        with np.errstate(divide="ignore", invalid="ignore"):
+            key = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, -2.0))
+        key = np.where((q <= 0) & (p > 0), -1.0, key)  # q = 0 < p: last but the empty tokens
+        self.order = np.argsort(-key, kind="stable")
+        qs, ps = q[self.order], p[self.order]
+        self.n_pos = int(np.count_nonzero(qs > 0))
+        self.Q = np.cumsum(qs)
+        self.P = np.cumsum(ps)
+        self.X = float(self.Q[self.n_pos - 1])
+        off = (q <= 0) & (p > 0)
+        self.zero_tokens = np.flatnonzero(off)
+        self.PZ = float(np.sum(p[off]))
+        self.c = slope_at_infinity(d)
+        #: mass off supp(q) can pay: Z has drafter mass and a finite cost per unit
+        self.has_off_support = self.PZ > 0 and math.isfinite(self.c)
+        # ceiling points (Q_m, P_m) for prefixes strictly inside supp(q)
+        m = np.arange(1, self.n_pos)
+        self._x, self._P = self.Q[m - 1], self.P[m - 1]
+        self._phi = miss_probability(self._P, k)
+        self._phi_z = miss_probability(self._P + self.PZ, k) if self.has_off_support else None
+        self.phi_S = float(miss_probability(self.P[self.n_pos - 1], k))  # the prefix ending supp(q)
+        self.phi_Z = float(miss_probability(self.PZ, k))
+        # every prefix (tail ones included), for the end of the path at s = 0
+        zero = np.zeros(1)
+        self._cum_q = np.concatenate([zero, self.Q])
+        self._phi_all = miss_probability(np.concatenate([zero, self.P]), k)
+        self._paths: dict[float, _Path] = {}
+
+    def path(self, s: float) -> _Path:
+        """The path o(M) for off-support mass s (cached)."""
+        path = self._paths.get(s)
+        if path is None:
+            if len(self._paths) > 8:  # a search visits each s about once: keep few
+                self._paths = {0.0: self._paths[0.0]} if 0.0 in self._paths else {}
+            path = self._paths[s] = _Path(self, s)
+        return path
+
+
+class _Path:
+    """The taut strings under the ceilings M - psi_s(P_m), from (0, 0) to (X, 1 - s)."""
+
+    def __init__(self, row: Row, s: float):
+        self.row, self.s, self.end = row, s, 1.0 - s
+        X = row.X
+        psi = row._phi if s == 0 else np.maximum(row._phi, s + row._phi_z)
+        hx, hy = row._x, -psi
+        keep = hx < X
+        hx, hy = hx[keep], hy[keep]
+        hx, first = np.unique(hx, return_index=True)  # equal Q by rounding: lowest y
+        hy = hy[first]
+        h = _lower_hull(hx, hy) if hx.size else np.zeros(0, dtype=np.intp)
+        self.hx, self.hy = hx[h], hy[h]
+        psi_end = max(row.phi_S, s)  # psi_s at P(supp q): phi(P_S) or s + phi(1) = s
+        if s == 0:
+            self.M_lo = max(1.0, 1.0 + row.phi_S)
+            self.M_hi = max(1.0, float(np.max(row._cum_q + row._phi_all)))
+        else:
+            # the prefixes: empty with Z (s + phi(P_Z)), all of supp(q) (1 - s + psi_end)
+            self.M_lo = max(1.0, self.end + psi_end, s + row.phi_Z)
+            inner = float(np.max(self.end * row._x + psi)) if psi.size else -math.inf
+            self.M_hi = max(self.M_lo, 1.0, s + row.phi_Z, inner, self.end + psi_end)
+
+    def knots(self, M):
+        """Knots (x, y) of the taut string under the ceilings M - psi(P_m), (0, 0) to (X, end)."""
+        X, end = self.row.X, self.end
+        mid_x, mid_y = self.hx[:0], self.hy[:0]
+        if self.hx.size:
+            up = self.hy + M
+            s0 = up / self.hx
+            j0 = int(np.argmin(s0))
+            if s0[j0] * X < end:  # the straight line to (X, end) crosses the ceiling
+                s1 = (end - up) / (X - self.hx)
+                j1 = int(np.argmax(s1))
+                if j1 >= j0:
+                    mid_x, mid_y = self.hx[j0 : j1 + 1], up[j0 : j1 + 1]
+        return np.concatenate([[0.0], mid_x, [X]]), np.concatenate([[0.0], mid_y, [end]])
+
+    def divergence(self, M):
+        """D(o(M) || q) from the knots alone (sum over segments of dQ f(slope), O(#knots)),
+        plus c s for the mass off supp(q)."""
+        kx, ky = self.knots(M)
+        dx, dy = np.diff(kx), np.diff(ky)
+        ok = dx > 0
+        with np.errstate(all="ignore"):
+            on = float(np.sum(dx[ok] * np.asarray(self.row.d.f(dy[ok] / dx[ok]), dtype=np.float64)))
+        return on + (self.row.c * self.s if self.s > 0 else 0.0)
+
+    def target(self, M):
+        """o(M): the taut string on supp(q), and s spread proportionally to p on Z."""
+        row = self.row
+        kx, ky = self.knots(M)
+        cum_o = np.interp(row.Q[: row.n_pos], kx, ky)
+        o_sorted = np.zeros_like(row.q)
+        o_sorted[: row.n_pos] = np.diff(np.concatenate([[0.0], cum_o]))
+        o = np.empty_like(o_sorted)
+        o[row.order] = np.clip(o_sorted, 0.0, None)
+        if self.s > 0:
+            z = row.zero_tokens
+            o[z] = self.s * row.p[z] / row.PZ
+        return o
+
+    def least_M(self, e):
+        """The smallest M of this path with D(o(M)||q) <= e (``inf`` where none is)."""
+        if self.divergence(self.M_lo) <= e:
+            return self.M_lo
+        if not self.divergence(self.M_hi) <= e:
+            return math.inf
+        # D(o(M)) is continuous and nonincreasing in M: Brent's root to float resolution,
+        # then the end of the bracket on the budget's side
+        M = brentq(lambda M: self.divergence(M) - e, self.M_lo, self.M_hi, xtol=1e-300, rtol=_RTOL)
+        if self.divergence(M) > e:
+            M = min(self.M_hi, M + 2.0 * _RTOL * M)
+        return M if self.divergence(M) <= e else self.M_hi
+
+
+def _exact(d, path, M):
+    o = path.target(M)
+    return float(d.unchecked(o, path.row.q)), o
+
+
+def _on_budget(d, path, M, e):
+    """The target at M and that M, moved towards the path's end M_hi where the term-by-term
+    divergence exceeds e by rounding (from twice the chord's estimate, growing 4x); the target
+    is None where even M_hi does not hold."""
+    D, o = _exact(d, path, M)
+    step = max(4.0 * np.spacing(M), 2.0 * (D - e) / max(D, 1e-300) * (path.M_hi - M))
+    while D > e and M < path.M_hi:
+        M = min(path.M_hi, M + step)
+        step *= 4.0
+        D, o = _exact(d, path, M)
+    return (o if D <= e else None), M
+
+
+def _solve_on_support(row, e):
+    """The best target with no mass off supp(q) (the path at s = 0), and its M."""
+    q, d = row.q, row.d
+    path = row.path(0.0)
+    M_lo = path.M_lo
+    D_lo = path.divergence(M_lo)
+    if e == 0 or path.M_hi <= M_lo:
+        if e == 0 or D_lo > e:
+            return q.copy(), path.M_hi
+        return _exact(d, path, M_lo)[1], M_lo
+    if D_lo <= e:
+        return _exact(d, path, M_lo)[1], M_lo
+    hi = bisect_threshold(lambda M: path.divergence(M) <= e, M_lo, path.M_hi, BISECTION_STEPS)
+    o, M = _on_budget(d, path, hi, e)
+    return (q.copy(), path.M_hi) if o is None else (o, M)
+
+
+def solve_row(q, p, k, eps, d):
+    r"""The optimal target of one row at each budget (a list of V-vectors).
+
+    On supp(q) (no drafter mass where q = 0, or an infinite cost there): the bisection on M of
+    the path at s = 0. Otherwise the golden section over s of the least M of each path
+    (:meth:`_Path.least_M`), keeping the on-support answer unless the other accepts more
+    (:math:`\alpha^* = 2 - M` on every path). The target is then built once and its divergence
+    recomputed term by term; where rounding puts it over the budget, M steps towards the
+    path's end until it holds: every returned target satisfies D <= eps as computed.
+    """
+    row = Row(q, p, k, d)
+    out = []
+    for e in eps:
+        base, M_base = _solve_on_support(row, e)
+        if e > 0 and row.has_off_support:
+            s_hi = min(1.0, e / row.c) if row.c > 0 else 1.0
+            s, M = golden_section(lambda s, e=e: row.path(s).least_M(e), 0.0, s_hi, GOLDEN_STEPS)
+            # an optimum at the edge of the feasible s (the path's end just meets the budget)
+            # can exceed it term by term by rounding: s then steps back towards 0
+            for back in _BACK_OFF:
+                s_try = s * (1.0 - back)
+                M_try = M if back == 0 else row.path(s_try).least_M(e)
+                if not (s_try > 0 and M_try < M_base):
+                    break
+                o, M_used = _on_budget(d, row.path(s_try), M_try, e)
+                if o is not None:
+                    if M_used < M_base:
+                        base = o
+                    break
+        out.append(base)
+    return out
+
+
+def _best_on_path(path, lam):
+    """max over M of (2 - M) - lam D(o(M)||q) on one path (concave in M): (M, value)."""
+    if path.M_hi <= path.M_lo:
+        M = path.M_lo
+        return M, (2.0 - M) - lam * path.divergence(M)
+
+    def value(M):
+        return (2.0 - M) - lam * path.divergence(M) if lam > 0 else 2.0 - M
+
+    return golden_section(value, path.M_lo, path.M_hi, GOLDEN_STEPS, maximize=True)
+
+
+def multiplier_row(q, p, k, lam, d):
+    """argmax over targets of alpha*(o) - lam D(o||q) for one row (off supp(q) included)."""
+    row = Row(q, p, k, d)
+    path0 = row.path(0.0)
+    if lam == math.inf:
+        return q.copy()
+    if path0.M_hi <= path0.M_lo:
+        best_path, best_M, best = path0, path0.M_hi, -math.inf
+    else:
+        best_M, best = _best_on_path(path0, lam)
+        best_path = path0
+    if row.has_off_support:
+        s_hi = min(1.0, 1.0 / (lam * row.c)) if lam * row.c > 0 else 1.0  # value >= 0 at s = 0
+        s, v = golden_section(
+            lambda s: _best_on_path(row.path(s), lam)[1], 0.0, s_hi, GOLDEN_STEPS, maximize=True
+        )
+        if s > 0 and v > best:
+            best_path = row.path(s)
+            best_M, best = _best_on_path(best_path, lam)
+    if best_path.s == 0 and best_M >= best_path.M_hi:
+        return q.copy()
+    return best_path.target(best_M)
