@@ -244,6 +244,35 @@ def _gpu_table(report) -> str:
     return "\n".join(lines)
 
 
+def _engine_costs_table(report) -> str:
+    """Acceptance and emitted KL/TV per token of every engine setting on the shipped recordings
+    (cactus_theory.analysis.engine_settings)."""
+    from cactus_theory.analysis.engine_settings import all_settings, setting_costs
+    from cactus_theory.logits import load_dump, shipped_dumps
+
+    dumps = [load_dump(f) for f in sorted(shipped_dumps())]
+    rows = setting_costs(all_settings(), [tuple(d.pairs()) for d in dumps])
+
+    def num(x, digits):
+        return "inf" if math.isinf(x) else f"{x:.{digits}f}"
+
+    lines = [
+        f"{rows[0]['positions']:,} positions: every position of the {len(dumps)} shipped recordings "
+        f"({', '.join(d.name for d in dumps)}), pooled.",
+        "",
+        "| engine | setting | rule | drafts | acceptance | KL / token, mean | KL, worst | KL = inf "
+        "| TV / token, mean | TV, worst |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['engine']} | {r['setting']} | `{r['rule']}` | {r['drafting']} | {r['acceptance']:.3f} "
+            f"| {num(r['kl_mean'], 4)} | {num(r['kl_max'], 3)} | {100 * r['kl_inf_share']:.1f}% "
+            f"| {r['tv_mean']:.4f} | {r['tv_max']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 #: What each marker holds.
 BLOCKS = {
     "taylor-grid": Block(
@@ -267,6 +296,8 @@ BLOCKS = {
     "gpu-check": Block(text=_gpu_table, needs_report=False),
     "claims": Block(("claims/verdicts",), drop=("evidence",)),
     "sequence": Block(("sequence/synthetic", "sequence/real"), drop=("knob",)),
+    "engine-costs": Block(text=_engine_costs_table, fenced=False, needs_report=False),
+    "engines-drafting-example": Block(example=True),
 }
 
 BEGIN = "<!-- BEGIN generated:{name} (scripts/update_readme.py) -->"
