@@ -290,8 +290,15 @@ def test_folder_of_shards_is_read_lazily(tmp_path):
 
 
 def test_folder_of_dump_shards(tmp_path):
+    # shards are pieces of one recording (here one shipped dump, twice); a folder of two
+    # different recordings (dump's one file per drafter) is refused, not pooled
     for f in shipped_dumps()[:2]:
         shutil.copy(f, tmp_path / f.name)
+    with pytest.raises(ValueError, match="^source: .* holds 2 different recordings"):
+        rows.as_row_source(tmp_path)
+    first, second = shipped_dumps()[:2]
+    (tmp_path / second.name).unlink()
+    shutil.copy(first, tmp_path / f"part2_{first.name}")
     src = rows.as_row_source(tmp_path)
     got = ct.analyze("cactus-exact", src, chunk_rows=700)
     refs = [analyze_block("cactus-exact", *load_dump(f).pairs()[:2]) for f in sorted(tmp_path.iterdir())]
