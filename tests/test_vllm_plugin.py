@@ -536,7 +536,8 @@ def _engine_rows(mods, monkeypatch, rule_cfg, z_e, z_a, drafts, temps, top_k, to
     seen = {}
 
     def spy(draft_token_ids, num_draft_tokens, max_spec_len, cu, draft_probs, target_logits, *a, **kw):
-        seen["p"], seen["logits"] = draft_probs, target_logits
+        # (cloned: a spike rule's entries are written in place and put back after the kernel)
+        seen["p"], seen["logits"] = draft_probs, target_logits.clone()
         return torch.full((len(num_draft_tokens), max_spec_len + 1), -1, dtype=torch.int32)
 
     monkeypatch.setattr(mods.r1, "rejection_sample", vpatch._wrap_mrv1_sample(spy))
@@ -673,3 +674,62 @@ def test_mrv2_raw_rows_and_request_temperature():
         np.testing.assert_allclose(torch.softmax(new[j].double(), -1).numpy(), h, rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="raw"):
         mrv2_substitute(rule, tl, draft_logits, draft_sampled, cu, state, local, temperature)
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact", "interpolation", "sps"])
+def test_wrappers_leave_the_engines_logits_as_they_were(vllm_mods, name):
+    """A spike rule's entries are written into the engine's processed logits for the kernel and
+    put back when it returns (bit for bit); other rules hand the kernel a new tensor."""
+    rng = np.random.default_rng(8)
+    B, k, V = 3, 2, 9
+    logits = torch.tensor(rng.standard_normal((B * k, V)), dtype=torch.float32)
+    before = logits.clone()
+    p = torch.softmax(torch.tensor(rng.standard_normal((B * k, V)), dtype=torch.float32), -1)
+    ids = torch.tensor(rng.integers(0, V, B * k))
+    seen = []
+
+    def kernel(draft_token_ids, num_draft_tokens, max_spec_len, cu, draft_probs, target_logits, *a, **kw):
+        seen.append((target_logits is logits, target_logits.clone()))
+
+    wrapped = vpatch._wrap_mrv1_sample(kernel)
+    token = vpatch._ACTIVE.set(get_rule(name, **_law_knobs(name)))
+    try:
+        cu = torch.arange(1, B + 1) * k
+        wrapped(
+            ids,
+            [k] * B,
+            k,
+            cu,
+            p,
+            logits,
+            None,
+            types.SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(B)),
+        )
+    finally:
+        vpatch._ACTIVE.reset(token)
+    assert torch.equal(logits, before)
+    same, got = seen[0]
+    assert same == name.startswith("cactus") or name == "sps"
+    assert torch.equal(got, before) == (name == "sps")
+    MRV2 = vpatch._wrap_mrv2_sample(lambda tl, *a, **kw: seen.append(tl.clone()))
+    token = vpatch._ACTIVE.set(get_rule(name, **_law_knobs(name)))
+    try:
+        tl = torch.tensor(rng.standard_normal((5, V)), dtype=torch.float32)
+        tl_before = tl.clone()
+        MRV2(
+            tl,
+            torch.randn(2, 2, V),
+            torch.tensor([5, 1, 2, 3, 4]),
+            torch.tensor([0, 3, 5]),
+            torch.zeros(5),
+            torch.tensor([0, 1]),
+            torch.tensor([0, 0, 0, 1, 1]),
+            torch.tensor([0, 1, 2, 0, 1]),
+            torch.tensor([1.0, 0.9]),
+            torch.zeros(2),
+            2,
+        )
+    finally:
+        vpatch._ACTIVE.reset(token)
+    assert torch.equal(tl, tl_before) and torch.equal(seen[-1], tl_before) == (name == "sps")

@@ -23,8 +23,9 @@ them would silently change nothing under the other, so :func:`install` patches b
 
 :func:`install` first checks the vLLM version against :data:`SUPPORTED_VLLM` and the
 signatures it wraps against :data:`_EXPECTED_SIGNATURES`; a mismatch raises RuntimeError
-naming what differs. The substitution happens inside ``rejection_sample``, so the logprobs the
-engine reports are still computed from the verifier's q.
+naming what differs. The substitution happens inside ``rejection_sample`` (a new tensor, or for
+a spike rule one entry per row written in place and put back when the kernel returns), so the
+logprobs the engine reports are still computed from the verifier's q.
 
 Symbols: q verifier, p drafter, n drafted token, h target. Source: Hao & Mou, ICLR 2026
 (arXiv 2604.04987), Theorem 3.
@@ -245,13 +246,14 @@ def _wrap_mrv1_sample(orig):
         **kwargs,
     ):
         rule = _ACTIVE.get()
+        undo = None
         if (
             rule is not None
             and not sampling_metadata.all_greedy
             and target_logits.shape[0] > 0
             and not is_sps(rule)
         ):
-            draft_probs, target_logits = mrv1_substitute(
+            draft_probs, target_logits, undo = mrv1_substitute(
                 rule,
                 draft_token_ids,
                 num_draft_tokens,
@@ -260,19 +262,24 @@ def _wrap_mrv1_sample(orig):
                 sampling_metadata,
                 cu_num_draft_tokens,
                 _raw_logits(rule),
+                in_place=True,
             )
-        return orig(
-            draft_token_ids,
-            num_draft_tokens,
-            max_spec_len,
-            cu_num_draft_tokens,
-            draft_probs,
-            target_logits,
-            bonus_token_ids,
-            sampling_metadata,
-            *args,
-            **kwargs,
-        )
+        try:
+            return orig(
+                draft_token_ids,
+                num_draft_tokens,
+                max_spec_len,
+                cu_num_draft_tokens,
+                draft_probs,
+                target_logits,
+                bonus_token_ids,
+                sampling_metadata,
+                *args,
+                **kwargs,
+            )
+        finally:
+            if undo is not None:
+                undo()  # the engine's processed logits (and logprobs) are q again
 
     return rejection_sample
 
@@ -297,8 +304,9 @@ def _wrap_mrv2_sample(orig):
         **kwargs,
     ):
         rule = _ACTIVE.get()
+        undo = None
         if rule is not None and not is_sps(rule):
-            target_logits = mrv2_substitute(
+            target_logits, undo = mrv2_substitute(
                 rule,
                 target_logits,
                 draft_logits,
@@ -308,22 +316,27 @@ def _wrap_mrv2_sample(orig):
                 expanded_local_pos,
                 temperature,
                 _raw_logits(rule),
+                in_place=True,
             )
-        return orig(
-            target_logits,
-            draft_logits,
-            draft_sampled,
-            cu_num_logits,
-            pos,
-            idx_mapping,
-            expanded_idx_mapping,
-            expanded_local_pos,
-            temperature,
-            seed,
-            num_speculative_steps,
-            *args,
-            **kwargs,
-        )
+        try:
+            return orig(
+                target_logits,
+                draft_logits,
+                draft_sampled,
+                cu_num_logits,
+                pos,
+                idx_mapping,
+                expanded_idx_mapping,
+                expanded_local_pos,
+                temperature,
+                seed,
+                num_speculative_steps,
+                *args,
+                **kwargs,
+            )
+        finally:
+            if undo is not None:
+                undo()  # the engine's processed logits (and logprobs) are q again
 
     return rejection_sample
 

@@ -33,11 +33,17 @@ and timed against it by ``scripts/vllm_overhead.py``):
 
 * a rule configured at its SpS knobs (``RuleSpec.sps_knobs``: h = q) is not substituted at all
   (:func:`is_sps`; the wrappers call vLLM's kernel directly);
-* a :class:`~cactus_theory.rules.registry.SpikeRule` (Cactus) needs :math:`\gamma` at the
-  drafted token only: with :math:`\ell` the logits, :math:`L = \mathrm{logsumexp}(\ell)`,
-  :math:`q_n = e^{\ell_n - L}`, the row :math:`\log h^{(n)}` up to a constant is
-  :math:`\ell + \log c_n` off n and :math:`\log\gamma_n + L` at n
-  (:math:`c_n = (1-\gamma_n)/(1-q_n)`, Theorem 2), one read and one write of the row.
+* a :class:`~cactus_theory.rules.registry.SpikeRule` (Cactus) changes one logit per row:
+  with :math:`\ell` the logits, :math:`L = \mathrm{logsumexp}(\ell)`, :math:`q_n = e^{\ell_n - L}`
+  and :math:`\gamma_n` at the drafted token alone, setting
+  :math:`\ell'_n = L + \log\frac{\gamma_n (1 - q_n)}{1 - \gamma_n}` (the other logits kept)
+  gives :math:`\mathrm{softmax}(\ell')_n = \gamma_n` and
+  :math:`\mathrm{softmax}(\ell')_i = q_i (1-\gamma_n)/(1-q_n)` (Theorem 2's
+  :math:`h^{(n)}`); where :math:`\gamma_n = 1`, :math:`\ell'_n = \max\ell + 200` (every
+  other float32 weight :math:`e^{\ell_i - \ell'_n} \le e^{-200}` is 0: h is one-hot at n).
+  One read of the row (the logsumexp); the engine's wrappers write the entry in place and put
+  it back after the kernel (:func:`mrv1_substitute` ``in_place``), so the logprobs the engine
+  reports still come from q.
 
 Symbols: q verifier (``target_logits`` softmaxed), p drafter (``draft_probs``), n drafted token
 (``draft_token_ids``), h target. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 2-3.
@@ -49,7 +55,6 @@ from ..._extras import require
 from ...rules import Rule
 from ...rules.plans import SpikePlan, TargetPlan
 from ...rules.registry import SpikeRule
-from ...solvers.spike import spike_scale
 from .config import REQUEST_KNOBS
 
 torch = require("torch", "cactus_theory.integrations.vllm", extra="vllm")
@@ -57,6 +62,7 @@ torch = require("torch", "cactus_theory.integrations.vllm", extra="vllm")
 __all__ = [
     "is_sps",
     "needs_raw",
+    "uses_plan",
     "raw_draft_from_tempered",
     "target_rows",
     "substitute_target_logits",
@@ -83,6 +89,14 @@ def needs_raw(rule: Rule) -> bool:
     """True when the rule reads the raw rows (``RuleSpec.needs_raw``)."""
     spec = _spec(rule)
     return bool(spec is not None and spec.needs_raw)
+
+
+def uses_plan(rule: Rule, shortcuts: bool = True) -> bool:
+    """False when a declared shortcut computes the rule's rows (SpS, a spike rule): then the
+    drafter's rows p are not read."""
+    if not shortcuts:
+        return True
+    return not (is_sps(rule) or (isinstance(rule, SpikeRule) and _request_knob(rule) is None))
 
 
 def _request_knob(rule: Rule):
@@ -169,16 +183,22 @@ def _plan_rows(rule, q, p, ids, raw):
     raise ValueError(f"rule: {rule.name!r} gives a {type(plan).__name__}, not a per-draft target")
 
 
-def _spike_logits(rule: SpikeRule, logits, ids, valid):
-    r"""``log h^(n)`` (up to a row constant) of a spike rule from gamma at n alone (module docstring)."""
+#: Added to a row's largest logit where gamma_n = 1: exp(-200) is 0 in float32, so the
+#: kernel's softmax of the row is exactly one-hot at n.
+ONE_HOT_GAP = 200.0
+
+
+def _spike_entries(rule: SpikeRule, logits, ids, valid):
+    r"""The drafted tokens' new logits :math:`\ell'_n` of a spike rule (module docstring), [rows]."""
     lse = torch.logsumexp(logits, dim=-1)
     z_n = logits.gather(1, ids[:, None])[:, 0]
     q_n = torch.exp(z_n - lse).clamp(max=1.0)
     gamma = rule.spike_at_tokens(q_n).to(torch.float32)
-    shift = torch.where(valid, torch.log(spike_scale(q_n, gamma)), torch.zeros_like(q_n))
-    out = logits + shift[:, None]
-    at_n = torch.where(valid, torch.log(gamma) + lse, z_n)
-    return out.scatter_(1, ids[:, None], at_n[:, None])
+    full = gamma >= 1.0
+    ratio = gamma * (1.0 - q_n) / torch.where(full, torch.ones_like(gamma), 1.0 - gamma)
+    top = logits.amax(dim=-1) + ONE_HOT_GAP
+    new = torch.where(full, top, lse + torch.log(ratio))
+    return torch.where(valid, new, z_n), z_n
 
 
 def substitute_target_logits(
@@ -192,8 +212,9 @@ def substitute_target_logits(
     raw_draft_probs: torch.Tensor | None = None,
     temperature: torch.Tensor | None = None,
     shortcuts: bool = True,
-) -> torch.Tensor:
-    """``log h`` on the rows where ``rows`` is True, ``target_logits`` elsewhere (a new tensor).
+    in_place: bool = False,
+):
+    """``log h`` on the rows where ``rows`` is True, ``target_logits`` elsewhere.
 
     Parameters
     ----------
@@ -215,16 +236,39 @@ def substitute_target_logits(
     shortcuts : bool
         Use the declared shortcuts (module docstring); False computes every rule through its
         plan (the reference the shortcuts are tested and timed against).
+    in_place : bool
+        Return ``(logits, undo)``: a spike rule's entries are written into ``target_logits``
+        (float32) itself and ``undo()`` puts them back; other rules return a new tensor and
+        ``undo`` is None. False (default): a new tensor, ``target_logits`` untouched.
     """
     logits = target_logits.to(torch.float32)
-    if logits.shape[0] == 0:
-        return logits.clone()
+    undo = None
+    if logits.shape[0] == 0 or (shortcuts and is_sps(rule)):
+        out = logits if in_place else logits.clone()
+    elif not uses_plan(rule, shortcuts):
+        valid = rows & (draft_token_ids >= 0)
+        ids = draft_token_ids.to(torch.int64).clamp(min=0)
+        new_n, old_n = _spike_entries(rule, logits, ids, valid)
+        out = logits if in_place else logits.clone()
+        out.scatter_(1, ids[:, None], new_n[:, None])
+        if in_place:
+
+            def undo():
+                out.scatter_(1, ids[:, None], old_n[:, None])
+
+    else:
+        out = _plan_logits(
+            rule, logits, draft_probs, draft_token_ids, rows, raw_target_logits, raw_draft_probs, temperature
+        )
+    return (out, undo) if in_place else out
+
+
+def _plan_logits(
+    rule, logits, draft_probs, draft_token_ids, rows, raw_target_logits, raw_draft_probs, temperature
+):
+    """``log h`` through the rule's plan on the valid rows (:func:`substitute_target_logits`)."""
     valid = rows & (draft_token_ids >= 0)
     ids = draft_token_ids.to(torch.int64).clamp(min=0)
-    if shortcuts and is_sps(rule):
-        return logits.clone()
-    if shortcuts and isinstance(rule, SpikeRule) and _request_knob(rule) is None:
-        return _spike_logits(rule, logits, ids, valid)
     raw = {}
     if needs_raw(rule):
         if raw_target_logits is None or raw_draft_probs is None:
@@ -260,7 +304,8 @@ def mrv1_substitute(
     raw_target_logits=None,
     *,
     shortcuts: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    in_place: bool = False,
+):
     """New ``(draft_probs, target_logits)`` for MRV1's module-level ``rejection_sample``.
 
     MRV1 layout (``vllm/v1/sample/rejection_sampler.py``): flat rows, one per drafted token,
@@ -273,15 +318,17 @@ def mrv1_substitute(
     ``num_draft_tokens`` is copied to the device (a blocking host-to-device copy).
     ``raw_target_logits`` (``logits[target_logits_indices]`` of ``RejectionSampler.forward``)
     are the verifier's raw rows; the drafter's raw rows are :func:`raw_draft_from_tempered`.
+    ``in_place``: :func:`substitute_target_logits`'s, and the result is
+    ``(draft_probs, target_logits, undo)``.
     """
     num_rows, vocab = target_logits.shape
     device = target_logits.device
-    if draft_probs is None:
+    if draft_probs is None and uses_plan(rule, shortcuts):
         draft_probs = torch.nn.functional.one_hot(draft_token_ids.to(torch.int64).clamp(min=0), vocab).to(
             torch.float32
         )
     if shortcuts and is_sps(rule):
-        return draft_probs, target_logits
+        return (draft_probs, target_logits, None) if in_place else (draft_probs, target_logits)
     temps = sampling_metadata.temperature
     row_temp = None
     if temps is not None and (needs_raw(rule) or _request_knob(rule) is not None):
@@ -309,8 +356,12 @@ def mrv1_substitute(
         raw_draft_probs=raw_draft,
         temperature=row_temp,
         shortcuts=shortcuts,
+        in_place=in_place,
     )
-    return draft_probs.contiguous(), new_logits.contiguous()
+    if in_place:
+        new_logits, undo = new_logits
+        return draft_probs, new_logits, undo
+    return draft_probs, new_logits.contiguous()
 
 
 def mrv2_substitute(
@@ -325,7 +376,8 @@ def mrv2_substitute(
     raw_target_logits=None,
     *,
     shortcuts: bool = True,
-) -> torch.Tensor:
+    in_place: bool = False,
+):
     """New ``target_logits`` for MRV2's ``rejection_sample`` (``rejection_sampler_utils.py``).
 
     MRV2 layout: request r owns logits rows ``cu_num_logits[r] : cu_num_logits[r+1]``, the last
@@ -335,11 +387,12 @@ def mrv2_substitute(
     kernel does; temperature 0 means greedy. ``draft_logits`` None means one-hot drafts.
     ``raw_target_logits`` (the ``logits`` ``RejectionSampler._verify`` received, same rows)
     are the verifier's raw rows; the drafter's raw rows are ``softmax(draft_logits)``.
+    ``in_place``: :func:`substitute_target_logits`'s (the result is ``(target_logits, undo)``).
     """
     num_rows, vocab = target_logits.shape
     device = target_logits.device
     if num_rows == 0 or (shortcuts and is_sps(rule)):
-        return target_logits
+        return (target_logits, None) if in_place else target_logits
     is_bonus = torch.zeros(num_rows, dtype=torch.bool, device=device)
     # (index_fill_ takes the value as a scalar: no host tensor to copy to the device)
     is_bonus.index_fill_(0, (cu_num_logits[1:] - 1).to(torch.int64), True)
@@ -348,8 +401,10 @@ def mrv2_substitute(
     state = expanded_idx_mapping.to(torch.int64)
     temp = temperature.to(torch.float32)[state]
     rows = (~is_bonus) & (temp != 0)
-    raw_draft = None
-    if draft_logits is None:
+    raw_draft = p = None
+    if not uses_plan(rule, shortcuts):
+        pass  # the spike rows read gamma at n alone, not p
+    elif draft_logits is None:
         p = torch.nn.functional.one_hot(next_tok.clamp(min=0), vocab).to(torch.float32)
         raw_draft = p
     else:
@@ -369,4 +424,5 @@ def mrv2_substitute(
         raw_draft_probs=raw_draft,
         temperature=temp,
         shortcuts=shortcuts,
-    ).contiguous()
+        in_place=in_place,
+    )
