@@ -159,7 +159,9 @@ class PositionLaws:
     target_probs: np.ndarray
 
 
-def position_laws(rule, trajectory: Trajectory) -> PositionLaws:
+def position_laws(
+    rule, trajectory: Trajectory, *, drafting: str = "sample", draft_top_k=None
+) -> PositionLaws:
     r"""The rule's exact one-step laws at every position of a trajectory.
 
     .. math:: \alpha_t = \sum_n p_t(n) a_t(n), \qquad
@@ -174,6 +176,13 @@ def position_laws(rule, trajectory: Trajectory) -> PositionLaws:
         Any registered rule.
     trajectory : Trajectory
         Its raw distributions are passed to rules that decide on them.
+    drafting : {"sample", "argmax", "top_k"}
+        How each position's draft is drawn from its drafter row
+        (:func:`cactus_theory.analysis.one_step.drafting_distribution`); the laws' p is the
+        drafting law. Pass the result as ``laws`` to :func:`~.exact.exact_chain` for the
+        chain under that policy.
+    draft_top_k : int, optional
+        k for ``drafting="top_k"``.
 
     Returns
     -------
@@ -190,6 +199,8 @@ def position_laws(rule, trajectory: Trajectory) -> PositionLaws:
         trajectory.draft_probs,
         raw_target_probs=trajectory.raw_target_probs,
         raw_draft_probs=trajectory.raw_draft_probs,
+        drafting=drafting,
+        draft_top_k=draft_top_k,
     )
     a = np.clip(np.asarray(plan.accept_probs(), dtype=np.float64), 0.0, 1.0)
     p = np.asarray(plan.draft_probs, dtype=np.float64)  # rows renormalized by make_plan
