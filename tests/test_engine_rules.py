@@ -175,13 +175,16 @@ def test_sglang_worst_case_kl_per_token_is_log_one_over_t():
 
 
 def test_sglang_launcher_floor_on_threshold_acc():
-    """threshold_acc is floored at 1e-9 as the launcher does: a tiny t_acc accepts q_n >= 1e-9."""
+    """threshold_acc is floored at 1e-9 as the launcher does (0 included): a tiny t_acc accepts
+    q_n >= 1e-9."""
     q, e = np.array([1e-10, 2e-9, 1 - 2.1e-9]), np.eye(3)
     rule = get_rule("sglang-threshold", threshold_acc=1e-12)
     a = np.asarray(acceptance_probabilities(rule, q, e[0]))
     np.testing.assert_allclose(a, [0.1, 1.0, 1.0], rtol=1e-12, atol=0)
+    zero = np.asarray(acceptance_probabilities(get_rule("sglang-threshold", threshold_acc=0.0), q, e[0]))
+    np.testing.assert_array_equal(zero, a)
     with pytest.raises(ValueError, match="threshold_acc"):
-        get_rule("sglang-threshold", threshold_acc=0.0)
+        get_rule("sglang-threshold", threshold_acc=-0.1)
 
 
 # --------------------------------------------------------------------------------------

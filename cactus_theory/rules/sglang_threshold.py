@@ -159,19 +159,19 @@ register(
         factory=SGLangThreshold,
         knobs=(
             Knob(
+                "threshold_acc",
+                1.0,
+                0.0,
+                1.0,
+                doc="t_acc: accept with min(1, q_n / t), t floored at 1e-9 as the launcher does "
+                "(SGLang --speculative-accept-threshold-acc)",
+            ),
+            Knob(
                 "threshold_single",
                 1.0,
                 0.0,
                 1.0,
                 doc="t_single: accept any draft with q_n >= t (SGLang --speculative-accept-threshold-single)",
-            ),
-            Knob(
-                "threshold_acc",
-                1.0,
-                0.0,
-                1.0,
-                low_open=True,
-                doc="t_acc: accept with min(1, q_n / t) (SGLang --speculative-accept-threshold-acc)",
             ),
         ),
         sps_knobs=None,
