@@ -453,6 +453,36 @@ def _note(cal, per, d, knob, eps=None):
     }[cal.status]
 
 
+def _corpus_frontiers(table, c, per, d, eps):
+    """The corpus-mean frontier: at eps (returned; per-token calibration in KL or TV only) and,
+    in each row, at the rule's own mean KL (``corpus_frontier``, ``corpus_gap``).
+
+    Rules calibrated per token spend a mean budget, so their yardstick is the frontier of one
+    multiplier over all positions, not the mean of per-position frontiers at eps (which rules
+    beat). Per sequence the calibrated statistic weights positions, so no single line at eps
+    bounds every rule; each row still has its own.
+    """
+    from .analysis.frontier import CORPUS_FRONTIER_DIVERGENCES, corpus_frontier
+
+    at_eps = None
+    if per == "token" and d.name in CORPUS_FRONTIER_DIVERGENCES:
+        at_eps = corpus_frontier(c.target_probs, c.draft_probs, eps, d.name)
+    cache = {}
+    for row in table:
+        kl = row.get("emitted_kl")
+        if kl is None or not math.isfinite(kl):
+            continue
+        if at_eps is not None and d.name == "kl" and eps * (1 - 1e-9) <= kl <= eps:
+            F = at_eps  # calibrated: the line at eps (within 1e-9 of its value at kl, and above it)
+        else:
+            if kl not in cache:
+                cache[kl] = corpus_frontier(c.target_probs, c.draft_probs, kl, "kl")
+            F = cache[kl]
+        row["corpus_frontier"] = F
+        row["corpus_gap"] = F - row["acceptance"]
+    return at_eps
+
+
 def audit_corpus(
     corpus: AuditCorpus,
     eps=0.1,
@@ -558,15 +588,7 @@ def audit_corpus(
         table.append(row)
         if shift is not None:
             shifts[name] = shift
-    frontier_at = None
-    if d.name == "kl" or d.name in ("tv", "reverse_kl", "chi2", "hellinger", "js", "neyman_chi2"):
-        from .solvers.frontier import frontier
-
-        try:
-            res = frontier(c.target_probs, c.draft_probs, np.array([eps]), d.name)
-            frontier_at = float(np.mean(np.asarray(res.acceptance).reshape(-1)))
-        except ValueError:
-            frontier_at = None
+    frontier_at = _corpus_frontiers(table, c, per, d, eps)
     return AuditResult(
         eps=float(eps),
         per=per,
@@ -606,14 +628,19 @@ class AuditResult(_Result):
     sps_acceptance : float
         Mean SpS acceptance :math:`\sum_x \min(p_x, q_x)`.
     frontier_at_eps : float or None
-        Mean over positions of the optimal acceptance :math:`F_t(\epsilon)` with every
-        position within eps (Theorem 1).
+        The corpus-mean frontier :math:`\bar F(\epsilon)`: the best mean acceptance of any
+        rule whose mean divergence over the positions is eps
+        (:func:`cactus_theory.analysis.frontier.corpus_frontier`; one multiplier over all
+        positions), the budget the rules are calibrated to per token. None per sequence and
+        for divergences other than KL and TV.
     table : tuple of dict
         One row per rule: ``rule``, ``knob``, ``status`` (``calibrated``, ``within 0.2% of
         eps`` (stopped by a step of the statistic that close below eps), ``step``, ``range-end``, ``above``, ``reference``, ``no knob``, ``not audited``), ``acceptance``,
         ``relaxed_acceptance`` (:math:`\bar\alpha - \bar\alpha_{SpS}`), ``al_<m>``,
         ``emitted_kl``, ``emitted_tv``, ``sequence_kl_upper``/``_lower`` (per token, m =
-        ``sequence_m``), ``frontier`` and ``frontier_gap``, ``eos_q``, ``eos_h``,
+        ``sequence_m``), ``frontier`` and ``frontier_gap`` (per position, each at the rule's
+        own per-position KL: mean of :math:`F_t(KL_t) - \alpha_t`), ``corpus_frontier`` and
+        ``corpus_gap`` (the corpus-mean frontier at the rule's own mean KL), ``eos_q``, ``eos_h``,
         ``eos_shift`` (means), ``length_ratio``, ``achieved``, ``note``.
     excluded : dict
         Rules left out of the default set, with the reason.
@@ -657,7 +684,8 @@ class AuditResult(_Result):
         cols += [Column("emitted_kl", "KL(h||q)"), Column("emitted_tv", "TV")]
         if self.sequence_m:  # trajectories: the chain's sequence bound
             cols.append(Column("sequence_kl_upper", f"seqKL/tok@{self.sequence_m}"))
-        cols.append(Column("frontier_gap", "gap"))
+        cols.append(Column("frontier_gap", "gap/pos"))
+        cols.append(Column("corpus_gap", "gap/corpus"))
         if self.eos_token_id is not None:
             cols += [
                 Column("eos_q", "q(EOS)", ".2e"),
@@ -667,7 +695,11 @@ class AuditResult(_Result):
         title = (
             f"[{self.label}; every rule at {self.per} {self.divergence} = {self.eps:g}; "
             f"SpS acceptance {self.sps_acceptance:.4f}"
-            + (f", frontier F(eps) {self.frontier_at_eps:.4f}" if self.frontier_at_eps is not None else "")
+            + (
+                f", corpus-mean frontier F(eps) {self.frontier_at_eps:.4f}"
+                if self.frontier_at_eps is not None
+                else ""
+            )
             + "]"
         )
         return Table(name, title, tuple(cols), tuple(self.rows()))

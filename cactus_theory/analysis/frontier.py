@@ -27,13 +27,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_count, as_finite_number, as_prob_pair
+from .._validation import as_budget, as_count, as_finite_number, as_prob_pair, choice
 from ..divergences import get_divergence
 from ..rules import RULES, get_rule
 from ..solvers.mentored import solve_mentored
+from ..solvers.sequence import solve_sequence_budget
 from .one_step import emitted_distribution, make_plan
 
-__all__ = ["OperatingPoints", "default_sweep", "operating_points", "all_operating_points", "gap_to_frontier"]
+__all__ = [
+    "OperatingPoints",
+    "default_sweep",
+    "operating_points",
+    "all_operating_points",
+    "gap_to_frontier",
+    "corpus_frontier",
+    "CORPUS_FRONTIER_DIVERGENCES",
+]
+
+#: Divergences for which :func:`corpus_frontier` is exact.
+CORPUS_FRONTIER_DIVERGENCES = ("kl", "tv")
 
 _FRONTIER_DIVERGENCES = ("kl", "reverse_kl", "tv")
 
@@ -231,3 +243,47 @@ def all_operating_points(
         )
         for name in names
     }
+
+
+def corpus_frontier(target_probs, draft_probs, eps, divergence="kl") -> float:
+    r"""The best mean acceptance over a corpus of positions whose **mean** divergence is eps.
+
+    .. math:: \bar F(\epsilon) = \max_{o_1..o_T} \frac1T \sum_t \sum_x \min(p_{t,x}, o_{t,x})
+              \quad\text{s.t.}\quad \frac1T\sum_t D(o_t\|q_t) \le \epsilon
+
+    This is the yardstick for rules calibrated to a corpus-mean budget: any rule whose
+    positions emit :math:`h_t` with :math:`\frac1T\sum_t D(h_t\|q_t) \le \epsilon` accepts at
+    most :math:`\bar F(\epsilon)` on average (its :math:`h_t` are feasible, Theorem 1 per
+    position). It is at least the mean of the per-position frontiers :math:`F_t(\epsilon)`
+    (every position held to eps is one feasible allocation), and usually more: one multiplier
+    over all positions spends the budget where it buys the most acceptance.
+
+    KL: :func:`cactus_theory.solvers.sequence.solve_sequence_budget` over all positions as one
+    sequence (exact; one multiplier). TV: each position's frontier is
+    :math:`\min(1, \alpha_t + e)` (slope 1 until it saturates), so
+    :math:`\bar F(\epsilon) = \min(1, \bar\alpha_{SpS} + \epsilon)`.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : array_like, shape (..., V)
+        The corpus's q_t and p_t (every leading axis is a position).
+    eps : float
+        The mean budget, >= 0.
+    divergence : {"kl", "tv"}
+
+    Returns
+    -------
+    float
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o emitted.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 1; H. Everett, Operations
+    Research 11 (1963).
+    """
+    q, p = as_prob_pair(target_probs, draft_probs)
+    eps = as_budget(eps, "eps")
+    name = choice(get_divergence(divergence).name, CORPUS_FRONTIER_DIVERGENCES, "divergence")
+    V = q.shape[-1]
+    q, p = q.reshape(-1, V), p.reshape(-1, V)
+    if name == "tv":
+        return float(min(1.0, float(np.minimum(p, q).sum(-1).mean()) + eps))
+    return float(solve_sequence_budget(q, p, eps).acceptance.mean())

@@ -94,7 +94,11 @@ def figure_audit(result, *, ax=None):
             axis.axvline(result.sps_acceptance, color=PALETTE[0], ls=":", lw=1.0, label="SpS")
             if result.frontier_at_eps is not None:
                 axis.axvline(
-                    result.frontier_at_eps, color=PALETTE[3], ls="--", lw=1.0, label=r"$F(\epsilon)$"
+                    result.frontier_at_eps,
+                    color=PALETTE[3],
+                    ls="--",
+                    lw=1.0,
+                    label=r"$\bar F(\epsilon)$ (corpus mean)",
                 )
             axis.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, fontsize=7, borderaxespad=0.2)
         else:
