@@ -64,7 +64,7 @@ FRONTIER_POINTS = 65
 # --------------------------------------------------------------------------- analyze
 
 
-def _analyze_kernel(chunk, rule, divergences, per_token):
+def _analyze_kernel(chunk, rule, divergences, per_token, drafting="sample", draft_top_k=None):
     from .one_step import analyze as analyze_block
 
     res = analyze_block(
@@ -74,6 +74,8 @@ def _analyze_kernel(chunk, rule, divergences, per_token):
         raw_target_probs=chunk.raw_target_probs,
         raw_draft_probs=chunk.raw_draft_probs,
         divergences=divergences,
+        drafting=drafting,
+        draft_top_k=draft_top_k,
     )
     if per_token:
         return res
@@ -93,6 +95,8 @@ def analyze(
     max_memory=None,
     progress=False,
     runner=None,
+    drafting="sample",
+    draft_top_k=None,
 ):
     r"""Acceptance, emitted distribution and its divergences from q, chunk by chunk.
 
@@ -117,6 +121,9 @@ def analyze(
         :data:`DEFAULT_MAX_MEMORY`).
     progress : bool
         A progress bar over chunks.
+    drafting, draft_top_k : optional
+        The drafting policy (:func:`cactus_theory.analysis.one_step.drafting_distribution`;
+        default: the draft is drawn from p).
 
     Returns
     -------
@@ -147,6 +154,8 @@ def analyze(
             raw_target_probs=raw_target_probs,
             raw_draft_probs=raw_draft_probs,
             divergences=divergences,
+            drafting=drafting,
+            draft_top_k=draft_top_k,
         )
     source = as_rows(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     if per_token is None:
@@ -172,7 +181,13 @@ def analyze(
     # per-token rows are written as the chunks come (no second copy of the N x V outputs)
     stream = bool(per_token) and isinstance(run, LocalRunner)
     parts = run.map(
-        _analyze_kernel, rule, divergences, bool(per_token), **({"each": write} if stream else {})
+        _analyze_kernel,
+        rule,
+        divergences,
+        bool(per_token),
+        drafting,
+        draft_top_k,
+        **({"each": write} if stream else {}),
     )
 
     def join(xs, trailing=()):
@@ -192,7 +207,7 @@ def analyze(
     return OneStepResult(repr(rule), a, acc, h, divs)
 
 
-def _emitted_kernel(chunk, rule, method):
+def _emitted_kernel(chunk, rule, method, drafting="sample", draft_top_k=None):
     from .one_step import emitted_distribution as _emitted
 
     return _emitted(
@@ -202,6 +217,8 @@ def _emitted_kernel(chunk, rule, method):
         raw_target_probs=chunk.raw_target_probs,
         raw_draft_probs=chunk.raw_draft_probs,
         method=method,
+        drafting=drafting,
+        draft_top_k=draft_top_k,
     )
 
 
@@ -217,6 +234,8 @@ def emitted_distribution(
     max_memory=None,
     progress=False,
     runner=None,
+    drafting="sample",
+    draft_top_k=None,
 ):
     r""":math:`h_{alg}` (Theorem 3) of every row, chunk by chunk (shape batch + (V,)).
 
@@ -231,7 +250,7 @@ def emitted_distribution(
     rule : str, Rule or plan
     target_probs, draft_probs : array_like or tensor, shape (..., V), or a row source
     method : {"fast", "dense"}
-    chunk_rows, max_memory, progress
+    chunk_rows, max_memory, progress, drafting, draft_top_k
         As in :func:`analyze`.
 
     Symbols: q verifier, p drafter. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3.
@@ -252,11 +271,13 @@ def emitted_distribution(
             raw_target_probs=raw_target_probs,
             raw_draft_probs=raw_draft_probs,
             method=method,
+            drafting=drafting,
+            draft_top_k=draft_top_k,
         )
     rule = get_rule(rule)
     source = as_rows(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     run = runner_for(source, "emitted", chunk_rows, max_memory, progress, runner)
-    parts = run.map(_emitted_kernel, rule, method)
+    parts = run.map(_emitted_kernel, rule, method, drafting, draft_top_k)
     if not parts:
         raise ValueError("target_probs: no rows")
     out = join_rows(parts)
