@@ -145,11 +145,23 @@ class CoreOutput(NamedTuple):
     invalid: torch.Tensor | None
 
 
-@torch.compiler.disable
-def _spike_on_host(rule, q_n):
-    """``rule.spike_at_tokens(q_n)`` outside any compiled graph (the exact root's numpy
-    solver reads its values on the host)."""
+def _spike_at_tokens(kernels: RuleKernels, rule, q_n):
+    """gamma at the drafted tokens: the rule's kernel ``RuleKernels.spike_at_tokens`` when it
+    has one for these values (a compiled root on the device), else ``rule.spike_at_tokens``."""
+    hook = kernels.spike_at_tokens
+    if hook is not None:
+        gamma = hook(rule, q_n)
+        if gamma is not None:
+            return gamma
     return rule.spike_at_tokens(q_n)
+
+
+@torch.compiler.disable
+def _spike_on_host(rule, q_n, kernels: RuleKernels | None = None):
+    """gamma at the drafted tokens (:func:`_spike_at_tokens`) outside any compiled graph (the
+    exact root's numpy solver reads its values on the host; its device kernel is a compiled
+    graph of its own)."""
+    return rule.spike_at_tokens(q_n) if kernels is None else _spike_at_tokens(kernels, rule, q_n)
 
 
 def uses_compiled_core(rule, kernels: RuleKernels, fused: bool, raw_target=None, raw_draft=None) -> bool:
@@ -280,7 +292,7 @@ def accept_path(
         if spike_path:
             host = traced and not getattr(rule, "traceable_spike", False)
             if gamma is None:
-                gamma = _spike_on_host(rule, q_n) if host else rule.spike_at_tokens(q_n)
+                gamma = _spike_on_host(rule, q_n, kernels) if host else _spike_at_tokens(kernels, rule, q_n)
             return ratio_acceptance(gamma, p_n), AcceptState(gamma=gamma)
         return from_values(q_n, p_n), AcceptState()
     if no_raw and from_rows is not None:
@@ -485,7 +497,9 @@ def verify_core(kernels: RuleKernels, rule, traced: bool, inputs: CoreInputs) ->
         # the host root here, at the core's top level: the graph breaks once (two graphs);
         # inside accept_path the break would split both frames (four graphs)
         ids_ = draft_ids[..., None]
-        gamma = _spike_on_host(rule, torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq)
+        gamma = _spike_on_host(
+            rule, torch.gather(target[:, :k], -1, ids_)[..., 0].to(torch.float32) / sq, kernels
+        )
     # bounds first where the rule has them, the exact test on the rows they leave undecided
     # (here, at the core's top level: the compiled core breaks once, around that test)
     decided = decided_by_bounds(

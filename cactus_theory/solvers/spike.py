@@ -232,7 +232,7 @@ def exact_spike(q_n, delta, divergence="kl", *, iterations: int | None = None, m
     if _is_torch(q_n) and newton:
         if _host_tensor(q_n):
             return _round_to_dtype(_host_root(q_n, delta, d), q_n, delta, d, host=True)
-        return _round_to_dtype(_root_torch(q_n, delta, d), q_n, delta, d)
+        return device_root(q_n, delta, d)
     xp, delta = _as_xp(q_n, delta)
     q_n, delta = xp.broadcast_arrays(q_n, delta)
     if isinstance(q_n, np.ndarray):
@@ -749,6 +749,21 @@ def _host_root(q_n, delta, d):
         d64 = np.full(tuple(q_n.shape), as_budget_array(delta)[()])
     q = np.clip(np.nan_to_num(q_n.detach().to(torch.float64).numpy(), nan=0.0), 0.0, 1.0)
     return torch.from_numpy(_exact_numpy(q, np.ascontiguousarray(d64), d))
+
+
+def device_root(q_n, delta, d):
+    r""":func:`exact_spike`'s root of a torch tensor off the CPU (``d`` a resolved divergence
+    with a derivative): :func:`_root_torch`'s float64 root rounded to ``q_n``'s dtype by
+    :func:`_round_to_dtype`. Fixed operation counts and no data-dependent control flow, so
+    it traces into one graph (the samplers' compiled kernel of the root,
+    :mod:`cactus_theory.samplers._kernels.cactus`, compiles this function)."""
+    return _round_to_dtype(_root_torch(q_n, delta, d), q_n, delta, d)
+
+
+def has_device_root(d) -> bool:
+    """True when divergence ``d`` (resolved) is solved by :func:`device_root` off the CPU
+    (a built-in divergence with a derivative; TV and user generators bisect instead)."""
+    return _derivative(d) is not None
 
 
 def _root_torch(q_n, delta, d):

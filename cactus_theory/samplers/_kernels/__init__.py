@@ -36,6 +36,9 @@ positive float32 row sums, q = ``x / s_q`` and p = ``y / s_p``:
     A spike rule's :math:`\max(0, h^{(n)} - p)` from the drafted tokens' gamma
     (:func:`~cactus_theory.rules.plans.spike_residual_weights`), in place when
     ``overwrite`` (``x`` and ``y`` are copies the sampler owns).
+``spike_at_tokens(rule, q_n)``
+    A spike rule's :math:`\gamma_n` at the drafted tokens' verifier probabilities ``q_n``
+    ([B, k]), equal to ``rule.spike_at_tokens(q_n)``, or None (then the rule's own).
 ``accept_from_row_target``
     True when ``accept_from_rows`` is :math:`\min(1, h_n/p_n)` of
     ``recovery_target_from_rows`` (the compiled samplers then build the row target once on

@@ -30,6 +30,7 @@ class RuleKernels:
     recovery_token_from_rows: Callable | None = None
     recovery_weights: Callable | None = None
     spike_recovery_weights: Callable | None = None
+    spike_at_tokens: Callable | None = None
     accept_from_row_target: bool = False
     guard: Callable[[], bool] = _always
 
