@@ -4,8 +4,9 @@ On CUDA, ``scripts/gpu_check.py`` runs them under ``torch.cuda.set_sync_debug_mo
 here, on CPU tensors, :func:`cactus_theory.testing.sync.assert_no_host_sync` records the same
 operations at the Python level (``.item()``, ``bool(tensor)``, ``.tolist()``, ``.numpy()``,
 ``.cpu()``, boolean masks, ``nonzero``, host data copied in). The exact root solves CPU
-tensors on the host by design (numpy: nothing to wait for); the tests force its device path
-(``solvers.spike._host_tensor`` False), the one CUDA tensors take. The rules are those of the
+tensors on the host by design (numpy: nothing to wait for), and so does ``cactus-calibrated``'s
+delta calibration; the tests force their device paths (``solvers.spike._host_tensor`` False),
+the ones CUDA tensors take. The rules are those of the
 registry at collection time (eager samplers, ``fused=False``; one call each on tiny shapes).
 """
 
@@ -27,10 +28,7 @@ from cactus_theory.testing.sync import HostSyncError, assert_no_host_sync, recor
 
 #: Rules that read tensors on the host by construction, with the reason (strict xfail: a rule
 #: made sync-free must leave this list).
-KNOWN_HOST_SYNC = {
-    "cactus-calibrated": "delta is calibrated per row by the float64 numpy analysis "
-    "(analysis.calibration.calibrate_delta): the rows are copied to the host",
-}
+KNOWN_HOST_SYNC: dict[str, str] = {}
 
 NAMES = sorted(RULES)
 

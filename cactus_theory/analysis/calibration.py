@@ -41,6 +41,7 @@ from array_api_compat import array_namespace, to_device
 from array_api_compat import device as array_device
 
 from .._validation import (
+    _is_torch,
     as_budget,
     as_budget_array,
     as_nonempty_values,
@@ -53,6 +54,7 @@ from ..divergences import DIVERGENCES, get_divergence
 from ..rules.cactus import SMOOTH_DIVERGENCES
 from ..rules.plans import SpikePlan
 from ..rules.registry import Knob, Rule, RuleSpec, register
+from ..solvers import spike as _spike
 from ..solvers.mentored import solve_mentored
 from ..solvers.spike import exact_spike, taylor_spike
 from .one_step import emitted_distribution
@@ -193,19 +195,27 @@ def saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray
     """
     q = as_probs(target_probs, "target_probs")
     d = _check(base, divergence)
+    return _saturation(q, base, d)
+
+
+def _saturation(q, base, d):
+    """:func:`saturation_delta` on validated rows (array-agnostic; ``d`` resolved)."""
+    xp = array_namespace(q)
     mid = (q > 0) & (q < 1)
+    zero, one = xp.zeros_like(q), xp.ones_like(q)
     if base == "taylor":
         name = d.name if d.name in SMOOTH_DIVERGENCES else "kl"
         f2 = get_divergence(name).f_second_at_one
         with np.errstate(over="ignore"):  # a subnormal q_n: beyond the float range -> inf
-            val = np.where(mid, f2 * (1 - q) / (2 * np.where(mid, q, 1.0)), 0.0)
+            val = xp.where(mid, f2 * (1 - q) / (2 * xp.where(mid, q, one)), zero)
     else:
-        val = np.where(mid, d.two_point(np.ones_like(q), q), 0.0)
-        # tokens with q_n = 0 whose gamma can grow (finite cost off supp): never saturate
-        if d.finite_off_support:
-            zero_t = d.two_point(np.ones_like(q), np.zeros_like(q))
-            val = np.where(q == 0, zero_t, val)  # inf: gamma -> 1 only as delta -> inf
-    return np.max(val, axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            val = xp.where(mid, d.two_point(one, q), zero)
+            # tokens with q_n = 0 whose gamma can grow (finite cost off supp): never saturate
+            if d.finite_off_support:
+                zero_t = d.two_point(one, zero)
+                val = xp.where(q == 0, zero_t, val)  # inf: gamma -> 1 only as delta -> inf
+    return xp.max(val, axis=-1)
 
 
 @dataclass(frozen=True)
@@ -244,28 +254,30 @@ def _illinois(excess, lo, hi, steps=REFINE_STEPS, tol=1e-15):
     returns (lo, hi) with the feasible end lo. Each bracket stops once it is within ~1e-13
     or its feasible end is within ``tol`` of the target, ``excess(lo) >= -tol`` (lane by
     lane: a row's result does not depend on the other rows refined with it)."""
+    xp = array_namespace(lo)
+    host = isinstance(lo, np.ndarray)
     f_lo = excess(lo)
     f_hi = excess(hi)
-    side = np.zeros(lo.shape, dtype=np.int8)
+    side = xp.zeros_like(lo)  # +1: lo moved last, -1: hi moved last
     for _ in range(steps):
         width = hi - lo
-        run = ~((width <= 1e-13 * np.abs(hi)) | (f_lo >= -tol))
-        if not np.any(run):
+        run = ~((width <= 1e-13 * xp.abs(hi)) | (f_lo >= -tol))
+        if host and not np.any(run):  # (a device runs every step: no host read)
             break
-        ok = np.isfinite(f_hi) & np.isfinite(f_lo) & (f_hi > f_lo)
-        den = np.where(ok, f_hi - f_lo, 1.0)
-        x = np.where(ok, lo - f_lo * (width / den), 0.5 * (lo + hi))
+        ok = xp.isfinite(f_hi) & xp.isfinite(f_lo) & (f_hi > f_lo)
+        den = xp.where(ok, f_hi - f_lo, xp.ones_like(lo))
+        x = xp.where(ok, lo - f_lo * (width / den), 0.5 * (lo + hi))
         # keep strictly inside the bracket (a secant at an end makes no progress)
-        x = np.clip(x, lo + 1e-3 * width, hi - 1e-3 * width)
-        x = np.where(width > 0, x, lo)
+        x = xp.minimum(xp.maximum(x, lo + 1e-3 * width), hi - 1e-3 * width)
+        x = xp.where(width > 0, x, lo)
         fx = excess(x)
         up, down = run & (fx <= 0), run & ~(fx <= 0)  # converged lanes stay as they are
-        lo, f_lo = np.where(up, x, lo), np.where(up, fx, f_lo)
-        hi, f_hi = np.where(down, x, hi), np.where(down, fx, f_hi)
+        lo, f_lo = xp.where(up, x, lo), xp.where(up, fx, f_lo)
+        hi, f_hi = xp.where(down, x, hi), xp.where(down, fx, f_hi)
         # Illinois: halve the stale end's value when the same end moved twice in a row
-        f_hi = np.where(up & (side == 1), 0.5 * f_hi, f_hi)
-        f_lo = np.where(down & (side == -1), 0.5 * f_lo, f_lo)
-        side = np.where(up, 1, np.where(down, -1, side)).astype(np.int8)
+        f_hi = xp.where(up & (side == 1), 0.5 * f_hi, f_hi)
+        f_lo = xp.where(down & (side == -1), 0.5 * f_lo, f_lo)
+        side = xp.where(up, xp.ones_like(lo), xp.where(down, -xp.ones_like(lo), side))
     return lo, hi
 
 
@@ -727,6 +739,85 @@ def calibrate_knob(
 # --------------------------------------------------------------------------- the rule
 
 
+def _on_device(x) -> bool:
+    """True for a torch tensor whose values the host does not hold (off the CPU; the switch
+    is the exact root's, :func:`cactus_theory.solvers.spike._host_tensor`, which the tests
+    flip to run the device paths on CPU tensors): its calibration runs where it lives
+    (:func:`calibrate_delta_device`); numpy arrays and CPU tensors calibrate in numpy."""
+    return _is_torch(x) and not _spike._host_tensor(x)
+
+
+def calibrate_delta_device(target_probs, draft_probs, eps, base="taylor", divergence="kl"):
+    r""":func:`calibrate_delta`'s delta on torch rows where they live, without a host read.
+
+    The same first crossing in float64 on the rows' device: the geometric grid of
+    :data:`GRID_POINTS` deltas up to each row's saturation delta (rows in chunks of at most
+    :data:`CHUNK_ELEMENTS` grid entries, a count fixed by the shape), the first grid point
+    whose :math:`\Gamma` exceeds eps, then exactly :data:`REFINE_STEPS` Illinois steps on
+    every row (converged rows stay as they are, so each row gets the floats of numpy's
+    early-stopping loop up to the rounding of the two libraries' sorts and sums). eps is a
+    Python float (a knob): eps = 0 gives delta = 0 (SpS), as in numpy. Inputs are not
+    validated (the samplers' rows: positive sums; NaN rows are the samplers' to mask).
+
+    Returns
+    -------
+    Tensor, shape batch
+        The calibrated delta, float64 (``DELTA_CAP`` where the row never crosses and never
+        saturates).
+    """
+    import torch
+
+    d = get_divergence(divergence)
+    m = d
+    q = target_probs.to(torch.float64)
+    p = draft_probs.to(torch.float64)
+    q = q / q.sum(-1, keepdim=True)
+    p = p / p.sum(-1, keepdim=True)
+    batch, V = q.shape[:-1], q.shape[-1]
+    qf, pf = q.reshape(-1, V), p.reshape(-1, V)
+    N = qf.shape[0]
+    if not eps > 0 or N == 0:
+        return torch.zeros(batch, dtype=torch.float64, device=q.device)
+    sat = _saturation(qf, base, d)
+    finite_sat = torch.isfinite(sat)
+    sat_val = torch.where(finite_sat, sat, torch.full_like(sat, DELTA_CAP))
+    top = torch.clamp(sat_val, min=DELTA_MIN * 10)
+    # the grid: 0, then geometric from DELTA_MIN to top (numpy's geomspace, in logarithms)
+    frac = torch.arange(GRID_POINTS - 1, dtype=torch.float64, device=q.device) / (GRID_POINTS - 2)
+    geo = torch.exp(math.log(DELTA_MIN) + frac * (torch.log(top)[:, None] - math.log(DELTA_MIN)))
+    geo[:, 0].fill_(DELTA_MIN)  # the ends exactly, as geomspace gives them
+    geo[:, -1] = top
+    grids = torch.cat([torch.zeros_like(top)[:, None], geo], dim=-1)  # (N, G)
+    chunk = max(1, int(CHUNK_ELEMENTS // (GRID_POINTS * V)))
+    over = torch.empty(grids.shape, dtype=torch.bool, device=q.device)
+    for start in range(0, N, chunk):
+        sl = slice(start, min(N, start + chunk))
+        shape = (sl.stop - sl.start, GRID_POINTS, V)
+        qb, pb = qf[sl, None, :].expand(shape), pf[sl, None, :].expand(shape)
+        over[sl] = _divergence_at(qb, pb, grids[sl, :, None], base, d, m) > eps
+    anyover = over.any(dim=-1)
+    k = torch.argmax(over.to(torch.int8), dim=-1)
+    lo_c = torch.gather(grids, -1, torch.clamp(k - 1, min=0)[:, None])[:, 0]
+    lo_c = torch.where(k > 0, lo_c, torch.zeros_like(lo_c))
+    hi_c = torch.gather(grids, -1, k[:, None])[:, 0]
+    lo = torch.where(anyover, lo_c, sat_val)
+    hi = torch.where(anyover, hi_c, sat_val)
+
+    def excess(x):
+        return _divergence_at(qf, pf, x[:, None], base, d, m) - eps
+
+    lo, _ = _illinois(excess, lo, hi)
+    lo = torch.where(torch.isfinite(lo), lo, torch.full_like(lo, DELTA_CAP))
+    return lo.reshape(batch)
+
+
+def _divergence_at(q, p, delta, base, d, m):
+    r""":math:`\Gamma(\delta) = D(h_{alg}(\delta)\|q)` of rows q, p (array-agnostic; delta
+    broadcast against q's last axis as gamma's budget)."""
+    gamma = spike_for(q, delta, base, d.name)
+    return m.unchecked(emitted_distribution(SpikePlan(q, p, gamma)), q)
+
+
 class CalibratedCactus(Rule):
     r"""Cactus with delta calibrated per position so that :math:`D(h_{alg}\|q) \le \epsilon`.
 
@@ -748,6 +839,12 @@ class CalibratedCactus(Rule):
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``SpikePlan`` whose per-row delta meets the emitted budget eps."""
         xp = array_namespace(target_probs, draft_probs)
+        if _on_device(target_probs):
+            delta = calibrate_delta_device(target_probs, draft_probs, self.eps, self.base, self.divergence)
+            dt = xp.astype(delta[..., None], target_probs.dtype)
+            return SpikePlan(
+                target_probs, draft_probs, spike_for(target_probs, dt, self.base, self.divergence)
+            )
         to_np = lambda x: np.asarray(to_device(xp.astype(x, xp.float64), "cpu"))  # noqa: E731
         qn, pn = to_np(target_probs), to_np(draft_probs)
         qn = qn / qn.sum(-1, keepdims=True)
