@@ -52,7 +52,8 @@ import sys
 import time
 import types
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (vllm_overhead, its sibling)
 
 import numpy as np  # noqa: E402
@@ -158,8 +159,11 @@ def aten_op_count(fn):
             _Count.n += 1
             return func(*args, **(kwargs or {}))
 
-    with _device_root(), _Count():
-        fn()
+    try:
+        with _device_root(), _Count():
+            fn()
+    except Exception:  # noqa: BLE001 - a compiled call under a dispatch mode: not counted
+        return -1
     return _Count.n
 
 
@@ -345,6 +349,193 @@ def analysis_check(device, V_small=1000, V_big=151_936, batch=64, reps=3, rules=
     return out
 
 
+def root_kernel_check(device, n=200_000, delta=None):
+    """The exact root's compiled kernel (:func:`cactus_theory.samplers._kernels.cactus.compiled_root`)
+    against the solver's eager device path (:func:`cactus_theory.solvers.spike.device_root`)
+    on float32 q_n spread over [1e-30, 1): the count of entries that differ, the largest
+    difference in float32 ulps, and feasibility of the kernel's roots as eager torch
+    computes the two-point KL in float32 (the precision the CPU tests pin); compile seconds."""
+    from cactus_theory.divergences import get_divergence
+    from cactus_theory.samplers._kernels.cactus import compiled_root
+
+    kl = get_divergence("kl")
+    g = torch.Generator(device=device).manual_seed(3)
+    q = torch.pow(10.0, -30 * torch.rand(n, generator=g, device=device)).clamp(max=0.999999)
+    q = torch.cat([q, torch.tensor([0.0, 1.0, float("nan")], device=device)])
+    t0 = time.perf_counter()
+    delta = float(get_rule("cactus-exact").delta) if delta is None else delta  # the samplers' compile
+    fn = compiled_root("kl", torch.float32, device.type, delta)
+    got = fn(q)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    want = spike.device_root(q, delta, kl)
+    diff = got != want
+    qq = torch.nan_to_num(q, nan=0.0)
+    ulps = (got.view(torch.int32).long() - want.view(torch.int32).long()).abs()
+    feasible = (kl.two_point(got, qq) <= delta) & (got >= qq)
+    return {
+        "entries": int(q.numel()),
+        "differ": int(diff.sum()),
+        "max_ulps": int(ulps.max()),
+        "infeasible": int((~feasible).sum()),
+        "compile_s": compile_s,
+        "ok": int((~feasible).sum()) == 0 and int(ulps.max()) <= 1,
+    }
+
+
+def _load_kernels(kernels_dir):
+    """The vLLM kernels copied by ``scripts/vendor_gpu_kernels.py`` (a package folder):
+    ``(mrv1_kernels, mrv2.rejection_sampler_utils, source line)``."""
+    import importlib
+
+    parent, name = os.path.split(os.path.abspath(kernels_dir))
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    mrv1 = importlib.import_module(f"{name}.mrv1_kernels")
+    mrv2 = importlib.import_module(f"{name}.mrv2.rejection_sampler_utils")
+    with open(os.path.join(kernels_dir, "SOURCE")) as f:
+        source = f.read().strip()
+    return mrv1, mrv2, source
+
+
+def mrv1_rejection_sample(kernels):
+    """vLLM V1's module-level ``rejection_sample`` (its random and greedy paths, no synthetic
+    mode) driving the V1 runner's own Triton kernels ``kernels`` (``mrv1_kernels``): the
+    same launches, grids and inputs as vLLM's driver (uniforms in float64, one exponential
+    row per request, recovered tokens by ``argmax(max(q - p, 0) / E)``)."""
+
+    def rejection_sample(draft_ids, num_draft, max_spec_len, cu, draft_probs, target_logits, bonus, meta):
+        device = target_logits.device
+        B, T, V = len(num_draft), draft_ids.shape[0], target_logits.shape[-1]
+        out = torch.full((B, max_spec_len + 1), -1, dtype=torch.int32, device=device)
+        is_greedy = meta.temperature == 0
+        uniform = torch.rand((T,), dtype=torch.float64, device=device)
+        start = 0
+        for i, k in enumerate(num_draft):  # seeded requests draw from their generator
+            if k and i in meta.generators:
+                uniform[start : start + k].uniform_(generator=meta.generators[i])
+            start += k
+        if not meta.all_random:
+            argmax = target_logits.argmax(dim=-1)
+            kernels.rejection_greedy_sample_kernel[(B,)](
+                out,
+                cu,
+                draft_ids,
+                argmax,
+                bonus,
+                is_greedy,
+                max_spec_len,
+                uniform,
+                None,
+                SYNTHETIC_MODE=False,
+            )
+            if meta.all_greedy:
+                return out
+        target_probs = target_logits.softmax(dim=-1, dtype=torch.float32)
+        e = torch.empty((B, V), dtype=torch.float32, device=device)
+        e.exponential_()
+        for i, g in meta.generators.items():
+            if num_draft[i] > 0:
+                e[i].exponential_(generator=g)
+        recovered = torch.empty_like(draft_ids)
+        kernels.sample_recovered_tokens_kernel[(B, max_spec_len)](
+            recovered,
+            cu,
+            draft_ids,
+            draft_probs,
+            target_probs,
+            e.reciprocal(),
+            V,
+            BLOCK_SIZE=8192,
+            NO_DRAFT_PROBS=False,
+            USE_FP64_GUMBEL=False,
+        )
+        kernels.rejection_random_sample_kernel[(B,)](
+            out,
+            cu,
+            draft_ids,
+            draft_probs,
+            target_probs,
+            bonus,
+            recovered,
+            uniform,
+            is_greedy,
+            max_spec_len,
+            V,
+            None,
+            NO_DRAFT_PROBS=False,
+            SYNTHETIC_MODE=False,
+        )
+        return out
+
+    return rejection_sample
+
+
+def mrv2_rejection_sample(utils):
+    """The newer runner's ``rejection_sample`` (``rejection_sampler_utils``: Philox/Gumbel
+    Triton kernels) in :func:`cactus_theory.testing.padded_adapter`'s layout: logits are
+    ``log`` of the rows (temperature 1), one request per row block, fresh seeds per call."""
+
+    def fn(target_probs, draft_probs, draft_sampled, cu):
+        device = target_probs.device
+        L = target_probs.shape[0]
+        B, K = draft_probs.shape[0], draft_probs.shape[1]
+        counts = cu[1:] - cu[:-1]
+        idx = torch.arange(B, dtype=torch.int32, device=device)
+        expanded = torch.repeat_interleave(idx, counts.to(torch.int64), output_size=L)
+        local = torch.arange(L, dtype=torch.int32, device=device) - cu[:-1].to(torch.int32)[expanded.long()]
+        return utils.rejection_sample(
+            torch.log(target_probs.to(torch.float32)).contiguous(),
+            torch.log(draft_probs.to(torch.float32)).contiguous(),
+            draft_sampled.to(torch.int64).contiguous(),
+            cu.to(torch.int32),
+            torch.arange(L, dtype=torch.int64, device=device),
+            idx,
+            expanded,
+            local,
+            torch.ones(B, dtype=torch.float32, device=device),
+            torch.randint(0, 2**31 - 1, (B,), dtype=torch.int64, device=device),
+            K,
+        )
+
+    return fn
+
+
+def real_kernels_check(kernels_dir, device, n):
+    """The SpS law (:func:`cactus_theory.testing.check_sampler_law`, default cases) of vLLM's
+    real GPU kernels: the V1 runner's Triton kernels through
+    :func:`~cactus_theory.testing.v1_adapter`, the newer runner's through
+    :func:`~cactus_theory.testing.padded_adapter`."""
+    from cactus_theory.testing import check_sampler_law, padded_adapter, v1_adapter
+
+    mrv1, mrv2, source = _load_kernels(kernels_dir)
+    out = {"source": source}
+    for name, adapter in (
+        ("vllm_mrv1_triton", v1_adapter(mrv1_rejection_sample(mrv1))),
+        ("vllm_mrv2_triton", padded_adapter(mrv2_rejection_sample(mrv2))),
+    ):
+        t0 = time.perf_counter()
+        try:
+            res = check_sampler_law(adapter, "sps", num_samples=n, device=device)
+            stat = [c for c in res.checks if c.test != "exact"]
+            law = [c.p_value for c in stat if c.name == "law"]
+            out[name] = {
+                "passed": bool(res.passed),
+                "alpha": res.alpha,
+                "num_samples": n,
+                "min_law_pvalue": min(law) if law else None,
+                "min_pvalue": min(c.p_value for c in stat) if stat else None,
+                "num_checks": len(res.checks),
+                "failed": [c.line()[:240] for c in res.checks if not c.passed][:5],
+                "skipped": list(res.skipped)[:5],
+                "seconds": time.perf_counter() - t0,
+            }
+        except Exception as e:  # report and continue
+            out[name] = {"passed": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    return out
+
+
 def _wall(fn):
     t = time.perf_counter()
     fn()
@@ -370,6 +561,23 @@ def _commit():
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def benchmark_name(summary) -> str:
+    """``gpu_check_<gpu>_<date>.json``: the device's name in lower case, letters and digits."""
+    gpu = "".join(c if c.isalnum() else "_" for c in summary["device_name"].lower().removeprefix("nvidia "))
+    return f"gpu_check_{gpu.strip('_')}_{summary['date']}.json"
+
+
+def save_benchmark(summary, folder=None) -> str:
+    """Write ``summary`` as ``benchmarks/<benchmark_name>`` (atomically); returns the path."""
+    folder = folder or os.path.join(ROOT, "benchmarks")
+    path = os.path.join(folder, benchmark_name(summary))
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(summary, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 def _write_out(summary, lines, out=None):
@@ -422,6 +630,25 @@ def main(argv=None):
         "--dry-run", action="store_true", help="small CPU run of every check (tests the script, not the GPU)"
     )
     ap.add_argument("--no-fused", action="store_true", help="skip the compiled samplers (nothing compiled)")
+    ap.add_argument(
+        "--fused-rules",
+        nargs="*",
+        default=None,
+        help="compile only these rules' fused samplers (speed and sync; default: every rule)",
+    )
+    ap.add_argument(
+        "--kernels",
+        default=os.path.join(ROOT, ".gpu_kernels"),
+        help="vLLM's kernels copied by scripts/vendor_gpu_kernels.py (law-checked on CUDA when present)",
+    )
+    ap.add_argument(
+        "--kernel-draws", type=int, default=20_000, help="draws per case of the kernels' law check"
+    )
+    ap.add_argument(
+        "--save",
+        action="store_true",
+        help="also write the JSON as benchmarks/gpu_check_<gpu>_<date>.json (what the README's GPU section reads)",
+    )
     args = ap.parse_args(argv)
     lines = []
     summary = {"law": {}, "sync": {}, "speed": {}, "goals": {}, "plugin_overhead": None, "analysis": None}
@@ -442,6 +669,7 @@ def main(argv=None):
         args.no_fused = True  # (compiling costs seconds to minutes per rule on a CPU)
     start = time.perf_counter()
     over = lambda: time.perf_counter() - start > args.budget_s  # noqa: E731
+    fused_wanted = lambda n: not args.no_fused and (args.fused_rules is None or n in args.fused_rules)  # noqa: E731
     device = torch.device(args.device)
     names = args.rules or list(RULES)
     log(
@@ -498,6 +726,56 @@ def main(argv=None):
     failed |= lay != "sync-free"
     log(f"{'vLLM layouts (MRV1, MRV2)':<26} {lay}")
 
+    if device.type == "cuda":
+        try:
+            rk = root_kernel_check(device)
+        except Exception as e:
+            rk = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        failed |= not rk["ok"]
+        summary["exact_root_kernel"] = rk
+        log(
+            "\nexact root, compiled kernel vs the eager device path: "
+            + (
+                f"{rk['differ']} of {rk['entries']} entries differ (at most {rk['max_ulps']} float32 ulps), "
+                f"{rk['infeasible']} infeasible under eager float32 KL, compiled in {rk['compile_s']:.1f} s"
+                if "error" not in rk
+                else rk["error"]
+            )
+            + ("" if rk["ok"] else "  <-- FAIL")
+        )
+    else:
+        summary["exact_root_kernel"] = {"skipped": "the compiled root runs off the CPU only"}
+    if device.type != "cuda":
+        summary["real_kernels"] = {"skipped": "needs CUDA (Triton kernels)"}
+    elif not os.path.isdir(args.kernels):
+        summary["real_kernels"] = {"skipped": f"no {args.kernels} (scripts/vendor_gpu_kernels.py makes it)"}
+    elif over():
+        summary["real_kernels"] = {"skipped": "--budget-s spent"}
+    else:
+        rk = real_kernels_check(args.kernels, device, args.kernel_draws)
+        summary["real_kernels"] = rk
+        log(f"\nvLLM's GPU kernels ({rk['source']}), SpS law by cactus_theory.testing.check_sampler_law:")
+        for name, r in rk.items():
+            if name == "source":
+                continue
+            failed |= not r["passed"]
+            log(
+                f"{name:<26} "
+                + (
+                    f"passed={r['passed']} min law p = {r['min_law_pvalue']:.3g}, min p = {r['min_pvalue']:.3g} "
+                    f"(alpha {r['alpha']:g}, {r['num_checks']} checks, n = {r['num_samples']}/case) {r['seconds']:.1f}s"
+                    if "error" not in r
+                    else r["error"]
+                )
+                + ("" if r["passed"] else "  <-- FAIL " + " | ".join(r.get("failed", [])))
+            )
+    summary["real_kernels"].setdefault(
+        "flashinfer",
+        {
+            "skipped": "not attempted: FlashInfer is neither installed nor buildable offline on the device image"
+        },
+    )
+
     log(f"\nspeed at B={args.B}, k={args.k}, V={args.V} (median of {args.reps}, ms):")
     log(
         f"{'rule':<26} {'accept path':>12} {'forward':>10} {'peak GiB':>9} {'fused':>8}  sync (accept, forward, fused), aten ops of the accept path"
@@ -510,7 +788,7 @@ def main(argv=None):
             continue
         try:
             t_acc, t_fwd, peak, t_fused, sync = speed(
-                name, device, args.B, args.k, args.V, args.reps, with_fused=not args.no_fused
+                name, device, args.B, args.k, args.V, args.reps, with_fused=fused_wanted(name)
             )
             sync_ok = all(
                 v in ("sync-free", "skipped") for key, v in sync.items() if key != "aten_ops_accept_path"
@@ -548,27 +826,6 @@ def main(argv=None):
             f"exact root / Taylor accept path: {ratio:.2f}x (goal <= {EXACT_OVER_TAYLOR_GOAL}x on a GPU"
             f"{'' if device.type == 'cuda' else '; not gated on CPU'}){'' if met else '  <-- MISSED'}"
         )
-
-    if not args.no_fused:
-        log("\nsync of the fused (compiled) samplers at B=8, k=4, V=1000, rules not timed above:")
-        for name in names:
-            if name in sp:
-                summary["sync"].setdefault(name, {})["fused"] = sp[name]["sync"]["forward_fused"]
-                continue
-            if over():
-                log(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
-                summary["sync"].setdefault(name, {})["fused"] = "skipped (budget)"
-                continue
-            t0 = time.perf_counter()
-            try:
-                fz = sync_check(name, device, fused=True)[0]
-            except Exception as e:
-                fz = f"ERROR {type(e).__name__}: {str(e)[:80]}"
-            summary["sync"].setdefault(name, {})["fused"] = fz
-            failed |= fz != "sync-free"
-            log(
-                f"{name:<26} {fz}{'' if fz == 'sync-free' else '  <-- FAIL'}  ({time.perf_counter() - t0:.1f}s)"
-            )
 
     if over():
         log("plugin overhead: skipped (--budget-s spent)")
@@ -619,11 +876,36 @@ def main(argv=None):
         except Exception as e:
             log(f"analysis ERROR {type(e).__name__}: {str(e)[:200]}")
             failed = True
+    if not args.no_fused:
+        log("\nsync of the fused (compiled) samplers at B=8, k=4, V=1000, rules not timed above:")
+        for name in names:
+            if name in sp and sp[name]["sync"]["forward_fused"] != "skipped":
+                summary["sync"].setdefault(name, {})["fused"] = sp[name]["sync"]["forward_fused"]
+                continue
+            if not fused_wanted(name):
+                summary["sync"].setdefault(name, {})["fused"] = "not run (--fused-rules)"
+                continue
+            if over():
+                log(f"{name:<26} skipped: --budget-s {args.budget_s:g} s spent")
+                summary["sync"].setdefault(name, {})["fused"] = "skipped (budget)"
+                continue
+            t0 = time.perf_counter()
+            try:
+                fz = sync_check(name, device, fused=True)[0]
+            except Exception as e:
+                fz = f"ERROR {type(e).__name__}: {str(e)[:80]}"
+            summary["sync"].setdefault(name, {})["fused"] = fz
+            failed |= fz != "sync-free"
+            log(
+                f"{name:<26} {fz}{'' if fz == 'sync-free' else '  <-- FAIL'}  ({time.perf_counter() - t0:.1f}s)"
+            )
+
     summary["device"] = str(device)
     summary["device_name"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     summary["dry_run"] = bool(args.dry_run)
     summary["torch"] = torch.__version__
     summary["date"] = time.strftime("%Y-%m-%d", time.gmtime())
+    summary["time_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     summary["commit"] = _commit()
     summary["seconds"] = time.perf_counter() - start
     summary["passed"] = not failed
@@ -632,6 +914,9 @@ def main(argv=None):
         "FAIL (or skipped)" if failed else "all law, bf16, sync, speed-goal and analysis checks passed",
     )
     _write_out(summary, lines, args.out)
+    if args.save and not args.dry_run:
+        path = save_benchmark(summary)
+        log(f"written {path}")
     return 1 if failed else 0
 
 

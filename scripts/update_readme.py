@@ -212,35 +212,130 @@ def _benchmark_table(report) -> str:
     return rep.to_text().split("\n\nchecks against")[0]
 
 
-def _gpu_table(report) -> str:
-    """The recorded CUDA checks (benchmarks/gpu_check_h200*.json, from scripts/gpu_check.py)."""
+#: What the recorded GPU check measures: a later commit touching one of these makes the record
+#: predate the current code.
+GPU_CODE = (
+    "cactus_theory/samplers",
+    "cactus_theory/solvers/spike.py",
+    "cactus_theory/rules",
+    "cactus_theory/analysis/calibration.py",
+    "scripts/gpu_check.py",
+)
+
+
+def latest_gpu_check(folder=None):
+    """The newest ``benchmarks/gpu_check_*.json`` that records its date (``scripts/gpu_check.py
+    --save``): (path, summary); None when there is none."""
     import json
 
-    first = json.loads((ROOT / "benchmarks/gpu_check_h200.json").read_text())
-    after = json.loads((ROOT / "benchmarks/gpu_check_h200_after_sync_fix.json").read_text())
+    best = None
+    for path in sorted((folder or ROOT / "benchmarks").glob("gpu_check_*.json")):
+        d = json.loads(path.read_text())
+        if not d.get("date") or d.get("dry_run"):
+            continue
+        key = (d.get("time_utc") or d["date"], path.name)
+        if best is None or key > best[0]:
+            best = (key, path, d)
+    return None if best is None else best[1:]
+
+
+def gpu_record_status(commit) -> str:
+    """Whether the record's commit is the current code's, by git: ``"current"``, ``"predates"``
+    (a later commit changed :data:`GPU_CODE`) or ``"unknown"`` (no commit recorded, or no git)."""
+    import subprocess
+
+    if not commit:
+        return "unknown"
+    try:
+        later = subprocess.run(
+            ["git", "rev-list", f"{commit}..HEAD", "--", *GPU_CODE],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return "predates" if later else "current"
+
+
+def _gpu_table(report, folder=None) -> str:
+    """The latest recorded CUDA check (benchmarks/gpu_check_*.json, from scripts/gpu_check.py --save)."""
+    found = latest_gpu_check(folder)
+    if found is None:
+        return "no GPU check recorded (scripts/gpu_check.py --save writes one)"
+    path, d = found
+    status = gpu_record_status(d.get("commit"))
+    commit = (d.get("commit") or "unknown")[:12]
     lines = [
-        f"{first['device_name']}: every law, bf16 and torch-analysis check "
-        f"{'passed' if first['passed'] and after['passed'] else 'FAILED'}",
-        f"{'rule':<22}{'law p':>7}  {'bf16==f32':<10}{'no sync (unseeded rows)':<26}{'after the fix'}",
-    ]
-    for name, r in first["law"].items():
-        a = after["law"].get(name)
-        fixed = ("sync-free" if a and a["sync_unseeded"] == "sync-free" else "host sync") if a else "-"
-        now = "sync-free" if r["sync_unseeded"] == "sync-free" else "host sync"
-        lines.append(f"{name:<22}{r['law_pvalue']:>7.3f}  {str(r['bf16_equal']):<10}{now:<26}{fixed}")
-    lines += [
+        f"{d['device_name']}, {d['date']}, commit {commit}, torch {d['torch']} ({path.name}): "
+        + ("every check passed" if d["passed"] else "SOME CHECKS FAILED OR WERE SKIPPED"),
+        {
+            "current": "No later commit changed the samplers, the spike solver, the rules or the check.",
+            "predates": "This record PREDATES the current code: later commits changed the samplers, "
+            "the spike solver, the rules or the check.",
+            "unknown": "Whether this record predates the current code is unknown (no commit or no git).",
+        }[status],
         "",
-        "speed at B = 64, k = 8, V = 151,936 (median of 10, ms; first run):",
-        f"{'rule':<22}{'accept path':>12}{'forward':>10}{'peak GiB':>10}",
+        f"{'rule':<22}{'law p':>7}  {'bf16==f32':<10}{'sync eager':<12}{'vLLM rows':<12}{'fused'}",
     ]
-    for name, r in first["speed"].items():
-        lines.append(f"{name:<22}{r['accept_ms']:>12.2f}{r['forward_ms']:>10.2f}{r['peak_gib']:>10.2f}")
-    for name, r in first["analysis"]["speed"].items():
+    for name, r in d["law"].items():
+        sy = d["sync"].get(name, {})
+
+        def word(v):
+            return "-" if v is None else ("sync-free" if v == "sync-free" else str(v).split(":")[0][:10])
+
+        lines.append(
+            f"{name:<22}{r['law_pvalue']:>7.3f}  {str(r['bf16_equal']):<10}{word(sy.get('eager')):<12}"
+            f"{word(sy.get('vllm_rows')):<12}{word(sy.get('fused'))}"
+        )
+    lines.append(f"vLLM layouts (MRV1, MRV2): {d['sync'].get('vllm_layouts')}")
+    rk = d.get("exact_root_kernel") or {}
+    if "entries" in rk:
+        lines.append(
+            f"exact root, compiled kernel vs eager device path: {rk['differ']} of {rk['entries']:,} float32 "
+            f"roots differ (at most {rk['max_ulps']} ulp), {rk['infeasible']} infeasible"
+        )
+    sp = d["speed"]
+    if sp:
+        lines += [
+            "",
+            "speed at B = 64, k = 8, V = 151,936 (median of 10, ms):",
+            f"{'rule':<22}{'accept path':>12}{'forward':>10}{'fused':>10}{'peak GiB':>10}",
+        ]
+        for name, r in sp.items():
+            lines.append(
+                f"{name:<22}{r['accept_ms']:>12.2f}{r['forward_ms']:>10.2f}"
+                f"{r.get('forward_fused_ms', float('nan')):>10.2f}{r['peak_gib']:>10.2f}"
+            )
+    goal = d.get("goals", {}).get("exact_over_taylor_accept")
+    if goal:
+        lines.append(
+            f"exact root / Taylor accept path: {goal['ratio']:.2f}x (goal <= {goal['goal']}x: "
+            f"{'met' if goal['met'] else 'MISSED'})"
+        )
+    real = d.get("real_kernels") or {}
+    for name, r in real.items():
+        if name == "source" or not isinstance(r, dict):
+            continue
+        if "passed" in r and "min_law_pvalue" in r:
+            lines.append(
+                f"{name}: SpS law {'passed' if r['passed'] else 'FAILED'} (smallest law p {r['min_law_pvalue']:.3g}, "
+                f"{r['num_checks']} checks at family-wise alpha {r['alpha']:g}, {r['num_samples']:,} draws a case)"
+            )
+        else:
+            lines.append(f"{name}: {r.get('error') or r.get('skipped')}")
+    an = d.get("analysis") or {}
+    for name, r in (an.get("speed") or {}).items():
         lines.append(
             f"one-step analysis {name}: torch (CUDA) {r['torch_rows_per_s']:.0f} rows/s, numpy "
             f"{r['numpy_rows_per_s']:.2f} rows/s (batch 64, V = 151,936; max |h diff| "
             f"{r['emitted_max_abs_diff']:.1e})"
         )
+    po = d.get("plugin_overhead") or {}
+    if po and "rules" not in po:
+        lines.append(f"vLLM plugin step ratio: {next(iter(po.values()))}")
     return "\n".join(lines)
 
 

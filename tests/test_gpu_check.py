@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,15 +19,27 @@ def _script():
     return mod
 
 
+def _readme():
+    if "update_readme" in sys.modules:
+        return sys.modules["update_readme"]
+    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "scripts" / "update_readme.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_dry_run_writes_every_section(tmp_path):
     mod = _script()
-    rc = mod.main(["--dry-run", "--rules", "sps", "cactus-exact-kl", "--out", str(tmp_path)])
+    rc = mod.main(
+        ["--dry-run", "--rules", "sps", "cactus-exact-kl", "cactus-calibrated", "--out", str(tmp_path)]
+    )
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
     text = (tmp_path / "gpu_check.txt").read_text()
     assert rc == 0, text
     assert summary["dry_run"] is True and summary["passed"] is True
-    assert set(summary["law"]) == {"sps", "cactus-exact-kl"}
-    for name in ("sps", "cactus-exact-kl"):
+    assert set(summary["law"]) == {"sps", "cactus-exact-kl", "cactus-calibrated"}
+    for name in ("sps", "cactus-exact-kl", "cactus-calibrated"):
         assert summary["sync"][name] == {"eager": "sync-free", "vllm_rows": "sync-free"}
     assert summary["sync"]["vllm_layouts"] == "sync-free"
     ops = {
@@ -37,6 +50,32 @@ def test_dry_run_writes_every_section(tmp_path):
     assert goal["gated"] is False and goal["ratio"] > 0
     assert "skipped" in summary["plugin_overhead"] or "rules" in summary["plugin_overhead"]
     assert summary["analysis"]["rules"]["cactus-exact-kl"]["ok"]
+    assert "skipped" in summary["exact_root_kernel"] and "skipped" in summary["real_kernels"]
+    assert summary["date"] and summary["time_utc"].startswith(summary["date"])
+    (tmp_path / "gpu_check.json").rename(tmp_path / "dry.json")
+
+
+def test_the_docs_gpu_block_reads_the_latest_record(tmp_path):
+    """``--save``'s file name, and the generated GPU block: the newest dated record (dry runs
+    and undated records skipped), with whether it predates the current code."""
+    mod, readme = _script(), _readme()
+    assert mod.main(["--dry-run", "--rules", "sps", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert readme.latest_gpu_check(tmp_path) is None  # gpu_check.json: not a gpu_check_*.json
+    summary.update(dry_run=False, device_name="NVIDIA H200", commit=None)
+    old = dict(summary, time_utc="2000-01-01T00:00:00Z", date="2000-01-01")
+    assert Path(mod.save_benchmark(old, tmp_path)).name == "gpu_check_h200_2000-01-01.json"
+    path = Path(mod.save_benchmark(summary, tmp_path))
+    assert path.name == f"gpu_check_h200_{summary['date']}.json"
+    (tmp_path / "gpu_check_undated.json").write_text(json.dumps({"law": {}}))
+    assert readme.latest_gpu_check(tmp_path)[0] == path
+    text = readme._gpu_table(None, tmp_path)
+    assert text.startswith(f"NVIDIA H200, {summary['date']}, commit unknown")
+    assert "predates the current code is unknown" in text and "sps" in text
+    assert readme.gpu_record_status(None) == "unknown"
+    head = mod._commit()
+    if head:  # a checkout with its history: HEAD's own record is current
+        assert readme.gpu_record_status(head) == "current"
 
 
 def test_sync_check_reports_a_host_read():
