@@ -204,8 +204,11 @@ def rows_sync_check(name, device, V=1000):
     draft = torch.softmax(2 * torch.randn(6, V, generator=g, device=device), -1)
     ids = torch.multinomial(draft, 1, generator=g)[:, 0]
     rows = torch.arange(6, device=device) % 3 != 2  # every third row greedy or bonus
-    substitute_target_logits(rule, logits, draft, ids, rows)  # warm-up
-    return sync_free(lambda: substitute_target_logits(rule, logits, draft, ids, rows), device)
+    # a rule that decides on the raw rows gets them (here the processed ones: temperature 1)
+    raw = dict(raw_target_logits=logits, raw_draft_probs=draft) if rule.spec.needs_raw else {}
+    raw["temperature"] = torch.ones(6, device=device)  # a request-tied knob's value (SCD)
+    substitute_target_logits(rule, logits, draft, ids, rows, **raw)  # warm-up
+    return sync_free(lambda: substitute_target_logits(rule, logits, draft, ids, rows, **raw), device)
 
 
 def layouts_sync_check(device, V=1000):
@@ -388,10 +391,17 @@ def _load_kernels(kernels_dir):
     """The vLLM kernels copied by ``scripts/vendor_gpu_kernels.py`` (a package folder):
     ``(mrv1_kernels, mrv2.rejection_sampler_utils, source line)``."""
     import importlib
+    import importlib.util
 
-    parent, name = os.path.split(os.path.abspath(kernels_dir))
-    if parent not in sys.path:
-        sys.path.insert(0, parent)
+    name = "vendored_vllm_kernels"  # the folder's own name (.gpu_kernels) is no package name
+    if name not in sys.modules:
+        folder = os.path.abspath(kernels_dir)
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
+        )
+        pkg = importlib.util.module_from_spec(spec)
+        sys.modules[name] = pkg
+        spec.loader.exec_module(pkg)
     mrv1 = importlib.import_module(f"{name}.mrv1_kernels")
     mrv2 = importlib.import_module(f"{name}.mrv2.rejection_sampler_utils")
     with open(os.path.join(kernels_dir, "SOURCE")) as f:
