@@ -6,7 +6,10 @@ worker) or, when that is not set, in the environment variable ``CACTUS_THEORY_VL
     additional_config={"cactus_theory": {"rule": "cactus-taylor", "delta": 0.75}}
     CACTUS_THEORY_VLLM='{"rule": "cactus-taylor", "delta": 0.75}'
 
-Every key other than ``rule`` is a knob of that rule (``cactus-theory rules`` lists them).
+Every key other than ``rule`` and ``record`` is a knob of that rule (``cactus-theory rules``
+lists them); ``record`` turns on the recorder of verified rows (:mod:`.recorder`)::
+
+    {"rule": "cactus-taylor", "delta": 0.75, "record": {"folder": "rows/", "max_bytes": 10**9}}
 
 A rule is supported when it is "speculative sampling against a per-draft target h": its plan is
 a :class:`~cactus_theory.rules.plans.TargetPlan` or :class:`~cactus_theory.rules.plans.SpikePlan`
@@ -56,6 +59,9 @@ ENV_VAR = "CACTUS_THEORY_VLLM"
 CONFIG_KEY = "cactus_theory"
 """Key of the plugin's section in vLLM's ``additional_config``."""
 
+RECORD_KEY = "record"
+"""Key of the recorder's settings in the plugin's section (:mod:`.recorder`)."""
+
 REQUEST_KNOBS = {"scd": ("scd_temperature", "temperature")}
 """Rule name -> (knob, request field): knobs the engine sets from each request (SCD's
 contrastive temperature is the request's, as the arXiv 2607.08690 overlay sets it); configuring
@@ -74,11 +80,15 @@ class PluginConfig:
         The knobs as given (validated by the registry).
     rule : Rule
         The configured rule, checked by :func:`check_rule_supported`.
+    record : dict or None
+        The recorder's settings (key ``"record"``: ``folder``, ``max_bytes``, optional
+        ``rows_per_shard``, ``top_k_raw``; :class:`.recorder.Recorder`), or None.
     """
 
     rule_name: str
     knobs: dict = field(default_factory=dict)
     rule: Rule | None = None
+    record: dict | None = None
 
 
 def parse_config(raw: Any) -> PluginConfig | None:
@@ -105,7 +115,12 @@ def parse_config(raw: Any) -> PluginConfig | None:
         return None
     if "rule" not in raw:
         raise ValueError(f"{CONFIG_KEY}: the key 'rule' is missing (a name from `cactus-theory rules`)")
-    knobs = {k: v for k, v in raw.items() if k != "rule"}
+    knobs = {k: v for k, v in raw.items() if k not in ("rule", RECORD_KEY)}
+    record = raw.get(RECORD_KEY)
+    if record is not None and (not isinstance(record, Mapping) or not {"folder", "max_bytes"} <= set(record)):
+        raise ValueError(
+            f"{RECORD_KEY}: expected a mapping with 'folder' and 'max_bytes' (bytes of shards at most)"
+        )
     rule = get_rule(raw["rule"], **knobs)
     spec = rule.spec.alias_of or rule.spec
     tied = REQUEST_KNOBS.get(spec.name)
@@ -115,7 +130,7 @@ def parse_config(raw: Any) -> PluginConfig | None:
             "leave it out of the configuration"
         )
     check_rule_supported(rule)
-    return PluginConfig(rule.name, dict(knobs), rule)
+    return PluginConfig(rule.name, dict(knobs), rule, None if record is None else dict(record))
 
 
 def config_from_vllm(vllm_config=None) -> PluginConfig | None:

@@ -110,6 +110,7 @@ _EXPECTED_SIGNATURES = {
 
 _ACTIVE = contextvars.ContextVar("cactus_theory_vllm_rule", default=None)
 _RAW = contextvars.ContextVar("cactus_theory_vllm_raw_logits", default=None)
+_RECORDER = contextvars.ContextVar("cactus_theory_vllm_recorder", default=None)
 _ORIGINALS: dict = {}
 
 
@@ -161,7 +162,7 @@ def check_signatures(modules=None) -> None:
 
 
 def _rule_at_init(spec_config):
-    """The configured rule (or None), checked against the speculative settings."""
+    """The configured rule and recorder (or Nones), checked against the speculative settings."""
     try:
         from vllm.config import get_current_vllm_config
 
@@ -170,17 +171,23 @@ def _rule_at_init(spec_config):
         vllm_config = None
     cfg = config_from_vllm(vllm_config)
     if cfg is None:
-        return None
+        return None, None
     check_speculative_config(spec_config)
     logger.info("cactus_theory: verifying with %r (lossy: emits h_alg, not the verifier's q)", cfg.rule)
-    return cfg.rule
+    recorder = None
+    if cfg.record is not None:
+        from .recorder import recorder_from_config
+
+        recorder = recorder_from_config(cfg.record, meta={"rule": cfg.rule_name, "knobs": cfg.knobs})
+        logger.info("cactus_theory: recording the verified rows in %s", recorder.folder)
+    return cfg.rule, recorder
 
 
 def _wrap_init(orig):
     @functools.wraps(orig)
     def __init__(self, sampler, spec_config=None, device=None, *args, **kwargs):
         orig(self, sampler, spec_config, device, *args, **kwargs)
-        self.cactus_theory_rule = _rule_at_init(spec_config)
+        self.cactus_theory_rule, self.cactus_theory_recorder = _rule_at_init(spec_config)
 
     return __init__
 
@@ -195,9 +202,11 @@ def _wrap_verify(raw_of):
         def verify(self, *args, **kwargs):
             token = _ACTIVE.set(getattr(self, "cactus_theory_rule", None))
             raw_token = _RAW.set(raw_of(args, kwargs))
+            rec_token = _RECORDER.set(getattr(self, "cactus_theory_recorder", None))
             try:
                 return orig(self, *args, **kwargs)
             finally:
+                _RECORDER.reset(rec_token)
                 _RAW.reset(raw_token)
                 _ACTIVE.reset(token)
 
@@ -229,6 +238,33 @@ def _raw_logits(rule):
     return thunk() if thunk is not None and needs_raw(rule) else None
 
 
+def _record_mrv1(recorder, processed, draft_probs, draft_token_ids, num_draft_tokens, cu, meta, out):
+    """Hand the recorder one MRV1 step's verified rows (:mod:`.recorder`)."""
+    import torch
+
+    from .rows import _rows_of_requests, raw_draft_from_tempered
+
+    num_rows, vocab = processed.shape
+    device = processed.device
+    if draft_probs is None:
+        draft_probs = torch.nn.functional.one_hot(draft_token_ids.to(torch.int64).clamp(min=0), vocab).float()
+    temps = _rows_of_requests(
+        meta.temperature.to(device, torch.float32), num_rows, num_draft_tokens, cu, device
+    )
+    thunk = _RAW.get()
+    raw_logits = thunk() if thunk is not None else processed
+    recorder.record(
+        torch.softmax(processed.float(), -1),
+        draft_probs,
+        torch.softmax(raw_logits.float(), -1),
+        raw_draft_from_tempered(draft_probs, temps),
+        draft_token_ids,
+        num_draft_tokens,
+        out,
+        temps != 0,
+    )
+
+
 def _wrap_mrv1_sample(orig):
     from .rows import is_sps, mrv1_substitute
 
@@ -247,6 +283,7 @@ def _wrap_mrv1_sample(orig):
     ):
         rule = _ACTIVE.get()
         undo = None
+        processed = target_logits  # q's logits, as the engine processed them (put back below)
         if (
             rule is not None
             and not sampling_metadata.all_greedy
@@ -265,7 +302,7 @@ def _wrap_mrv1_sample(orig):
                 in_place=True,
             )
         try:
-            return orig(
+            out = orig(
                 draft_token_ids,
                 num_draft_tokens,
                 max_spec_len,
@@ -280,6 +317,11 @@ def _wrap_mrv1_sample(orig):
         finally:
             if undo is not None:
                 undo()  # the engine's processed logits (and logprobs) are q again
+        recorder = _RECORDER.get()
+        if recorder is not None and not sampling_metadata.all_greedy and processed.shape[0] > 0:
+            _record_mrv1(recorder, processed, draft_probs, draft_token_ids, num_draft_tokens,
+                         cu_num_draft_tokens, sampling_metadata, out)  # fmt: skip
+        return out
 
     return rejection_sample
 
