@@ -61,8 +61,8 @@ class EngineSetting:
 
 #: The engines' defaults and documented values (sources: each rule's module docstring).
 ENGINE_SETTINGS = (
-    EngineSetting("vLLM", "rejection sampler (default), sampled drafts", "sps"),
-    EngineSetting("vLLM", 'draft_sample_method="greedy" (argmax drafts)', "sps", drafting="argmax"),
+    EngineSetting("vLLM", 'draft_sample_method="greedy" (default): argmax drafts', "sps", drafting="argmax"),
+    EngineSetting("vLLM", 'draft_sample_method="probabilistic": sampled drafts', "sps"),
     EngineSetting("vLLM", "no draft probabilities (NO_DRAFT_PROBS), sampled drafts", "sampler-match"),
     EngineSetting("vLLM V0", "typical acceptance, posterior_threshold 0.09, posterior_alpha 0.3", "tas"),
     EngineSetting("vLLM #45229", "relaxed thinking acceptance: top 3, ratio 0.5", "vllm-relaxed-thinking"),
