@@ -218,6 +218,14 @@ class CompiledKernel:
 _PER_RULE: dict = {}
 
 
+def _known_options(options: dict) -> dict:
+    """``options`` less the settings this torch's inductor does not have (older versions lack
+    some of :data:`INDUCTOR_OPTIONS`; ``torch.compile`` refuses an unknown one)."""
+    from torch._inductor import config
+
+    return {key: value for key, value in options.items() if hasattr(config, key)}
+
+
 def compiled_for(rule, fn, *shape_key):
     """``fn`` compiled for one configured rule and ``shape_key`` (the samplers pass the
     vocabulary size and k): a copy of its code per key, so that dynamo's recompile limit
@@ -232,7 +240,10 @@ def compiled_for(rule, fn, *shape_key):
             large = bool(shape_key) and shape_key[0] > SMALL_VOCAB
             tag = hashlib.sha1(repr(key).encode()).hexdigest()[:16]
             k = _PER_RULE[key] = CompiledKernel(
-                fn, copy=True, tag=tag, options={**CACHE_OPTIONS, **(INDUCTOR_OPTIONS if large else {})}
+                fn,
+                copy=True,
+                tag=tag,
+                options=_known_options({**CACHE_OPTIONS, **(INDUCTOR_OPTIONS if large else {})}),
             )
     return k
 
