@@ -15,9 +15,9 @@ The plugin's step is split into its parts, each timed on the same rows in the sa
 * **plan**: the rule's per-draft target :math:`h^{(n)}` through its plan
   (:func:`~cactus_theory.integrations.vllm.rows.target_rows`, raw rows passed to the rules
   that read them);
-* **row substitution**: :func:`~cactus_theory.integrations.vllm.rows.mrv1_substitute` as the
-  engine calls it (the declared shortcuts, in place and put back: SpS is not substituted, a
-  spike rule changes one logit per row); ``substitute_total_ms``;
+* **row substitution**: :func:`~cactus_theory.integrations.vllm.rows.mrv1_substitute_probs` as
+  the engine calls it, on the kernel's softmax q (the declared shortcuts: SpS is not
+  substituted, a spike rule scales its row in place); ``substitute_total_ms``;
 * **plan path**: the same substitution with every rule through its plan (``shortcuts=False``);
   ``shortcut_gain`` = plan path / row substitution, the shortcut's own benchmark row;
 * **kernels**: vLLM's step on the substituted rows (the stock step's time).
@@ -61,7 +61,7 @@ import torch  # noqa: E402
 from cactus_theory._io import atomic_write_text  # noqa: E402
 from cactus_theory.integrations.vllm import config as cfg  # noqa: E402
 from cactus_theory.integrations.vllm import patch as vpatch  # noqa: E402
-from cactus_theory.integrations.vllm.rows import mrv1_substitute, needs_raw, target_rows  # noqa: E402
+from cactus_theory.integrations.vllm.rows import mrv1_substitute_probs, needs_raw, target_rows  # noqa: E402
 from cactus_theory.rules import get_rule, rule_names  # noqa: E402
 
 #: The rules of ``--quick``.
@@ -214,18 +214,15 @@ def verify_step_overhead(device="cpu", *, quick=False, rules=None, B=None, k=Non
                 raw = {"raw_target_probs": q_rows, "raw_draft_probs": draft_probs}
             target_rows(rule, q_rows, draft_probs, draft_ids, temperature=row_temp, **raw)
 
-        def substitute(rule):  # as the engine's wrapper calls it: shortcuts, in place, put back
-            _, _, undo = mrv1_substitute(
-                rule, draft_ids, [k] * B, draft_probs, target_rows_logits, meta, md.cu_num_draft_tokens,
-                target_rows_logits, in_place=True,
-            )  # fmt: skip
-            if undo is not None:
-                undo()
+        def substitute(rule, probs):  # as the engine's wrapper calls it, on the kernel's softmax
+            mrv1_substitute_probs(
+                rule, draft_ids, [k] * B, draft_probs, probs, meta, md.cu_num_draft_tokens, target_rows_logits
+            )
 
-        def plan_path(rule):
-            mrv1_substitute(
-                rule, draft_ids, [k] * B, draft_probs, target_rows_logits, meta, md.cu_num_draft_tokens,
-                target_rows_logits, shortcuts=False,
+        def plan_path(rule, probs):
+            mrv1_substitute_probs(
+                rule, draft_ids, [k] * B, draft_probs, probs, meta, md.cu_num_draft_tokens, target_rows_logits,
+                shortcuts=False,
             )  # fmt: skip
 
         def timed(fn, *a):
@@ -247,8 +244,8 @@ def verify_step_overhead(device="cpu", *, quick=False, rules=None, B=None, k=Non
             for name in rules:
                 t = timed(step, samplers[name])
                 tp = timed(plan, configured[name])
-                ts = timed(substitute, configured[name])
-                tpp = timed(plan_path, configured[name])
+                ts = timed(substitute, configured[name], q_rows.clone())  # (a spike rule writes in place)
+                tpp = timed(plan_path, configured[name], q_rows.clone())
                 if rec:
                     times[name].append(t)
                     times[name + "/plan"].append(tp)
@@ -354,8 +351,9 @@ def markdown(runs) -> str:
         f"{first['date']}.",
         "Inputs: random softmax rows, temperature 1, no top-k/top-p. Ratio to stock = median plugin step / "
         "median stock step; the per-round ratio is each round's plugin step over that round's stock step.",
-        "Parts: plan = the rule's h through its plan (target_rows); row substitution = mrv1_substitute as "
-        "the engine calls it (declared shortcuts: SpS not substituted, a spike rule one logit per row); "
+        "Parts: plan = the rule's h through its plan (target_rows); row substitution = mrv1_substitute_probs "
+        "as the engine calls it on the kernel's softmax (declared shortcuts: SpS not substituted, a spike "
+        "rule scales its row in place); "
         "plan path = the same with every rule through its plan; shortcut gain = plan path / row "
         "substitution.",
         "",

@@ -527,23 +527,23 @@ def _processed(z, T, top_k, top_p):
 
 
 def _engine_rows(mods, monkeypatch, rule_cfg, z_e, z_a, drafts, temps, top_k, top_p):
-    """The rows the patched MRV1 forward hands vLLM's kernel: (draft_probs, target_logits).
+    """The rows the patched MRV1 forward hands vLLM's kernels: (draft_probs, target_probs).
 
     ``z_e`` [B*(k+1), V] raw verifier logits (request-major, the bonus row last), ``z_a``
     [B*k, V] raw drafter logits; the drafter's rows are softmax(z_a / T) as vLLM's drafter
-    makes them. The kernel is replaced by a spy (the law of the kernel is tested above).
+    makes them. The recovery kernel is replaced by a spy that keeps its inputs (the law of the
+    kernels is tested above).
     """
     from vllm.v1.sample.sampler import Sampler
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
     seen = {}
 
-    def spy(draft_token_ids, num_draft_tokens, max_spec_len, cu, draft_probs, target_logits, *a, **kw):
-        # (cloned: a spike rule's entries are written in place and put back after the kernel)
-        seen["p"], seen["logits"] = draft_probs, target_logits.clone()
-        return torch.full((len(num_draft_tokens), max_spec_len + 1), -1, dtype=torch.int32)
+    def spy(max_spec_len, num_draft_tokens, cu, draft_token_ids, draft_probs, target_probs, *a, **kw):
+        seen["p"], seen["probs"] = draft_probs.clone(), target_probs.clone()
+        return torch.zeros(len(draft_token_ids), dtype=torch.int32)
 
-    monkeypatch.setattr(mods.r1, "rejection_sample", vpatch._wrap_mrv1_sample(spy))
+    monkeypatch.setattr(mods.r1, "sample_recovered_tokens", spy)
     monkeypatch.setenv(cfg.ENV_VAR, json.dumps(rule_cfg))
     sampler = mods.r1.RejectionSampler(Sampler(), _spec(), torch.device("cpu"))
     B, k = drafts.shape
@@ -557,7 +557,7 @@ def _engine_rows(mods, monkeypatch, rule_cfg, z_e, z_a, drafts, temps, top_k, to
     meta.top_k = torch.tensor(top_k, dtype=torch.int32)
     meta.top_p = torch.tensor(top_p, dtype=torch.float32)
     sampler(md, p, torch.tensor(z_e, dtype=torch.float32), meta)
-    return seen["p"], seen["logits"]
+    return seen["p"], seen["probs"]
 
 
 def _engine_case(seed=0):
@@ -582,7 +582,7 @@ def test_engine_rows_match_the_exact_analysis_at_temperature_06_with_top_k_top_p
     raw rows (untempered, untruncated); SCD's temperature is the request's."""
     knobs = _law_knobs(name)
     B, k, V, temps, top_k, top_p, z_e, z_a, drafts = _engine_case()
-    p_seen, logits = _engine_rows(
+    p_seen, probs = _engine_rows(
         vllm_mods, monkeypatch, {"rule": name, **knobs}, z_e, z_a, torch.tensor(drafts), temps, top_k, top_p
     )
     rows = np.arange(B * (k + 1)) % (k + 1) != k
@@ -591,14 +591,16 @@ def test_engine_rows_match_the_exact_analysis_at_temperature_06_with_top_k_top_p
         T = temps[i]
         z = z_e[rows][j]
         if T == 0:  # greedy request: the verifier row is left as vLLM processed it (raw logits)
-            np.testing.assert_array_equal(logits[j].numpy(), z.astype(np.float32))
+            np.testing.assert_array_equal(
+                probs[j].numpy(), torch.softmax(torch.tensor(z, dtype=torch.float32), -1).numpy()
+            )
             continue
         q = _processed(z, T, top_k[i], top_p[i])
         p = _softmax(z_a[j] / T)
         rule = get_rule(name, **knobs, **({"scd_temperature": T} if name == "scd" else {}))
         raw = {"raw_target_probs": _softmax(z), "raw_draft_probs": _softmax(z_a[j])}
         h = _exact_h(rule, q, p, drafts[i, j % k], **raw)
-        got = torch.softmax(logits[j].double(), -1).numpy()
+        got = probs[j].double().numpy()
         # float32 logits, softmax and log (and float32 roots) against float64: 1e-5 absolute on
         # probabilities <= 1 is ~100 float32 ulps of 1
         np.testing.assert_allclose(got, h, rtol=0, atol=1e-5, err_msg=f"row {j}")
@@ -618,7 +620,7 @@ def test_raw_rows_and_request_temperature_matter(vllm_mods, monkeypatch, name):
     # tempered rows' -0.219 picks q (at the default 0.5 both pick p on every row)
     knobs = {"alpha": 0.1} if name == "cascade-diff" else {}
     B, k, V, temps, top_k, top_p, z_e, z_a, drafts = _engine_case()
-    _, logits = _engine_rows(
+    _, probs = _engine_rows(
         vllm_mods, monkeypatch, {"rule": name, **knobs}, z_e, z_a, torch.tensor(drafts), temps, top_k, top_p
     )
     rows = np.arange(B * (k + 1)) % (k + 1) != k
@@ -631,7 +633,7 @@ def test_raw_rows_and_request_temperature_matter(vllm_mods, monkeypatch, name):
         p = _softmax(z_a[j] / temps[i])
         raw = {"raw_target_probs": _softmax(z_e[rows][j]), "raw_draft_probs": _softmax(z_a[j])}
         before = _exact_h(get_rule(name, **knobs), q, p, drafts[i, j % k], **(raw if name == "scd" else {}))
-        gaps.append(np.abs(torch.softmax(logits[j].double(), -1).numpy() - before).sum())
+        gaps.append(np.abs(probs[j].double().numpy() - before).sum())
     assert max(gaps) > 0.05, gaps
 
 
@@ -682,8 +684,9 @@ def test_mrv2_raw_rows_and_request_temperature():
 @needs_vllm
 @pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact", "interpolation", "sps"])
 def test_wrappers_leave_the_engines_logits_as_they_were(vllm_mods, name):
-    """A spike rule's entries are written into the engine's processed logits for the kernel and
-    put back when it returns (bit for bit); other rules hand the kernel a new tensor."""
+    """MRV1 leaves the engine's processed logits untouched (h replaces q after the kernel's
+    softmax); MRV2 writes a spike rule's entries into them for its kernel and puts them back
+    when it returns (bit for bit); other rules hand MRV2's kernel a new tensor."""
     rng = np.random.default_rng(8)
     B, k, V = 3, 2, 9
     logits = torch.tensor(rng.standard_normal((B * k, V)), dtype=torch.float32)
@@ -691,30 +694,16 @@ def test_wrappers_leave_the_engines_logits_as_they_were(vllm_mods, name):
     p = torch.softmax(torch.tensor(rng.standard_normal((B * k, V)), dtype=torch.float32), -1)
     ids = torch.tensor(rng.integers(0, V, B * k))
     seen = []
-
-    def kernel(draft_token_ids, num_draft_tokens, max_spec_len, cu, draft_probs, target_logits, *a, **kw):
-        seen.append((target_logits is logits, target_logits.clone()))
-
-    wrapped = vpatch._wrap_mrv1_sample(kernel)
     token = vpatch._ACTIVE.set(get_rule(name, **_law_knobs(name)))
     try:
-        cu = torch.arange(1, B + 1) * k
-        wrapped(
-            ids,
-            [k] * B,
-            k,
-            cu,
-            p,
-            logits,
-            None,
-            types.SimpleNamespace(all_greedy=False, all_random=True, temperature=torch.ones(B)),
+        cu = torch.arange(1, B + 1, dtype=torch.int32) * k
+        bonus = torch.zeros((B, 1), dtype=torch.int32)
+        out = vllm_mods.r1.rejection_sample(
+            ids.int(), [k] * B, k, cu, p, logits, bonus, _sampling_metadata([1.0] * B)
         )
     finally:
         vpatch._ACTIVE.reset(token)
-    assert torch.equal(logits, before)
-    same, got = seen[0]
-    assert same == name.startswith("cactus") or name == "sps"
-    assert torch.equal(got, before) == (name == "sps")
+    assert torch.equal(logits, before) and out.shape == (B, k + 1)  # MRV1: the logits are not written
     MRV2 = vpatch._wrap_mrv2_sample(lambda tl, *a, **kw: seen.append(tl.clone()))
     token = vpatch._ACTIVE.set(get_rule(name, **_law_knobs(name)))
     try:

@@ -14,8 +14,10 @@ them would silently change nothing under the other, so :func:`install` patches b
 * each runner's verify method (MRV1 ``forward``, MRV2 ``_verify``) makes the instance's rule
   the active one while it runs;
 * the module-level ``rejection_sample`` name in each module is replaced by a wrapper that, when
-  a rule is active, replaces the non-greedy, non-bonus target rows by :math:`\log h^{(n)}`
-  (:mod:`.rows`) and calls the original kernel. Without a configured rule, or with a rule at
+  a rule is active, replaces the non-greedy, non-bonus target rows by :math:`h^{(n)}`
+  (:mod:`.rows`): MRV1's wrapper runs vLLM's own ``rejection_sample`` steps
+  (:func:`_mrv1_rejection_sample`) with q replaced by h after the kernel's softmax; MRV2's
+  hands its kernel :math:`\log h^{(n)}`. Without a configured rule, or with a rule at
   its SpS knobs, nothing changes;
 * a rule that reads the raw rows gets them: each verify wrapper keeps a thunk giving the raw
   verifier logits of the call (MRV1 ``logits[metadata.target_logits_indices]``, MRV2 the
@@ -23,9 +25,10 @@ them would silently change nothing under the other, so :func:`install` patches b
 
 :func:`install` first checks the vLLM version against :data:`SUPPORTED_VLLM` and the
 signatures it wraps against :data:`_EXPECTED_SIGNATURES`; a mismatch raises RuntimeError
-naming what differs. The substitution happens inside ``rejection_sample`` (a new tensor, or for
-a spike rule one entry per row written in place and put back when the kernel returns), so the
-logprobs the engine reports are still computed from the verifier's q.
+naming what differs. The substitution happens inside ``rejection_sample`` (MRV1: on the
+kernel's probabilities; MRV2: a new tensor, or for a spike rule one entry per row written in
+place and put back when the kernel returns), so the logprobs the engine reports are still
+computed from the verifier's q.
 
 Symbols: q verifier, p drafter, n drafted token, h target. Source: Hao & Mou, ICLR 2026
 (arXiv 2604.04987), Theorem 3.
@@ -265,8 +268,81 @@ def _record_mrv1(recorder, processed, draft_probs, draft_token_ids, num_draft_to
     )
 
 
+def _mrv1_rejection_sample(
+    rule,
+    raw_logits,
+    draft_token_ids,
+    num_draft_tokens,
+    max_spec_len,
+    cu_num_draft_tokens,
+    draft_probs,
+    target_logits,
+    bonus_token_ids,
+    sampling_metadata,
+    synthetic_mode=False,
+    synthetic_conditional_rates=None,
+    use_fp64_gumbel=False,
+):
+    """MRV1's ``rejection_sample`` (vLLM 0.32-0.33, ``vllm/v1/sample/rejection_sampler.py``,
+    Apache-2.0: the same calls in the same order) with the verifier's probabilities replaced by
+    the rule's h right after its softmax (:func:`.rows.mrv1_substitute_probs`): the kernel's own
+    softmax is the only exp pass over the rows, and the processed logits stay untouched."""
+    import torch
+
+    from .rows import mrv1_substitute_probs
+
+    r1 = importlib.import_module(MRV1_MODULE)
+    batch_size = len(num_draft_tokens)
+    num_tokens = draft_token_ids.shape[0]
+    device = target_logits.device
+    output_token_ids = torch.full(
+        (batch_size, max_spec_len + 1), r1.PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device
+    )
+    is_greedy = (
+        None if sampling_metadata.all_greedy else sampling_metadata.temperature == r1.GREEDY_TEMPERATURE
+    )
+    uniform_probs = None
+    if synthetic_mode or not sampling_metadata.all_greedy:
+        uniform_probs = r1.generate_uniform_probs(
+            num_tokens, num_draft_tokens, sampling_metadata.generators, device
+        )
+    if not sampling_metadata.all_random:
+        target_argmax = target_logits.argmax(dim=-1)
+        r1._rejection_greedy_sample(
+            output_token_ids, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids,
+            is_greedy, max_spec_len, uniform_probs, synthetic_conditional_rates,
+        )  # fmt: skip
+        if sampling_metadata.all_greedy:
+            return output_token_ids, draft_probs
+    target_probs = target_logits.softmax(dim=-1, dtype=torch.float32)
+    draft_probs, target_probs = mrv1_substitute_probs(
+        rule, draft_token_ids, num_draft_tokens, draft_probs, target_probs, sampling_metadata,
+        cu_num_draft_tokens, raw_logits,
+    )  # fmt: skip
+    recovered_token_ids = r1.sample_recovered_tokens(
+        max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs,
+        sampling_metadata, device, use_fp64_gumbel,
+    )  # fmt: skip
+    r1._rejection_random_sample(
+        output_token_ids, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, bonus_token_ids,
+        recovered_token_ids, uniform_probs, is_greedy, max_spec_len, synthetic_conditional_rates,
+    )  # fmt: skip
+    return output_token_ids, draft_probs
+
+
+#: MRV1 module names :func:`_mrv1_rejection_sample` calls (checked by :func:`install`).
+_MRV1_BODY_NAMES = (
+    "PLACEHOLDER_TOKEN_ID",
+    "GREEDY_TEMPERATURE",
+    "generate_uniform_probs",
+    "_rejection_greedy_sample",
+    "sample_recovered_tokens",
+    "_rejection_random_sample",
+)
+
+
 def _wrap_mrv1_sample(orig):
-    from .rows import is_sps, mrv1_substitute
+    from .rows import is_sps
 
     @functools.wraps(orig)
     def rejection_sample(
@@ -282,26 +358,27 @@ def _wrap_mrv1_sample(orig):
         **kwargs,
     ):
         rule = _ACTIVE.get()
-        undo = None
-        processed = target_logits  # q's logits, as the engine processed them (put back below)
         if (
             rule is not None
             and not sampling_metadata.all_greedy
             and target_logits.shape[0] > 0
             and not is_sps(rule)
         ):
-            draft_probs, target_logits, undo = mrv1_substitute(
+            out, draft_probs = _mrv1_rejection_sample(
                 rule,
+                _raw_logits(rule),
                 draft_token_ids,
                 num_draft_tokens,
+                max_spec_len,
+                cu_num_draft_tokens,
                 draft_probs,
                 target_logits,
+                bonus_token_ids,
                 sampling_metadata,
-                cu_num_draft_tokens,
-                _raw_logits(rule),
-                in_place=True,
+                *args,
+                **kwargs,
             )
-        try:
+        else:
             out = orig(
                 draft_token_ids,
                 num_draft_tokens,
@@ -314,12 +391,9 @@ def _wrap_mrv1_sample(orig):
                 *args,
                 **kwargs,
             )
-        finally:
-            if undo is not None:
-                undo()  # the engine's processed logits (and logprobs) are q again
         recorder = _RECORDER.get()
-        if recorder is not None and not sampling_metadata.all_greedy and processed.shape[0] > 0:
-            _record_mrv1(recorder, processed, draft_probs, draft_token_ids, num_draft_tokens,
+        if recorder is not None and not sampling_metadata.all_greedy and target_logits.shape[0] > 0:
+            _record_mrv1(recorder, target_logits, draft_probs, draft_token_ids, num_draft_tokens,
                          cu_num_draft_tokens, sampling_metadata, out)  # fmt: skip
         return out
 
@@ -412,6 +486,9 @@ def install(*, check_vllm_version: bool = True) -> None:
         check_version()
     modules = {name: importlib.import_module(name) for name in (MRV1_MODULE, MRV2_MODULE)}
     check_signatures(modules)
+    missing = [n for n in _MRV1_BODY_NAMES if not hasattr(modules[MRV1_MODULE], n)]
+    if missing:
+        raise RuntimeError(f"vllm: {MRV1_MODULE} lacks {missing}, which cactus_theory's plugin calls")
     for mod_name, dotted, wrap in _PATCHES:
         owner_path, _, attr = dotted.rpartition(".")
         owner = _resolve(modules[mod_name], owner_path) if owner_path else modules[mod_name]

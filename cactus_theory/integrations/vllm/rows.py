@@ -55,6 +55,7 @@ from ..._extras import require
 from ...rules import Rule
 from ...rules.plans import SpikePlan, TargetPlan
 from ...rules.registry import SpikeRule
+from ...solvers.spike import spike_scale
 from .config import REQUEST_KNOBS
 
 torch = require("torch", "cactus_theory.integrations.vllm", extra="vllm")
@@ -66,6 +67,8 @@ __all__ = [
     "raw_draft_from_tempered",
     "target_rows",
     "substitute_target_logits",
+    "substitute_target_probs",
+    "mrv1_substitute_probs",
     "mrv1_substitute",
     "mrv2_substitute",
 ]
@@ -293,6 +296,123 @@ def _rows_of_requests(values, num_rows, num_draft_tokens, cu_num_draft_tokens, d
     return torch.repeat_interleave(values, counts, output_size=num_rows)
 
 
+def substitute_target_probs(
+    rule: Rule,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    rows: torch.Tensor,
+    *,
+    raw_target_logits: torch.Tensor | None = None,
+    raw_draft_probs: torch.Tensor | None = None,
+    temperature: torch.Tensor | None = None,
+    shortcuts: bool = True,
+) -> torch.Tensor:
+    r"""The kernel's verifier probabilities with :math:`h^{(n)}` on the rows where ``rows`` is True.
+
+    The probability-domain twin of :func:`substitute_target_logits`, for a kernel that has
+    softmaxed the processed logits already (MRV1's ``rejection_sample``): no softmax and no
+    log. A spike rule scales the row by :math:`c_n` and sets :math:`\gamma_n` at n, in place in
+    ``target_probs`` (float32, the kernel's own tensor; one read and write of the row); SpS
+    returns ``target_probs``; other rules return a new tensor from their plan.
+
+    Parameters
+    ----------
+    target_probs : Tensor, shape (num_rows, V)
+        The kernel's q (softmax of the processed logits), float32.
+    draft_probs, draft_token_ids, rows, raw_target_logits, raw_draft_probs, temperature, shortcuts
+        As in :func:`substitute_target_logits`.
+    """
+    if target_probs.shape[0] == 0 or (shortcuts and is_sps(rule)):
+        return target_probs
+    valid = rows & (draft_token_ids >= 0)
+    ids = draft_token_ids.to(torch.int64).clamp(min=0)
+    if not uses_plan(rule, shortcuts):
+        q_n = target_probs.gather(1, ids[:, None])[:, 0]
+        gamma = rule.spike_at_tokens(q_n).to(target_probs.dtype)
+        c = torch.where(valid, spike_scale(q_n, gamma), torch.ones_like(q_n))
+        target_probs.mul_(c[:, None])
+        return target_probs.scatter_(1, ids[:, None], torch.where(valid, gamma, q_n)[:, None])
+    raw = {}
+    if needs_raw(rule):
+        if raw_target_logits is None or raw_draft_probs is None:
+            raise ValueError(f"raw_target_logits: rule {rule.name!r} reads the raw rows; none were given")
+        raw = {
+            "raw_target_probs": torch.softmax(raw_target_logits.to(torch.float32), dim=-1),
+            "raw_draft_probs": raw_draft_probs.to(torch.float32),
+        }
+    h = target_rows(rule, target_probs, draft_probs, ids, temperature=temperature, **raw)
+    return torch.where(valid[:, None], h.to(target_probs.dtype), target_probs)
+
+
+def _mrv1_inputs(
+    rule,
+    draft_token_ids,
+    num_draft_tokens,
+    draft_probs,
+    sampling_metadata,
+    cu,
+    num_rows,
+    vocab,
+    device,
+    shortcuts,
+):
+    """MRV1's drafter rows (one-hot for None), substituted rows, row temperatures, raw drafter rows."""
+    if draft_probs is None and uses_plan(rule, shortcuts):
+        draft_probs = torch.nn.functional.one_hot(draft_token_ids.to(torch.int64).clamp(min=0), vocab).to(
+            torch.float32
+        )
+    temps = sampling_metadata.temperature
+    row_temp = None
+    if temps is not None and (needs_raw(rule) or _request_knob(rule) is not None):
+        row_temp = _rows_of_requests(
+            temps.to(device=device, dtype=torch.float32), num_rows, num_draft_tokens, cu, device
+        )
+    if sampling_metadata.all_random:
+        rows = torch.ones(num_rows, dtype=torch.bool, device=device)
+    else:
+        rows = _rows_of_requests(temps != 0, num_rows, num_draft_tokens, cu, device)
+    raw_draft = None
+    if needs_raw(rule) and row_temp is not None and draft_probs is not None:
+        raw_draft = raw_draft_from_tempered(draft_probs, row_temp)
+    return draft_probs, rows, row_temp, raw_draft
+
+
+def mrv1_substitute_probs(
+    rule: Rule,
+    draft_token_ids,
+    num_draft_tokens,
+    draft_probs,
+    target_probs,
+    sampling_metadata,
+    cu_num_draft_tokens=None,
+    raw_target_logits=None,
+    *,
+    shortcuts: bool = True,
+):
+    """New ``(draft_probs, target_probs)`` for MRV1's kernels after its softmax (the layout and
+    arguments of :func:`mrv1_substitute`; :func:`substitute_target_probs`'s in-place rule)."""
+    num_rows, vocab = target_probs.shape
+    if shortcuts and is_sps(rule):
+        return draft_probs, target_probs
+    draft_probs, rows, row_temp, raw_draft = _mrv1_inputs(
+        rule, draft_token_ids, num_draft_tokens, draft_probs, sampling_metadata, cu_num_draft_tokens,
+        num_rows, vocab, target_probs.device, shortcuts,
+    )  # fmt: skip
+    probs = substitute_target_probs(
+        rule,
+        target_probs,
+        draft_probs,
+        draft_token_ids,
+        rows,
+        raw_target_logits=raw_target_logits,
+        raw_draft_probs=raw_draft,
+        temperature=row_temp,
+        shortcuts=shortcuts,
+    )
+    return draft_probs, probs.contiguous()
+
+
 def mrv1_substitute(
     rule: Rule,
     draft_token_ids,
@@ -323,29 +443,12 @@ def mrv1_substitute(
     """
     num_rows, vocab = target_logits.shape
     device = target_logits.device
-    if draft_probs is None and uses_plan(rule, shortcuts):
-        draft_probs = torch.nn.functional.one_hot(draft_token_ids.to(torch.int64).clamp(min=0), vocab).to(
-            torch.float32
-        )
     if shortcuts and is_sps(rule):
         return (draft_probs, target_logits, None) if in_place else (draft_probs, target_logits)
-    temps = sampling_metadata.temperature
-    row_temp = None
-    if temps is not None and (needs_raw(rule) or _request_knob(rule) is not None):
-        row_temp = _rows_of_requests(
-            temps.to(device=device, dtype=torch.float32),
-            num_rows,
-            num_draft_tokens,
-            cu_num_draft_tokens,
-            device,
-        )
-    if sampling_metadata.all_random:
-        rows = torch.ones(num_rows, dtype=torch.bool, device=device)
-    else:
-        rows = _rows_of_requests(temps != 0, num_rows, num_draft_tokens, cu_num_draft_tokens, device)
-    raw_draft = None
-    if needs_raw(rule) and row_temp is not None:
-        raw_draft = raw_draft_from_tempered(draft_probs, row_temp)
+    draft_probs, rows, row_temp, raw_draft = _mrv1_inputs(
+        rule, draft_token_ids, num_draft_tokens, draft_probs, sampling_metadata, cu_num_draft_tokens,
+        num_rows, vocab, device, shortcuts,
+    )  # fmt: skip
     new_logits = substitute_target_logits(
         rule,
         target_logits,
