@@ -351,3 +351,110 @@ def test_write_figures_is_byte_reproducible(tmp_path):
     a = F.write_figures(tmp_path / "a", ["worked_example"])
     b = F.write_figures(tmp_path / "b", ["worked_example"])
     assert [x.read_bytes() for x in a] == [y.read_bytes() for y in b]
+
+
+# --------------------------------------------------------------------------- readable layout
+
+
+def _layout(fig):
+    import matplotlib.pyplot as plt
+
+    from cactus_theory.figures.layout import layout_problems
+
+    try:
+        return layout_problems(fig)
+    finally:
+        plt.close(fig)
+
+
+def test_layout_problems_sees_what_a_reader_cannot_read():
+    from matplotlib.figure import Figure
+
+    def fig_with(draw):
+        fig = Figure(figsize=(4, 3), layout="constrained")
+        ax = fig.add_subplot()
+        ax.set(xlabel="x", ylabel="y")
+        draw(fig, ax)
+        return fig
+
+    x = np.linspace(0, 1, 50)
+    cases = {
+        "overlap": lambda f, ax: (ax.text(0.5, 0.5, "one note"), ax.text(0.52, 0.5, "another note")),
+        "hidden": lambda f, ax: (
+            ax.plot(x, x**2, lw=1, label="below"),
+            ax.plot(x, x**2 + 1e-3, lw=2, label="above"),
+        ),
+        "legend": lambda f, ax: (ax.plot(x, 1 - x, label="falling"), ax.legend(loc="upper left")),
+        "note over bar": lambda f, ax: (
+            ax.bar([0, 1], [1, 1]),
+            ax.text(0.0, 0.5, "a note", transform=ax.transAxes),
+        ),
+        "cut": lambda f, ax: f.text(0.9, 0.5, "a long note that runs off the page"),
+    }
+    expected = {
+        "overlap": "text 'one note' overlaps text 'another note'",
+        "hidden": "line 'below' is hidden under line 'above' in axes 0",
+        "legend": "legend of axes 0 covers line 'falling' in axes 0",
+        "note over bar": "note 'a note' covers a bar in axes 0",
+        "cut": "text 'a long note that runs off the page' is cut at the figure's edge",
+    }
+    for name, draw in cases.items():
+        assert expected[name] in _layout(fig_with(draw)), name
+    clean = {  # the same content laid out readably
+        "apart": lambda f, ax: (ax.text(0.1, 0.2, "one note"), ax.text(0.1, 0.8, "another note")),
+        "distinct": lambda f, ax: (ax.plot(x, x**2, label="a"), ax.plot(x, x**2 + 0.2, label="b")),
+        "dashed above": lambda f, ax: (ax.plot(x, x, lw=1), ax.plot(x, x, ls="--", lw=1)),
+        "legend outside": lambda f, ax: (
+            ax.plot(x, 1 - x, label="falling"),
+            ax.legend(loc="lower left", bbox_to_anchor=(0, 1)),
+        ),
+        "guide under legend": lambda f, ax: (
+            ax.plot(x, x, label="rising"),
+            ax.axhline(0.9, label="level"),
+            ax.legend(loc="upper left"),
+        ),
+        "rotated ticks": lambda f, ax: ax.set_xticks(
+            range(6), [f"category {i}" for i in range(6)], rotation=35, ha="right"
+        ),
+    }
+    for name, draw in clean.items():
+        assert _layout(fig_with(draw)) == [], name
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_figure_layout_is_readable(name):
+    # no overlapping text, no text off the page, no note or legend over data, no hidden series
+    assert _layout(CASES[name]()) == []
+
+
+def test_acceptance_vs_delta_keeps_coinciding_draft_lengths_visible():
+    # on the distilled recording AL_8 and AL_20 coincide within a line's width (drafts are
+    # rarely accepted 8 deep): without the per-m markers m = 8 is hidden under m = 20
+    from cactus_theory.figures.layout import layout_problems
+
+    trajs = dump_trajectories(real_dump("distilled"))[:8]
+    fig = F.figure_acceptance_vs_delta(trajs, deltas=np.geomspace(0.01, 3, 6), ms=(2, 4, 8, 20))
+    assert _layout(fig) == []
+    fig = F.figure_acceptance_vs_delta(trajs, deltas=np.geomspace(0.01, 3, 6), ms=(2, 4, 8, 20))
+    for line in fig.axes[1].get_lines():
+        line.set_marker("None")
+    assert "line '$m = 8$' is hidden under line '$m = 20$' in axes 1" in layout_problems(fig)
+
+
+@pytest.mark.parametrize("eos", [None, 0])
+def test_audit_figure_layout_is_readable(eos):
+    from cactus_theory.rule_audit import audit
+
+    d = synthetic_data(40, 16)
+    res = audit(d.target_probs, d.draft_probs, eps=0.05, draft_lengths=(2,), eos_token_id=eos)
+    assert _layout(res.figure()) == []
+
+
+def test_multidraft_figures_layout_is_readable():
+    from cactus_theory.logits.tree_dump import load_tree_dump
+
+    rng = np.random.default_rng(0)  # notebook 12's pair
+    q = rng.dirichlet(np.full(64, 0.3))
+    p = 0.6 * rng.dirichlet(np.full(64, 0.3)) + 0.4 * q
+    assert _layout(F.figure_multidraft_frontier(q, p, ks=(1, 2, 4, 8), eps_max=0.2)) == []
+    assert _layout(F.figure_tree_budget(load_tree_dump().trees[:4], (0.02, 0.1))) == []

@@ -138,3 +138,40 @@ def test_a_model_cache_that_cannot_be_written_is_one_line_not_an_error(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(target) in err[0] and "CACTUS_THEORY_CACHE" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_figures_input_draws_a_users_own_recordings(tmp_path, capsys):
+    # the user's path: dump writes one file per drafter into a folder; figures --input draws it
+    from cactus_theory.cli import main
+    from cactus_theory.figures import DUMP_FIGURES, load_dumps
+    from cactus_theory.figures.layout import layout_problems
+
+    lm = tiny_lm()
+    cfg = DumpConfig(sampling=SamplingParams(0.6, 0.95, 20), new_tokens=6, batch_size=5, top_k_raw=8)
+    dump_pairs(lm, ["early-exit:1"], PROMPTS, tmp_path / "dumps", cfg, progress=False)
+    out = tmp_path / "figs"
+    names = ["per_draft_vs_emitted", "acceptance_by_category", "al_by_m"]  # the quick ones
+    argv = [
+        "figures",
+        "--input",
+        str(tmp_path / "dumps"),
+        "-o",
+        str(out),
+        "--format",
+        "png",
+        "--names",
+        *names,
+    ]
+    assert main(argv) == 0
+    written = ["per_draft_vs_emitted_tiny_early-exit-1.png", "acceptance_by_category.png", "al_by_m.png"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(written)
+    assert capsys.readouterr().out.split() == [str(out / n) for n in written]
+    dumps = load_dumps(tmp_path / "dumps")
+    for name, make in DUMP_FIGURES.items():  # every figure --input draws, laid out readably
+        for _, fig in make(dumps):
+            assert layout_problems(fig) == [], name
+    assert main(["figures", "--input", str(tmp_path / "nothing-here"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "input: " in err[0] and "nothing-here" in err[0]
+    assert main(["figures", "--input", str(tmp_path / "dumps"), "--names", "gamma", "-o", str(out)]) == 2
+    assert "names: 'gamma' is not drawn from a dump" in capsys.readouterr().err

@@ -49,13 +49,10 @@ def test_multidraft_figures_record_their_verifiers_and_keep_legends_short():
     ]
     for fig in figs:
         fig.canvas.draw()
-        for ax in fig.axes:
-            leg = ax.get_legend()
-            if leg is not None:
-                assert len(leg.get_texts()) <= 8
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends)
+        for leg in legends:
+            assert len(leg.get_texts()) <= 8
         rec = rule_record(fig)
         assert rec is not None and set(rec.given) == set(rec.drawn) and not rec.dropped
-        texts = " ".join(
-            t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()
-        )
+        texts = " ".join(t.get_text() for leg in legends for t in leg.get_texts())
         assert all(label in texts for label in rec.drawn.values())

@@ -20,7 +20,7 @@ import textwrap
 import numpy as np
 
 from .notes import NOTE_GID, record_rules
-from .style import DOUBLE_COLUMN, PALETTE, new_axes_row, styled
+from .style import DOUBLE_COLUMN, PALETTE, legend_above, new_axes_row, styled
 
 __all__ = ["figure_audit", "STATUS_COLOURS"]
 
@@ -56,11 +56,12 @@ def figure_audit(result, *, ax=None):
     """
     rows = list(result.table)
     n = max(1, len(rows))
+    own = ax is None
     fig, (a1, a2) = new_axes_row(ax, 2, DOUBLE_COLUMN, 0.9 + 0.17 * n, sharey=False)
     given = [r["rule"] for r in rows]
     for axis, key, xlabel in (
         (a1, "acceptance", f"acceptance at {result.per} {result.divergence} = {result.eps:g}"),
-        (a2, "length_ratio", "predicted length ratio (geometric stopping)"),
+        (a2, "length_ratio", "length ratio (geometric stopping)"),
     ):
         drawn, dropped = {}, {}
         ys = np.arange(len(rows))[::-1]
@@ -100,21 +101,40 @@ def figure_audit(result, *, ax=None):
                     lw=1.0,
                     label=r"$\bar F(\epsilon)$ (corpus mean)",
                 )
-            axis.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, fontsize=7, borderaxespad=0.2)
+            # the figure's legend, above both panels (constrained layout makes room for it)
+            legend_above(fig, axis, own, ncol=min(len(axis.get_legend_handles_labels()[1]), 7), fontsize=8)
         else:
             axis.axvline(1.0, color=PALETTE[0], ls=":", lw=1.0)
             axis.tick_params(axis="y", labelleft=False)
         if key == "acceptance":
-            record_rules(axis, given, drawn, dropped, loc=(0.02, 0.02), va="bottom")
+            # below the panel (under its x label), never across the bars
+            record_rules(axis, given, drawn, dropped, loc=(0.0, -0.3), va="top", width=60)
         elif dropped:  # the figure's record is the left panel's; name the rest here too
             by = {}
             for rule, why in dropped.items():
                 by.setdefault(why, []).append(rule)
             text = "\n".join(
-                textwrap.fill(f"not drawn ({why}): " + ", ".join(names), 48, break_on_hyphens=False)
+                textwrap.fill(
+                    f"not drawn ({why}): " + ("every rule" if len(names) == n else ", ".join(names)),
+                    40,
+                    break_on_hyphens=False,
+                )
                 for why, names in by.items()
             )
-            axis.text(
-                0.98, 0.02, text, transform=axis.transAxes, ha="right", va="bottom", fontsize=8, gid=NOTE_GID
-            )
+            if not drawn:  # an empty panel: its note in the middle, nothing to cover
+                axis.text(
+                    0.5,
+                    0.5,
+                    text,
+                    transform=axis.transAxes,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    gid=NOTE_GID,
+                )
+                axis.set_xticks([])
+            else:
+                axis.text(
+                    0.0, -0.3, text, transform=axis.transAxes, ha="left", va="top", fontsize=8, gid=NOTE_GID
+                )
     return fig

@@ -210,8 +210,9 @@ def figure_frontier(
         axk.set_yscale("symlog", linthresh=1e-4, linscale=0.6)
         # a gap is an acceptance difference, in [0, 1]; the bottom margin keeps 0 off the frame
         axk.set(xlim=(0, 1.5 * right), ylim=(-3e-5, 1.0), ylabel=f"{label}:\ngap to frontier")
+        note_y, note_va = 1.02, "top"
         if group:
-            axk.legend(
+            leg = axk.legend(
                 loc="upper left",
                 bbox_to_anchor=(1.01, 1.02),
                 ncol=2 if len(group) > 4 else 1,
@@ -219,13 +220,16 @@ def figure_frontier(
                 borderaxespad=0,
                 columnspacing=0.8,
             )
+            # the note of the rules not drawn starts below the legend, never across it
+            fig.draw_without_rendering()
+            note_y = leg.get_window_extent().transformed(axk.transAxes.inverted()).y0 - 0.03
         record_rules(
             axk,
             list(group) + list(out),
             {n: n for n in group},
             {n: reason for n in out},
-            loc=(1.01, -0.02),
-            va="bottom",
+            loc=(1.01, note_y),
+            va=note_va,
             width=44,
         )
     axes[-1].set_xlabel(r"mean emitted $\mathrm{KL}(h_{\mathrm{alg}}\|q)$ (nats), the rule's own")

@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from .notes import record_rules
-from .style import DOUBLE_COLUMN, PALETTE, new_axes, new_axes_row, styled
+from .style import DOUBLE_COLUMN, PALETTE, legend_above, new_axes, new_axes_row, styled
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 __all__ = ["figure_multidraft_frontier", "figure_tree_budget"]
 
@@ -54,12 +56,24 @@ def figure_multidraft_frontier(
     p = np.asarray(draft_probs, dtype=np.float64)
     top = float(min(1.0, saturation_budget(q, p, divergence))) if eps_max is None else float(eps_max)
     grid = top * np.linspace(0.0, 1.0, 33) ** 2
+    own = ax is None
     fig, ax = new_axes(ax)
     labels = {}
     for i, k in enumerate(ks):
         acc = multidraft_frontier(q, p, k, grid, divergence).acceptance
         labels[f"k={k}"] = f"$k = {k}$"
-        ax.plot(grid, acc, color=PALETTE[(i + 1) % len(PALETTE)], label=labels[f"k={k}"])
+        # a marker per k at staggered budgets: two k whose frontiers coincide (every k >= the
+        # support size reaches the same optimum) stay visible side by side
+        ax.plot(
+            grid,
+            acc,
+            color=PALETTE[(i + 1) % len(PALETTE)],
+            marker=_MARKERS[i % len(_MARKERS)],
+            markevery=(i % len(ks), len(ks)),
+            ms=4,
+            mfc="none",
+            label=labels[f"k={k}"],
+        )
     labels["single-draft frontier"] = "single-draft frontier"
     ax.plot(
         grid,
@@ -71,7 +85,8 @@ def figure_multidraft_frontier(
     ax.set_xlabel(rf"budget $\epsilon$ on $D(o\,\|\,q)$ ({divergence})")
     ax.set_ylabel(r"$F_k(\epsilon)$")
     ax.set_ylim(None, 1.01)
-    ax.legend(loc="lower right")
+    # above the axes: the frontiers rise from the lower left to the upper right
+    legend_above(fig, ax, own, ncol=3, columnspacing=0.8, handlelength=1.6)
     record_rules(ax, list(labels), labels)
     return fig
 
@@ -101,7 +116,8 @@ def figure_tree_budget(trees, budgets=(0.02, 0.05, 0.1, 0.2), divergence="kl", a
     if not budgets:
         raise ValueError("budgets: give at least one budget")
     rows = [tree_budget_rows(trees, b, divergence) for b in budgets]
-    fig, (a1, a2) = new_axes_row(ax, n=2, width=DOUBLE_COLUMN, height=2.5)
+    own = ax is None
+    fig, (a1, a2) = new_axes_row(ax, n=2, width=DOUBLE_COLUMN, height=2.8)
     names = [r["verifier"] for r in rows[0]]
     styles = {
         "optimal": dict(color=PALETTE[0], ls=":", marker=""),
@@ -124,6 +140,6 @@ def figure_tree_budget(trees, budgets=(0.02, 0.05, 0.1, 0.2), divergence="kl", a
     a1.set_ylabel("E[accepted drafts]")
     a2.set_xlabel(f"{divergence} spent per verification")
     a2.set_ylabel("gain over lossless optimal")
-    a1.legend(loc="upper left")
+    legend_above(fig, a1, own, ncol=2, columnspacing=0.8)
     record_rules(a1, names, labels)
     return fig

@@ -141,6 +141,16 @@ def new_axes(ax=None, width: float = SINGLE_COLUMN, height: float | None = None)
     return fig, fig.subplots()
 
 
+def legend_above(fig, ax, own: bool, **kwargs):
+    """The legend of ``ax``'s entries above the axes of a figure this package made (``own``:
+    its constrained layout keeps room for it, so it covers no data), else on ``ax`` where it
+    covers the least data (``loc="best"``) in the caller's figure."""
+    if own:
+        return fig.legend(*ax.get_legend_handles_labels(), loc="outside upper center", **kwargs)
+    kwargs.pop("ncol", None)
+    return ax.legend(loc="best", **kwargs)
+
+
 def new_axes_row(axes=None, n: int = 2, width: float = DOUBLE_COLUMN, height: float = 2.5, **kwargs):
     """``(fig, axes)``: ``n`` given axes, or a new double-column row of ``n`` axes."""
     if axes is not None:

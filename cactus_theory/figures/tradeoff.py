@@ -20,7 +20,7 @@ from ..simulate.exact import exact_chain
 from ..simulate.metrics import compute_metrics, pool_totals
 from .data import synthetic_trajectories
 from .notes import record_rules
-from .style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, new_axes, new_axes_row, styled
+from .style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, legend_above, new_axes, new_axes_row, styled
 
 __all__ = [
     "rule_label",
@@ -112,11 +112,17 @@ def figure_acceptance_vs_delta(trajectories=None, *, deltas=None, ms=(2, 4, 8, 2
     for j, m in enumerate(ms):
         c = PALETTE[1 + j % (len(PALETTE) - 1)]
         for name, (ls, _) in styles.items():
+            # one marker per m, at staggered budgets: curves of two m that coincide (AL_m
+            # saturates once drafts are rarely accepted that far) stay visible side by side
             a2.semilogx(
                 ds,
                 res[name][0][:, j],
                 ls=ls,
                 color=c,
+                marker=_MARKERS[j % len(_MARKERS)],
+                markevery=(j % len(ms), len(ms)),
+                ms=4,
+                mfc="none",
                 label=f"$m = {m}$" if name == "cactus-taylor" else None,
             )
         a2.axhline(sps_al[j], color=c, lw=0.7, ls=":")
@@ -124,7 +130,8 @@ def figure_acceptance_vs_delta(trajectories=None, *, deltas=None, ms=(2, 4, 8, 2
     a2.plot([], [], color="k", ls="--", label="exact")
     a2.plot([], [], color="k", ls=":", lw=0.7, label="SpS")
     a2.set(xlabel=r"per-draft budget $\delta$", ylabel=r"accepted length $AL_m$ (no bonus)")
-    a2.legend(loc="upper left", ncol=2, columnspacing=0.8)
+    # above the panel: the curves rise into its upper left on real data
+    a2.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, columnspacing=0.8, handlelength=1.6)
     return fig
 
 
@@ -160,6 +167,7 @@ def figure_al_by_m(
             name: real_trajectories(name) for name in ("requant-4", "requant-3", "early-exit-25", "distilled")
         }
     ms = [int(m) for m in ms]
+    own = ax is None
     fig, ax = new_axes(ax, SINGLE_COLUMN)
     lss = ("-", "--", ":", "-.")
     for k, (label, trajs) in enumerate(trajectory_sets.items()):
@@ -179,7 +187,8 @@ def figure_al_by_m(
     for r, (name, knobs) in enumerate(rules):
         ax.plot([], [], color="k", ls=lss[r % len(lss)], label=rule_label(name, knobs))
     ax.set(xlabel="draft length $m$", ylabel=r"accepted length $AL_m$ (no bonus)")
-    ax.legend(loc="upper left", fontsize=8)  # the lines rise to the right: the top left is empty
+    # above the axes: with several data sets the lines fill the panel
+    legend_above(fig, ax, own, ncol=2, fontsize=8, columnspacing=0.8)
     labels = [rule_label(name, knobs) for name, knobs in rules]
     record_rules(ax, labels, {lab: lab for lab in labels})
     return fig
