@@ -7,7 +7,11 @@ r"""Test any rejection sampler against the exact theory: ``cactus_theory.testing
   seeded rows, vLLM's counters);
 * adapters for vLLM 0.7's sampler interface, vLLM V1's ``rejection_sample`` and a plain
   callable (:mod:`.adapters`);
-* :func:`reference_sampler` with planted defects (:mod:`.mutants`), to see a test catch them;
+* :func:`reference_sampler` with planted defects, a casebook (:data:`CASEBOOK`) of bug classes
+  that real samplers have had, each with one public report (:mod:`.mutants`), to see a test
+  catch them;
+* the power of each check: the smallest total variation it detects (:mod:`.power`); a pass
+  that cannot detect a deviation of ``tv_goal`` is reported "underpowered";
 * Hypothesis strategies for (q, p) rows and draft batches (:mod:`.strategies`; needs
   ``hypothesis``);
 * a pytest plugin (:mod:`.pytest_plugin`, entry point ``cactus_theory``): the fixtures
@@ -41,6 +45,13 @@ _LAZY = {
     "assert_sampler_law": "law",
     "check_sampler_law": "law",
     "default_cases": "law",
+    "default_raw_rows": "law",
+    "DEFAULT_CASE_NAMES": "law",
+    "DEFAULT_POWER": "power",
+    "DEFAULT_DETECTABLE_TV": "power",
+    "detectable_tv": "power",
+    "draws_needed": "power",
+    "CASEBOOK": "mutants",
     "dyadic": "law",
     "exact_law": "law",
     "DEFECTS": "mutants",
@@ -48,6 +59,13 @@ _LAZY = {
 }
 
 __all__ = [
+    "CASEBOOK",
+    "DEFAULT_CASE_NAMES",
+    "DEFAULT_DETECTABLE_TV",
+    "DEFAULT_POWER",
+    "default_raw_rows",
+    "detectable_tv",
+    "draws_needed",
     "DEFAULT_ALPHA",
     "DEFAULT_NUM_SAMPLES",
     "DEFECTS",

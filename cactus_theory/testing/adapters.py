@@ -75,12 +75,16 @@ class SamplerAdapter:
     supports_raw : bool
         The sampler takes raw (temperature-1) rows, ``raw=(raw_target_probs [B, k+1, V],
         raw_draft_probs [B, k, V])``, for the rules that decide on them.
+    supports_uniforms : bool
+        The sampler takes its acceptance uniforms as ``uniform_samples`` ``[B, k+1]`` (float32
+        in [0, 1)), as FlashInfer's chain speculative sampling did.
     """
 
     name = "adapter"
     supports_seeds = False
     supports_greedy_flag = False
     supports_raw = False
+    supports_uniforms = False
 
     def __call__(
         self,
@@ -92,6 +96,7 @@ class SamplerAdapter:
         seeded_seqs: dict[int, torch.Generator] | None = None,
         greedy: torch.Tensor | None = None,
         raw: tuple[torch.Tensor, torch.Tensor] | None = None,
+        uniform_samples: torch.Tensor | None = None,
     ) -> torch.Tensor:
         raise NotImplementedError
 
@@ -108,6 +113,7 @@ class _V0(SamplerAdapter):
         forward = getattr(sampler, "forward", sampler)
         self.supports_seeds = "seeded_seqs" in _parameters(forward)
         self.supports_raw = {"raw_target_probs", "raw_draft_probs"} <= set(_parameters(forward))
+        self.supports_uniforms = "uniform_samples" in _parameters(forward)
 
     def __call__(
         self,
@@ -119,6 +125,7 @@ class _V0(SamplerAdapter):
         seeded_seqs=None,
         greedy=None,
         raw=None,
+        uniform_samples=None,
     ):
         kwargs = {
             "target_with_bonus_probs": target_probs,
@@ -130,6 +137,8 @@ class _V0(SamplerAdapter):
             kwargs["seeded_seqs"] = seeded_seqs
         if raw is not None:
             kwargs["raw_target_probs"], kwargs["raw_draft_probs"] = raw
+        if uniform_samples is not None:
+            kwargs["uniform_samples"] = uniform_samples
         if getattr(self.sampler, "num_accepted_tokens", 0) is None and callable(
             getattr(self.sampler, "init_tensors", None)
         ):
@@ -156,7 +165,15 @@ class _V1(SamplerAdapter):
         self.make_metadata = sampling_metadata or _sampling_metadata
 
     def __call__(
-        self, target_probs, bonus_token_ids, draft_probs, draft_token_ids, *, seeded_seqs=None, greedy=None
+        self,
+        target_probs,
+        bonus_token_ids,
+        draft_probs,
+        draft_token_ids,
+        *,
+        seeded_seqs=None,
+        greedy=None,
+        uniform_samples=None,
     ):
         b, k = draft_token_ids.shape
         v = target_probs.shape[-1]
@@ -202,6 +219,7 @@ class _Callable(SamplerAdapter):
         self.array = array
         self.supports_seeds = "seeded_seqs" in _parameters(fn)
         self.supports_raw = {"raw_target_probs", "raw_draft_probs"} <= set(_parameters(fn))
+        self.supports_uniforms = "uniform_samples" in _parameters(fn)
 
     def __call__(
         self,
@@ -213,6 +231,7 @@ class _Callable(SamplerAdapter):
         seeded_seqs=None,
         greedy=None,
         raw=None,
+        uniform_samples=None,
     ):
         args = (target_probs, draft_probs, draft_token_ids, bonus_token_ids)
         if self.array == "numpy":
@@ -221,6 +240,10 @@ class _Callable(SamplerAdapter):
         kwargs = {"seeded_seqs": seeded_seqs} if self.supports_seeds else {}
         if raw is not None:
             kwargs["raw_target_probs"], kwargs["raw_draft_probs"] = raw
+        if uniform_samples is not None:
+            kwargs["uniform_samples"] = (
+                uniform_samples.cpu().numpy() if self.array == "numpy" else uniform_samples
+            )
         out = self.fn(*args, **kwargs)
         if isinstance(out, torch.Tensor):
             return out.to(torch.int64)
@@ -268,8 +291,12 @@ def callable_adapter(fn: Callable, *, array: str = "torch") -> SamplerAdapter:
     ----------
     fn : callable
         Takes q ``[B, k+1, V]`` (the last position is the bonus row), p ``[B, k, V]``, n
-        ``[B, k]`` and the bonus ids ``[B, 1]``, and returns the ``[B, k+1]`` output; a
-        ``seeded_seqs`` keyword (row -> ``torch.Generator``) is passed when it has one.
+        ``[B, k]`` and the bonus ids ``[B, 1]``, and returns the ``[B, k+1]`` output; the
+        keywords ``seeded_seqs`` (row -> ``torch.Generator``), ``raw_target_probs`` /
+        ``raw_draft_probs`` and ``uniform_samples`` are passed when it has them. A function
+        that draws its own bonus token from the bonus row declares it with an attribute
+        ``draws_bonus_token = True`` (:func:`~cactus_theory.testing.check_sampler_law`'s
+        bonus contract).
     array : {"torch", "numpy"}
         The arrays ``fn`` receives: float32 torch tensors, or numpy arrays (float32 probs,
         int64 ids).
@@ -293,6 +320,7 @@ class _Padded(SamplerAdapter):
         seeded_seqs=None,
         greedy=None,
         raw=None,
+        uniform_samples=None,
     ):
         b, k1, v = target_probs.shape
         # the bonus row made one-hot at the pre-drawn bonus token: a sampler that draws its bonus

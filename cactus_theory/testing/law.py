@@ -18,6 +18,8 @@ draw) and tests, per case and position:
   fails outright;
 * **acceptance**: an exact two-sided binomial test of the number of reached draws that go
   on, against :math:`\alpha_i` (:func:`cactus_theory.acceptance_rate`);
+* **bonus-law**: Pearson's chi-square of the tokens emitted at position k (after k
+  acceptances) against the bonus row :math:`q_k`, whoever draws the bonus token;
 * **counters** (V0 samplers that keep vLLM 0.7's counters): ``num_accepted_tokens``
   (non-causal: every position whose own test passes) against its expectation
   :math:`N \sum_i \alpha_i` by Bernstein's inequality (a bound that holds at every N);
@@ -29,7 +31,15 @@ correct sampler fails a call with probability at most ``alpha`` (exactly for the
 and Bernstein checks; for chi-square to the accuracy of its asymptotic law, which the
 pooling of small cells protects). The exact invariants have no false failures: the output's
 layout (accepted drafts, one token, then -1), the bonus token emitted untouched after k
-acceptances, greedy rows verified greedily, seeded rows reproduced.
+acceptances (when the sampler is handed it), greedy rows verified greedily, seeded rows
+reproduced, and for a sampler that takes its acceptance uniforms, no token of exact probability
+0 emitted when every uniform is 0.
+
+Cases with the same k run interleaved in one batch (row r holds case r mod C), so a sampler
+that reads another request's rows is seen. Each chi-square check states its power: the
+smallest total variation it detects with probability ``power`` (:mod:`.power`); a reached
+position whose power misses ``tv_goal`` makes the outcome "underpowered". A failure report
+opens with a diagnosis: the pattern of the failed checks and what it points to.
 
 The sampler sees the cases' rows in float32 and the exact law is computed on those float32
 values (float64, renormalized). Rows whose entries are multiples of :math:`2^{-20}`
@@ -55,6 +65,7 @@ from ..analysis import acceptance_probabilities, acceptance_rate, emitted_distri
 from ..rules import get_rule
 from ._torch import torch
 from .adapters import SamplerAdapter, as_adapter
+from .power import DEFAULT_DETECTABLE_TV, DEFAULT_POWER, detectable_tv, draws_needed
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -64,7 +75,9 @@ __all__ = [
     "SamplerLawResult",
     "assert_sampler_law",
     "check_sampler_law",
+    "DEFAULT_CASE_NAMES",
     "default_cases",
+    "default_raw_rows",
     "dyadic",
     "exact_law",
 ]
@@ -76,6 +89,8 @@ DEFAULT_ALPHA = 1e-6
 #: Rows in the greedy and seeded side batches (per case / in all).
 GREEDY_ROWS = 64
 SEEDED_ROWS = 16
+#: Rows per case in the side batch of zero uniforms.
+ZERO_UNIFORM_ROWS = 256
 
 PLACEHOLDER = -1
 
@@ -148,13 +163,55 @@ def _default_rows():
         dyadic(np.stack([base_q[s] for s in perms])),
         dyadic(np.stack([base_p[s] for s in perms[:k]])),
     )
-    return [generic, edge, overconfident]
+    v = 10
+    # raw rows with a tie at the top-3 boundary of q (0.14 = 0.14); the processed rows keep the
+    # top 3 of q (the tie broken to the lower index) and the top 4 of p, so the drafter proposes
+    # tokens of processed q = 0 about half the time
+    raw_q = np.array([0.30, 0.20, 0.14, 0.14, 0.08, 0.06, 0.04, 0.02, 0.01, 0.01])
+    raw_p = np.array([0.26, 0.11, 0.05, 0.21, 0.16, 0.09, 0.05, 0.04, 0.02, 0.01])
+    perms = [np.sort(rng.permutation(v)[:4]) for _ in range(k + 1)]
+    rq, rp = np.zeros((k + 1, v)), np.zeros((k, v))
+    for i, s in enumerate(perms):  # the four largest raw-q entries to sorted slots: ties stay in index order
+        rest = np.setdiff1d(np.arange(v), s)
+        rest = rest[rng.permutation(len(rest))]
+        slots = np.concatenate([s, rest])
+        rq[i, slots] = raw_q
+        if i < k:
+            rp[i, slots] = raw_p
+    rq, rp = dyadic(rq), dyadic(rp)
+    tq = _top_k_rows(rq, 3)
+    tq[k] = rq[k]  # the bonus row unprocessed: its law is tested as given
+    truncated = (dyadic(tq), dyadic(_top_k_rows(rp, 4)), rq, rp)
+    return [(*generic, None, None), (*edge, None, None), (*overconfident, None, None), truncated]
+
+
+def _top_k_rows(x: np.ndarray, top_k: int) -> np.ndarray:
+    """Rows keeping their ``top_k`` largest entries (ties to the lower index), renormalized."""
+    order = np.argsort(-x, axis=-1, kind="stable")[..., :top_k]
+    out = np.zeros_like(x)
+    np.put_along_axis(out, order, np.take_along_axis(x, order, -1), -1)
+    return out / out.sum(-1, keepdims=True)
+
+
+#: The names of :func:`default_cases`, in order (failure reports name the case).
+DEFAULT_CASE_NAMES = ("generic", "edge", "overconfident", "truncated")
+
+
+def default_raw_rows() -> list:
+    """Per default case, None or its raw (unprocessed) rows ``(raw_target_probs, raw_draft_probs)``.
+
+    Only ``"truncated"`` has raw rows: :func:`check_sampler_law` hands them to a sampler that
+    takes the keywords ``raw_target_probs`` and ``raw_draft_probs`` (and computes the law of a
+    rule that decides on raw rows from them); a sampler without those keywords sees the
+    processed rows only.
+    """
+    return [None if r[2] is None else (r[2].copy(), r[3].copy()) for r in _default_rows()]
 
 
 def default_cases() -> list[tuple[np.ndarray, np.ndarray]]:
     r"""The cases :func:`check_sampler_law` uses when none are given.
 
-    Three cases of k = 3 drafts, every row dyadic (:func:`dyadic`), the verifier rows
+    Four cases of k = 3 drafts (:data:`DEFAULT_CASE_NAMES`), every row dyadic (:func:`dyadic`), the verifier rows
     different at every position (so a sampler that reads a neighbouring position's row is
     seen) and no tie :math:`q_j = p_j > 0`:
 
@@ -167,14 +224,18 @@ def default_cases() -> list[tuple[np.ndarray, np.ndarray]]:
     * overconfident (V = 8): the drafter puts 0.55 on a token the verifier gives 0.30, and on
       several others a mass between the verifier's and a fraction of it (where a rule that
       reshapes q, as Cactus's rescaling by :math:`(1-\gamma_n)/(1-q_n)`, changes the
-      recovery), the tokens permuted differently at each position.
+      recovery), the tokens permuted differently at each position;
+    * truncated (V = 10): processed rows, the top 3 of raw verifier rows that tie at the
+      top-3 boundary (the lower index kept) and the top 4 of raw drafter rows, so the drafter
+      proposes tokens of processed q = 0 about half the time; the raw rows
+      (:func:`default_raw_rows`) reach a sampler that takes them.
 
     Returns
     -------
     list of (target_probs (k+1, V), draft_probs (k, V))
         Float64 rows (the last verifier row is the bonus row).
     """
-    return [(q.copy(), p.copy()) for q, p in _default_rows()]
+    return [(r[0].copy(), r[1].copy()) for r in _default_rows()]
 
 
 @dataclass(frozen=True)
@@ -286,8 +347,9 @@ class LawCheck:
     Attributes
     ----------
     name : str
-        ``"law"``, ``"acceptance"``, ``"counter:<name>"``, ``"layout"``, ``"bonus"``,
-        ``"greedy"`` or ``"seeded"``.
+        ``"law"``, ``"bonus-law"`` (the emitted bonus token against the bonus row),
+        ``"acceptance"``, ``"counter:<name>"``, ``"layout"``, ``"bonus"``, ``"greedy"``,
+        ``"seeded"`` or ``"zero-uniform"``.
     case, position : int or None
         Where (None for checks over all cases or positions).
     test : str
@@ -301,6 +363,18 @@ class LawCheck:
     passed : bool
     detail : str
         What was seen (for a failure: where the law is off, and by how much).
+    case_name : str or None
+        The case's name (``"generic"``, ``"edge"``, ... or ``"case 3"``).
+    detectable_tv : float or None
+        For a chi-square check: the smallest total variation between the emitted law and the
+        exact one that the check detects with probability ``power``
+        (:func:`~cactus_theory.testing.power.detectable_tv`; 0 when the exact law is one token,
+        inf when the position is reached but the draws fill fewer than two cells).
+    underpowered : bool
+        A passed chi-square check whose ``detectable_tv`` exceeds the call's goal at a position
+        the exact law reaches.
+    draws_needed : int or None
+        For an underpowered check: draws per case at which the goal would be met.
     """
 
     name: str
@@ -312,9 +386,13 @@ class LawCheck:
     n: int
     passed: bool
     detail: str
+    case_name: str | None = None
+    detectable_tv: float | None = None
+    underpowered: bool = False
+    draws_needed: int | None = None
 
     def where(self) -> str:
-        parts = [] if self.case is None else [f"case {self.case}"]
+        parts = [] if self.case is None else [f"case {self.case_name or self.case!r}"]
         if self.position is not None:
             parts.append(f"position {self.position}")
         return " ".join(parts) or "all cases"
@@ -337,11 +415,11 @@ class SamplerLawResult:
     Attributes
     ----------
     passed : bool
-        Every check passed.
+        No check failed.
     rule : str
         The rule's name.
     interface : str
-        The adapter (``"vllm-v0"``, ``"vllm-v1"``, ``"callable"``).
+        The adapter (``"vllm-v0"``, ``"vllm-v1"``, ``"callable"``, ``"padded"``).
     num_samples : int
         Draws per case.
     alpha : float
@@ -351,6 +429,16 @@ class SamplerLawResult:
     checks : tuple of LawCheck
     skipped : tuple of str
         Checks that could not run, with the reason.
+    power, tv_goal : float
+        Each chi-square check states the smallest total variation it detects with probability
+        ``power``; a reached position whose smallest detectable deviation exceeds ``tv_goal``
+        is underpowered.
+    bonus : str
+        The bonus contract the call tested: ``"given"`` (the sampler emits the bonus token it
+        is handed) or ``"drawn"`` (it draws its own from the bonus row).
+    diagnosis : tuple of str
+        For a failure or an underpowered pass: the pattern of the failed checks and what it
+        points to.
     """
 
     passed: bool
@@ -361,10 +449,28 @@ class SamplerLawResult:
     seed: int
     checks: tuple[LawCheck, ...]
     skipped: tuple[str, ...] = field(default=())
+    power: float = DEFAULT_POWER
+    tv_goal: float = DEFAULT_DETECTABLE_TV
+    bonus: str = "given"
+    diagnosis: tuple[str, ...] = field(default=())
 
     @property
     def failures(self) -> tuple[LawCheck, ...]:
         return tuple(c for c in self.checks if not c.passed)
+
+    @property
+    def underpowered(self) -> tuple[LawCheck, ...]:
+        """The passed chi-square checks too weak for ``tv_goal`` at ``power``."""
+        return tuple(c for c in self.checks if c.underpowered)
+
+    @property
+    def outcome(self) -> str:
+        """``"failed"`` (a check failed), ``"underpowered"`` (none failed, but a reached
+        position's check cannot detect a deviation of ``tv_goal`` with probability ``power``) or
+        ``"passed"``."""
+        if not self.passed:
+            return "failed"
+        return "underpowered" if self.underpowered else "passed"
 
     @property
     def num_tests(self) -> int:
@@ -379,18 +485,60 @@ class SamplerLawResult:
     def min_p_value(self) -> float:
         return min([c.p_value for c in self.checks if c.test != "exact"], default=1.0)
 
+    @property
+    def draws_needed(self) -> int | None:
+        """Draws per case at which no position is underpowered (None when none is)."""
+        need = [c.draws_needed for c in self.underpowered if c.draws_needed is not None]
+        return max(need) if need else None
+
+    def power_lines(self) -> list[str]:
+        """Per case: each position's draws and the smallest total variation detected."""
+        by_case: dict = {}
+        for c in self.checks:
+            if c.test == "chi-square":
+                by_case.setdefault((c.case, c.case_name), []).append(c)
+        out = []
+        for (_case, name), checks in by_case.items():
+            cells = []
+            for c in sorted(checks, key=lambda c: c.position):
+                tv = c.detectable_tv
+                if tv is None:
+                    cells.append(f"{c.position}: never reached (exact reach 0)")
+                    continue
+                txt = "inf" if math.isinf(tv) else f"{tv:.3f}"
+                cells.append(
+                    f"{c.position}: n = {c.n}, TV >= {txt}" + (" (underpowered)" if c.underpowered else "")
+                )
+            out.append(f"case {name!r}: " + "; ".join(cells))
+        return out
+
     def report(self) -> str:
         head = (
             f"sampler law of rule {self.rule!r} through the {self.interface} interface: "
-            f"{'passed' if self.passed else 'FAILED'} ({len(self.checks) - len(self.failures)}"
+            f"{self.outcome.upper() if self.outcome != 'passed' else 'passed'} "
+            f"({len(self.checks) - len(self.failures)}"
             f"/{len(self.checks)} checks; {self.num_samples} draws per case, seed {self.seed}, "
-            f"false-failure probability {self.alpha:g} over {self.num_tests} tests)"
+            f"false-failure probability {self.alpha:g} over {self.num_tests} tests; bonus token "
+            f"{self.bonus})"
         )
         lines = [head]
         fails = self.failures
+        if self.diagnosis:
+            lines.append("diagnosis:")
+            lines += ["  " + d for d in self.diagnosis]
         if fails:
             lines.append("failed:")
             lines += ["  " + c.line() for c in fails]
+        lines.append(
+            f"power (the smallest total variation each position's law check detects with "
+            f"probability {self.power:g}; goal {self.tv_goal:g}):"
+        )
+        lines += ["  " + line for line in self.power_lines()]
+        if self.underpowered:
+            lines.append(
+                f"underpowered: {len(self.underpowered)} reached positions cannot detect a deviation "
+                f"of total variation {self.tv_goal:g}; about {self.draws_needed} draws per case would"
+            )
         if self.skipped:
             lines.append("skipped: " + "; ".join(self.skipped))
         return "\n".join(lines)
@@ -400,27 +548,38 @@ class SamplerLawResult:
     def to_dict(self) -> dict:
         return {
             "passed": self.passed,
+            "outcome": self.outcome,
             "rule": self.rule,
             "interface": self.interface,
             "num_samples": self.num_samples,
             "alpha": self.alpha,
             "seed": self.seed,
+            "bonus": self.bonus,
+            "power": self.power,
+            "tv_goal": self.tv_goal,
+            "diagnosis": list(self.diagnosis),
             "checks": [c.__dict__.copy() for c in self.checks],
             "skipped": list(self.skipped),
         }
 
 
 def _chi_square(counts: np.ndarray, probs: np.ndarray, min_expected: float):
-    """(p-value, detail) of Pearson's chi-square; cells below min_expected pooled."""
+    """(p-value, detail, cells) of Pearson's chi-square; cells below min_expected pooled.
+
+    ``cells`` is the number of cells tested (0 when an impossible token decided it)."""
     n = int(counts.sum())
     if n == 0:
-        return 1.0, "position never reached"
+        return 1.0, "position never reached", 0
     impossible = (probs <= 0) & (counts > 0)
     if impossible.any():
         j = int(np.flatnonzero(impossible)[0])
-        return 0.0, (
-            f"token {j} emitted {int(counts[j])} times, its exact probability is 0 "
-            f"({int(counts[impossible].sum())} draws on impossible tokens)"
+        return (
+            0.0,
+            (
+                f"token {j} emitted {int(counts[j])} times, its exact probability is 0 "
+                f"({int(counts[impossible].sum())} draws on impossible tokens)"
+            ),
+            0,
         )
     exp = probs / probs.sum() * n
     keep = exp >= min_expected
@@ -437,9 +596,9 @@ def _chi_square(counts: np.ndarray, probs: np.ndarray, min_expected: float):
         f"observed {counts[j] / n:.4f}, exact {probs[j] / probs.sum():.4f}"
     )
     if len(ex) < 2:
-        return 1.0, detail + " (one cell: nothing to test)"
+        return 1.0, detail + " (one cell: nothing to test)", len(ex)
     pval = float(stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue)
-    return pval, detail
+    return pval, detail, len(ex)
 
 
 def _binomial(successes: int, n: int, prob: float):
@@ -578,21 +737,31 @@ def _as_raw_cases(raw_target_probs, raw_draft_probs, cases, default_cases_used):
 def _call(adapter, q, bonus, p, drafts, device, torch_seed, raw_rows=None, **kw):
     """One sampler call on ``b`` copies of the rows q (k+1, V) and p (k, V), under a torch seed."""
     b = drafts.shape[0]
-    if raw_rows is not None:
-        kw["raw"] = tuple(
-            torch.as_tensor(np.ascontiguousarray(r), dtype=torch.float32, device=device)
-            .expand(b, *r.shape)
-            .contiguous()
-            for r in raw_rows
-        )
-    q_t = torch.as_tensor(np.ascontiguousarray(q), dtype=torch.float32, device=device)
-    p_t = torch.as_tensor(np.ascontiguousarray(p), dtype=torch.float32, device=device)
-    args = (
-        q_t.expand(b, *q_t.shape).contiguous(),
-        torch.as_tensor(bonus, dtype=torch.int64, device=device),
-        p_t.expand(b, *p_t.shape).contiguous(),
-        torch.as_tensor(drafts, dtype=torch.int64, device=device),
+    rows = None if raw_rows is None else tuple(np.broadcast_to(r, (b, *r.shape)) for r in raw_rows)
+    return _call_rows(
+        adapter,
+        np.broadcast_to(q, (b, *q.shape)),
+        bonus,
+        np.broadcast_to(p, (b, *p.shape)),
+        drafts,
+        device,
+        torch_seed,
+        raw_rows=rows,
+        **kw,
     )
+
+
+def _call_rows(adapter, q, bonus, p, drafts, device, torch_seed, raw_rows=None, uniforms=None, **kw):
+    """One sampler call on per-row q [B, k+1, V], p [B, k, V], drafts [B, k], bonus [B, 1]."""
+
+    def tensor(x, dtype=torch.float32):
+        return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
+
+    if raw_rows is not None:
+        kw["raw"] = tuple(tensor(r) for r in raw_rows)
+    if uniforms is not None:
+        kw["uniform_samples"] = tensor(uniforms)
+    args = (tensor(q), tensor(bonus, torch.int64), tensor(p), tensor(drafts, torch.int64))
     dev = torch.device(device)
     forked = [dev.index or 0] if dev.type == "cuda" else []  # restore the CUDA generator too
     with torch.random.fork_rng(devices=forked):
@@ -604,6 +773,26 @@ def _call(adapter, q, bonus, p, drafts, device, torch_seed, raw_rows=None, **kw)
             f"sampler: returned shape {out.shape}, expected {(drafts.shape[0], drafts.shape[1] + 1)}"
         )
     return out
+
+
+def _uniforms(rng: np.random.Generator, shape) -> np.ndarray:
+    """Uniforms on float32's grid of [0, 1): multiples of 2^-24, as torch.rand draws them."""
+    return rng.integers(0, 2**24, size=shape).astype(np.float64) / 2.0**24
+
+
+def _pad(x: np.ndarray, v: int) -> np.ndarray:
+    return x if x.shape[-1] == v else np.concatenate([x, np.zeros((*x.shape[:-1], v - x.shape[-1]))], -1)
+
+
+def _declared_bonus(sampler, bonus):
+    if bonus is not None:
+        if bonus not in ("given", "drawn"):
+            raise ValueError(f"bonus: expected 'given', 'drawn' or None, got {bonus!r}")
+        return bonus
+    for obj in (sampler, getattr(sampler, "fn", None), getattr(sampler, "sampler", None)):
+        if obj is not None and getattr(obj, "draws_bonus_token", False):
+            return "drawn"
+    return "given"
 
 
 def check_sampler_law(
@@ -620,14 +809,41 @@ def check_sampler_law(
     device="cpu",
     raw_target_probs=None,
     raw_draft_probs=None,
+    bonus: str | None = None,
+    mixed: bool = True,
+    case_names=None,
+    power: float = DEFAULT_POWER,
+    tv_goal: float = DEFAULT_DETECTABLE_TV,
 ) -> SamplerLawResult:
     r"""Draw ``sampler`` many times and compare its output law with ``rule``'s exact law.
 
     The checks are listed in :mod:`cactus_theory.testing.law`: per case and position a
     chi-square test of the emitted tokens against :math:`h_{alg,i}` and a binomial test of
-    the acceptance against :math:`\alpha_i`, vLLM 0.7's counters against their expectation,
-    each at ``alpha / m``; with ``invariants``, the exact checks of the layout, the bonus
-    token, greedy rows and seeded rows.
+    the acceptance against :math:`\alpha_i`, a chi-square test of the emitted bonus token
+    against the bonus row, vLLM 0.7's counters against their expectation, each at
+    ``alpha / m``; with ``invariants``, the exact checks of the layout, the bonus token (when
+    it is given), greedy rows, seeded rows and zero uniforms.
+
+    **The sampler's contract.** It is called on a batch (by an adapter: :mod:`.adapters`) of
+    verifier rows ``[B, k+1, V]`` (the last position is the bonus row), drafter rows
+    ``[B, k, V]``, drafted tokens ``[B, k]`` drawn from the drafter rows and bonus tokens
+    ``[B, 1]`` drawn from the bonus row, and returns ``[B, k+1]``: the accepted drafts, one
+    recovered token, or after k acceptances the bonus token, then -1. The bonus token:
+
+    * ``bonus="given"`` (default): the sampler emits the bonus token it is handed (vLLM's
+      contract); an exact check compares them;
+    * ``bonus="drawn"``: the sampler draws its own bonus token from the bonus row (as
+      transformers' assisted generation and the newer vLLM runner do). It declares it with
+      this argument or an attribute ``draws_bonus_token = True`` on the sampler; the exact
+      check is then skipped, and the ``bonus-law`` chi-square (always run) tests the emitted
+      bonus token against the bonus row, so a bonus drawn from another row fails.
+
+    Optional keywords the sampler may take: ``seeded_seqs`` (row -> ``torch.Generator``),
+    ``raw_target_probs`` / ``raw_draft_probs`` (the unprocessed rows) and
+    ``uniform_samples`` ``[B, k+1]`` (the acceptance uniforms, as FlashInfer's chain
+    speculative sampling takes them): a sampler that takes them is handed float32 uniforms
+    from the check's generator and, with ``invariants``, a side batch where every uniform is
+    exactly 0 (``zero-uniform``: no token of exact probability 0 may be emitted).
 
     Parameters
     ----------
@@ -635,20 +851,21 @@ def check_sampler_law(
         A V0 sampler, vLLM V1's ``rejection_sample`` or a plain callable
         (:func:`~cactus_theory.testing.adapters.as_adapter` picks the adapter; pass one of
         :func:`~.adapters.v0_adapter`, :func:`~.adapters.v1_adapter`,
-        :func:`~.adapters.callable_adapter` to choose).
+        :func:`~.adapters.callable_adapter`, :func:`~.adapters.padded_adapter` to choose).
     rule : str or Rule
         The rule the sampler claims to implement (a registry name, or a configured rule
         from :func:`cactus_theory.get_rule`, e.g. ``get_rule("cactus-taylor", delta=0.5)``).
     target_probs, draft_probs : array_like, optional
         The cases: ``(k+1, V)`` and ``(k, V)``, or stacked ``(cases, k+1, V)`` and
         ``(cases, k, V)``, or lists of such pairs (cases may differ in k and V). Default:
-        :func:`default_cases`.
+        :func:`default_cases` (with :func:`default_raw_rows` for a sampler that takes raw rows).
     num_samples : int
         Draws per case (default :data:`DEFAULT_NUM_SAMPLES`).
     alpha : float
         The probability, at most, that a correct sampler fails the call (0 < alpha < 1).
     seed : int
-        Seeds the drafts, the bonus tokens and torch's global generator (restored after).
+        Seeds the drafts, the bonus tokens, the uniforms and torch's global generator
+        (restored after).
     min_expected : float
         Chi-square cells with a smaller expected count are pooled.
     invariants : bool
@@ -656,17 +873,28 @@ def check_sampler_law(
     device : str or torch.device
         Where the sampler's inputs live.
     raw_target_probs, raw_draft_probs : array_like, optional
-        Raw (temperature-1) rows for a rule that decides on them (``rule.spec.needs_raw``:
-        fuzzy, margin, relaxed-topk, scd, cascades), shaped as ``target_probs`` and
-        ``draft_probs`` (one case, or stacked cases; explicit cases are then required). The
-        exact law uses them, and the sampler receives them as the keywords
-        ``raw_target_probs`` ([B, k+1, V]) and ``raw_draft_probs`` ([B, k, V]): a V0 sampler
-        whose ``forward`` takes them (:func:`cactus_theory.make_sampler` does) or a plain
-        callable that takes them. vLLM's interfaces carry no raw rows, so with raw rows a V1
-        ``rejection_sample``, or a sampler without those keywords, is refused (ValueError
-        naming ``raw_target_probs``). Without raw rows the raw rows are the processed ones,
-        for the sampler and the exact law alike (what such a rule does at temperature 1
-        without truncation).
+        Raw (unprocessed) rows, shaped as ``target_probs`` and ``draft_probs`` (one case, or
+        stacked cases; explicit cases are then required). The sampler receives them as the
+        keywords ``raw_target_probs`` ([B, k+1, V]) and ``raw_draft_probs`` ([B, k, V]); the
+        exact law of a rule that decides on raw rows (``rule.spec.needs_raw``: fuzzy, margin,
+        relaxed-topk, scd, cascades) uses them. vLLM's interfaces carry no raw rows, so with
+        raw rows a V1 ``rejection_sample``, or a sampler without those keywords, is refused
+        (ValueError naming ``raw_target_probs``). Without raw rows the raw rows are the
+        processed ones (what such a rule does at temperature 1 without truncation).
+    bonus : {"given", "drawn"}, optional
+        The bonus contract (above); default: ``"drawn"`` when the sampler (or the function an
+        adapter wraps) has ``draws_bonus_token = True``, else ``"given"``.
+    mixed : bool
+        Cases with the same k run interleaved in one batch (row r holds case r mod C, the
+        vocabularies padded with zero-probability tokens to the largest), so a sampler that
+        reads another request's rows is seen; False calls the sampler once per case.
+    case_names : sequence of str, optional
+        Names of the cases in reports (default: :data:`DEFAULT_CASE_NAMES` for the default
+        cases, ``"case i"`` otherwise).
+    power, tv_goal : float
+        Each chi-square check states the smallest total variation it detects with probability
+        ``power`` (:mod:`.power`); a reached position where that exceeds ``tv_goal`` makes the
+        outcome ``"underpowered"`` instead of ``"passed"``.
 
     Returns
     -------
@@ -683,16 +911,33 @@ def check_sampler_law(
         raise ValueError(f"alpha: expected 0 < alpha < 1, got {alpha!r}")
     if not (isinstance(min_expected, (float, int)) and min_expected > 0):
         raise ValueError(f"min_expected: expected a positive number, got {min_expected!r}")
+    if not (isinstance(power, (float, int)) and 0 < power < 1):
+        raise ValueError(f"power: expected 0 < power < 1, got {power!r}")
+    if not (isinstance(tv_goal, (float, int)) and 0 < tv_goal <= 1):
+        raise ValueError(f"tv_goal: expected 0 < tv_goal <= 1, got {tv_goal!r}")
     adapter: SamplerAdapter = as_adapter(sampler)
+    bonus_mode = _declared_bonus(sampler, bonus)
     rule = get_rule(rule)
     cases = _as_cases(target_probs, draft_probs)
-    raws = _as_raw_cases(raw_target_probs, raw_draft_probs, cases, target_probs is None)
+    defaults = target_probs is None
+    raws = _as_raw_cases(raw_target_probs, raw_draft_probs, cases, defaults)
     if any(r is not None for r in raws) and not adapter.supports_raw:
         raise ValueError(
             f"raw_target_probs: the {adapter.name} interface passes no raw rows to the sampler "
             "(vLLM's interfaces carry none); give a sampler that takes the keywords "
             "raw_target_probs and raw_draft_probs, or leave the raw rows out (raw = processed)"
         )
+    if defaults and raw_target_probs is None and raw_draft_probs is None and adapter.supports_raw:
+        raws = [
+            None if r is None else tuple(_float32_values(x, "raw_target_probs") for x in r)
+            for r in default_raw_rows()
+        ]
+    if case_names is None:
+        names = list(DEFAULT_CASE_NAMES) if defaults else [f"case {c}" for c in range(len(cases))]
+    else:
+        names = [str(x) for x in case_names]
+        if len(names) != len(cases):
+            raise ValueError(f"case_names: expected {len(cases)} names, got {len(names)}")
     laws = [
         exact_law(rule, q, p, **({} if r is None else {"raw_target_probs": r[0], "raw_draft_probs": r[1]}))
         for (q, p), r in zip(cases, raws)
@@ -702,37 +947,79 @@ def check_sampler_law(
     n_draft = n_emitted = n_prefix = 0
     acc_mean = acc_var = 0.0
     before = adapter.counters()
-    outputs = []
+    outputs: list = [None] * len(cases)
+    groups: dict = {}
+    for c, (_q, p) in enumerate(cases):
+        groups.setdefault(p.shape[0] if mixed else ("alone", c), []).append(c)
+    for g, members in enumerate(groups.values()):
+        k = cases[members[0]][1].shape[0]
+        vmax = max(cases[c][1].shape[1] for c in members)
+        m = len(members)
+        b = m * num_samples
+        q_rows = np.empty((b, k + 1, vmax))
+        p_rows = np.empty((b, k, vmax))
+        drafts = np.empty((b, k), dtype=np.int64)
+        bonus_ids = np.empty((b, 1), dtype=np.int64)
+        raw_rows = None
+        if any(raws[c] is not None for c in members):
+            raw_rows = (np.empty((b, k + 1, vmax)), np.empty((b, k, vmax)))
+        for j, c in enumerate(members):
+            q, p = cases[c]
+            rng = np.random.default_rng([seed, c])
+            drafts[j::m] = np.stack([_draw(rng, p[i], num_samples) for i in range(k)], axis=1)
+            bonus_ids[j::m, 0] = _draw(rng, q[k], num_samples)
+            q_rows[j::m] = _pad(q, vmax)
+            p_rows[j::m] = _pad(p, vmax)
+            if raw_rows is not None:
+                rq, rp = raws[c] if raws[c] is not None else (q, p)
+                raw_rows[0][j::m] = _pad(rq, vmax)
+                raw_rows[1][j::m] = _pad(rp, vmax)
+        uniforms = None
+        if adapter.supports_uniforms:
+            uniforms = _uniforms(np.random.default_rng([seed, 7, g]), (b, k + 1))
+        out = _call_rows(
+            adapter,
+            q_rows,
+            bonus_ids,
+            p_rows,
+            drafts,
+            device,
+            seed * 1_000_003 + g,
+            raw_rows=raw_rows,
+            uniforms=uniforms,
+        )
+        for j, c in enumerate(members):
+            outputs[c] = (out[j::m], drafts[j::m], bonus_ids[j::m], vmax)
     for c, ((q, p), law) in enumerate(zip(cases, laws)):
-        k, v = p.shape
-        rng = np.random.default_rng([seed, c])
-        drafts = np.stack([_draw(rng, p[i], num_samples) for i in range(k)], axis=1)
-        bonus = _draw(rng, q[k], num_samples)[:, None]
-        out = _call(adapter, q, bonus, p, drafts, device, seed * 1_000_003 + c, raw_rows=raws[c])
-        outputs.append((out, drafts, bonus))
+        k, _v = p.shape
+        out, drafts, bonus_ids, vmax = outputs[c]
         present = out != PLACEHOLDER
         n_draft += num_samples * k
         n_emitted += int(present.sum())
         n_prefix += int(present[:, 1:].sum())
         acc_mean += num_samples * float(law.acceptance.sum())
         acc_var += num_samples * float((law.acceptance * (1 - law.acceptance)).sum())
-        for i in range(k):
+        for i in range(k + 1):
             reached = present[:, i]
             n = int(reached.sum())
-            tokens = out[reached, i]
-            counts = np.bincount(np.clip(tokens, 0, v - 1), minlength=v)
-            pv, det = _chi_square(counts, law.emitted[i], min_expected)
+            probs = _pad(law.emitted[i] if i < k else q[k], vmax)
+            pv, det, cells = _token_law(out[reached, i], probs, min_expected)
             raw.append(
                 {
-                    "name": "law",
+                    "name": "law" if i < k else "bonus-law",
                     "case": c,
                     "position": i,
                     "test": "chi-square",
                     "p_value": pv,
                     "n": n,
-                    "detail": det,
+                    "detail": ("" if i < k else "bonus row: ") + det,
+                    "_cells": cells,
+                    "_support": int(np.count_nonzero(probs > 0)),
+                    "_reach": float(law.reach[i]),
                 }
             )
+            if i == k:
+                break
             went_on = int(present[reached, i + 1].sum())
             pv, det = _binomial(went_on, n, float(law.acceptance[i]))
             raw.append(
@@ -787,15 +1074,26 @@ def check_sampler_law(
             )
     elif before is None:
         skipped.append("counters: the sampler keeps none")
+    if bonus_mode == "drawn":
+        skipped.append(
+            "bonus (exact): the sampler draws its own bonus token (declared); bonus-law tests it "
+            "against the bonus row"
+        )
     if invariants:
-        raw += _invariants(adapter, rule, cases, outputs, seed, device, skipped)
+        raw += _invariants(adapter, rule, cases, laws, outputs, seed, device, skipped, bonus_mode)
     m = max(1, sum(r["test"] != "exact" for r in raw))
     level = alpha / m
     checks = []
     for r in raw:
         exact = r["test"] == "exact"
         passed = bool(r["p_value"] == 1.0) if exact else bool(r["p_value"] >= level)
-        checks.append(LawCheck(threshold=0.0 if exact else level, passed=passed, **r))
+        extra = _power_fields(r, passed, level, power, tv_goal, num_samples)
+        r = {key: val for key, val in r.items() if not key.startswith("_")}
+        name = None if r["case"] is None else names[r["case"]]
+        checks.append(
+            LawCheck(threshold=0.0 if exact else level, passed=passed, case_name=name, **r, **extra)
+        )
+    checks = tuple(checks)
     return SamplerLawResult(
         passed=all(c.passed for c in checks),
         rule=rule.name,
@@ -803,18 +1101,124 @@ def check_sampler_law(
         num_samples=num_samples,
         alpha=float(alpha),
         seed=seed,
-        checks=tuple(checks),
+        checks=checks,
         skipped=tuple(skipped),
+        power=float(power),
+        tv_goal=float(tv_goal),
+        bonus=bonus_mode,
+        diagnosis=tuple(_diagnose(checks, laws, bonus_mode)),
     )
 
 
-def _invariants(adapter, rule, cases, outputs, seed, device, skipped) -> list[dict]:
-    """The exact checks: layout, bonus token, greedy rows, seeded rows."""
+def _token_law(tokens: np.ndarray, probs: np.ndarray, min_expected: float):
+    """Chi-square of emitted token ids against ``probs``; ids outside the vocabulary fail."""
+    v = len(probs)
+    bad = (tokens < 0) | (tokens >= v)
+    if bad.any():
+        return 0.0, f"{int(bad.sum())} emitted ids outside the vocabulary, e.g. {int(tokens[bad][0])}", 0
+    return _chi_square(np.bincount(tokens, minlength=v), probs, min_expected)
+
+
+def _power_fields(
+    r: dict, passed: bool, level: float, power: float, tv_goal: float, num_samples: int
+) -> dict:
+    """detectable_tv, underpowered and draws_needed of one raw chi-square check."""
+    if r["test"] != "chi-square":
+        return {}
+    n, support, reach = r["n"], r["_support"], r["_reach"]
+    if support <= 1:  # one possible token: any other token fails outright
+        tv = 0.0 if n == 0 else 1.0 - (1.0 - power) ** (1.0 / n)
+        df_goal = None
+    elif r["_cells"] >= 2:
+        tv = detectable_tv(n, r["_cells"] - 1, level, power)
+        df_goal = support - 1
+    elif r["_cells"] == 0 and n > 0:  # decided by an impossible token: the nominal power
+        tv = detectable_tv(n, support - 1, level, power)
+        df_goal = support - 1
+    else:
+        tv = math.inf if n > 0 or reach > 0 else None
+        df_goal = support - 1
+    if n == 0 and reach == 0:
+        return {"detectable_tv": None}
+    under = bool(passed and tv is not None and tv > tv_goal)
+    need = None
+    if under:
+        if df_goal is None:
+            per_pos = math.ceil(math.log(1.0 - power) / math.log(1.0 - tv_goal))
+        else:
+            per_pos = draws_needed(tv_goal, df_goal, level, power)
+        # draws per case whose reached count falls short of per_pos with probability ~0.001
+        # (three standard deviations of the binomial count spared)
+        need = int(math.ceil((per_pos + 3.0 * math.sqrt(per_pos)) / reach)) if reach > 0 else None
+    return {"detectable_tv": tv, "underpowered": under, "draws_needed": need}
+
+
+def _diagnose(checks, laws, bonus_mode) -> list[str]:
+    """Patterns of the failed checks, and what each points to."""
+    fails = [c for c in checks if not c.passed]
+    out = []
+    zero = [c for c in fails if "exact probability is 0" in c.detail or c.name == "zero-uniform"]
+    if zero:
+        where = ", ".join(sorted({c.where() for c in zero}))
+        out.append(
+            f"a token of exact probability 0 was emitted ({where}): a truncation (top-k / top-p "
+            "mask, its ties at the boundary) not applied to the rows the sampler verifies with, or "
+            "an inclusive comparison u <= ratio that accepts a zero-probability draft when u = 0"
+        )
+    law_fail = {(c.case, c.position) for c in fails if c.name == "law"}
+    acc_fail = {(c.case, c.position) for c in fails if c.name == "acceptance"}
+    recovery = sorted(law_fail - acc_fail, key=lambda x: (x[0], x[1]))
+    if recovery and acc_fail == set():
+        out.append(
+            "the emitted law is off where the acceptance is exact: the recovery distribution (the "
+            "token drawn after a rejection: its residual max(h - p, 0), its normalization, or "
+            "randomness shared with the acceptance test)"
+        )
+    if acc_fail:
+        out.append(
+            "the acceptance is off: the acceptance test (its ratio, the comparison, its uniforms) or "
+            "the rows given to it (drafter rows other than the ones the drafts were drawn from; a "
+            "target not processed with the request's temperature / top-k / top-p)"
+        )
+    by_case: dict = {}
+    for c in fails:
+        if c.name in ("law", "acceptance") and c.case is not None:
+            by_case.setdefault(c.case_name, set()).add(c.position)
+    later = sorted(name for name, pos in by_case.items() if 0 not in pos)
+    if later:
+        out.append(
+            f"position 0 is right and later positions are wrong (case {', '.join(map(repr, later))}): "
+            "indexing (rows or drafts read at another position) or randomness shared across positions"
+        )
+    if any(c.name == "bonus-law" for c in fails):
+        out.append(
+            "the emitted bonus token does not follow the bonus row: it is drawn from another row "
+            "(the bonus position's verifier row is the last of each request's k + 1)"
+        )
+    if any(c.name == "bonus" for c in fails) and bonus_mode == "given":
+        out.append(
+            "the bonus token emitted after k acceptances is not the one handed in: if the sampler "
+            "draws its own bonus token, declare it (bonus='drawn' or draws_bonus_token = True) and "
+            "its law is tested instead"
+        )
+    if any(c.name == "layout" for c in fails):
+        out.append("the output layout (accepted drafts, one token, then -1) is broken")
+    if any(c.name == "greedy" for c in fails):
+        out.append("greedy rows (temperature 0) are not verified by argmax")
+    if any(c.name == "seeded" for c in fails):
+        out.append("a row's own generator does not make it reproducible")
+    if any(c.name.startswith("counter") for c in fails):
+        out.append("the sampler's counters disagree with its output")
+    return out
+
+
+def _invariants(adapter, rule, cases, laws, outputs, seed, device, skipped, bonus_mode) -> list[dict]:
+    """The exact checks: layout, bonus token, greedy rows, seeded rows, zero uniforms."""
     raw = []
     bad_all = bonus_all = 0
     first_bad = first_bonus = ""
-    for c, ((_q, p), (out, drafts, bonus)) in enumerate(zip(cases, outputs)):
-        bad, bonus_bad = _layout_violations(out, drafts, bonus, p.shape[1])
+    for c, (out, drafts, bonus, vmax) in enumerate(outputs):
+        bad, bonus_bad = _layout_violations(out, drafts, bonus, vmax)
         if bad.any() and not first_bad:
             first_bad = f"case {c}: " + _example(bad, out, drafts, bonus)
         if bonus_bad.any() and not first_bonus:
@@ -833,20 +1237,68 @@ def _invariants(adapter, rule, cases, outputs, seed, device, skipped) -> list[di
             "detail": first_bad or "every row: accepted drafts, one token, then -1",
         }
     )
-    raw.append(
+    if bonus_mode == "given":
+        raw.append(
+            {
+                "name": "bonus",
+                "case": None,
+                "position": None,
+                "test": "exact",
+                "p_value": float(bonus_all == 0),
+                "n": n,
+                "detail": first_bonus or "the bonus token emitted untouched after k acceptances",
+            }
+        )
+    raw += _greedy(adapter, rule, cases, seed, device, skipped)
+    raw += _seeded(adapter, cases, seed, device, skipped)
+    raw += _zero_uniform(adapter, cases, laws, seed, device, skipped)
+    return raw
+
+
+def _zero_uniform(adapter, cases, laws, seed, device, skipped) -> list[dict]:
+    """Rows whose acceptance uniforms are all exactly 0: no token of exact probability 0."""
+    if not adapter.supports_uniforms:
+        skipped.append(f"zero-uniform: the {adapter.name} sampler draws its own uniforms")
+        return []
+    bad_all, first, n = 0, "", 0
+    for c, ((q, p), law) in enumerate(zip(cases, laws)):
+        k, v = p.shape
+        rng = np.random.default_rng([seed, c, 3])
+        drafts = np.stack([_draw(rng, p[i], ZERO_UNIFORM_ROWS) for i in range(k)], axis=1)
+        bonus = _draw(rng, q[k], ZERO_UNIFORM_ROWS)[:, None]
+        out = _call(
+            adapter,
+            q,
+            bonus,
+            p,
+            drafts,
+            device,
+            seed * 1_000_003 + 15485863 + c,
+            uniforms=np.zeros((ZERO_UNIFORM_ROWS, k + 1)),
+        )
+        probs = np.concatenate([law.emitted, q[k : k + 1]])
+        tok = np.clip(out, 0, v - 1)
+        impossible = (out != PLACEHOLDER) & (np.take_along_axis(probs.T, tok, 0) <= 0)
+        rows = impossible.any(1)
+        if rows.any() and not first:
+            r = int(np.flatnonzero(rows)[0])
+            first = (
+                f"case {c}: {int(rows.sum())} of {ZERO_UNIFORM_ROWS} rows with u = 0 emit a token of exact "
+                f"probability 0, e.g. row {r}: output {out[r].tolist()}, drafts {drafts[r].tolist()}"
+            )
+        bad_all += int(rows.sum())
+        n += ZERO_UNIFORM_ROWS
+    return [
         {
-            "name": "bonus",
+            "name": "zero-uniform",
             "case": None,
             "position": None,
             "test": "exact",
-            "p_value": float(bonus_all == 0),
+            "p_value": float(bad_all == 0),
             "n": n,
-            "detail": first_bonus or "the bonus token emitted untouched after k acceptances",
+            "detail": first or "uniforms exactly 0: no token of exact probability 0 emitted",
         }
-    )
-    raw += _greedy(adapter, rule, cases, seed, device, skipped)
-    raw += _seeded(adapter, cases, seed, device, skipped)
-    return raw
+    ]
 
 
 def _greedy(adapter, rule, cases, seed, device, skipped) -> list[dict]:
@@ -949,24 +1401,31 @@ def _seeded(adapter, cases, seed, device, skipped) -> list[dict]:
     ]
 
 
-def assert_sampler_law(sampler, rule, target_probs=None, draft_probs=None, **kwargs) -> SamplerLawResult:
+def assert_sampler_law(
+    sampler, rule, target_probs=None, draft_probs=None, *, strict: bool = False, **kwargs
+) -> SamplerLawResult:
     r""":func:`check_sampler_law`, raising AssertionError with its report when a check fails.
 
     Parameters
     ----------
     sampler, rule, target_probs, draft_probs, **kwargs
         As :func:`check_sampler_law` (``num_samples``, ``alpha``, ``seed``,
-        ``min_expected``, ``invariants``, ``device``).
+        ``min_expected``, ``invariants``, ``device``, ``bonus``, ``mixed``, ``power``,
+        ``tv_goal``, ...).
+    strict : bool
+        Also raise when the outcome is ``"underpowered"`` (no check failed, but a reached
+        position cannot detect a deviation of ``tv_goal`` with probability ``power``).
 
     Returns
     -------
     SamplerLawResult
-        When every check passed.
+        When every check passed (and, with ``strict``, none is underpowered).
 
     Raises
     ------
     AssertionError
-        A check failed; the message lists the failed checks, where and by how much.
+        A check failed; the message is the report: the diagnosis, the failed checks (where and
+        by how much) and each position's power. pytest shows it without this function's source.
 
     Examples
     --------
@@ -975,7 +1434,8 @@ def assert_sampler_law(sampler, rule, target_probs=None, draft_probs=None, **kwa
     >>> res.passed
     True
     """
+    __tracebackhide__ = True  # pytest: show the report, not this function's source
     result = check_sampler_law(sampler, rule, target_probs, draft_probs, **kwargs)
-    if not result.passed:
+    if not result.passed or (strict and result.outcome != "passed"):
         raise AssertionError(result.report())
     return result

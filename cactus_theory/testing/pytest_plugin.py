@@ -21,7 +21,8 @@ Marker
 ``@pytest.mark.sampler_law(rule, **knobs_and_options)``
     The rule for ``sampler_law`` (a registry name, configured with the rule's knobs, e.g.
     ``delta=0.05``) and the check's options (``num_samples``, ``alpha``, ``min_expected``,
-    ``invariants``, ``target_probs``, ``draft_probs``, ``seed``).
+    ``invariants``, ``target_probs``, ``draft_probs``, ``seed``, ``bonus``, ``mixed``,
+    ``power``, ``tv_goal``, ``strict``).
 
 Example
 -------
@@ -52,6 +53,12 @@ CHECK_OPTIONS = (
     "device",
     "raw_target_probs",
     "raw_draft_probs",
+    "bonus",
+    "mixed",
+    "case_names",
+    "power",
+    "tv_goal",
+    "strict",
 )
 
 
@@ -125,6 +132,7 @@ def sampler_law(request):
     alpha = config.getoption("--sampler-law-alpha")
 
     def check(sampler, rule=None, target_probs=None, draft_probs=None, **kwargs):
+        __tracebackhide__ = True  # pytest: show the report, not the plugin's source
         name = rule if rule is not None else marker_rule
         if name is None:
             raise ValueError(

