@@ -106,3 +106,17 @@ def test_compiled_root_is_the_device_path():
     for n, seed in ((512, 6), (3001, 7)):
         q = _q(n, seed)
         assert torch.equal(fn(q), spike.device_root(q, 0.3, KL))
+
+
+def test_dispatch_modes_take_the_rules_own_path(monkeypatch):
+    """Under a Python dispatch mode (where compiled graphs do not run) the kernel steps aside."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(kernel, "_off_host", lambda t: True)
+    monkeypatch.setattr(kernel, "compiled_root", lambda *key: pytest.fail("compiled root under a mode"))
+    with Passthrough():
+        assert kernel.exact_root_at_tokens(CactusExact(DELTA), _q(10, 8)) is None

@@ -154,6 +154,14 @@ def traced_root(divergence, dtype, device_type, delta):
     return make_fx(lambda q: device_root(q, delta, d), tracing_mode="symbolic")(example)
 
 
+def _dispatch_mode_active() -> bool:
+    """True under a Python dispatch mode (a tracer's, an operator counter's): torch.compile
+    does not run its graphs there, so the rule's own path runs instead (the same floats)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return _get_current_dispatch_mode() is not None
+
+
 def _off_host(t) -> bool:
     """True for a tensor off the CPU (where the compiled root replaces the solver's many
     launches; a CPU tensor's root is numpy's)."""
@@ -162,9 +170,10 @@ def _off_host(t) -> bool:
 
 def exact_root_at_tokens(rule, q_n):
     r"""Theorem 2's :math:`\gamma_n` at the drafted tokens (``rule.spike_at_tokens(q_n)``) by
-    :func:`compiled_root`, for tensors off the CPU and divergences with a derivative; None
-    otherwise (the rule's own path: numpy on the host, bisection for TV)."""
-    if not _off_host(q_n) or not q_n.is_floating_point() or q_n.numel() == 0:
+    :func:`compiled_root`, for tensors off the CPU and divergences with a derivative, outside
+    Python dispatch modes; None otherwise (the rule's own path: numpy on the host, bisection
+    for TV, the same floats on the device)."""
+    if not _off_host(q_n) or not q_n.is_floating_point() or q_n.numel() == 0 or _dispatch_mode_active():
         return None
     d = get_divergence(rule.divergence)
     if not has_device_root(d):
