@@ -43,7 +43,10 @@ and timed against it by ``scripts/vllm_overhead.py``):
   other float32 weight :math:`e^{\ell_i - \ell'_n} \le e^{-200}` is 0: h is one-hot at n).
   One read of the row (the logsumexp); the engine's wrappers write the entry in place and put
   it back after the kernel (:func:`mrv1_substitute` ``in_place``), so the logprobs the engine
-  reports still come from q.
+  reports still come from q. On probabilities (:func:`substitute_target_probs`, MRV1, after
+  the kernel's own softmax) the row is scaled by :math:`c_n` in place and :math:`\gamma_n`
+  set at n;
+* interpolation (and the static ensemble) on probabilities: ``lerp(q, p, alpha)`` in place.
 
 Symbols: q verifier (``target_logits`` softmaxed), p drafter (``draft_probs``), n drafted token
 (``draft_token_ids``), h target. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 2-3.
@@ -53,6 +56,7 @@ from __future__ import annotations
 
 from ..._extras import require
 from ...rules import Rule
+from ...rules.interpolation import Interpolation
 from ...rules.plans import SpikePlan, TargetPlan
 from ...rules.registry import SpikeRule
 from ...solvers.spike import spike_scale
@@ -95,8 +99,7 @@ def needs_raw(rule: Rule) -> bool:
 
 
 def uses_plan(rule: Rule, shortcuts: bool = True) -> bool:
-    """False when a declared shortcut computes the rule's rows (SpS, a spike rule): then the
-    drafter's rows p are not read."""
+    """False when a declared shortcut computes the rule's rows without p (SpS, a spike rule)."""
     if not shortcuts:
         return True
     return not (is_sps(rule) or (isinstance(rule, SpikeRule) and _request_knob(rule) is None))
@@ -313,8 +316,10 @@ def substitute_target_probs(
     The probability-domain twin of :func:`substitute_target_logits`, for a kernel that has
     softmaxed the processed logits already (MRV1's ``rejection_sample``): no softmax and no
     log. A spike rule scales the row by :math:`c_n` and sets :math:`\gamma_n` at n, in place in
-    ``target_probs`` (float32, the kernel's own tensor; one read and write of the row); SpS
-    returns ``target_probs``; other rules return a new tensor from their plan.
+    ``target_probs`` (float32, the kernel's own tensor; one read and write of the row);
+    interpolation (and the static ensemble, its reparametrization) is
+    ``lerp(q, p, alpha)`` in place (one fused pass); SpS returns ``target_probs``; other rules
+    return a new tensor from their plan.
 
     Parameters
     ----------
@@ -333,6 +338,10 @@ def substitute_target_probs(
         c = torch.where(valid, spike_scale(q_n, gamma), torch.ones_like(q_n))
         target_probs.mul_(c[:, None])
         return target_probs.scatter_(1, ids[:, None], torch.where(valid, gamma, q_n)[:, None])
+    if shortcuts and isinstance(rule, Interpolation):
+        # h = (1 - alpha) q + alpha p = lerp(q, p, alpha): one fused pass, in place
+        w = torch.where(valid, torch.full_like(valid, rule.alpha, dtype=target_probs.dtype), 0.0)
+        return target_probs.lerp_(draft_probs.to(target_probs.dtype), w[:, None])
     raw = {}
     if needs_raw(rule):
         if raw_target_logits is None or raw_draft_probs is None:
