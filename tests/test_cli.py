@@ -712,3 +712,34 @@ def test_shards_of_one_recording_are_still_analysed_together(capsys, tmp_path):
     status, out, err = run(capsys, "analyze", "--input", str(folder), "--rules", "sps", "--no-progress")
     assert status == 0, err
     assert out.splitlines()[0].startswith("4222 positions")
+
+
+# --------------------------------------------------------------------------- audit: progress, status words
+
+
+def test_audit_shows_its_progress_over_rules(capsys):
+    status, _, err = run(
+        capsys, "audit", "--input", "requant-4", "--positions", "40", "--rules", "sps,cactus-taylor"
+    )
+    assert status == 0
+    bar = "\n".join(err).split("\r")[-1]
+    assert bar.startswith("audit") and "2/2" in bar, err
+    status, _, err = run(
+        capsys, "audit", "--input", "requant-4", "--positions", "40", "--rules", "sps", "--no-progress"
+    )
+    assert status == 0 and err == []
+
+
+def test_a_calibration_stopped_just_below_eps_says_how_close(capsys):
+    # on the distilled recording sequence-budget-kl's statistic steps over eps = 0.1 between two
+    # adjacent knob values; the lower one lands 0.12% below eps: not "step" (cannot be calibrated)
+    from cactus_theory.analysis.calibration import KnobCalibration
+    from cactus_theory.rule_audit import NEAR_RTOL, NEAR_STATUS, _status
+
+    data = run_json(capsys, "audit", "--input", "distilled", "--rules", "sequence-budget-kl", "--no-progress")
+    (row,) = data["table"]
+    assert row["status"] == NEAR_STATUS == "within 0.2% of eps"
+    assert 0 <= (0.1 - row["achieved"]) / 0.1 <= NEAR_RTOL and "% below eps" in row["note"]
+    far = KnobCalibration(1.0, 0.09, "step", 2.0, 0.2, 10)  # 10% short: a step it is
+    near = KnobCalibration(1.0, 0.0999, "step", 2.0, 0.2, 10)
+    assert _status(far, 0.1) == "step" and _status(near, 0.1) == NEAR_STATUS
