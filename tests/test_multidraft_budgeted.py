@@ -7,10 +7,14 @@ reach recursion matches the family's DP and enumeration; calibrated verifiers me
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import pairs
 
 from cactus_theory.analysis.multidraft import (
     expected_accepted_length,
@@ -22,9 +26,9 @@ from cactus_theory.analysis.tree_budget import (
     tree_sequence_budget,
     tree_spend,
 )
-from cactus_theory.divergences import divergence
+from cactus_theory.divergences import DIVERGENCES, divergence
 from cactus_theory.drafts import MultiDraft
-from cactus_theory.rules.multidraft import get_verifier
+from cactus_theory.rules.multidraft import get_verifier, verifier_names
 from cactus_theory.rules.multidraft.budgeted import draft_set_target
 from cactus_theory.simulate.trees import synthetic_tree
 from cactus_theory.solvers.multidraft import min_cut_acceptance, multidraft_frontier, multidraft_target
@@ -168,3 +172,48 @@ def test_top_k_children_take_theorem_2_on_the_set_and_the_kl_multiplier_closed_f
     grid = np.linspace(s, 1 - 1e-9, 20001)
     best = np.max(grid - lam * two_point_divergence(grid, np.full_like(grid, s), "kl"))
     assert g - lam * float(two_point_divergence(g, s, "kl")) >= best - 1e-12
+
+
+def test_optimal_budget_reaches_the_optimum_off_supp_q():
+    """p uniform on 3 tokens, q = (1/6, 0, 5/6), k = 2, TV budget 0.2: the verifier emits its
+    target, which puts mass where q = 0, and accepts 0.9222 (the optimum confined to supp(q)
+    is 0.8889). Slack: the LP's tolerance."""
+    md = MultiDraft(np.array([1 / 6, 0.0, 5 / 6]), np.full(3, 1 / 3), 2, "iid")
+    v = get_verifier("optimal-budget", delta=0.2, divergence="tv")
+    assert float(multidraft_acceptance(v, md)) == pytest.approx(0.9222222222222222, abs=LP_TOL)
+    emitted = multidraft_emitted(v, md)
+    assert emitted[1] > 0.01 and float(divergence(emitted, md.target_probs, "tv")) <= 0.2 + LP_TOL
+
+
+@settings(max_examples=4, deadline=None)
+@given(
+    pair=pairs(2, 4),
+    k=st.integers(2, 3),
+    truncate=st.booleans(),
+    budget_div=st.sampled_from(list(DIVERGENCES)),
+)
+def test_no_verifier_above_the_frontier_for_any_divergence(pair, k, truncate, budget_div):
+    """Every registered multi-draft verifier of i.i.d. drafts (the budgeted ones at their
+    defaults and in a drawn divergence), every divergence: acceptance <= F_k(D(emitted||q)) on
+    random rows, zeros in q included (the strategy's), and top-half truncated q. F is
+    evaluated a hair above D (D's ~1e-15 rounding; F is steep near 0); slack: the LP's tol."""
+    q, p = pair
+    if truncate:
+        keep = np.argsort(-q)[: max(1, q.size // 2)]
+        q = np.where(np.isin(np.arange(q.size), keep), q, 0.0)
+        q = q / q.sum()
+    md = MultiDraft(q, p, k, "iid")
+    verifiers = [get_verifier(n) for n in verifier_names(drafting="iid", structure="multi")]
+    verifiers += [
+        get_verifier("optimal-budget", delta=0.1, divergence=budget_div),
+        get_verifier("optimal-multiplier", lam=0.5, divergence=budget_div),
+    ]
+    for v in verifiers:
+        acc = float(multidraft_acceptance(v, md))
+        emitted = multidraft_emitted(v, md)
+        for d in DIVERGENCES:
+            D = float(divergence(emitted, q, d))
+            if not math.isfinite(D):
+                continue
+            F = float(multidraft_frontier(q, p, k, [D * (1 + 1e-9) + 1e-14], d).acceptance[0])
+            assert acc <= F + LP_TOL, (v.name, d, D, acc, F)

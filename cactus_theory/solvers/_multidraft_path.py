@@ -21,12 +21,10 @@ import math
 import numpy as np
 from scipy.optimize import brentq
 
-from .._search import bisect_threshold, golden_section
+from .._search import golden_section
 from .._validation import as_count
 from ..divergences import Divergence
 
-#: Bisection steps on M (an interval of length <= 1): 2^-64 is below float64 resolution.
-BISECTION_STEPS = 64
 #: Golden-section steps (0.618^80 ~ 2e-17 of the interval).
 GOLDEN_STEPS = 80
 #: Brent's relative tolerance on M (4 ulp: the smallest scipy accepts).
@@ -115,7 +113,7 @@ class Row:
         with np.errstate(divide="ignore", invalid="ignore"):
             key = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, -2.0))
         key = np.where((q <= 0) & (p > 0), -1.0, key)  # q = 0 < p: last but the empty tokens
-        self.order = np.argsort(-key, kind="stable")
+        self.order = np.argsort(-key)  # ties: any order (the path and the hull do not depend on it)
         qs, ps = q[self.order], p[self.order]
         self.n_pos = int(np.count_nonzero(qs > 0))
         self.Q = np.cumsum(qs)
@@ -217,7 +215,7 @@ class _Path:
         """The smallest M of this path with D(o(M)||q) <= e (``inf`` where none is)."""
         if self.divergence(self.M_lo) <= e:
             return self.M_lo
-        if not self.divergence(self.M_hi) <= e:
+        if self.M_hi <= self.M_lo or not self.divergence(self.M_hi) <= e:
             return math.inf
         # D(o(M)) is continuous and nonincreasing in M: Brent's root to float resolution,
         # then the end of the bracket on the budget's side
@@ -249,16 +247,12 @@ def _solve_on_support(row, e):
     """The best target with no mass off supp(q) (the path at s = 0), and its M."""
     q, d = row.q, row.d
     path = row.path(0.0)
-    M_lo = path.M_lo
-    D_lo = path.divergence(M_lo)
-    if e == 0 or path.M_hi <= M_lo:
-        if e == 0 or D_lo > e:
-            return q.copy(), path.M_hi
-        return _exact(d, path, M_lo)[1], M_lo
-    if D_lo <= e:
-        return _exact(d, path, M_lo)[1], M_lo
-    hi = bisect_threshold(lambda M: path.divergence(M) <= e, M_lo, path.M_hi, BISECTION_STEPS)
-    o, M = _on_budget(d, path, hi, e)
+    if e == 0:
+        return q.copy(), path.M_hi
+    M = path.least_M(e)
+    if not math.isfinite(M) or path.M_hi <= path.M_lo:
+        return (q.copy(), path.M_hi) if not math.isfinite(M) else (_exact(d, path, M)[1], M)
+    o, M = _on_budget(d, path, M, e)
     return (q.copy(), path.M_hi) if o is None else (o, M)
 
 

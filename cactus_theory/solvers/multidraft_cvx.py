@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._search import bisect_threshold
 from .._validation import as_budget, as_count, as_prob_pair, choice
 from ..divergences import get_divergence
 from .cvx import CVX_DIVERGENCES, SolverFailure, _constraint, _solver_attempts
@@ -213,13 +214,9 @@ def multidraft_frontier_cvxpy(
         x = x / x.sum()
         D = float(d.unchecked(x, q))
         if D > eps:  # pull towards q until the budget holds (the divergence is convex on the segment)
-            lo, hi = 0.0, 1.0
-            for _ in range(80):
-                mid = 0.5 * (lo + hi)
-                if float(d.unchecked((1 - mid) * x + mid * q, q)) <= eps:
-                    hi = mid
-                else:
-                    lo = mid
+            hi = bisect_threshold(
+                lambda t, x=x: float(d.unchecked((1 - t) * x + t * q, q)) <= eps, 0.0, 1.0, 80
+            )
             x = (1 - hi) * x + hi * q
             D = float(d.unchecked(x, q))
         value = float(min_cut_acceptance(x, p, k))
