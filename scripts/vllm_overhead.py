@@ -69,6 +69,22 @@ QUICK_RULES = ("sps", "cactus-taylor")
 #: Goal for the ratio plugin step / stock step, by rule (``GOAL_DEFAULT`` for the others).
 GOALS = {"sps": 1.05, "cactus-taylor": 1.1, "cactus-exact": 1.1, "interpolation": 1.1}
 GOAL_DEFAULT = 1.5
+#: What the plugin adds to vLLM's step, by rule (printed under a table for the rules that miss).
+COSTS = {
+    "sps": "nothing (no substitution: the wrapper calls vLLM's kernel); a ratio off 1 is the machine's noise",
+    "cactus-taylor": "gamma at the drafted tokens and one in-place multiply pass over each row of q",
+    "cactus-exact": "the exact root at the drafted tokens and one in-place multiply pass over each row of q",
+    "interpolation": "one in-place lerp pass over q and p",
+    "static-ensemble": "one in-place lerp pass over q and p",
+    "rfsd": "its plan: a divergence per row (log passes over q and p), then its target row",
+    "scd": "the raw rows (softmax of the raw logits, softmax(T log p)), then the contrastive row: logs of "
+    "q and of the raw drafter row, an exp and a normalization, per request temperature",
+}
+for _kind in ("chow", "diff", "opt", "token-v1", "token-v2", "token-v3"):
+    COSTS[f"cascade-{_kind}"] = (
+        "the raw rows (softmax of the raw logits, softmax(T log p): two exp passes and a log pass), "
+        "then the deferral target"
+    )
 #: Served rules whose plan solves an iteration per row (measured on 2 shared CPU cores at
 #: 32 rows x V = 49,152: mentored 6 s, sequence-budget-kl 17 s, cactus-calibrated 82 s per
 #: plan): timed only when named with ``--rules``.
@@ -336,6 +352,10 @@ def markdown_run(res, level="##") -> str:
             f"{pr['plan_ms']:.2f} | {pr['substitute_total_ms']:.2f} | {pr['plan_path_ms']:.2f} | "
             f"{_fmt_gain(pr['shortcut_gain'])} |"
         )
+    missed = [(n, r) for n, r in res["rules"].items() if not r["meets_goal"]]
+    if missed:
+        lines += ["", "Goals missed, and what the plugin adds to the step for that rule:", ""]
+        lines += [f"- {n} ({r['ratio_median']:.2f}x): {COSTS.get(n, 'its plan')}" for n, r in missed]
     return "\n".join(lines) + "\n"
 
 
