@@ -34,6 +34,8 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorems 1-3, Corollary 5.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._validation import as_budget, as_budget_array, as_prob_pair, choice, one_row, token_id
@@ -258,6 +260,7 @@ def optimal_frontier(
     """
     from .solvers.frontier import frontier, saturation_budget
 
+    target_probs, draft_probs, _ = _dump_pairs(target_probs, draft_probs)
     scaled = _scaled(
         "frontier",
         "optimal_frontier",
@@ -299,27 +302,36 @@ def optimal_frontier(
 
 def calibrate_delta(
     target_probs,
-    draft_probs,
-    eps,
+    draft_probs=None,
+    eps=None,
     *,
     rule="cactus-taylor",
     divergence="kl",
     chunk_rows=None,
     max_memory=None,
     progress=False,
+    per=None,
 ) -> CalibrationResult:
-    r"""Per position, the per-draft budget delta whose emitted divergence meets eps.
+    r"""The per-draft budget delta whose emitted divergence meets eps: per position, or one
+    delta for a whole corpus.
 
     .. math:: \delta^*(q, p) = \sup\{\delta : D(h_{alg}(\delta')\|q) \le \epsilon
               \ \ \forall \delta' \le \delta\}
 
-    Wraps :func:`cactus_theory.analysis.calibration.calibrate_delta` (first crossing on a
-    geometric grid, refined by regula falsi; the achieved divergence is recomputed exactly).
+    per position (``per="position"``), with :math:`D` of each position; per corpus
+    (``per="corpus"``) with the mean :math:`\frac1N\sum_t D(h_{alg,t}(\delta)\|q_t)` over
+    the positions, one delta for all (how a rule is configured in an engine, and how
+    :func:`audit` calibrates). Per position wraps
+    :func:`cactus_theory.analysis.calibration.calibrate_delta` (first crossing on a geometric
+    grid, refined by regula falsi); per corpus
+    :func:`cactus_theory.analysis.calibration.calibrate_knob` on the mean. The achieved
+    divergence is recomputed exactly.
 
     Parameters
     ----------
-    target_probs, draft_probs : array_like, shape (V,) or (N, V)
-        Verifier q and drafter p.
+    target_probs, draft_probs : array_like, shape (V,) or (N, V), or a loaded dump
+        Verifier q and drafter p; a loaded dump (:func:`cactus_theory.logits.load_dump`,
+        ``draft_probs`` None) gives its processed rows.
     eps : float
         Target on :math:`D(h_{alg}\|q)`, >= 0 (0 gives delta = 0, SpS).
     rule : {"cactus-taylor", "cactus-exact"}
@@ -327,18 +339,27 @@ def calibrate_delta(
     divergence : str
         D of both the per-draft budget and the emitted target.
     chunk_rows, max_memory, progress
-        As in :func:`optimal_frontier` (``draft_probs`` None with a row source).
+        As in :func:`optimal_frontier` (``draft_probs`` None with a row source; per position).
+    per : {"position", "corpus"}, optional
+        Default ``"corpus"`` for a loaded dump, ``"position"`` otherwise.
 
     Returns
     -------
     CalibrationResult
-        Floats for one position, arrays of shape (N,) for N.
+        Per position: floats for one position, arrays of shape (N,) for N. Per corpus:
+        floats (the delta, the mean emitted divergence and acceptance) and a status.
 
     Symbols: q verifier, p drafter, delta per-draft budget, eps target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
     from .analysis.calibration import calibrate_delta as _calibrate
 
+    if eps is None:
+        raise ValueError("eps: required (the target on the emitted divergence)")
+    target_probs, draft_probs, is_dump = _dump_pairs(target_probs, draft_probs)
+    per = choice("corpus" if per is None and is_dump else (per or "position"), ("position", "corpus"), "per")
+    if per == "corpus":
+        return _calibrate_corpus(target_probs, draft_probs, eps, rule, divergence)
     scaled = _scaled(
         "calibrate",
         "calibrate_delta",
@@ -375,6 +396,47 @@ def calibrate_delta(
     )
 
 
+def _dump_pairs(target_probs, draft_probs):
+    """A loaded dump's processed rows as stacked (q, p) arrays; anything else unchanged.
+    Returns (target_probs, draft_probs, whether the input was a dump)."""
+    if draft_probs is None and callable(getattr(target_probs, "pairs", None)):
+        pairs = target_probs.pairs()
+        return pairs.target_probs, pairs.draft_probs, True
+    return target_probs, draft_probs, False
+
+
+def _calibrate_corpus(target_probs, draft_probs, eps, rule, divergence) -> CalibrationResult:
+    """One delta whose mean emitted divergence over the positions meets eps."""
+    from .analysis.calibration import calibrate_knob
+    from .analysis.one_step import acceptance_rate, emitted_distribution, make_plan
+    from .rules import get_rule
+
+    rule = choice(rule, CALIBRATION_RULES, "rule")
+    eps = as_budget(eps, "eps")
+    q, p = as_prob_pair(target_probs, draft_probs)
+    d = get_divergence(divergence)
+
+    def plan(delta):
+        return make_plan(get_rule(rule, delta=delta, divergence=d.name), q, p)
+
+    def mean_divergence(delta):
+        return float(np.mean(d.unchecked(emitted_distribution(plan(delta)), q)))
+
+    cal = calibrate_knob(mean_divergence, 0.0, math.inf, eps)
+    return CalibrationResult(
+        rule=rule,
+        divergence=d.name,
+        eps=eps,
+        delta=float(cal.value),
+        emitted_divergence=float(cal.achieved),
+        acceptance=float(np.mean(acceptance_rate(plan(cal.value)))),
+        saturated=cal.status == "range-end",
+        n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)),
+        per="corpus",
+        status=cal.status,
+    )
+
+
 def analyze_rules(
     target_probs,
     draft_probs=None,
@@ -393,8 +455,8 @@ def analyze_rules(
 
     Parameters
     ----------
-    target_probs, draft_probs : array_like, shape (V,) or (N, V)
-        Verifier q and drafter p.
+    target_probs, draft_probs : array_like, shape (V,) or (N, V), or a loaded dump
+        Verifier q and drafter p (a dump, ``draft_probs`` None: its processed rows).
     rules : sequence of str, optional
         Registry names (aliases allowed); default every registered rule.
     delta : float, optional
@@ -418,6 +480,12 @@ def analyze_rules(
     from .rules import get_rule
     from .rules.registry import rule_knobs
 
+    target_probs, draft_probs, _ = _dump_pairs(target_probs, draft_probs)
+    if delta is not None and np.ndim(delta) > 0:
+        raise ValueError(
+            f"delta: expected one number for every rule, got an array of shape {np.shape(delta)} "
+            "(per-position deltas: calibrate_delta(..., per='corpus') gives one for a corpus)"
+        )
     scaled = _scaled(
         "rules",
         "analyze_rules",

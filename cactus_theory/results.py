@@ -291,6 +291,14 @@ class CalibrationResult(_Result):
     saturated : bool or ndarray, shape batch
         No delta up to the saturation delta pushes the emitted divergence above eps.
     n_positions : int
+    per : {"position", "corpus"}
+        One delta per position, or one delta for the whole corpus whose **mean** emitted
+        divergence over the positions meets eps (then ``emitted_divergence`` and
+        ``acceptance`` are those means).
+    status : str
+        Per corpus, how the knob search ended (``calibrated``, ``step``, ``range-end``,
+        ``above``: :class:`cactus_theory.analysis.calibration.KnobCalibration`); per
+        position ``"calibrated"`` (see ``saturated``).
     """
 
     rule: str
@@ -301,6 +309,8 @@ class CalibrationResult(_Result):
     acceptance: Any
     saturated: Any
     n_positions: int
+    per: str = "position"
+    status: str = "calibrated"
 
     def rows(self) -> list[dict]:
         """One dict per position: ``position``, ``delta``, ``emitted_divergence``, ..."""
@@ -325,7 +335,13 @@ class CalibrationResult(_Result):
         ]
 
     def __repr__(self) -> str:
-        if np.ndim(self.delta) == 0:
+        if self.per == "corpus":
+            body = (
+                f"one delta for {self.n_positions} positions: delta={_g(self.delta)}, "
+                f"mean emitted={_g(self.emitted_divergence)}, mean acceptance={_g(self.acceptance)}"
+                + ("" if self.status == "calibrated" else f", {self.status}")
+            )
+        elif np.ndim(self.delta) == 0:
             body = (
                 f"delta={_g(self.delta)}, emitted={_g(self.emitted_divergence)}, "
                 f"acceptance={_g(self.acceptance)}{', saturated' if self.saturated else ''}"

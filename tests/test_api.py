@@ -473,3 +473,42 @@ def test_transform_bad_input_names_the_argument():
         with pytest.raises(ValueError, match=name):
             truncate(Q, **kwargs)
     np.testing.assert_array_equal(truncate(Q, top_k=8), Q)  # k = V keeps the row as is
+
+
+def test_a_dump_through_the_front_door_calibrate_then_analyze():
+    """The README's pattern on a loaded dump: calibrate_delta gives one delta for the corpus
+    (its mean emitted KL meets eps, recomputed here from the exact emitted law), and
+    analyze_rules takes the dump and that delta; the table says which knob each rule used
+    (Mentored keeps its own budget D). Tolerance: the knob search stops within KNOB_RTOL*eps
+    below eps; 1e-12 is the recomputation's rounding."""
+    from cactus_theory.analysis.calibration import KNOB_RTOL
+    from cactus_theory.analysis.one_step import emitted_distribution, make_plan
+    from cactus_theory.divergences import get_divergence
+    from cactus_theory.logits.loader import load_dump, shipped_dumps
+
+    dump = load_dump(shipped_dumps()[0])
+    cal = ct.calibrate_delta(dump, eps=0.1)
+    assert cal.per == "corpus" and np.ndim(cal.delta) == 0 and cal.status == "calibrated"
+    q, p = dump.pairs()[:2]
+    h = emitted_distribution(make_plan(ct.get_rule("cactus-taylor", delta=cal.delta), q, p))
+    mean_kl = float(np.mean(get_divergence("kl").unchecked(h, q)))
+    assert 0.1 * (1 - KNOB_RTOL) - 1e-12 <= mean_kl <= 0.1 + 1e-12
+    assert cal.emitted_divergence == pytest.approx(mean_kl, rel=1e-12)
+    table = ct.analyze_rules(dump, None, ["sps", "cactus-taylor", "mentored"], delta=cal.delta)
+    rows = {r["rule"]: r for r in table.rows()}
+    assert rows["cactus-taylor"]["emitted_kl"] == pytest.approx(mean_kl, rel=1e-12)
+    assert rows["cactus-taylor"]["knobs"].startswith(f"delta={cal.delta!r}")
+    assert "delta" not in rows["mentored"]["knobs"]
+    per_position = ct.calibrate_delta(q[:5], p[:5], 0.1)  # arrays: per position by default
+    assert per_position.per == "position" and np.shape(per_position.delta) == (5,)
+
+
+def test_a_per_position_delta_array_is_one_line_naming_delta():
+    q = np.full((4, 3), 1 / 3)
+    with pytest.raises(ValueError, match=r"^delta: expected one number") as err:
+        ct.analyze_rules(q, q, ["sps"], delta=np.full(4, 0.1))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="^per:"):
+        ct.calibrate_delta(q, q, 0.1, per="sentence")
+    with pytest.raises(ValueError, match="^eps:"):
+        ct.calibrate_delta(q, q)
