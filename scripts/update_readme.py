@@ -272,9 +272,10 @@ def _gpu_table(report, folder=None) -> str:
         f"{d['device_name']}, {d['date']}, commit {commit}, torch {d['torch']} ({path.name}): "
         + ("every check passed" if d["passed"] else "SOME CHECKS FAILED OR WERE SKIPPED"),
         {
-            "current": "No later commit changed the samplers, the spike solver, the rules or the check.",
+            "current": "No later commit changed the samplers, the spike solver, the rules, the "
+            "calibration or the check.",
             "predates": "This record PREDATES the current code: later commits changed the samplers, "
-            "the spike solver, the rules or the check.",
+            "the spike solver, the rules, the calibration or the check.",
             "unknown": "Whether this record predates the current code is unknown (no commit or no git).",
         }[status],
         "",
@@ -284,7 +285,9 @@ def _gpu_table(report, folder=None) -> str:
         sy = d["sync"].get(name, {})
 
         def word(v):
-            return "-" if v is None else ("sync-free" if v == "sync-free" else str(v).split(":")[0][:10])
+            if v is None:
+                return "-"
+            return "not run" if str(v).startswith("not run") else str(v).split(":")[0][:10]
 
         lines.append(
             f"{name:<22}{r['law_pvalue']:>7.3f}  {str(r['bf16_equal']):<10}{word(sy.get('eager')):<12}"
@@ -297,6 +300,11 @@ def _gpu_table(report, folder=None) -> str:
             f"exact root, compiled kernel vs eager device path: {rk['differ']} of {rk['entries']:,} float32 "
             f"roots differ (at most {rk['max_ulps']} ulp), {rk['infeasible']} infeasible"
         )
+        if "kernel_ms_512" in rk:
+            lines.append(
+                f"512 roots (the speed rows' drafted tokens): {rk['kernel_ms_512']:.3f} ms compiled, "
+                f"{rk['eager_ms_512']:.2f} ms eager"
+            )
     sp = d["speed"]
     if sp:
         lines += [
