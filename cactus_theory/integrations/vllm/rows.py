@@ -169,9 +169,12 @@ def target_rows(
         return _plan_rows(rule, q, p, ids, raw)
     if temperature is None:
         raise ValueError(f"temperature: rule {rule.name!r} sets {tied[0]} from each request's temperature")
-    out = torch.empty_like(q)
     t = temperature.to(torch.float32)
-    for value in torch.unique(t).tolist():
+    values = torch.unique(t).tolist()
+    if len(values) == 1:  # one temperature in the batch: no gather and scatter of the rows
+        return _plan_rows(_with_knob(rule, tied[0], values[0] if values[0] > 0 else 1.0), q, p, ids, raw)
+    out = torch.empty_like(q)
+    for value in values:
         sel = torch.nonzero(t == value)[:, 0]
         r = _with_knob(rule, tied[0], value if value > 0 else 1.0)  # T = 0: greedy rows (kept as q)
         sub = {k: v if v is None else v[sel] for k, v in raw.items()}
