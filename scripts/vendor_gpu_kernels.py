@@ -27,7 +27,11 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-MRV1_KERNELS = ("rejection_greedy_sample_kernel", "rejection_random_sample_kernel", "sample_recovered_tokens_kernel")
+MRV1_KERNELS = (
+    "rejection_greedy_sample_kernel",
+    "rejection_random_sample_kernel",
+    "sample_recovered_tokens_kernel",
+)
 MRV2_FILES = {
     "rejection_sampler_utils.py": "v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
     "gumbel.py": "v1/worker/gpu/sample/gumbel.py",
@@ -58,12 +62,14 @@ def _default_vllm() -> str:
     return hits[-1]
 
 
-def _read(path: str) -> str:
+def _read(path: str, missing_ok: bool = False) -> str:
     try:
         with open(path) as f:
             return f.read()
     except OSError:
-        return ""
+        if missing_ok:
+            return ""
+        raise SystemExit(f"vendor_gpu_kernels: cannot read {path}") from None
 
 
 def _write(path: str, text: str) -> None:
@@ -75,7 +81,7 @@ def _write(path: str, text: str) -> None:
 
 def mrv1(src: str) -> str:
     """The V1 runner's Triton kernels of ``rejection_sampler.py``, with their constants."""
-    text = open(src).read()
+    text = _read(src)
     tree = ast.parse(text)
     lines = text.splitlines()
     header = [ln for ln in lines[:3] if ln.startswith("#")]
@@ -84,7 +90,9 @@ def mrv1(src: str) -> str:
         if isinstance(node, ast.FunctionDef) and node.name in MRV1_KERNELS:
             start = min(d.lineno for d in node.decorator_list) if node.decorator_list else node.lineno
             out += lines[start - 1 : node.end_lineno] + ["", ""]
-        elif isinstance(node, ast.AnnAssign | ast.Assign) and "tl.constexpr" in ast.get_source_segment(text, node):
+        elif isinstance(node, ast.AnnAssign | ast.Assign) and "tl.constexpr" in ast.get_source_segment(
+            text, node
+        ):
             out += [ast.get_source_segment(text, node), ""]
     missing = [k for k in MRV1_KERNELS if f"def {k}(" not in "\n".join(out)]
     if missing:
@@ -93,7 +101,7 @@ def mrv1(src: str) -> str:
 
 
 def mrv2_file(src: str) -> str:
-    text = open(src).read()
+    text = _read(src)
     for old, new in REWRITES.items():
         text = re.sub(rf"\bfrom {re.escape(old)} import", f"from {new} import", text)
     left = re.findall(r"^\s*(?:from|import) vllm\b.*$", text, flags=re.M)
@@ -110,12 +118,16 @@ def main(argv=None) -> int:
     vllm = args.vllm or _default_vllm()
     os.makedirs(os.path.join(args.out, "mrv2"), exist_ok=True)
     _write(os.path.join(args.out, "__init__.py"), "")
-    _write(os.path.join(args.out, "mrv1_kernels.py"), mrv1(os.path.join(vllm, "v1/sample/rejection_sampler.py")))
+    _write(
+        os.path.join(args.out, "mrv1_kernels.py"), mrv1(os.path.join(vllm, "v1/sample/rejection_sampler.py"))
+    )
     _write(os.path.join(args.out, "mrv2", "__init__.py"), "")
     _write(os.path.join(args.out, "mrv2", "triton_utils.py"), SHIM)
     for name, rel in MRV2_FILES.items():
         _write(os.path.join(args.out, "mrv2", name), mrv2_file(os.path.join(vllm, rel)))
-    found = re.search(r"__version__ = version = ['\"]([^'\"]+)", _read(os.path.join(vllm, "_version.py")))
+    found = re.search(
+        r"__version__ = version = ['\"]([^'\"]+)", _read(os.path.join(vllm, "_version.py"), missing_ok=True)
+    )
     ver = found.group(1) if found else "unknown"
     _write(os.path.join(args.out, "SOURCE"), f"vllm {ver} from {os.path.abspath(vllm)}\n")
     print(f"vendor_gpu_kernels: vLLM's kernels copied to {args.out}")

@@ -87,3 +87,30 @@ def test_sync_check_reports_a_host_read():
     assert mod.sync_free(lambda: (x * 2).sum(), torch.device("cpu")) == "sync-free"
     got = mod.sync_free(lambda: float(x.sum()), torch.device("cpu"))
     assert got.startswith("SYNC: ") and "_local_scalar_dense" in got
+
+
+def test_vendor_script_copies_vllms_kernels_without_vllm_imports(tmp_path):
+    """``scripts/vendor_gpu_kernels.py`` on the installed vLLM (the vLLM environment's; skipped
+    without one): the V1 runner's three Triton kernels and the newer runner's module tree,
+    importing triton directly and nothing of vllm."""
+    import re
+
+    spec = importlib.util.spec_from_file_location(
+        "vendor_gpu_kernels", ROOT / "scripts" / "vendor_gpu_kernels.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    try:
+        vllm = mod._default_vllm()
+    except SystemExit:
+        import pytest
+
+        pytest.skip("no .venv-vllm with vLLM's sources")
+    assert mod.main(["--vllm", vllm, "--out", str(tmp_path)]) == 0
+    mrv1 = (tmp_path / "mrv1_kernels.py").read_text()
+    for name in mod.MRV1_KERNELS:
+        assert f"def {name}(" in mrv1
+    for path in tmp_path.rglob("*.py"):
+        assert not re.search(r"^\s*(from|import) vllm\b", path.read_text(), flags=re.M), path
+    assert (tmp_path / "mrv2" / "rejection_sampler_utils.py").exists()
+    assert (tmp_path / "SOURCE").read_text().startswith("vllm ")
