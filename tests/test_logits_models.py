@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from cactus_theory.logits.drafters import early_exit_logits, early_exit_model, rtn_quantize_  # noqa: E402
-from cactus_theory.logits.models import ModelNotAvailable, load_smollm2  # noqa: E402
+from cactus_theory.logits.models import SMOLLM2_LAYERS, ModelNotAvailable, load_smollm2  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,8 @@ def test_early_exit_reads_hidden_states(smollm2):
             b = early_exit_logits(smollm2.model, out.hidden_states, k)
             # same modules, same inputs: identical up to float32 reassociation (1e-4 on logits ~10)
             assert (a - b).abs().max() < 1e-4
+        # the layer count the command line checks early-exit:K against before loading
+        assert smollm2.model.config.num_hidden_layers == SMOLLM2_LAYERS == 30
         # all 30 layers would be the verifier itself (acceptance ~1 under a drafter's name)
         with pytest.raises(ValueError, match="^drafter: 'early-exit:30'"):
             early_exit_logits(smollm2.model, out.hidden_states, 30)
