@@ -91,6 +91,8 @@ GREEDY_ROWS = 64
 SEEDED_ROWS = 16
 #: Rows per case in the side batch of zero uniforms.
 ZERO_UNIFORM_ROWS = 256
+#: Rows per case in the side batch of placeholder drafts.
+PLACEHOLDER_ROWS = 256
 
 PLACEHOLDER = -1
 
@@ -349,7 +351,7 @@ class LawCheck:
     name : str
         ``"law"``, ``"bonus-law"`` (the emitted bonus token against the bonus row),
         ``"acceptance"``, ``"counter:<name>"``, ``"layout"``, ``"bonus"``, ``"greedy"``,
-        ``"seeded"`` or ``"zero-uniform"``.
+        ``"seeded"``, ``"zero-uniform"`` or ``"placeholder"``.
     case, position : int or None
         Where (None for checks over all cases or positions).
     test : str
@@ -784,15 +786,20 @@ def _pad(x: np.ndarray, v: int) -> np.ndarray:
     return x if x.shape[-1] == v else np.concatenate([x, np.zeros((*x.shape[:-1], v - x.shape[-1]))], -1)
 
 
+def _declares(sampler, attribute: str) -> bool:
+    """The sampler, or the function an adapter wraps, has ``attribute = True``."""
+    for obj in (sampler, getattr(sampler, "fn", None), getattr(sampler, "sampler", None)):
+        if obj is not None and getattr(obj, attribute, False):
+            return True
+    return False
+
+
 def _declared_bonus(sampler, bonus):
     if bonus is not None:
         if bonus not in ("given", "drawn"):
             raise ValueError(f"bonus: expected 'given', 'drawn' or None, got {bonus!r}")
         return bonus
-    for obj in (sampler, getattr(sampler, "fn", None), getattr(sampler, "sampler", None)):
-        if obj is not None and getattr(obj, "draws_bonus_token", False):
-            return "drawn"
-    return "given"
+    return "drawn" if _declares(sampler, "draws_bonus_token") else "given"
 
 
 def check_sampler_law(
@@ -843,7 +850,10 @@ def check_sampler_law(
     ``uniform_samples`` ``[B, k+1]`` (the acceptance uniforms, as FlashInfer's chain
     speculative sampling takes them): a sampler that takes them is handed float32 uniforms
     from the check's generator and, with ``invariants``, a side batch where every uniform is
-    exactly 0 (``zero-uniform``: no token of exact probability 0 may be emitted).
+    exactly 0 (``zero-uniform``: no token of exact probability 0 may be emitted). A sampler
+    with an attribute ``takes_placeholder_drafts = True`` also gets, with ``invariants``, rows
+    whose last draft is the placeholder -1 with a zero drafter row (``placeholder``: it is never
+    accepted).
 
     Parameters
     ----------
@@ -1081,6 +1091,10 @@ def check_sampler_law(
         )
     if invariants:
         raw += _invariants(adapter, rule, cases, laws, outputs, seed, device, skipped, bonus_mode)
+        if _declares(sampler, "takes_placeholder_drafts"):
+            raw += _placeholder(adapter, cases, seed, device)
+        else:
+            skipped.append("placeholder: the sampler does not declare takes_placeholder_drafts")
     m = max(1, sum(r["test"] != "exact" for r in raw))
     level = alpha / m
     checks = []
@@ -1200,6 +1214,11 @@ def _diagnose(checks, laws, bonus_mode) -> list[str]:
             "the bonus token emitted after k acceptances is not the one handed in: if the sampler "
             "draws its own bonus token, declare it (bonus='drawn' or draws_bonus_token = True) and "
             "its law is tested instead"
+        )
+    if any(c.name == "placeholder" for c in fails):
+        out.append(
+            "a placeholder draft id -1 is accepted: it indexes the vocabulary from the end (the last "
+            "token's probabilities) instead of being rejected"
         )
     if any(c.name == "layout" for c in fails):
         out.append("the output layout (accepted drafts, one token, then -1) is broken")
@@ -1358,6 +1377,44 @@ def _greedy(adapter, rule, cases, seed, device, skipped) -> list[dict]:
             }
         )
     return raw
+
+
+def _placeholder(adapter, cases, seed, device) -> list[dict]:
+    """Rows whose last draft is the placeholder id -1 (a request that drafted k - 1 tokens) with
+    a zero drafter row: it is never accepted, so its position holds a real token and no bonus
+    token follows."""
+    bad_all, first, n = 0, "", 0
+    for c, (q, p) in enumerate(cases):
+        k, v = p.shape
+        rng = np.random.default_rng([seed, c, 4])
+        drafts = np.stack([_draw(rng, p[i], PLACEHOLDER_ROWS) for i in range(k)], axis=1)
+        drafts[:, k - 1] = PLACEHOLDER
+        p0 = p.copy()
+        p0[k - 1] = 0.0
+        bonus = _draw(rng, q[k], PLACEHOLDER_ROWS)[:, None]
+        out = _call(adapter, q, bonus, p0, drafts, device, seed * 1_000_003 + 32452843 + c)
+        at, after = out[:, k - 1], out[:, k]
+        reached = (at != PLACEHOLDER) | (after != PLACEHOLDER)  # something at or after the placeholder
+        rows = reached & ((at < 0) | (at >= v) | (after != PLACEHOLDER))
+        if rows.any() and not first:
+            r = int(np.flatnonzero(rows)[0])
+            first = (
+                f"case {c}: {int(rows.sum())} of {int(reached.sum())} rows that reach the placeholder "
+                f"draft -1 accept it, e.g. row {r}: output {out[r].tolist()}, drafts {drafts[r].tolist()}"
+            )
+        bad_all += int(rows.sum())
+        n += PLACEHOLDER_ROWS
+    return [
+        {
+            "name": "placeholder",
+            "case": None,
+            "position": None,
+            "test": "exact",
+            "p_value": float(bad_all == 0),
+            "n": n,
+            "detail": first or "a placeholder draft -1 (zero drafter row) is never accepted",
+        }
+    ]
 
 
 def _seeded(adapter, cases, seed, device, skipped) -> list[dict]:

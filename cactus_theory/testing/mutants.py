@@ -196,6 +196,15 @@ CASEBOOK = {
             "any case",
         ),
         Defect(
+            "negative-index",
+            "a placeholder draft id -1 (a request that drafted fewer tokens) indexes the last "
+            "vocabulary entry instead of being rejected",
+            "vllm-project/vllm-ascend #10043",
+            "sps",
+            "given",
+            "the placeholder side batch (a sampler that declares takes_placeholder_drafts)",
+        ),
+        Defect(
             "bonus-wrong-row",
             "a sampler that draws its own bonus token (declared) draws it from the last draft "
             "position's row instead of the bonus row",
@@ -240,7 +249,8 @@ def reference_sampler(
         bonus_token_ids [B, 1], seeded_seqs=None, raw_target_probs=None,
         raw_draft_probs=None, uniform_samples=None) -> [B, k+1]`` int64 (accepted drafts,
         the recovered or bonus token, then -1), for
-        :func:`~cactus_theory.testing.adapters.callable_adapter`. It uses
+        :func:`~cactus_theory.testing.adapters.callable_adapter`. A draft id -1 (a request that
+        drafted fewer tokens) is never accepted (``takes_placeholder_drafts = True``). It uses
         ``uniform_samples[:, :k]`` as its acceptance uniforms when given; the raw rows only
         where a defect reads them.
 
@@ -285,7 +295,9 @@ def reference_sampler(
             rows = rows[torch.where(idx < b, idx, torch.arange(b))]
         q = rows[:, 1:] if defect == "bonus-off-by-one" else rows[:, :k]
         p = draft_probs.to(torch.float32)
-        n = draft_token_ids.to(torch.int64)[..., None]
+        ids = draft_token_ids.to(torch.int64)
+        placeholder = ids < 0  # a request that drafted fewer tokens: never accepted
+        n = (ids % v if defect == "negative-index" else ids.clamp(min=0))[..., None]
         if defect == "unprocessed-target" and raw_target_probs is not None:
             q = raw_target_probs[:, :k].to(torch.float32)
             q = q / q.sum(-1, keepdim=True)
@@ -323,6 +335,8 @@ def reference_sampler(
             )
         else:
             ratio = torch.where(p_n > 0, h_n / torch.where(p_n > 0, p_n, 1.0), (h_n > 0).to(h_n.dtype))
+        if defect != "negative-index":
+            ratio = torch.where(placeholder, torch.zeros_like(ratio), ratio)
         if defect == "in-place-residual":  # recovery ran first and zeroed q_n where p is a point mass
             point = p.max(-1).values >= 1
             ratio = torch.where(point, torch.zeros_like(ratio), ratio)
@@ -374,4 +388,5 @@ def reference_sampler(
 
     sampler.__name__ = f"reference_{rule}" + (f"_{defect}" if defect else "")
     sampler.draws_bonus_token = bonus == "drawn"
+    sampler.takes_placeholder_drafts = True
     return sampler
