@@ -158,8 +158,8 @@ class _Path:
         hx, hy = row._x, -psi
         keep = hx < X
         hx, hy = hx[keep], hy[keep]
-        hx, first = np.unique(hx, return_index=True)  # equal Q by rounding: lowest y
-        hy = hy[first]
+        first = np.concatenate([[True], np.diff(hx) > 0])  # Q ascends; equal Q by rounding:
+        hx, hy = hx[first], hy[first]  # the first, whose y is the lowest
         h = _lower_hull(hx, hy) if hx.size else np.zeros(0, dtype=np.intp)
         self.hx, self.hy = hx[h], hy[h]
         psi_end = max(row.phi_S, s)  # psi_s at P(supp q): phi(P_S) or s + phi(1) = s
