@@ -126,14 +126,17 @@ def test_vllm_rows_are_sync_free(name, device_root):
     draft = torch.softmax(2 * torch.randn(5, 16, generator=g), -1)
     ids = torch.multinomial(draft, 1, generator=g)[:, 0]
     rows = torch.tensor([True, True, False, True, False])
+    # the raw rows (read by the rules that need them) and the requests' temperatures (SCD's)
+    raw = {"raw_target_logits": logits, "raw_draft_probs": draft, "temperature": torch.full((5,), 0.7)}
     with assert_no_host_sync(f"{name}'s vLLM rows"):
-        substitute_target_logits(rule, logits, draft, ids, rows)
+        substitute_target_logits(rule, logits, draft, ids, rows, **raw)
 
 
 def test_vllm_runner_layouts_are_sync_free():
     """Both runners' layouts around the rule's rows, mixed greedy and random requests (MRV1
-    given its device tensor of cumulative counts, as the plugin passes it)."""
-    rule = get_rule("sps")
+    given its device tensor of cumulative counts, as the plugin passes it; a rule that is not SpS,
+    which the plugin does not substitute at all)."""
+    rule = get_rule("cactus-taylor")
     g = torch.Generator().manual_seed(1)
     V, counts = 16, [2, 1, 2]
     logits = 2 * torch.randn(5, V, generator=g)

@@ -77,7 +77,8 @@ def scd_target(
     target_probs, draft_probs : array, shape (..., V)
         Processed q and p.
     scd_beta, scd_temperature, gate, scd_alpha
-        :math:`\beta \ge 0`, T > 0, ``"expert_toppk"`` or ``"alpha"``, :math:`0 < \alpha \le 1`.
+        :math:`\beta \ge 0`, T > 0 (a float, or an array of shape [..., 1]: one T per row),
+        ``"expert_toppk"`` or ``"alpha"``, :math:`0 < \alpha \le 1`.
     raw_target_probs, raw_draft_probs : array, shape (..., V), optional
         Raw (temperature-1) rows; default the processed ones.
 
@@ -93,7 +94,9 @@ def scd_target(
     q = target_probs
     rq = q if raw_target_probs is None else raw_target_probs
     rp = draft_probs if raw_draft_probs is None else raw_draft_probs
-    beta, T = float(scd_beta), float(scd_temperature)
+    beta = float(scd_beta)
+    # an array T (shape [..., 1]) gives each row its own temperature (an engine's requests)
+    T = scd_temperature if hasattr(scd_temperature, "shape") else float(scd_temperature)
     if gate == "expert_toppk":
         if beta == 0.0:
             return q  # pi = q on its own support: SpS

@@ -25,8 +25,8 @@ temperature T and truncates nothing, :math:`\tilde p = \mathrm{softmax}(T \log p
 float32 underflow of p below ~1e-45).
 
 **Knobs tied to the request.** SCD's ``scd_temperature`` is the request's temperature (as the
-arXiv 2607.08690 overlay sets it): rows are grouped by temperature and each group gets the rule
-with that knob (:data:`REQUEST_KNOBS`).
+arXiv 2607.08690 overlay sets it): the rule's plan gets each row's temperature as a [rows, 1]
+tensor (:data:`REQUEST_KNOBS`), on the device, without a host read.
 
 **Declared shortcuts** (apart from the maths, each checked against the plan path by the tests
 and timed against it by ``scripts/vllm_overhead.py``):
@@ -53,6 +53,8 @@ Symbols: q verifier (``target_logits`` softmaxed), p drafter (``draft_probs``), 
 """
 
 from __future__ import annotations
+
+import copy
 
 from ..._extras import require
 from ...rules import Rule
@@ -124,13 +126,6 @@ def raw_draft_from_tempered(draft_probs, temperature):
     return torch.softmax(t[:, None] * torch.log(draft_probs.to(torch.float32)), dim=-1)
 
 
-def _with_knob(rule: Rule, knob: str, value: float) -> Rule:
-    spec = _spec(rule)
-    knobs = dict(rule.knobs)
-    knobs[knob] = value
-    return spec.make(**knobs)
-
-
 def target_rows(
     rule: Rule,
     target_probs: torch.Tensor,
@@ -155,8 +150,8 @@ def target_rows(
         Raw rows, passed to the plan of a rule that reads them.
     temperature : Tensor, shape (num_rows,), optional
         Each row's request temperature: sets the rule's request-tied knob
-        (:data:`REQUEST_KNOBS`); rows are grouped by value (one host read of the distinct
-        values). Required for such a rule.
+        (:data:`REQUEST_KNOBS`) row by row (a copy of the rule whose attribute is the
+        [num_rows, 1] tensor). Required for such a rule.
     """
     q = target_probs.to(torch.float32)
     p = draft_probs.to(torch.float32)
@@ -169,17 +164,12 @@ def target_rows(
         return _plan_rows(rule, q, p, ids, raw)
     if temperature is None:
         raise ValueError(f"temperature: rule {rule.name!r} sets {tied[0]} from each request's temperature")
-    t = temperature.to(torch.float32)
-    values = torch.unique(t).tolist()
-    if len(values) == 1:  # one temperature in the batch: no gather and scatter of the rows
-        return _plan_rows(_with_knob(rule, tied[0], values[0] if values[0] > 0 else 1.0), q, p, ids, raw)
-    out = torch.empty_like(q)
-    for value in values:
-        sel = torch.nonzero(t == value)[:, 0]
-        r = _with_knob(rule, tied[0], value if value > 0 else 1.0)  # T = 0: greedy rows (kept as q)
-        sub = {k: v if v is None else v[sel] for k, v in raw.items()}
-        out[sel] = _plan_rows(r, q[sel], p[sel], ids[sel], sub)
-    return out
+    # the rule with the knob set to each row's value (shape [rows, 1]; T = 0, a greedy row left
+    # as q by the caller, gets 1): no host read of the values
+    t = temperature.to(device=q.device, dtype=torch.float32)
+    r = copy.copy(rule)
+    setattr(r, tied[0], torch.where(t > 0, t, torch.ones_like(t))[:, None])
+    return _plan_rows(r, q, p, ids, raw)
 
 
 def _plan_rows(rule, q, p, ids, raw):
