@@ -158,7 +158,7 @@ class _Path:
         hx, hy = row._x, -psi
         keep = hx < X
         hx, hy = hx[keep], hy[keep]
-        first = np.concatenate([[True], np.diff(hx) > 0])  # Q ascends; equal Q by rounding:
+        first = np.concatenate([[True], np.diff(hx) > 0])[: hx.size]  # Q ascends; equal Q by rounding:
         hx, hy = hx[first], hy[first]  # the first, whose y is the lowest
         h = _lower_hull(hx, hy) if hx.size else np.zeros(0, dtype=np.intp)
         self.hx, self.hy = hx[h], hy[h]
