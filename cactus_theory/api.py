@@ -358,41 +358,44 @@ def calibrate_delta(
         raise ValueError("eps: required (the target on the emitted divergence)")
     target_probs, draft_probs, is_dump = _dump_pairs(target_probs, draft_probs)
     per = choice("corpus" if per is None and is_dump else (per or "position"), ("position", "corpus"), "per")
-    if per == "corpus":
-        return _calibrate_corpus(target_probs, draft_probs, eps, rule, divergence)
-    scaled = _scaled(
-        "calibrate",
-        "calibrate_delta",
-        target_probs,
-        draft_probs,
-        chunk_rows,
-        max_memory,
-        progress,
-        eps=eps,
-        rule=rule,
-        divergence=divergence,
-    )
-    if scaled is not None:
-        return scaled
+    if per == "position":
+        scaled = _scaled(
+            "calibrate",
+            "calibrate_delta",
+            target_probs,
+            draft_probs,
+            chunk_rows,
+            max_memory,
+            progress,
+            eps=eps,
+            rule=rule,
+            divergence=divergence,
+        )
+        if scaled is not None:
+            return scaled
     rule = choice(rule, CALIBRATION_RULES, "rule")
     eps = as_budget(eps, "eps")
     q, p = as_prob_pair(target_probs, draft_probs)
     d = get_divergence(divergence)
-    res = _calibrate(q, p, eps, base=rule.split("-")[1], divergence=d.name)
-    single = q.ndim == 1
-
-    def out(x, kind=float):
-        return kind(x) if single else np.asarray(x)
-
+    if per == "corpus":
+        delta, achieved, acc, saturated, status = _calibrate_corpus(q, p, eps, rule, d)
+    else:
+        res = _calibrate(q, p, eps, base=rule.split("-")[1], divergence=d.name)
+        out = float if q.ndim == 1 else np.asarray
+        delta, achieved, acc = out(res.delta), out(res.divergence), out(res.acceptance)
+        saturated = bool(res.saturated) if q.ndim == 1 else np.asarray(res.saturated)
+        status = "calibrated"
     return CalibrationResult(
         rule=rule,
         divergence=d.name,
         eps=eps,
-        delta=out(res.delta),
-        emitted_divergence=out(res.divergence),
-        acceptance=out(res.acceptance),
-        saturated=out(res.saturated, bool),
+        delta=delta,
+        emitted_divergence=achieved,
+        acceptance=acc,
+        saturated=saturated,
         n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)),
+        per=per,
+        status=status,
     )
 
 
@@ -405,16 +408,12 @@ def _dump_pairs(target_probs, draft_probs):
     return target_probs, draft_probs, False
 
 
-def _calibrate_corpus(target_probs, draft_probs, eps, rule, divergence) -> CalibrationResult:
-    """One delta whose mean emitted divergence over the positions meets eps."""
+def _calibrate_corpus(q, p, eps, rule, d):
+    """One delta whose mean emitted divergence over the positions meets eps:
+    (delta, mean divergence, mean acceptance, saturated, status)."""
     from .analysis.calibration import calibrate_knob
     from .analysis.one_step import acceptance_rate, emitted_distribution, make_plan
     from .rules import get_rule
-
-    rule = choice(rule, CALIBRATION_RULES, "rule")
-    eps = as_budget(eps, "eps")
-    q, p = as_prob_pair(target_probs, draft_probs)
-    d = get_divergence(divergence)
 
     def plan(delta):
         return make_plan(get_rule(rule, delta=delta, divergence=d.name), q, p)
@@ -423,18 +422,8 @@ def _calibrate_corpus(target_probs, draft_probs, eps, rule, divergence) -> Calib
         return float(np.mean(d.unchecked(emitted_distribution(plan(delta)), q)))
 
     cal = calibrate_knob(mean_divergence, 0.0, math.inf, eps)
-    return CalibrationResult(
-        rule=rule,
-        divergence=d.name,
-        eps=eps,
-        delta=float(cal.value),
-        emitted_divergence=float(cal.achieved),
-        acceptance=float(np.mean(acceptance_rate(plan(cal.value)))),
-        saturated=cal.status == "range-end",
-        n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)),
-        per="corpus",
-        status=cal.status,
-    )
+    acc = float(np.mean(acceptance_rate(plan(cal.value))))
+    return float(cal.value), float(cal.achieved), acc, cal.status == "range-end", cal.status
 
 
 def analyze_rules(
