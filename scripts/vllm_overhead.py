@@ -7,8 +7,8 @@ One verification step is vLLM's own MRV1 ``RejectionSampler.forward``
 twice per rule on the same inputs: stock (no rule configured: the plugin's wrappers pass
 through) and with the rule (``$CACTUS_THEORY_VLLM``), whose wrapper replaces the random rows
 by :math:`\log h^{(n)}` (:mod:`cactus_theory.integrations.vllm.rows`) before the same kernels.
-The calls are interleaved (stock, then each rule, repeated ``reps`` times; one warm-up
-round first) and each variant reports its median and its spread (min, quartiles, max).
+The calls are interleaved (stock and each rule once per round, each round in its own seeded
+random order, ``reps`` rounds after one warm-up round) and each variant reports its median and its spread (min, quartiles, max).
 
 The plugin's step is split into its parts, each timed on the same rows in the same rounds:
 
@@ -252,12 +252,17 @@ def verify_step_overhead(device="cpu", *, quick=False, rules=None, B=None, k=Non
             times[name + "/plan"] = []
             times[name + "/substitute"] = []
             times[name + "/plan_path"] = []
+        order_rng = np.random.default_rng(seed)
         for r in range(reps + 1):  # round 0: warm-up, not recorded
             rec = r > 0
-            t = timed(step, stock)
-            if rec:
-                times["stock"].append(t)
-            for name in rules:
+            # each round in its own random order (a variant's place in the round, e.g. after a
+            # step that allocated much, would otherwise bias its time the same way every round)
+            for name in order_rng.permutation(["stock", *rules]).tolist():
+                if name == "stock":
+                    t = timed(step, stock)
+                    if rec:
+                        times["stock"].append(t)
+                    continue
                 t = timed(step, samplers[name])
                 tp = timed(plan, configured[name])
                 ts = timed(substitute, configured[name], q_rows.clone())  # (a spike rule writes in place)
@@ -277,7 +282,7 @@ def verify_step_overhead(device="cpu", *, quick=False, rules=None, B=None, k=Non
             os.environ[cfg.ENV_VAR] = old_env
     stock_s = _spread(times["stock"])
     out = {
-        "what": "vLLM MRV1 RejectionSampler.forward, stock vs with the plugin's rule (interleaved rounds)",
+        "what": "vLLM MRV1 RejectionSampler.forward, stock vs with the plugin's rule (interleaved rounds, each in a random order)",
         "shape": {"requests": B, "drafts_per_request": k, "vocab": V, "rows": B * k, "rounds": reps},
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu",
