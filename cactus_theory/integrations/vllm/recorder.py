@@ -79,8 +79,8 @@ class Recorder:
         self.rows_per_shard = rows_per_shard
         self.top_k_raw = top_k_raw
         self.meta = dict(meta or {})
-        self._lock = threading.Lock()
-        self._rows: list = []
+        self._buffer_lock = threading.Lock()
+        self._buffered: list = []
         self._trajs: list = []  # (length, info) of each (step, request)
         self._step = 0
         self.stopped = False
@@ -131,7 +131,7 @@ class Recorder:
         ids = host_int(draft_token_ids).astype(np.int64)
         out = host_int(output_token_ids)
         keep = host_int(rows).astype(bool)
-        with self._lock:
+        with self._buffer_lock:
             step = self._step
             self._step += 1
             start = 0
@@ -148,24 +148,24 @@ class Recorder:
                     pi = np.flatnonzero(p[r] > 0)
                     cols = compact_columns(qi, q[r][qi], pi, p[r][pi], raw_q[r], raw_p[r], self.top_k_raw)
                     accepted = 1 if j < n_acc else (0 if j == n_acc else -1)
-                    self._rows.append((cols, int(ids[r]), accepted, n_acc, step, slot, j))
+                    self._buffered.append((cols, int(ids[r]), accepted, n_acc, step, slot, j))
                     taken += 1
                 if taken:
                     self._trajs.append((taken, {"id": f"step{step}-slot{slot}", "category": "engine"}))
                 start += k
-            if len(self._rows) >= self.rows_per_shard:
+            if len(self._buffered) >= self.rows_per_shard:
                 self._flush_locked()
 
     def flush(self):
         """Write the buffered rows as one shard (if any)."""
-        with self._lock:
+        with self._buffer_lock:
             self._flush_locked()
 
     def _flush_locked(self):
-        if not self._rows or self.stopped:
+        if not self._buffered or self.stopped:
             return
-        rows, trajs = self._rows, self._trajs
-        self._rows, self._trajs = [], []
+        rows, trajs = self._buffered, self._trajs
+        self._buffered, self._trajs = [], []
         arrays = pack_compact(
             [r[0][0] for r in rows],
             [r[0][1] for r in rows],
