@@ -213,8 +213,9 @@ def rows_sync_check(name, device, V=1000):
 
 def layouts_sync_check(device, V=1000):
     """Both runners' layouts around the rows (MRV1 given its cumulative counts, as the
-    plugin passes them; MRV2), mixed greedy and random requests, with ``sps``."""
-    rule = get_rule("sps")
+    plugin passes them; MRV2), mixed greedy and random requests, with ``cactus-taylor`` (SpS
+    is not substituted at all)."""
+    rule = get_rule("cactus-taylor")
     g = torch.Generator(device=device).manual_seed(5)
     logits = 2 * torch.randn(5, V, generator=g, device=device)
     draft = torch.softmax(2 * torch.randn(5, V, generator=g, device=device), -1)
