@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq
+from scipy.optimize import brentq, isotonic_regression
 
 from .._search import golden_section
 from .._validation import as_count
@@ -70,18 +70,37 @@ def _lower_hull_chain(x, y):
     return np.asarray(hull, dtype=np.intp)
 
 
-#: Vectorised pruning passes before the monotone chain (:func:`_lower_hull`).
+def _lower_hull(x, y):
+    """Indices of the lower convex hull of points sorted by x (x strictly increasing).
+
+    The lower hull is the greatest convex minorant of the polyline, whose slopes are the
+    isotonic (nondecreasing) regression of the segments' slopes weighted by their widths
+    (Barlow et al. 1972): its vertices are where the pooled blocks of
+    :func:`scipy.optimize.isotonic_regression` (pool adjacent violators, equal slopes pooled,
+    so collinear points are dropped as by the monotone chain :func:`_lower_hull_chain`) begin,
+    and the last point; then the chain's own test over those points (:func:`_pruned_chain`).
+    """
+    n = x.size
+    if n < 3:
+        return np.arange(n)
+    cross = (x[1:-1] - x[:-2]) * (y[2:] - y[:-2]) - (y[1:-1] - y[:-2]) * (x[2:] - x[:-2])
+    if np.all(cross > 0):  # every turn strictly convex (k = 1: every prefix)
+        return np.arange(n)
+    dx = np.diff(x)
+    idx = np.asarray(isotonic_regression(np.diff(y) / dx, weights=dx).blocks, dtype=np.intp)
+    # the pooled means round: a vertex left where three points are collinear to the last bit
+    # is dropped by the monotone chain's own test on the points left
+    return idx[_pruned_chain(x[idx], y[idx])]
+
+
+#: Vectorised pruning passes before the monotone chain (:func:`_pruned_chain`).
 _PRUNE_PASSES = 64
 
 
-def _lower_hull(x, y):
-    """Indices of the lower convex hull of points sorted by x.
-
-    Vectorised passes first drop every point on or above the chord of its two neighbours
-    (never a hull vertex, so the hull is unchanged); a polyline whose turns are all strictly
-    convex is its own lower hull and is returned as it is (k = 1: every prefix), and what is
-    left after :data:`_PRUNE_PASSES` passes goes through the monotone chain.
-    """
+def _pruned_chain(x, y):
+    """:func:`_lower_hull_chain`, after vectorised passes that drop every point on or above the
+    chord of its two neighbours (never a hull vertex); a polyline whose turns are all strictly
+    convex is returned as it is."""
     idx = np.arange(x.size)
     for _ in range(_PRUNE_PASSES):
         if idx.size < 3:
@@ -257,7 +276,8 @@ def _solve_on_support(row, e):
 
 
 def solve_row(q, p, k, eps, d):
-    r"""The optimal target of one row at each budget (a list of V-vectors).
+    r"""The optimal target of one row at each budget (a list of V-vectors), and
+    :math:`\alpha^*(q) = 2 - M_0` (the min-cut over the prefixes of the row's q/p order).
 
     On supp(q) (no drafter mass where q = 0, or an infinite cost there): the bisection on M of
     the path at s = 0. Otherwise the golden section over s of the least M of each path
@@ -286,7 +306,7 @@ def solve_row(q, p, k, eps, d):
                         base = o
                     break
         out.append(base)
-    return out
+    return out, 2.0 - row.path(0.0).M_hi
 
 
 def _best_on_path(path, lam):

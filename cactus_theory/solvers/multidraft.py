@@ -324,11 +324,12 @@ def multidraft_frontier(
         raise ValueError(f"eps: expected a scalar or a 1-D array of budgets, got shape {e.shape}")
     batch, V = q.shape[:-1], q.shape[-1]
     qf, pf = q.reshape(-1, V), p.reshape(-1, V)
-    targets = np.stack([np.stack(solve_row(qr, pr, k, e, d)) for qr, pr in zip(qf, pf, strict=True)])
+    solved = [solve_row(qr, pr, k, e, d) for qr, pr in zip(qf, pf, strict=True)]
+    targets = np.stack([np.stack(t) for t, _ in solved])
     targets = targets.reshape(batch + (e.size, V))
     acc = min_cut_acceptance(targets, np.broadcast_to(p[..., None, :], targets.shape), k)
     div = d.unchecked(targets, q[..., None, :])
-    lossless = min_cut_acceptance(q, p, k)
+    lossless = np.array([a for _, a in solved]).reshape(batch)  # alpha*(q), from the row's own sort
     return MultiDraftFrontier(e, k, acc, div, lossless, targets if return_target else None, d.name)
 
 
