@@ -95,8 +95,9 @@ def scd_target(
     rq = q if raw_target_probs is None else raw_target_probs
     rp = draft_probs if raw_draft_probs is None else raw_draft_probs
     beta = float(scd_beta)
-    # an array T (shape [..., 1]) gives each row its own temperature (an engine's requests)
-    T = scd_temperature if hasattr(scd_temperature, "shape") else float(scd_temperature)
+    # the knob (a float, validated by the registry) or an array T of shape [..., 1] giving each
+    # row its own temperature (an engine's requests): the expressions below take either
+    T = scd_temperature
     if gate == "expert_toppk":
         if beta == 0.0:
             return q  # pi = q on its own support: SpS
