@@ -181,6 +181,13 @@ class _Path:
         hx, hy = hx[first], hy[first]  # the first, whose y is the lowest
         h = _lower_hull(hx, hy) if hx.size else np.zeros(0, dtype=np.intp)
         self.hx, self.hy = hx[h], hy[h]
+        # the string's inner segments are hull edges, whose slopes do not move with M: their
+        # summed cost sum dQ f(slope) is a prefix sum, so D(o(M)) costs O(log #hull) per M
+        dx = np.diff(self.hx)
+        with np.errstate(all="ignore"):
+            cost = dx * np.asarray(row.d.f(np.diff(self.hy) / dx), dtype=np.float64)
+        self._edge_cost = np.concatenate([[0.0], np.cumsum(cost)])
+        self._edge_cost_finite = bool(np.all(np.isfinite(cost)))
         psi_end = max(row.phi_S, s)  # psi_s at P(supp q): phi(P_S) or s + phi(1) = s
         if s == 0:
             self.M_lo = max(1.0, 1.0 + row.phi_S)
@@ -191,29 +198,65 @@ class _Path:
             inner = float(np.max(self.end * row._x + psi)) if psi.size else -math.inf
             self.M_hi = max(self.M_lo, 1.0, s + row.phi_Z, inner, self.end + psi_end)
 
+    def _touching(self, M):
+        """(j0, j1): the first and last hull points the string touches at M, or None where it
+        is the straight line to (X, end). Along a convex chain the slope from (0, 0) falls then
+        rises, and the slope to (X, end) rises then falls (each a weighted mean of the last and
+        the next edge's slope), so both are binary searches: the first argmin and argmax."""
+        hx, hy, X, end = self.hx, self.hy, self.row.X, self.end
+        n = hx.size
+        if n == 0:
+            return None
+
+        def first(better):  # the first j where the next point is no better
+            lo, hi = 0, n - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if better(mid + 1, mid):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
+
+        def s0(j):
+            return (hy[j] + M) / hx[j]
+
+        def s1(j):
+            return (end - (hy[j] + M)) / (X - hx[j])
+
+        j0 = first(lambda a, b: s0(a) < s0(b))
+        if not s0(j0) * X < end:  # the straight line to (X, end) stays under the ceiling
+            return None
+        j1 = first(lambda a, b: s1(a) > s1(b))
+        return (j0, j1) if j1 >= j0 else None
+
     def knots(self, M):
         """Knots (x, y) of the taut string under the ceilings M - psi(P_m), (0, 0) to (X, end)."""
         X, end = self.row.X, self.end
-        mid_x, mid_y = self.hx[:0], self.hy[:0]
-        if self.hx.size:
-            up = self.hy + M
-            s0 = up / self.hx
-            j0 = int(np.argmin(s0))
-            if s0[j0] * X < end:  # the straight line to (X, end) crosses the ceiling
-                s1 = (end - up) / (X - self.hx)
-                j1 = int(np.argmax(s1))
-                if j1 >= j0:
-                    mid_x, mid_y = self.hx[j0 : j1 + 1], up[j0 : j1 + 1]
+        t = self._touching(M)
+        if t is None:
+            mid_x, mid_y = self.hx[:0], self.hy[:0]
+        else:
+            mid_x, mid_y = self.hx[t[0] : t[1] + 1], self.hy[t[0] : t[1] + 1] + M
         return np.concatenate([[0.0], mid_x, [X]]), np.concatenate([[0.0], mid_y, [end]])
 
     def divergence(self, M):
-        """D(o(M) || q) from the knots alone (sum over segments of dQ f(slope), O(#knots)),
-        plus c s for the mass off supp(q)."""
-        kx, ky = self.knots(M)
-        dx, dy = np.diff(kx), np.diff(ky)
-        ok = dx > 0
+        """D(o(M) || q): sum over the string's segments of dQ f(slope) (the hull edges' part a
+        prefix sum), plus c s for the mass off supp(q)."""
+        X, end, f = self.row.X, self.end, self.row.d.f
+        t = self._touching(M)
         with np.errstate(all="ignore"):
-            on = float(np.sum(dx[ok] * np.asarray(self.row.d.f(dy[ok] / dx[ok]), dtype=np.float64)))
+            if t is None:
+                on = float(X * f(np.float64(end / X))) if X > 0 else 0.0
+            elif self._edge_cost_finite:
+                j0, j1 = t
+                a, b = self.hx[j0], self.hx[j1]
+                ends = np.asarray(f(np.array([(self.hy[j0] + M) / a, (end - self.hy[j1] - M) / (X - b)])))
+                on = float(a * ends[0] + (self._edge_cost[j1] - self._edge_cost[j0]) + (X - b) * ends[1])
+            else:  # an infinite edge cost: the sum itself (no inf - inf)
+                kx, ky = self.knots(M)
+                dx, dy = np.diff(kx), np.diff(ky)
+                on = float(np.sum(dx * np.asarray(f(dy / dx), dtype=np.float64)))
         return on + (self.row.c * self.s if self.s > 0 else 0.0)
 
     def target(self, M):
