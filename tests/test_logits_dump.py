@@ -175,3 +175,22 @@ def test_figures_input_draws_a_users_own_recordings(tmp_path, capsys):
     assert len(err) == 1 and "input: " in err[0] and "nothing-here" in err[0]
     assert main(["figures", "--input", str(tmp_path / "dumps"), "--names", "gamma", "-o", str(out)]) == 2
     assert "names: 'gamma' is not drawn from a dump" in capsys.readouterr().err
+
+
+def test_the_audits_frontier_is_above_every_rule_on_a_fresh_dump(tmp_path):
+    """A freshly recorded dump (the tiny model, 30 positions) through ct.audit with every default
+    rule at eps = 0.1: the printed and drawn line (the corpus-mean frontier at eps) is on or
+    above every rule whose mean KL is within eps, and every row's gaps are >= 0. Slack 1e-9:
+    the calibrations stop within float rounding of eps."""
+    import math
+
+    import cactus_theory as ct
+
+    (path,) = dump_pairs(tiny_lm(), ["early-exit:1"], PROMPTS, tmp_path, CFG, progress=False)
+    res = ct.audit(load_dump(path), eps=0.1, draft_lengths=(2,))
+    within = [r for r in res.table if r.get("emitted_kl", math.inf) <= 0.1]
+    assert len(within) >= 5 and res.frontier_at_eps is not None
+    assert max(r["acceptance"] for r in within) <= res.frontier_at_eps + 1e-9
+    for r in res.table:
+        if "acceptance" in r:
+            assert r["corpus_gap"] >= -1e-9 and r["frontier_gap"] >= -1e-9, r["rule"]
