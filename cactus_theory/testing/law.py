@@ -1429,7 +1429,8 @@ def _seeded(adapter, cases, seed, device, skipped) -> list[dict]:
     rows = list(range(0, SEEDED_ROWS, 2))
 
     def gens():
-        return {r: torch.Generator().manual_seed(seed * 131 + r) for r in rows}
+        # on the rows' device: a CUDA sampler rejects a CPU generator
+        return {r: torch.Generator(device=device).manual_seed(seed * 131 + r) for r in rows}
 
     outs = [
         _call(adapter, q, bonus, p, drafts, device, seed * 1_000_003 + 104729 + t, seeded_seqs=gens())
