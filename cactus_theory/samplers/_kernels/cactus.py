@@ -128,7 +128,7 @@ def compiled_root(divergence, dtype, device_type, delta):
             if isinstance(delta, torch.dtype):
                 example.append(torch.full((16,), 0.1, dtype=delta, device=device_type))
             options = _inductor_options()
-            while True:  # compiled by its first call; a setting this machine lacks is dropped
+            while True:  # compiled by its first call; an option the installed torch lacks is dropped
                 fn = torch.compile(graph, dynamic=True, fullgraph=True, options=options)
                 try:
                     fn(*example)
