@@ -317,3 +317,18 @@ def test_the_oracle_study_script_runs_reduced():
     res = mod.run(n_sets=30, n_lp=3, n_cvx=0, seed=1)
     assert res["subsets"]["rate"] == 1.0 and res["coupling_lp"]["rate"] == 1.0
     assert res["cvxpy/kl"]["n"] == 0
+
+
+def test_reported_acceptance_is_the_min_cut_of_the_returned_target():
+    """The frontier's acceptance (the prefix min-cut in the row's q/p order on supp(q), a sort
+    of o/p off it) equals min_cut_acceptance of the returned target: 8 rows (half with zeros
+    in q) x k = 1, 3 x KL, TV and Hellinger x 3 budgets. Tolerance 1e-12: sums of <= 10 terms."""
+    rng = np.random.default_rng(45)
+    qz, pz = _rows_with_zeros(rng, 4, 10)
+    q = np.concatenate([qz, rng.dirichlet(np.full(10, 0.5), size=4)])
+    p = np.concatenate([pz, rng.dirichlet(np.full(10, 0.5), size=4)])
+    for k in (1, 3):
+        for div in ("kl", "tv", "hellinger"):
+            r = multidraft_frontier(q, p, k, [0.01, 0.1, 0.5], div, return_target=True)
+            ref = min_cut_acceptance(r.target, np.broadcast_to(p[:, None, :], r.target.shape), k)
+            assert np.max(np.abs(r.acceptance - ref)) <= 1e-12, (k, div)

@@ -157,6 +157,12 @@ class Row:
         self._phi_all = miss_probability(np.concatenate([zero, self.P]), k)
         self._paths: dict[float, _Path] = {}
 
+    def prefix_acceptance(self, o) -> float:
+        """2 - max_m [O_m + phi(P_m)] over the prefixes of the row's q/p order: alpha*(o) for
+        a target on the path at s = 0, for which that order is an o/p order (section 2 (ii))."""
+        cum_o = np.concatenate([[0.0], np.cumsum(o[self.order])])
+        return float(2.0 - np.max(cum_o + self._phi_all))
+
     def path(self, s: float) -> _Path:
         """The path o(M) for off-support mass s (cached)."""
         path = self._paths.get(s)
@@ -319,7 +325,9 @@ def _solve_on_support(row, e):
 
 
 def solve_row(q, p, k, eps, d):
-    r"""The optimal target of one row at each budget (a list of V-vectors), and
+    r"""The optimal target of one row at each budget (a list of V-vectors), its acceptance
+    :math:`\alpha^*` where the target lies on supp(q) (:meth:`Row.prefix_acceptance`; None for
+    a target with mass off supp(q), whose o/p order is not the row's), and
     :math:`\alpha^*(q) = 2 - M_0` (the min-cut over the prefixes of the row's q/p order).
 
     On supp(q) (no drafter mass where q = 0, or an infinite cost there): the bisection on M of
@@ -330,9 +338,10 @@ def solve_row(q, p, k, eps, d):
     path's end until it holds: every returned target satisfies D <= eps as computed.
     """
     row = Row(q, p, k, d)
-    out = []
+    out, acc = [], []
     for e in eps:
         base, M_base = _solve_on_support(row, e)
+        on_support = True
         if e > 0 and row.has_off_support:
             s_hi = min(1.0, e / row.c) if row.c > 0 else 1.0
             s, M = golden_section(lambda s, e=e: row.path(s).least_M(e), 0.0, s_hi, GOLDEN_STEPS)
@@ -346,10 +355,11 @@ def solve_row(q, p, k, eps, d):
                 o, M_used = _on_budget(d, row.path(s_try), M_try, e)
                 if o is not None:
                     if M_used < M_base:
-                        base = o
+                        base, on_support = o, False
                     break
         out.append(base)
-    return out, 2.0 - row.path(0.0).M_hi
+        acc.append(row.prefix_acceptance(base) if on_support else None)
+    return out, acc, 2.0 - row.path(0.0).M_hi
 
 
 def _best_on_path(path, lam):

@@ -251,7 +251,9 @@ class MultiDraftFrontier:
     k : int
         Number of i.i.d. drafts.
     acceptance : ndarray, shape batch + (E,)
-        :math:`\alpha^*` of the returned target (exact, by :func:`min_cut_acceptance`).
+        :math:`\alpha^*` of the returned target, exact: the min-cut over the prefixes of its
+        row's q/p order where it lies on supp(q) (an o/p order there, section 2 (ii)), else
+        :func:`min_cut_acceptance`.
     divergence : ndarray, shape batch + (E,)
         :math:`D(o^*\|q)` of the returned target (<= eps).
     lossless : ndarray, shape batch
@@ -325,11 +327,17 @@ def multidraft_frontier(
     batch, V = q.shape[:-1], q.shape[-1]
     qf, pf = q.reshape(-1, V), p.reshape(-1, V)
     solved = [solve_row(qr, pr, k, e, d) for qr, pr in zip(qf, pf, strict=True)]
-    targets = np.stack([np.stack(t) for t, _ in solved])
-    targets = targets.reshape(batch + (e.size, V))
-    acc = min_cut_acceptance(targets, np.broadcast_to(p[..., None, :], targets.shape), k)
+    # alpha* of each target: by the prefixes of its row's q/p order on supp(q) (an o/p order
+    # there), by a sort of its own o/p (min_cut_acceptance) where it has mass off supp(q)
+    acc = np.array(
+        [
+            [float(min_cut_acceptance(o, pr, k)) if a is None else a for o, a in zip(t, accs)]
+            for (t, accs, _), pr in zip(solved, pf)
+        ]
+    ).reshape(batch + (e.size,))
+    targets = np.stack([np.stack(t) for t, _, _ in solved]).reshape(batch + (e.size, V))
     div = d.unchecked(targets, q[..., None, :])
-    lossless = np.array([a for _, a in solved]).reshape(batch)  # alpha*(q), from the row's own sort
+    lossless = np.array([a for _, _, a in solved]).reshape(batch)  # alpha*(q), from the row's own sort
     return MultiDraftFrontier(e, k, acc, div, lossless, targets if return_target else None, d.name)
 
 
