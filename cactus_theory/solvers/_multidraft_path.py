@@ -24,6 +24,7 @@ from scipy.optimize import brentq, isotonic_regression
 from .._search import golden_section
 from .._validation import as_count
 from ..divergences import Divergence
+from .mentored import slope_at_infinity
 
 #: Golden-section steps (0.618^80 ~ 2e-17 of the interval).
 GOLDEN_STEPS = 80
@@ -113,15 +114,6 @@ def _pruned_chain(x, y):
         keep[1:-1] = cross > 0
         idx = idx[keep]
     return idx[_lower_hull_chain(x[idx], y[idx])]
-
-
-def slope_at_infinity(d: Divergence) -> float:
-    r""":math:`f'(\infty) = \lim_{t \to \infty} f(t)/t`, the cost of a unit of mass where q = 0
-    (``inf`` for KL and Pearson chi-square)."""
-    if not d.finite_off_support:
-        return math.inf
-    with np.errstate(all="ignore"):
-        return float(d.term(np, np.array(1.0), np.array(0.0)))
 
 
 class Row:
