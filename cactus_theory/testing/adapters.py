@@ -60,6 +60,15 @@ def _parameters(fn) -> dict[str, inspect.Parameter]:
         return {}
 
 
+def _probe_capabilities(adapter, fn) -> None:
+    """The optional inputs ``fn`` takes, read from its parameter names (seeded generators, raw
+    rows, acceptance uniforms), set on ``adapter``."""
+    params = set(_parameters(fn))
+    adapter.supports_seeds = "seeded_seqs" in params
+    adapter.supports_raw = {"raw_target_probs", "raw_draft_probs"} <= params
+    adapter.supports_uniforms = "uniform_samples" in params
+
+
 class SamplerAdapter:
     """A sampler seen through one calling convention (the V0 layout in, ``[B, k+1]`` out).
 
@@ -111,9 +120,7 @@ class _V0(SamplerAdapter):
     def __init__(self, sampler):
         self.sampler = sampler
         forward = getattr(sampler, "forward", sampler)
-        self.supports_seeds = "seeded_seqs" in _parameters(forward)
-        self.supports_raw = {"raw_target_probs", "raw_draft_probs"} <= set(_parameters(forward))
-        self.supports_uniforms = "uniform_samples" in _parameters(forward)
+        _probe_capabilities(self, forward)
 
     def __call__(
         self,
@@ -217,9 +224,7 @@ class _Callable(SamplerAdapter):
             raise ValueError(f"array: expected 'torch' or 'numpy', got {array!r}")
         self.fn = fn
         self.array = array
-        self.supports_seeds = "seeded_seqs" in _parameters(fn)
-        self.supports_raw = {"raw_target_probs", "raw_draft_probs"} <= set(_parameters(fn))
-        self.supports_uniforms = "uniform_samples" in _parameters(fn)
+        _probe_capabilities(self, fn)
 
     def __call__(
         self,
