@@ -294,7 +294,7 @@ def _bench_emitted(q, p, repeats):
     V = q.shape[-1]
     ok_floor = float(np.max(np.abs(h_t - h_f)))
     # the project's dense O(V^2) oracle is out of reach at this V (it is checked against the
-    # fast path in tests/test_one_step.py); here the exact path is checked against the same
+    # fast path in tests/analysis/test_one_step.py); here the exact path is checked against the same
     # mixture built on the 64-step bisection's gamma (the slow reference of the root)
     h_ref = _emitted_spike_fast(q, p, exact_spike(q, DELTA, method="bisect"))
     ok_exact = float(np.max(np.abs(h_e - h_ref)))

@@ -1,7 +1,7 @@
 """Regenerate paper_checks/verdicts.md: every checkable claim of the Cactus paper, with numbers.
 
 Usage: ``.venv/bin/python paper_checks/run.py`` (or ``./dev report --sections claims``).
-Deterministic (seeded) and about 10 s; ``tests/test_paper_claims.py`` fails when the file
+Deterministic (seeded) and about 10 s; ``tests/lab/test_paper_claims.py`` fails when the file
 differs from a fresh run.
 """
 

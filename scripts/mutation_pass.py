@@ -37,11 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Core module -> the test files that must kill its mutants.
 TARGETS = {
-    "cactus_theory/solvers/spike.py": ["tests/test_spike_solvers.py"],
-    "cactus_theory/rules/plans.py": ["tests/test_one_step.py", "tests/test_rule_invariants.py"],
-    "cactus_theory/analysis/one_step.py": ["tests/test_one_step.py"],
-    "cactus_theory/solvers/frontier.py": ["tests/test_frontier.py"],
-    "cactus_theory/simulate/exact.py": ["tests/test_simulate.py"],
+    "cactus_theory/solvers/spike.py": ["tests/solvers/test_cvx.py"],
+    "cactus_theory/rules/plans.py": ["tests/analysis/test_one_step.py", "tests/rules/test_rule_invariants.py"],
+    "cactus_theory/analysis/one_step.py": ["tests/analysis/test_one_step.py"],
+    "cactus_theory/solvers/frontier.py": ["tests/analysis/test_frontier.py"],
+    "cactus_theory/simulate/exact.py": ["tests/simulate/test_simulate.py"],
 }
 
 _SWAPS = [

@@ -69,7 +69,7 @@ def example_code(page_text: str, name: str) -> str:
 
 def needs_vllm(code: str) -> bool:
     """An example that imports vLLM: it runs in the vLLM environment
-    (tests/test_vllm_testing_module.py), the others in the main one (tests/test_readme.py)."""
+    (tests/testing/test_vllm_testing_module.py), the others in the main one (tests/test_readme.py)."""
     return re.search(r"^\s*(import|from) vllm\b", code, re.M) is not None
 
 

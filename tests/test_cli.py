@@ -206,7 +206,7 @@ def test_benchmark_json(capsys):
     take, fused and eager, and the recovery weights; the token cascade's other branch; the
     entry validation, eager and fused). Its timings are not asserted. One sampler thread, the
     fused tests' own, at their shape: in the test run the quick rules' kernels are those of
-    test_fused_samplers.py (the same xdist group, one compile for both)."""
+    samplers/test_fused.py (the same xdist group, one compile for both)."""
     from cactus_theory.benchmark import QUICK_RULES, QUICK_SAMPLER_SHAPE
 
     assert QUICK_SAMPLER_SHAPE == FUSED_SHAPE

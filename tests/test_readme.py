@@ -178,7 +178,7 @@ def test_every_python_example_of_the_pages_runs():
     for codes in blocks.values():
         for code in codes:
             if not upd.needs_vllm(code):  # those run in the vLLM environment
-                upd.run_example(code)  # (tests/test_vllm_testing_module.py)
+                upd.run_example(code)  # (tests/testing/test_vllm_testing_module.py)
 
 
 def test_command_line_examples_of_the_readme_run(capsys):

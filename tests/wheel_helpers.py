@@ -1,7 +1,7 @@
 """Build the wheel from a copy of the sources and make small virtual environments around it.
 
 Shared by tests/test_wheel.py (the main suite: a venv without torch) and
-tests/test_vllm_wheel.py (the vLLM stage: a venv on top of .venv-vllm). The sources are copied
+tests/integrations/test_vllm_wheel.py (the vLLM stage: a venv on top of .venv-vllm). The sources are copied
 to a temporary folder first, so a build writes nothing into the working tree (setuptools puts
 its egg-info and build folders next to pyproject.toml).
 """

@@ -18,7 +18,7 @@ where it is empty (q = p) both fall back to h = q (convention 3; transformers fa
 verifier's row, the same row). DIVERSED's claim for one token follows:
 :math:`\sum_x \min(p_x, h_x) = (1 - w) + w \sum_x \min(p_x, q_x) = 1 - w\,TV(p, q)`, and
 :math:`TV(h, q) = (1 - w) TV(p, q)`. Tested against interpolation and against both formulas
-(tests/test_peer_rules.py).
+(tests/rules/test_peer_rules.py).
 
 This rule carries the authors' parametrisation; ``interpolation`` keeps the Cactus code's
 (alpha = weight of p). Not modelled: transformers' greedy mode (drafts compared with

@@ -8,7 +8,7 @@ the last W drafts of a round are never kept) and on the draft length; the law em
 a mixture whose weights depend on the neighbouring positions. This module computes it at the
 chain level, teacher-forced (:mod:`.chain`): a dynamic programme over each round's state,
 checked against an enumeration of every round's base tests and against a round-by-round
-sampler (tests/test_peer_rules.py).
+sampler (tests/rules/test_peer_rules.py).
 
 The rule (FLy's official code, ``fly/models/FLy.py``, ``SPDGenerate``; our letters)
 ------------------------------------------------------------------------------------

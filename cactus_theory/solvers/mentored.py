@@ -465,7 +465,7 @@ def solve_mentored(
         (the fixed 64-step bisection on log b, the reference; no host synchronisation),
         ``auto`` = ``fast`` for numpy input and ``bisect`` for torch tensors. Both keep the
         feasible end of their bracket and agree to the float resolution of the acceptance
-        (~1e-15; tests/test_mentored_fast.py).
+        (~1e-15; tests/solvers/test_mentored_fast.py).
 
     Returns
     -------

@@ -3,7 +3,7 @@
 Importing it registers ``rrs``, ``rrs-without-replacement``, ``spectr``, ``optimal``,
 ``block`` and ``traversal`` in :data:`VERIFIERS` (:mod:`.base`), and the lossy
 ``optimal-budget``, ``optimal-multiplier`` and ``cactus-rrs`` (:mod:`.budgeted`). Every registered verifier goes
-through the family's invariant battery (``tests/test_multidraft.py``).
+through the family's invariant battery (``tests/rules/test_multidraft_rules.py``).
 """
 
 from . import block, budgeted, optimal, rrs, spectr, traversal  # noqa: F401  (registration side effect)

@@ -7,7 +7,7 @@ conformance table in docs/testing.md is generated at the default size (20,000 dr
 by ``scripts/sampler_power.py conformance --library transformers``; here, to keep the main
 stage short, the same check runs on 1,000 draws per case (a correct sampler fails it with
 probability at most alpha = 1e-6) and the committed row of the installed version is read. The
-full-size rerun of a transformers row is in tests/test_vllm_testing_module.py (vLLM's stage,
+full-size rerun of a transformers row is in tests/testing/test_vllm_testing_module.py (vLLM's stage,
 its environment's transformers).
 """
 
@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():

@@ -36,7 +36,7 @@ from cactus_theory.testing import (
     v1_adapter,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(
     not HAVE_VLLM,

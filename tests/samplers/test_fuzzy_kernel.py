@@ -176,7 +176,7 @@ def test_sampler_decisions_with_the_threshold_on_a_row(fused, normalized):
     the fuzzy kernel's ``accept_from_rows``). The rows exercise both decisions. Softmax
     rows (sums within 1e-3 of each other) take the one-pass bounds; rows scaled by 0.5-1.5
     take the bounds on the normalized rows. The default rule at FUSED_SHAPE: the kernel of the
-    fused fuzzy tests (test_fused_samplers.py)."""
+    fused fuzzy tests (samplers/test_fused.py)."""
     s = make_sampler("fuzzy", fused=fused)
     rule = s.rule
     T = rule.fsd_div_threshold

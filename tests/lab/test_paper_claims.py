@@ -25,7 +25,7 @@ from cactus_theory.paper_claims import (
 )
 from cactus_theory.rules import get_rule
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 #: One worker runs this module (``./dev test``: ``--dist loadgroup``), so that the module-scoped
 #: fresh run of the checks (``check_claims``, the module's costly step) is computed once.

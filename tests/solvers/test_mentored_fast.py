@@ -200,7 +200,7 @@ def test_fast_agrees_with_cvxpy(div):
                 ref = max_acceptance_cvxpy(q, p, eps, div)
             except SolverFailure:
                 continue
-            tol = 1e-6 if ref.status == "optimal" else 1e-4  # as in test_frontier
+            tol = 1e-6 if ref.status == "optimal" else 1e-4  # as in test_frontier.py
             assert abs(fast - ref.acceptance) <= tol, (q, p, eps, fast, ref)
             checked += 1
     assert checked >= 4

@@ -479,7 +479,7 @@ def test_overhead_script_times_the_step_stock_and_with_a_rule(vllm_mods, tmp_pat
     """scripts/vllm_overhead.py end to end (tiny shapes, one round): the JSON and Markdown are
     written, every part is timed, and the plugin stays installed for the other tests."""
     spec = importlib.util.spec_from_file_location(
-        "vllm_overhead_script", os.path.join(os.path.dirname(__file__), "..", "scripts", "vllm_overhead.py")
+        "vllm_overhead_script", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "vllm_overhead.py")
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -814,13 +814,13 @@ def test_recorder_killed_mid_run_leaves_only_whole_shards(tmp_path):
     folder = tmp_path / "rows"
     code = (
         "import sys, numpy as np; sys.path.insert(0, sys.argv[2]);"
-        "from tests.test_vllm_plugin import _recorder_step;"
+        "from tests.integrations.test_vllm_plugin import _recorder_step;"
         "from cactus_theory.integrations.vllm.recorder import Recorder;"
         "rec = Recorder(sys.argv[1], max_bytes=10**9, rows_per_shard=1);"
         "rng = np.random.default_rng(0)\n"
         "while True: rec.record(*_recorder_step(rng, B=3, k=2, V=3000))"
     )
-    root = os.path.join(os.path.dirname(__file__), "..")
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder), root])
     try:
         deadline = time.monotonic() + 120

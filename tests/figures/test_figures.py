@@ -30,7 +30,7 @@ from cactus_theory.figures.data import (  # noqa: E402
 from cactus_theory.figures.sequence_budget import figure_sequence_budget  # noqa: E402
 from cactus_theory.figures.style import DOUBLE_COLUMN  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _small_cases():

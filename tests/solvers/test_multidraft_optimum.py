@@ -310,7 +310,7 @@ def test_the_oracle_study_script_runs_reduced():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "multidraft_oracle_study.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "multidraft_oracle_study.py"
     spec = importlib.util.spec_from_file_location("multidraft_oracle_study", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

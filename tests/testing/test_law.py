@@ -47,7 +47,7 @@ from cactus_theory.testing import (
 )
 from cactus_theory.testing import strategies as cts
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DELTA = 0.05  # a Cactus budget with frequent rejections on the default cases (acceptance < 1)
 CACTUS = get_rule("cactus-taylor", delta=DELTA)
 SPS = get_rule("sps")

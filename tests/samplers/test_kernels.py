@@ -99,7 +99,7 @@ def test_a_missing_or_broken_kernel_gives_the_derived_paths(monkeypatch, broken)
 def test_emitted_law_without_kernels(monkeypatch, name, knobs):
     """The registry emptied: one position, un-normalized float32 rows, the eager sampler's
     emitted token follows h_alg of the float64 analysis (chi-square, n = 20,000, ALPHA), as
-    with the kernels (test_sampler_fast_paths.test_emitted_law_fast_paths)."""
+    with the kernels (test_fast_paths.test_emitted_law_fast_paths)."""
     monkeypatch.setattr(_kernels._registry, "KERNELS", {})
     q, p = _pair(9)
     V, N = len(q), 20_000

@@ -409,5 +409,5 @@ def test_benchmark_scale_rows():
 def test_docs_page_states_the_default_bound():
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "scale.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scale.md").read_text()
     assert f"default {chunked.DEFAULT_MAX_MEMORY // 2**20} MiB" in text

@@ -3,7 +3,7 @@
 Checked against the eager paths on the same inputs: the row sums against float64 sums, the
 bad-row flags against the eager validation, the recovery weights and block sums against the
 eager hooks, and whole calls against the eager sampler with the same random stream. The
-laws of every fast path under ``fused=True`` are tested in test_sampler_fast_paths.py
+laws of every fast path under ``fused=True`` are tested in samplers/test_fast_paths.py
 (parametrized over ``fused``).
 Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token.
 """

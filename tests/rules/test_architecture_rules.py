@@ -14,7 +14,7 @@ import tokenize
 
 import pytest
 
-RULES_DIR = pathlib.Path(__file__).resolve().parents[1] / "cactus_theory" / "rules"
+RULES_DIR = pathlib.Path(__file__).resolve().parents[2] / "cactus_theory" / "rules"
 
 #: (what, pattern on the code with strings and comments removed)
 FORBIDDEN = [

@@ -245,7 +245,7 @@ def test_sampler_accepts_half_precision_and_checks_input():
 def test_docs_page_lists_every_verifier_and_its_example_runs(capsys):
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "multidraft.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "multidraft.md").read_text()
     for name in VERIFIERS:
         assert f"| `{name}` |" in page, f"docs/multidraft.md has no row for verifier {name!r}"
     code = page.split("```python\n", 1)[1].split("```", 1)[0]

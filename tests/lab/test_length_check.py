@@ -2,7 +2,7 @@
 
 The lockstep loop decodes speculative rows one token per step (drafted slots through the
 rule's k = 1 sampler, bonus slots from q). Its law is checked on two tiny random Llamas against
-the exact sequence probabilities, as the real loop is in test_logits_decode.py: verifier and
+the exact sequence probabilities, as the real loop is in logits/test_decode.py: verifier and
 SpS rows must reproduce q's sequence law, and a sampler that accepts every draft must be
 caught. The shipped-model run is exercised end to end in a tiny form (marked ``model``).
 """
@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_logits_decode import (  # noqa: E402  (the tiny models and the exact law of that test)
+from test_decode import (  # noqa: E402  (the tiny models and the exact law of that test)
     ALPHA,
     PLAIN,
     accept_all,
@@ -33,8 +33,8 @@ from cactus_theory.logits.length import LengthConfig, _decode_prompt, run_length
 from cactus_theory.rules import get_rule  # noqa: E402
 from cactus_theory.samplers import make_sampler  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-V, L = 4, 3  # the tiny models' vocabulary and the generated length (as in test_logits_decode)
+ROOT = Path(__file__).resolve().parents[2]
+V, L = 4, 3  # the tiny models' vocabulary and the generated length (as in logits/test_decode.py)
 N = 800  # rows per group: every one of the 64 cells has an expected count above 5 (asserted)
 
 

@@ -252,7 +252,7 @@ def test_shipped_decode_results_carry_the_spread_of_their_repeats():
             sp = c["speedup_spread"]
             assert len(sp["runs"]) == n and sp["min"] <= sp["median"] <= sp["max"], label
             assert c["speedup"] == sp["median"] and "note" not in c, label  # seeded: same tokens each time
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("update_readme", root / "scripts" / "update_readme.py")
     upd = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("update_readme", upd)  # its dataclasses resolve their module by name
@@ -268,7 +268,7 @@ def test_decode_prose_matches_the_shipped_results():
 
     from cactus_theory.logits.decode import DECODE_DIR
 
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     text = " ".join((root / "docs" / "real-distributions.md").read_text().split())
     rec = json.loads((DECODE_DIR / "results.json").read_text())
     main, side = rec["main"]["configs"], rec["side"]["configs"]

@@ -30,7 +30,7 @@ from cactus_theory.solvers.cvx_certificate import (
 from cactus_theory.solvers.mentored import max_acceptance
 from cactus_theory.solvers.spike import exact_spike
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "oracle_success_rate.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "oracle_success_rate.py"
 
 
 def _script():

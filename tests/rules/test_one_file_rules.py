@@ -2,7 +2,7 @@
 
 Each rule below is its declaration alone (a target h(q, p), a spike gamma(q_n), a decision:
 acceptance test and recovery), array-agnostic, with its RuleSpec. Registered, it runs through
-the invariant battery (tests/test_rule_invariants.py's checks, called with its name), the
+the invariant battery (tests/rules/test_rule_invariants.py's checks, called with its name), the
 float64 analysis (emitted law), the eager and the compiled samplers (their law against the
 analysis) and the vLLM row substitution, with no other code written for it. It has no torch
 kernel of its own: the samplers take the paths derived from the declaration.
@@ -15,7 +15,7 @@ import pytest
 import test_rule_invariants as invariants
 import torch
 from array_api_compat import array_namespace
-from test_sampler_kernels import _chisquare_ok, _pair
+from test_kernels import _chisquare_ok, _pair
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.integrations.vllm.rows import target_rows
@@ -133,7 +133,7 @@ def test_the_invariant_battery(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_samplers_emit_the_analysis_law(name, fused):
     """One position, un-normalized float32 rows: the sampler's emitted token follows h_alg of
-    the float64 analysis (chi-square, n = 20,000, ALPHA of test_sampler_kernels). No torch
+    the float64 analysis (chi-square, n = 20,000, ALPHA of test_kernels). No torch
     kernel is registered for these rules (the spike rule finds the kernel of every spike
     rule, Theorem 2's in-place weights)."""
     q, p = _pair(9)
