@@ -18,7 +18,9 @@ from cactus_theory.conventions import tolerance
 # The tests mirror the package (tests/<subpackage>/test_<module>.py, names unique across folders);
 # the few that share helpers import each other by module name, so every folder is importable
 # whichever file pytest collects first.
-for _folder in sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+for _folder in sorted(
+    p for p in Path(__file__).parent.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+):
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
 

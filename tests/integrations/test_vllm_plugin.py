@@ -479,7 +479,8 @@ def test_overhead_script_times_the_step_stock_and_with_a_rule(vllm_mods, tmp_pat
     """scripts/vllm_overhead.py end to end (tiny shapes, one round): the JSON and Markdown are
     written, every part is timed, and the plugin stays installed for the other tests."""
     spec = importlib.util.spec_from_file_location(
-        "vllm_overhead_script", os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "vllm_overhead.py")
+        "vllm_overhead_script",
+        os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "vllm_overhead.py"),
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
