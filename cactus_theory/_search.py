@@ -1,7 +1,10 @@
-r"""Bracketed scalar searches shared by the solvers: a threshold bisection and a golden section.
+r"""Bracketed scalar searches shared by the solvers: bisections, a golden section, Brent's root.
 
-Both are plain float64 Python loops over a callable (one value per call), for searches whose
-evaluations are themselves vectorised (a taut string, a sorted prefix sum). Their tolerances:
+The scalar ones are plain float64 Python loops over a callable (one value per call), for
+searches whose evaluations are themselves vectorised (a taut string, a sorted prefix sum);
+:func:`bisect_elementwise` runs one bisection per entry of an array (numpy or torch, the same
+operations on both: no host read), for a batch of independent scalar searches. Their
+tolerances:
 
 * :func:`bisect_threshold` halves the bracket ``steps`` times (64 by default: an interval of
   length <= 1 then shrinks below float64 resolution) and stops early once the midpoint
@@ -14,10 +17,20 @@ evaluations are themselves vectorised (a taut string, a sorted prefix sum). Thei
   of an infinite region is not lost when the midpoint falls beyond that edge. ``+inf`` values (infeasible points
   of a convex function on an interval whose feasible part contains ``lo``) are allowed when
   minimising: ties between two infinite probes move the bracket towards ``lo``.
+* :func:`bisect_interval` is :func:`bisect_threshold` returning both ends of the final
+  bracket (the end where the predicate fails too).
+* :func:`bisect_elementwise` halves every entry's bracket exactly ``steps`` times (no early
+  stop but the caller's ``stop``): after k steps the bracket is ``2**-k`` of the initial one,
+  down to the floats' resolution (a midpoint that rounds onto an end leaves the bracket as
+  it is).
+* :func:`brent_root` is :func:`scipy.optimize.brentq` (Brent's method: inverse quadratic
+  interpolation safeguarded by bisection) with its tolerance stated by the caller: the
+  returned x is within ``xtol + rtol * |x|`` of a sign change of ``fn``.
 
 References
 ----------
 J. Kiefer, "Sequential minimax search for a maximum", Proc. AMS 4 (1953) (golden section).
+R. P. Brent, "Algorithms for Minimization without Derivatives", Prentice-Hall (1973), ch. 4.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-__all__ = ["bisect_threshold", "golden_section"]
+__all__ = ["bisect_elementwise", "bisect_interval", "bisect_threshold", "brent_root", "golden_section"]
 
 _GOLDEN = 0.5 * (math.sqrt(5.0) - 1.0)
 
@@ -37,6 +50,18 @@ def bisect_threshold(holds: Callable[[float], bool], lo: float, hi: float, steps
     caller checks); the returned value is an end of the final bracket at which ``holds`` was
     True (or ``hi``).
     """
+    return bisect_interval(holds, lo, hi, steps)[1]
+
+
+def bisect_interval(
+    holds: Callable[[float], bool], lo: float, hi: float, steps: int = 64
+) -> tuple[float, float]:
+    """The final bracket ``(lo, hi)`` of :func:`bisect_threshold`'s search.
+
+    ``holds`` is False at the returned ``lo`` (or ``lo`` is the initial end) and True at the
+    returned ``hi`` (or ``hi`` is the initial end); the two are at most ``2**-steps`` of the
+    initial bracket apart, or adjacent floats.
+    """
     for _ in range(steps):
         mid = 0.5 * (lo + hi)
         if not lo < mid < hi:
@@ -45,7 +70,55 @@ def bisect_threshold(holds: Callable[[float], bool], lo: float, hi: float, steps
             hi = mid
         else:
             lo = mid
-    return hi
+    return lo, hi
+
+
+def bisect_elementwise(xp, lower, lo, hi, steps: int, stop=None):
+    """One bisection per entry: ``steps`` halvings of the brackets ``[lo, hi]`` (arrays).
+
+    Each step probes ``mid = 0.5 * (lo + hi)`` and moves ``lo`` to ``mid`` where
+    ``lower(mid)`` is True, ``hi`` to ``mid`` elsewhere (a NaN test counts as False). So an
+    end where ``lower`` holds stays on that side: for a nondecreasing ``fn``, ``lower =
+    lambda x: fn(x) <= budget`` keeps ``lo`` feasible and brackets the largest feasible x.
+    ``stop(lo, hi)``, if given, is asked after every step and ends the search when True (a
+    host read: numpy callers only).
+
+    Parameters
+    ----------
+    xp : array namespace
+        numpy or torch (``where`` is the only operation used besides ``lower``).
+    lower : callable
+        Array of probes -> boolean array of their shape.
+    lo, hi : array
+        The brackets' ends, broadcastable together.
+    steps : int
+        Halvings.
+
+    Returns
+    -------
+    lo, hi : array
+        The final brackets.
+    """
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        ok = lower(mid)
+        lo = xp.where(ok, mid, lo)
+        hi = xp.where(ok, hi, mid)
+        if stop is not None and stop(lo, hi):
+            break
+    return lo, hi
+
+
+def brent_root(fn: Callable[[float], float], lo: float, hi: float, *, xtol: float, rtol: float) -> float:
+    """A root of ``fn`` in [lo, hi] by Brent's method (:func:`scipy.optimize.brentq`).
+
+    ``fn(lo)`` and ``fn(hi)`` must differ in sign (ValueError otherwise). The returned x is
+    within ``xtol + rtol * |x|`` of a sign change of ``fn`` as computed (``rtol`` at least
+    4 float64 epsilons, scipy's floor).
+    """
+    from scipy.optimize import brentq
+
+    return float(brentq(fn, lo, hi, xtol=xtol, rtol=rtol))
 
 
 def golden_section(

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._search import bisect_interval
 from .._validation import as_budget
 from ..analysis.calibration import DELTA_CAP, calibrate_delta, global_delta, saturation_delta, spike_for
 from ..analysis.one_step import emitted_distribution
@@ -173,16 +174,11 @@ def _level_for_mean(caps, eps):
     caps = np.asarray(caps, dtype=np.float64)
     if float(np.mean(caps)) <= eps:
         return math.inf
-    lo, hi = 0.0, float(np.max(caps))
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        if float(np.mean(np.minimum(mid, caps))) <= eps:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+
+    def over(level):  # the mean at this level exceeds eps (NaN too)
+        return not float(np.mean(np.minimum(level, caps))) <= eps
+
+    return bisect_interval(over, 0.0, float(np.max(caps)), 200)[0]
 
 
 def _plan_laws(plan) -> PositionLaws:

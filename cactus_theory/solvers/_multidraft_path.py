@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq, isotonic_regression
+from scipy.optimize import isotonic_regression
 
-from .._search import golden_section
+from .._search import brent_root, golden_section
 from .._validation import as_count
 from ..divergences import Divergence
 from .mentored import slope_at_infinity
@@ -279,7 +279,7 @@ class _Path:
             return math.inf
         # D(o(M)) is continuous and nonincreasing in M: Brent's root to float resolution,
         # then the end of the bracket on the budget's side
-        M = brentq(lambda M: self.divergence(M) - e, self.M_lo, self.M_hi, xtol=1e-300, rtol=_RTOL)
+        M = brent_root(lambda M: self.divergence(M) - e, self.M_lo, self.M_hi, xtol=1e-300, rtol=_RTOL)
         if self.divergence(M) > e:
             M = min(self.M_hi, M + 2.0 * _RTOL * M)
         return M if self.divergence(M) <= e else self.M_hi

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._search import bisect_threshold
 from .._validation import as_budget, as_probs, choice
 from .._validation import token_id as as_token_id
 from ..divergences import get_divergence
@@ -275,7 +276,7 @@ def solve_verified(
         if not div <= budget:
             # the budget is met exactly, not within tol: where the optimum is steep in the
             # budget (tiny delta, q near 0) a 1e-7 excess would buy ~1e-6 of value
-            x, div = _pull_towards_q(x, q, d, budget)
+            x, div = pull_towards_q(x, q, d, budget)
         if not div <= budget:
             return None, f"divergence {div:.3g} > budget"
         return (x, div), ""
@@ -341,7 +342,7 @@ def _scalar_dual(constraint):
         return None
 
 
-def _pull_towards_q(x, q, d, budget, steps: int = 60):
+def pull_towards_q(x, q, d, budget, steps: int = 60):
     """Repair a slightly infeasible point: the least theta with ``D((1-theta) x + theta q) <= budget``.
 
     D is convex in its first argument and 0 at q, so the mixture is feasible for theta
@@ -351,12 +352,6 @@ def _pull_towards_q(x, q, d, budget, steps: int = 60):
     """
     if not np.isfinite(float(d.unchecked(x, q))) and d.finite_off_support is False:
         return x, float(d.unchecked(x, q))
-    lo, hi = 0.0, 1.0
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        if float(d.unchecked((1 - mid) * x + mid * q, q)) <= budget:
-            hi = mid
-        else:
-            lo = mid
+    hi = bisect_threshold(lambda t: float(d.unchecked((1 - t) * x + t * q, q)) <= budget, 0.0, 1.0, steps)
     y = (1 - hi) * x + hi * q
     return y, float(d.unchecked(y, q))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._search import bisect_elementwise
 from .._validation import as_count, as_nonempty_values, as_prob_pair
 from ..divergences import get_divergence
 from .mentored import _solve_checked, solve_mentored
@@ -193,10 +194,10 @@ def min_divergence_for_acceptance(
     lo = np.zeros(q.shape[:-1])
     hi = np.asarray(full.divergence, dtype=np.float64) * np.ones(q.shape[:-1])
     reach = np.asarray(full.acceptance) >= A
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        ok = np.asarray(solve_mentored(q, p, mid, d, return_target=False).acceptance) >= A
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid)
+
+    def short(eps):  # F(eps) < A (NaN too): the answer lies above eps
+        return ~(np.asarray(solve_mentored(q, p, eps, d, return_target=False).acceptance) >= A)
+
+    hi = bisect_elementwise(np, short, lo, hi, steps)[1]
     sps = np.minimum(p, q).sum(-1) >= A
     return np.where(reach, np.where(sps, 0.0, hi), np.inf)

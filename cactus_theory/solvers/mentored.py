@@ -81,6 +81,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
+from .._search import bisect_elementwise
 from .._validation import _is_torch, as_budget, as_budget_array, as_probs_or_tensor, choice
 from ..divergences import Divergence, get_divergence
 
@@ -353,13 +354,9 @@ class _Prepared:
 
 
 def _bisect(xp, fn, lo, hi, budget, steps):
-    """Largest x in [lo, hi] with fn(x) <= budget, for fn nondecreasing; fn(lo) <= budget."""
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        ok = fn(mid) <= budget
-        lo = xp.where(ok, mid, lo)
-        hi = xp.where(ok, hi, mid)
-    return lo
+    """Largest x in [lo, hi] with fn(x) <= budget, for fn nondecreasing; fn(lo) <= budget
+    (:func:`cactus_theory._search.bisect_elementwise`'s feasible end)."""
+    return bisect_elementwise(xp, lambda mid: fn(mid) <= budget, lo, hi, steps)[0]
 
 
 def _root(xp, fn, lo, hi, f_lo, f_hi, budget, scale):

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._search import bisect_threshold
 from .._validation import as_budget, as_count, as_prob_pair, choice
 from ..divergences import get_divergence
-from .cvx import CVX_DIVERGENCES, SolverFailure, _constraint, _solver_attempts
+from .cvx import CVX_DIVERGENCES, SolverFailure, _constraint, _solver_attempts, pull_towards_q
 from .cvx_certificate import _derivative, _polish
 from .multidraft import min_cut_acceptance, miss_probability, multidraft_dual_bound
 
@@ -214,11 +213,7 @@ def multidraft_frontier_cvxpy(
         x = x / x.sum()
         D = float(d.unchecked(x, q))
         if D > eps:  # pull towards q until the budget holds (the divergence is convex on the segment)
-            hi = bisect_threshold(
-                lambda t, x=x: float(d.unchecked((1 - t) * x + t * q, q)) <= eps, 0.0, 1.0, 80
-            )
-            x = (1 - hi) * x + hi * q
-            D = float(d.unchecked(x, q))
+            x, D = pull_towards_q(x, q, d, eps, 80)
         value = float(min_cut_acceptance(x, p, k))
         mu = np.clip(np.asarray(cuts.dual_value, dtype=np.float64), 0.0, None)
         if not mu.sum() > 0:

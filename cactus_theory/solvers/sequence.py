@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace
 
+from .._search import bisect_elementwise
 from .._validation import as_budget, as_prob_pair
 from ..divergences import get_divergence
 from .mentored import solve_mentored
@@ -130,13 +131,13 @@ def _band(xp, q, p, lam, lo, hi, steps, early_stop=False):
     def clipped(a):
         return xp.clip(p_on, xp.where(on, a * q, zero), xp.where(on, a * q_on * width, zero))
 
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        under = xp.sum(clipped(mid), axis=-1, keepdims=True) < 1.0
-        lo = xp.where(under, mid, lo)
-        hi = xp.where(under, hi, mid)
-        if early_stop and bool(np.all(hi - lo <= 2.3e-16 * hi)):  # numpy only: a float64 ulp
-            break
+    def under(a):
+        return xp.sum(clipped(a), axis=-1, keepdims=True) < 1.0
+
+    def ulp_apart(lo, hi):  # numpy only (a host read): a float64 ulp
+        return bool(np.all(hi - lo <= 2.3e-16 * hi))
+
+    lo, hi = bisect_elementwise(xp, under, lo, hi, steps, stop=ulp_apart if early_stop else None)
     o = clipped(hi)
     return o / xp.sum(o, axis=-1, keepdims=True), lo, hi
 

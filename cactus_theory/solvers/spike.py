@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from array_api_compat import array_namespace
 
+from .._search import bisect_elementwise
 from .._threads import in_chunks
 from .._validation import (
     _is_torch,
@@ -890,16 +891,12 @@ def _bisect_floats_torch(value, s, delta, lo, hi):
     return lo
 
 
-def _bisect(xp, d, q_n, delta, iterations, lo=None, hi=None):
-    """The bracket [lo, hi] (default [q_n, 1]) after ``iterations`` halvings; lo feasible."""
-    lo = q_n if lo is None else lo
-    hi = xp.ones_like(q_n) if hi is None else hi
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        ok = d.two_point(mid, q_n) <= delta
-        lo = xp.where(ok, mid, lo)
-        hi = xp.where(ok, hi, mid)
-    return lo, hi
+def _bisect(xp, d, q_n, delta, iterations):
+    """The bracket [q_n, 1] after ``iterations`` halvings
+    (:func:`cactus_theory._search.bisect_elementwise`); lo feasible."""
+    return bisect_elementwise(
+        xp, lambda mid: d.two_point(mid, q_n) <= delta, q_n, xp.ones_like(q_n), iterations
+    )
 
 
 def spike_scale(q_n, gamma):
