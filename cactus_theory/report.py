@@ -799,9 +799,14 @@ def section_trees(seed: int = 0, budget: float = TREE_BUDGET) -> Section:
 
 
 def section_claims(seed: int = 0) -> Section:
-    """Verdicts with numbers on the paper's checkable claims."""
-    from .paper_claims import check_claims
+    """Verdicts with numbers on the paper's checkable claims (a checkout's paper_checks/).
 
+    Raises ValueError naming ``sections`` without a checkout of the repository (an installed
+    wheel): the checks live in its ``paper_checks/`` folder, beside the package.
+    """
+    from ._lab import lab_module
+
+    check_claims = lab_module("paper_checks", "sections: claims").check_claims
     rows = tuple(
         dict(number=v.number, claim=v.claim, verdict=v.verdict, evidence=v.evidence)
         for v in check_claims(seed=seed)
@@ -836,7 +841,12 @@ SECTION_SUMMARIES = {name: fn.__doc__.strip().splitlines()[0] for name, fn in SE
 
 
 def _check_sections(sections) -> list:
-    names = list(SECTIONS) if not sections else list(sections)
+    if not sections:  # every section this install can run: claims needs a checkout's paper_checks/
+        from ._lab import checkout_root
+
+        root = checkout_root()
+        return [n for n in SECTIONS if n != "claims" or (root and (root / "paper_checks").is_dir())]
+    names = list(sections)
     for name in names:
         if name not in SECTIONS:
             raise ValueError(f"sections: unknown section {name!r}; valid: {', '.join(SECTIONS)}")
@@ -849,7 +859,9 @@ def compute_report(sections=None, seed: int = 0, progress: bool = False) -> Repo
     Parameters
     ----------
     sections : sequence of str, optional
-        Keys of :data:`SECTIONS`; unknown keys raise ValueError naming ``sections``.
+        Keys of :data:`SECTIONS`; unknown keys raise ValueError naming ``sections``. Default:
+        every section, ``claims`` only from a checkout of the repository (its checks live in
+        ``paper_checks/``; asked for by name from an installed wheel, it raises ValueError).
     seed : int
         Seed of every synthetic family.
     progress : bool

@@ -57,6 +57,21 @@ def test_console_script_runs():
     assert res.returncode == 0 and "Corollary 6 holds" in res.stdout
 
 
+
+def test_claims_from_a_checkout_and_without_one(capsys, monkeypatch):
+    """The claims section loads the checkout's paper_checks/; an installed copy (no checkout)
+    leaves it out of the default sections and, asked for by name, exits 2 with one line."""
+    from cactus_theory import _lab
+    from cactus_theory.report import SECTIONS, _check_sections
+
+    assert _check_sections(None) == list(SECTIONS)  # this checkout: every section, claims first
+    assert _lab.lab_module("paper_checks", "x").__file__.endswith("paper_checks/__init__.py")
+    monkeypatch.setattr(_lab, "checkout_root", lambda: None)
+    assert _check_sections(None) == [s for s in SECTIONS if s != "claims"]
+    assert main(["report", "--sections", "claims", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sections: claims needs a checkout of the repository" in err[0], err
+
 # --------------------------------------------------------------------------- report as data
 
 

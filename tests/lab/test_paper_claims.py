@@ -9,7 +9,8 @@ import pytest
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.divergences import get_divergence
-from cactus_theory.paper_claims import (
+from cactus_theory.rules import get_rule
+from paper_checks import (
     NOT_CHECKED,
     VERDICT_WORDS,
     Check,
@@ -23,7 +24,6 @@ from cactus_theory.paper_claims import (
     theorem3_family,
     verdict_word,
 )
-from cactus_theory.rules import get_rule
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
