@@ -93,7 +93,8 @@ def correct_samplers():
 
 
 def power_records(seeds: int, runs: int, jobs: int = 1, defects=None) -> dict:
-    from cactus_theory.testing import CASEBOOK, DEFAULT_ALPHA, DEFAULT_NUM_SAMPLES
+    from cactus_theory.testing import CASEBOOK
+    from cactus_theory.testing._check import DEFAULT_ALPHA, DEFAULT_NUM_SAMPLES
 
     names = list(CASEBOOK) if defects is None else list(defects)
     work = [("reference", CASEBOOK[d].rule, d, FIRST_MUTANT_SEED + s) for d in names for s in range(seeds)]
@@ -244,7 +245,8 @@ def conformance_row(library: str, num_samples: int | None = None, seed: int = 0)
     """Check ``library``'s sampler against the SpS law: (table row, SamplerLawResult)."""
     import torch
 
-    from cactus_theory.testing import DEFAULT_NUM_SAMPLES, check_sampler_law, v1_adapter
+    from cactus_theory.testing import check_sampler_law, v1_adapter
+    from cactus_theory.testing._check import DEFAULT_NUM_SAMPLES
 
     torch.set_num_threads(1)
     n = DEFAULT_NUM_SAMPLES if num_samples is None else num_samples

@@ -132,7 +132,7 @@ def test_without_torch_the_core_and_the_report_run_and_samplers_name_the_extra(w
 
     for module, extra in (
         ("cactus_theory.samplers", "torch"),
-        ("cactus_theory.testing.law", "test"),
+        ("cactus_theory.testing._check", "test"),
         ("cactus_theory.logits.dump", "real"),
     ):
         err = run(str(python), "-c", f"import {module}")

@@ -5,13 +5,13 @@ r"""Test any rejection sampler against the exact theory: ``cactus_theory.testing
   distribution :math:`h_{alg}` (paper, Theorem 3) and its acceptance :math:`\alpha`, at a
   stated false-failure probability, plus exact invariants (layout, bonus token, greedy rows,
   seeded rows, vLLM's counters);
-* adapters for vLLM 0.7's sampler interface, vLLM V1's ``rejection_sample`` and a plain
-  callable (:mod:`.adapters`);
+* adapters for vLLM 0.7's sampler interface, vLLM V1's ``rejection_sample``, the newer
+  runner's padded layout and a plain callable (:func:`v0_adapter`, :func:`v1_adapter`,
+  :func:`padded_adapter`, :func:`callable_adapter`);
 * :func:`reference_sampler` with planted defects, a casebook (:data:`CASEBOOK`) of bug classes
-  that real samplers have had, each with one public report (:mod:`.mutants`), to see a test
-  catch them;
-* the power of each check: the smallest total variation it detects (:mod:`.power`); a pass
-  that cannot detect a deviation of ``tv_goal`` is reported "underpowered";
+  that real samplers have had, each with one public report, to see a test catch them;
+* the power of each check: the smallest total variation it detects; a pass that cannot detect
+  a deviation of ``tv_goal`` is reported "underpowered";
 * Hypothesis strategies for (q, p) rows and draft batches (:mod:`.strategies`; needs
   ``hypothesis``);
 * a pytest plugin (:mod:`.pytest_plugin`, entry point ``cactus_theory``): the fixtures
@@ -31,59 +31,37 @@ import importlib
 #: Where each public name lives; imported on first use, so that importing this package (as the
 #: pytest plugin does in every pytest run of the environment) needs neither torch nor hypothesis.
 _LAZY = {
-    "SamplerAdapter": "adapters",
-    "as_adapter": "adapters",
-    "callable_adapter": "adapters",
-    "v0_adapter": "adapters",
-    "v1_adapter": "adapters",
-    "padded_adapter": "adapters",
-    "DEFAULT_ALPHA": "law",
-    "DEFAULT_NUM_SAMPLES": "law",
-    "ExactLaw": "law",
-    "LawCheck": "law",
-    "SamplerLawResult": "law",
-    "assert_sampler_law": "law",
-    "check_sampler_law": "law",
-    "default_cases": "law",
-    "default_raw_rows": "law",
-    "DEFAULT_CASE_NAMES": "law",
-    "DEFAULT_POWER": "power",
-    "DEFAULT_DETECTABLE_TV": "power",
-    "detectable_tv": "power",
-    "draws_needed": "power",
-    "CASEBOOK": "mutants",
-    "dyadic": "law",
-    "exact_law": "law",
-    "DEFECTS": "mutants",
-    "reference_sampler": "mutants",
+    "check_sampler_law": "_check",
+    "assert_sampler_law": "_check",
+    "SamplerLawResult": "_results",
+    "exact_law": "_exact",
+    "default_cases": "_cases",
+    "default_raw_rows": "_cases",
+    "dyadic": "_cases",
+    "v0_adapter": "_adapters",
+    "v1_adapter": "_adapters",
+    "callable_adapter": "_adapters",
+    "padded_adapter": "_adapters",
+    "reference_sampler": "_casebook",
+    "CASEBOOK": "_casebook",
+    "DEFECTS": "_casebook",
 }
 
 __all__ = [
-    "CASEBOOK",
-    "DEFAULT_CASE_NAMES",
-    "DEFAULT_DETECTABLE_TV",
-    "DEFAULT_POWER",
-    "default_raw_rows",
-    "detectable_tv",
-    "draws_needed",
-    "DEFAULT_ALPHA",
-    "DEFAULT_NUM_SAMPLES",
-    "DEFECTS",
-    "ExactLaw",
-    "LawCheck",
-    "SamplerAdapter",
-    "SamplerLawResult",
-    "as_adapter",
-    "assert_sampler_law",
-    "callable_adapter",
     "check_sampler_law",
-    "default_cases",
-    "dyadic",
+    "assert_sampler_law",
+    "SamplerLawResult",
     "exact_law",
-    "reference_sampler",
+    "default_cases",
+    "default_raw_rows",
+    "dyadic",
     "v0_adapter",
     "v1_adapter",
+    "callable_adapter",
     "padded_adapter",
+    "reference_sampler",
+    "CASEBOOK",
+    "DEFECTS",
 ]
 
 

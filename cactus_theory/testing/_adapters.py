@@ -1,8 +1,8 @@
 r"""Adapters: one calling convention for the rejection samplers of engines and papers.
 
 :func:`~cactus_theory.testing.assert_sampler_law` calls every sampler through an adapter
-that takes a batch in vLLM 0.7's V0 layout and returns the ``[B, k+1]`` int64 output (the
-accepted drafts, then one recovered-or-bonus token, then ``-1``):
+that takes a batch in vLLM 0.7's V0 layout (:class:`SamplerInputs`) and returns the ``[B, k+1]``
+int64 output (the accepted drafts, then one recovered-or-bonus token, then ``-1``):
 
 * :func:`v0_adapter`: vLLM 0.7's sampler interface, ``RejectionSampler.forward(
   target_with_bonus_probs [B, k+1, V], bonus_token_ids [B, 1], draft_probs [B, k, V],
@@ -29,20 +29,11 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from ._torch import torch
-
-__all__ = [
-    "COUNTER_NAMES",
-    "SamplerAdapter",
-    "as_adapter",
-    "padded_adapter",
-    "callable_adapter",
-    "v0_adapter",
-    "v1_adapter",
-]
 
 #: vLLM 0.7's counters on a V0 sampler (0-dim tensors, or an int for ``num_draft_tokens``).
 COUNTER_NAMES = (
@@ -67,6 +58,52 @@ def _probe_capabilities(adapter, fn) -> None:
     adapter.supports_seeds = "seeded_seqs" in params
     adapter.supports_raw = {"raw_target_probs", "raw_draft_probs"} <= params
     adapter.supports_uniforms = "uniform_samples" in params
+
+
+def _optional_keywords(adapter, inputs, convert=None) -> dict:
+    """The optional inputs the sampler takes (``_probe_capabilities``), as its keywords;
+    ``convert`` maps the raw rows and the uniforms (e.g. to numpy)."""
+    convert = convert or (lambda t: t)
+    kwargs = {"seeded_seqs": inputs.seeded_seqs} if adapter.supports_seeds else {}
+    if inputs.raw is not None:
+        kwargs["raw_target_probs"], kwargs["raw_draft_probs"] = (convert(r) for r in inputs.raw)
+    if inputs.uniform_samples is not None:
+        kwargs["uniform_samples"] = convert(inputs.uniform_samples)
+    return kwargs
+
+
+@dataclass
+class SamplerInputs:
+    """One batch the check hands an adapter, in vLLM 0.7's V0 layout.
+
+    Attributes
+    ----------
+    target_probs : Tensor, shape [B, k+1, V]
+        Verifier rows; the last position is the bonus row.
+    bonus_token_ids : Tensor, shape [B, 1]
+        Bonus tokens drawn from the bonus row.
+    draft_probs : Tensor, shape [B, k, V]
+        Drafter rows.
+    draft_token_ids : Tensor, shape [B, k]
+        Drafted tokens, drawn from the drafter rows (-1: a placeholder draft).
+    seeded_seqs : dict of int to torch.Generator, optional
+        Rows with their own generator.
+    greedy : Tensor of bool, shape [B], optional
+        Rows flagged greedy (an adapter with ``supports_greedy_flag``).
+    raw : (Tensor [B, k+1, V], Tensor [B, k, V]), optional
+        The raw (temperature-1) rows.
+    uniform_samples : Tensor, shape [B, k+1], optional
+        The acceptance uniforms.
+    """
+
+    target_probs: torch.Tensor
+    bonus_token_ids: torch.Tensor
+    draft_probs: torch.Tensor
+    draft_token_ids: torch.Tensor
+    seeded_seqs: dict | None = None
+    greedy: torch.Tensor | None = None
+    raw: tuple | None = None
+    uniform_samples: torch.Tensor | None = None
 
 
 class SamplerAdapter:
@@ -95,18 +132,7 @@ class SamplerAdapter:
     supports_raw = False
     supports_uniforms = False
 
-    def __call__(
-        self,
-        target_probs: torch.Tensor,
-        bonus_token_ids: torch.Tensor,
-        draft_probs: torch.Tensor,
-        draft_token_ids: torch.Tensor,
-        *,
-        seeded_seqs: dict[int, torch.Generator] | None = None,
-        greedy: torch.Tensor | None = None,
-        raw: tuple[torch.Tensor, torch.Tensor] | None = None,
-        uniform_samples: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def __call__(self, inputs: SamplerInputs) -> torch.Tensor:
         raise NotImplementedError
 
     def counters(self) -> dict[str, int] | None:
@@ -122,35 +148,19 @@ class _V0(SamplerAdapter):
         forward = getattr(sampler, "forward", sampler)
         _probe_capabilities(self, forward)
 
-    def __call__(
-        self,
-        target_probs,
-        bonus_token_ids,
-        draft_probs,
-        draft_token_ids,
-        *,
-        seeded_seqs=None,
-        greedy=None,
-        raw=None,
-        uniform_samples=None,
-    ):
+    def __call__(self, inputs):
         kwargs = {
-            "target_with_bonus_probs": target_probs,
-            "bonus_token_ids": bonus_token_ids,
-            "draft_probs": draft_probs,
-            "draft_token_ids": draft_token_ids,
+            "target_with_bonus_probs": inputs.target_probs,
+            "bonus_token_ids": inputs.bonus_token_ids,
+            "draft_probs": inputs.draft_probs,
+            "draft_token_ids": inputs.draft_token_ids,
+            **_optional_keywords(self, inputs),
         }
-        if self.supports_seeds:
-            kwargs["seeded_seqs"] = seeded_seqs
-        if raw is not None:
-            kwargs["raw_target_probs"], kwargs["raw_draft_probs"] = raw
-        if uniform_samples is not None:
-            kwargs["uniform_samples"] = uniform_samples
         if getattr(self.sampler, "num_accepted_tokens", 0) is None and callable(
             getattr(self.sampler, "init_tensors", None)
         ):
             # vLLM creates its device counters in init_tensors and fails on a fresh sampler
-            self.sampler.init_tensors(target_probs.device)
+            self.sampler.init_tensors(inputs.target_probs.device)
         return torch.as_tensor(self.sampler(**kwargs)).to(torch.int64)
 
     def counters(self):
@@ -171,23 +181,18 @@ class _V1(SamplerAdapter):
         self.fn = rejection_sample
         self.make_metadata = sampling_metadata or _sampling_metadata
 
-    def __call__(
-        self,
-        target_probs,
-        bonus_token_ids,
-        draft_probs,
-        draft_token_ids,
-        *,
-        seeded_seqs=None,
-        greedy=None,
-        uniform_samples=None,
-    ):
+    def __call__(self, inputs):
+        target_probs, draft_probs, draft_token_ids = (
+            inputs.target_probs,
+            inputs.draft_probs,
+            inputs.draft_token_ids,
+        )
         b, k = draft_token_ids.shape
         v = target_probs.shape[-1]
         device = target_probs.device
         temperature = torch.ones(b, dtype=torch.float32, device=device)
-        if greedy is not None:
-            temperature = torch.where(greedy.to(device), torch.zeros_like(temperature), temperature)
+        if inputs.greedy is not None:
+            temperature = torch.where(inputs.greedy.to(device), torch.zeros_like(temperature), temperature)
         cu = (torch.arange(1, b + 1, device=device, dtype=torch.int32) * k).contiguous()
         logits = torch.log(target_probs[:, :k].to(torch.float32)).reshape(b * k, v).contiguous()
         out = self.fn(
@@ -197,8 +202,8 @@ class _V1(SamplerAdapter):
             cu,
             draft_probs.reshape(b * k, v).to(torch.float32).contiguous(),
             logits,
-            bonus_token_ids.to(torch.int64).contiguous(),
-            self.make_metadata(temperature, dict(seeded_seqs or {})),
+            inputs.bonus_token_ids.to(torch.int64).contiguous(),
+            self.make_metadata(temperature, dict(inputs.seeded_seqs or {})),
         )
         return torch.as_tensor(out).to(torch.int64)
 
@@ -226,29 +231,12 @@ class _Callable(SamplerAdapter):
         self.array = array
         _probe_capabilities(self, fn)
 
-    def __call__(
-        self,
-        target_probs,
-        bonus_token_ids,
-        draft_probs,
-        draft_token_ids,
-        *,
-        seeded_seqs=None,
-        greedy=None,
-        raw=None,
-        uniform_samples=None,
-    ):
-        args = (target_probs, draft_probs, draft_token_ids, bonus_token_ids)
-        if self.array == "numpy":
+    def __call__(self, inputs):
+        args = (inputs.target_probs, inputs.draft_probs, inputs.draft_token_ids, inputs.bonus_token_ids)
+        to_numpy = self.array == "numpy"
+        if to_numpy:
             args = tuple(a.cpu().numpy() for a in args)
-            raw = None if raw is None else tuple(r.cpu().numpy() for r in raw)
-        kwargs = {"seeded_seqs": seeded_seqs} if self.supports_seeds else {}
-        if raw is not None:
-            kwargs["raw_target_probs"], kwargs["raw_draft_probs"] = raw
-        if uniform_samples is not None:
-            kwargs["uniform_samples"] = (
-                uniform_samples.cpu().numpy() if self.array == "numpy" else uniform_samples
-            )
+        kwargs = _optional_keywords(self, inputs, (lambda t: t.cpu().numpy()) if to_numpy else None)
         out = self.fn(*args, **kwargs)
         if isinstance(out, torch.Tensor):
             return out.to(torch.int64)
@@ -315,18 +303,8 @@ class _Padded(SamplerAdapter):
     def __init__(self, fn):
         self.fn = fn
 
-    def __call__(
-        self,
-        target_probs,
-        bonus_token_ids,
-        draft_probs,
-        draft_token_ids,
-        *,
-        seeded_seqs=None,
-        greedy=None,
-        raw=None,
-        uniform_samples=None,
-    ):
+    def __call__(self, inputs):
+        target_probs, bonus_token_ids = inputs.target_probs, inputs.bonus_token_ids
         b, k1, v = target_probs.shape
         # the bonus row made one-hot at the pre-drawn bonus token: a sampler that draws its bonus
         # token from that row emits exactly it, so the bonus check stays exact
@@ -334,9 +312,9 @@ class _Padded(SamplerAdapter):
         rows[:, -1] = 0.0
         rows[:, -1].scatter_(-1, bonus_token_ids.reshape(b, 1), 1.0)
         sampled = torch.zeros((b, k1), dtype=torch.int64, device=target_probs.device)
-        sampled[:, 1:] = draft_token_ids  # each request's first entry: the last emitted token (0)
+        sampled[:, 1:] = inputs.draft_token_ids  # each request's first entry: the last emitted token (0)
         cu = torch.arange(0, b * k1 + 1, k1, dtype=torch.int32, device=target_probs.device)
-        out = self.fn(rows.reshape(b * k1, v), draft_probs, sampled.reshape(-1), cu)
+        out = self.fn(rows.reshape(b * k1, v), inputs.draft_probs, sampled.reshape(-1), cu)
         if isinstance(out, tuple):  # (sampled [B, k+1], num_sampled [B]) as the newer runner returns
             tokens, num = (torch.as_tensor(x) for x in out)
             tokens = tokens.to(torch.int64).clone()
@@ -386,3 +364,21 @@ def as_adapter(sampler) -> SamplerAdapter:
     if "target_with_bonus_probs" in _parameters(getattr(sampler, "forward", sampler)):
         return v0_adapter(sampler)
     return callable_adapter(sampler)
+
+
+def _declares(sampler, attribute: str) -> bool:
+    """The sampler, or the function an adapter wraps, has ``attribute = True``."""
+    for obj in (sampler, getattr(sampler, "fn", None), getattr(sampler, "sampler", None)):
+        if obj is not None and getattr(obj, attribute, False):
+            return True
+    return False
+
+
+def _declared_bonus(sampler, bonus):
+    """The bonus contract: ``bonus`` when given, else ``"drawn"`` when the sampler declares
+    ``draws_bonus_token = True``, else ``"given"``."""
+    if bonus is not None:
+        if bonus not in ("given", "drawn"):
+            raise ValueError(f"bonus: expected 'given', 'drawn' or None, got {bonus!r}")
+        return bonus
+    return "drawn" if _declares(sampler, "draws_bonus_token") else "given"

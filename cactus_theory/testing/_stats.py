@@ -1,4 +1,10 @@
-r"""The power of the sampler-law check: the smallest deviation a chi-square test detects.
+r"""The statistical tests of the sampler-law check, and their power.
+
+The tests: Pearson's chi-square of emitted tokens against an exact law (cells of small
+expected count pooled; a token of exact probability 0 that is emitted fails outright), an exact
+two-sided binomial test of an acceptance count, and Bernstein's inequality for a counter.
+
+The power: the smallest deviation a chi-square test detects.
 
 Pearson's chi-square statistic of ``n`` draws from a law :math:`g` tested against :math:`h`
 on ``df + 1`` cells is asymptotically non-central chi-square with ``df`` degrees of freedom
@@ -26,9 +32,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+import numpy as np
 from scipy import optimize, stats
-
-__all__ = ["DEFAULT_DETECTABLE_TV", "DEFAULT_POWER", "detectable_tv", "draws_needed", "noncentrality"]
 
 #: The power at which the smallest detectable deviation is stated.
 DEFAULT_POWER = 0.9
@@ -68,3 +73,101 @@ def draws_needed(tv: float, df: int, level: float, power: float = DEFAULT_POWER)
     if not tv > 0:
         raise ValueError(f"tv: expected a positive total variation, got {tv!r}")
     return int(math.ceil(noncentrality(int(df), float(level), float(power)) / (4.0 * tv * tv)))
+
+
+def _chi_square(counts: np.ndarray, probs: np.ndarray, min_expected: float):
+    """(p-value, detail, cells) of Pearson's chi-square; cells below min_expected pooled.
+
+    ``cells`` is the number of cells tested (0 when an impossible token decided it)."""
+    n = int(counts.sum())
+    if n == 0:
+        return 1.0, "position never reached", 0
+    impossible = (probs <= 0) & (counts > 0)
+    if impossible.any():
+        j = int(np.flatnonzero(impossible)[0])
+        return (
+            0.0,
+            (
+                f"token {j} emitted {int(counts[j])} times, its exact probability is 0 "
+                f"({int(counts[impossible].sum())} draws on impossible tokens)"
+            ),
+            0,
+        )
+    exp = probs / probs.sum() * n
+    keep = exp >= min_expected
+    obs = counts[keep].astype(np.float64)
+    ex = exp[keep]
+    if (~keep).any() and exp[~keep].sum() > 0:
+        obs = np.append(obs, counts[~keep].sum())
+        ex = np.append(ex, exp[~keep].sum())
+    resid = (counts - exp) / np.sqrt(np.where(exp > 0, exp, 1.0))
+    j = int(np.argmax(np.abs(resid)))
+    tv = 0.5 * float(np.abs(counts / n - probs / probs.sum()).sum())
+    detail = (
+        f"emitted frequencies vs exact law: TV {tv:.4f}; largest deviation token {j}: "
+        f"observed {counts[j] / n:.4f}, exact {probs[j] / probs.sum():.4f}"
+    )
+    if len(ex) < 2:
+        return 1.0, detail + " (one cell: nothing to test)", len(ex)
+    pval = float(stats.chisquare(obs, ex * obs.sum() / ex.sum()).pvalue)
+    return pval, detail, len(ex)
+
+
+def _binomial(successes: int, n: int, prob: float):
+    if n == 0:
+        return 1.0, "position never reached"
+    prob = min(max(prob, 0.0), 1.0)
+    pval = float(stats.binomtest(successes, n, prob).pvalue)
+    return pval, f"acceptance observed {successes / n:.4f}, exact {prob:.4f}"
+
+
+def _bernstein(observed: float, mean: float, variance: float):
+    r"""Two-sided Bernstein bound :math:`2\exp(-t^2 / (2(\sigma^2 + t/3)))` for a sum of
+    independent [0, 1] variables, at :math:`t = |S - E S|`."""
+    t = abs(observed - mean)
+    if t == 0:
+        return 1.0
+    return float(min(1.0, 2.0 * math.exp(-t * t / (2.0 * (variance + t / 3.0)))))
+
+
+def _token_law(tokens: np.ndarray, probs: np.ndarray, min_expected: float):
+    """Chi-square of emitted token ids against ``probs``; ids outside the vocabulary fail."""
+    v = len(probs)
+    bad = (tokens < 0) | (tokens >= v)
+    if bad.any():
+        return 0.0, f"{int(bad.sum())} emitted ids outside the vocabulary, e.g. {int(tokens[bad][0])}", 0
+    return _chi_square(np.bincount(tokens, minlength=v), probs, min_expected)
+
+
+def _power_fields(
+    r: dict, passed: bool, level: float, power: float, tv_goal: float, num_samples: int
+) -> dict:
+    """detectable_tv, underpowered and draws_needed of one raw chi-square check."""
+    if r["test"] != "chi-square":
+        return {}
+    n, support, reach = r["n"], r["_support"], r["_reach"]
+    if support <= 1:  # one possible token: any other token fails outright
+        tv = 0.0 if n == 0 else 1.0 - (1.0 - power) ** (1.0 / n)
+        df_goal = None
+    elif r["_cells"] >= 2:
+        tv = detectable_tv(n, r["_cells"] - 1, level, power)
+        df_goal = support - 1
+    elif r["_cells"] == 0 and n > 0:  # decided by an impossible token: the nominal power
+        tv = detectable_tv(n, support - 1, level, power)
+        df_goal = support - 1
+    else:
+        tv = math.inf if n > 0 or reach > 0 else None
+        df_goal = support - 1
+    if n == 0 and reach == 0:
+        return {"detectable_tv": None}
+    under = bool(passed and tv is not None and tv > tv_goal)
+    need = None
+    if under:
+        if df_goal is None:
+            per_pos = math.ceil(math.log(1.0 - power) / math.log(1.0 - tv_goal))
+        else:
+            per_pos = draws_needed(tv_goal, df_goal, level, power)
+        # draws per case whose reached count falls short of per_pos with probability ~0.001
+        # (three standard deviations of the binomial count spared)
+        need = int(math.ceil((per_pos + 3.0 * math.sqrt(per_pos)) / reach)) if reach > 0 else None
+    return {"detectable_tv": tv, "underpowered": under, "draws_needed": need}

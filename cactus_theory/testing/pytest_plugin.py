@@ -40,9 +40,12 @@ from __future__ import annotations
 
 import pytest
 
-MARKER = "sampler_law"
+#: pytest finds the hooks and fixtures below by name; nothing here is imported by users.
+__all__ = []
+
+_MARKER = "sampler_law"
 #: Marker keywords that configure the check (the others are the rule's knobs).
-CHECK_OPTIONS = (
+_CHECK_OPTIONS = (
     "num_samples",
     "alpha",
     "min_expected",
@@ -77,7 +80,7 @@ def pytest_addoption(parser):
         default=None,
         metavar="N",
         help="draws per case of every sampler_law check (default: the marker's, "
-        "else cactus_theory.testing.DEFAULT_NUM_SAMPLES)",
+        "else check_sampler_law's default)",
     )
     group.addoption(
         "--sampler-law-alpha",
@@ -85,29 +88,29 @@ def pytest_addoption(parser):
         default=None,
         metavar="ALPHA",
         help="false-failure probability of each sampler_law check (default: the "
-        "marker's, else cactus_theory.testing.DEFAULT_ALPHA)",
+        "marker's, else check_sampler_law's default)",
     )
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(rule, **knobs): the rule (with its knobs) and options "
+        f"{_MARKER}(rule, **knobs): the rule (with its knobs) and options "
         "(num_samples, alpha, min_expected, invariants, target_probs, draft_probs, seed) "
         "of the sampler_law fixture",
     )
 
 
 def _marker_settings(request):
-    marker = request.node.get_closest_marker(MARKER)
+    marker = request.node.get_closest_marker(_MARKER)
     if marker is None:
         return None, {}, {}
     args = list(marker.args)
     kwargs = dict(marker.kwargs)
     rule = kwargs.pop("rule", args.pop(0) if args else None)
     if args:
-        raise ValueError(f"{MARKER}: takes one positional argument (the rule), got {marker.args}")
-    options = {k: kwargs.pop(k) for k in CHECK_OPTIONS if k in kwargs}
+        raise ValueError(f"{_MARKER}: takes one positional argument (the rule), got {marker.args}")
+    options = {k: kwargs.pop(k) for k in _CHECK_OPTIONS if k in kwargs}
     return rule, kwargs, options
 
 
@@ -136,7 +139,7 @@ def sampler_law(request):
         name = rule if rule is not None else marker_rule
         if name is None:
             raise ValueError(
-                f"rule: give sampler_law a rule, or mark the test with @pytest.mark.{MARKER}(rule, ...)"
+                f"rule: give sampler_law a rule, or mark the test with @pytest.mark.{_MARKER}(rule, ...)"
             )
         configured = get_rule(name, **knobs) if (isinstance(name, str) and knobs) else get_rule(name)
         merged = dict(options)
@@ -151,9 +154,9 @@ def sampler_law(request):
         try:
             result = assert_sampler_law(sampler, configured, q, p, **merged)
         except AssertionError as err:
-            request.node.user_properties.append((MARKER, str(err)))
+            request.node.user_properties.append((_MARKER, str(err)))
             raise
-        request.node.user_properties.append((MARKER, result.report()))
+        request.node.user_properties.append((_MARKER, result.report()))
         return result
 
     return check

@@ -20,7 +20,7 @@ Rows (:func:`pairs`, float64, each row sums to 1) come in the kinds a rejection 
 The bulk of each row comes from a numpy generator seeded by Hypothesis, so an example is
 reproducible and the drawn parameters (kind, V, concentration, temperature, ...) shrink.
 ``exact_float32=True`` rounds every row to multiples of :math:`2^{-20}`
-(:func:`~cactus_theory.testing.law.dyadic`): a float32 sampler then sees exactly the rows the
+(:func:`~cactus_theory.testing.dyadic`): a float32 sampler then sees exactly the rows the
 float64 analysis does.
 
 Batches (:func:`draft_batches`) give a :class:`DraftBatch`: per request, k drafts
@@ -42,10 +42,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import distributions
+from ._cases import dyadic
 from ._torch import torch
-from .law import dyadic
 
-__all__ = ["PAIR_KINDS", "DraftBatch", "draft_batches", "pair_of_kind", "pairs"]
+__all__ = ["PAIR_KINDS", "DraftBatch", "draft_batches", "pairs"]
 
 PAIR_KINDS = (
     "dirichlet",
@@ -72,7 +72,7 @@ def _noisy_copy(rng, v, sigma):
 
 
 @st.composite
-def pair_of_kind(draw, kind: str, min_vocab: int = 2, max_vocab: int = 64, *, exact_float32: bool = False):
+def _pair_of_kind(draw, kind: str, min_vocab: int = 2, max_vocab: int = 64, *, exact_float32: bool = False):
     """One (q, p) pair of the given kind (:data:`PAIR_KINDS`); float64 rows summing to 1.
 
     Parameters
@@ -161,7 +161,7 @@ def pairs(
     if not kinds or any(k not in PAIR_KINDS for k in kinds):
         raise ValueError(f"kinds: expected a non-empty subset of {PAIR_KINDS}, got {kinds}")
     return st.sampled_from(kinds).flatmap(
-        lambda kind: pair_of_kind(kind, min_vocab, max_vocab, exact_float32=exact_float32)
+        lambda kind: _pair_of_kind(kind, min_vocab, max_vocab, exact_float32=exact_float32)
     )
 
 
