@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from cactus_theory import _threads
 from cactus_theory.divergences import get_divergence, kl_two_point
-from cactus_theory.solvers import spike
-from cactus_theory.solvers.spike import exact_spike, lambert_w
+from cactus_theory.solvers import _spike_batch, _spike_device, _spike_kl, spike
+from cactus_theory.solvers._spike_closed import lambert_w
+from cactus_theory.solvers.spike import exact_spike
 
 KL = get_divergence("kl")
 EPS = np.finfo(np.float64).eps
@@ -69,7 +70,7 @@ def test_interior_form_is_kl_two_point_bit_for_bit(s, t):
     if not s <= x < 1.0:
         return
     xs, ss = np.array([x]), np.array([s])
-    g, _, one_x = spike._kl_interior(xs, ss)
+    g, _, one_x = _spike_kl._kl_interior(xs, ss)
     assert g[0] == kl_two_point(np, xs, ss)[0]
     assert one_x[0] == 1.0 - x
 
@@ -106,14 +107,14 @@ def test_walk_and_bisection_fallback_are_exercised_and_certified(monkeypatch, wa
     fixes them; with no walk (``_WALK = 0``) the bisection of the floats does, with the same
     certificate."""
     calls = {"bisected": 0}
-    real = spike._bisect_floats
+    real = _spike_batch._bisect_floats
 
     def counting(*args, **kwargs):
         calls["bisected"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(spike, "_bisect_floats", counting)
-    monkeypatch.setattr(spike, "_WALK", walk)
+    monkeypatch.setattr(_spike_batch, "_bisect_floats", counting)
+    monkeypatch.setattr(_spike_batch, "_WALK", walk)
     s, d = _wide_domain(1, 3000)
     g = exact_spike(s, d)
     if walk == 0:
@@ -133,7 +134,7 @@ def test_bisection_of_the_floats_closes_any_bracket(divergence):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         keep = (s > 0) & (s < 1) & (d.two_point(np.ones_like(s), s) > delta)
     s, delta = s[keep], delta[keep]
-    lo = spike._bisect_floats(d.two_point, s, delta, s.copy(), np.ones_like(s))
+    lo = _spike_batch._bisect_floats(d.two_point, s, delta, s.copy(), np.ones_like(s))
     assert np.all(d.two_point(lo, s) <= delta)
     assert np.all(d.two_point(np.nextafter(lo, 2.0), s) > delta)
 
@@ -153,7 +154,7 @@ def test_lambert_w_log_step_matches_scipy():
     [1, 1e300]; 1e-6 is what the start's accuracy (next test) is built on."""
     z = 10.0 ** np.linspace(0.0, 300.0, 30001)
     want = scipy.special.lambertw(z).real
-    got = spike._lambert_w_log_step(z, lambert_w(np, z, steps=0))
+    got = _spike_kl._lambert_w_log_step(z, lambert_w(np, z, steps=0))
     assert np.max(np.abs(got - want) / want) <= 1e-6
 
 
@@ -165,10 +166,10 @@ def test_kl_start_is_inside_and_sharp_for_small_roots():
     uncorrected Lambert point is 8e-3 off at the benchmark's rows."""
     s, d = _wide_domain(3, 20_000)
     with np.errstate(divide="ignore", invalid="ignore"):
-        solve = (s >= 1e-280) & (s < 1) & (d > 0) & (spike._kl_at_one(s) > d)
+        solve = (s >= 1e-280) & (s < 1) & (d > 0) & (_spike_kl._kl_at_one(s) > d)
     s, d = s[solve], d[solve]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # as the solver calls it
-        x0 = spike._kl_start(np, s, d)
+        x0 = _spike_kl._kl_start(np, s, d)
     assert np.all((x0 > s) & (x0 < 1.0))
     root = exact_spike(s, d)
     small = ((d - s) / (math.e * s) > 1.0) & (root < 1e-2)
@@ -321,17 +322,17 @@ def test_rounding_to_the_dtype_bisects_where_the_walk_does_not_suffice(
     d = get_divergence(divergence)
     q_n, dd = _torch_domain(torch, torch.float32, 5)
     delta = torch.tensor(dd, dtype=torch.float32)
-    root = spike._host_root(q_n, delta, d)
+    root = _spike_device._host_root(q_n, delta, d)
     q = torch.nan_to_num(q_n, nan=0.0)
-    monkeypatch.setattr(spike, "_DTYPE_WALK", walk)
+    monkeypatch.setattr(_spike_device, "_DTYPE_WALK", walk)
     calls = []
-    real = spike._bisect_floats_torch
+    real = _spike_device._bisect_floats_torch
     monkeypatch.setattr(
-        spike, "_bisect_floats_torch", lambda v, s, *a: calls.append(s.numel()) or real(v, s, *a)
+        _spike_device, "_bisect_floats_torch", lambda v, s, *a: calls.append(s.numel()) or real(v, s, *a)
     )
-    host = spike._round_to_dtype(root, q_n, delta, d, host=True)
+    host = _spike_device._round_to_dtype(root, q_n, delta, d, host=True)
     assert bool(calls) == bisected
-    device = spike._round_to_dtype(root, q_n, delta, d)
+    device = _spike_device._round_to_dtype(root, q_n, delta, d)
     assert torch.equal(host, device)
     assert bool(torch.all(d.two_point(host, q) <= delta)) and bool(torch.all(host >= q))
     assert bool(torch.all(host.double() <= torch.maximum(root, q.double())))
@@ -345,14 +346,14 @@ def test_root_in_chunks_on_threads_is_the_same_floats(monkeypatch, divergence, t
     bit for bit (Newton divergences, and TV's bisection), with uneven splits (3 chunks; 9
     blocks of at most ``ROOT_BLOCK`` entries on one or two threads)."""
     monkeypatch.setattr(_threads, "thread_count", lambda: threads)
-    monkeypatch.setattr(spike, "PARALLEL_MIN", 8192)
-    monkeypatch.setattr(spike, "ROOT_BLOCK", block)
+    monkeypatch.setattr(_spike_batch, "PARALLEL_MIN", 8192)
+    monkeypatch.setattr(_spike_batch, "ROOT_BLOCK", block)
     s, d = _wide_domain(7, 12_000)
     d = np.where(np.arange(s.size) % 7 == 0, 0.0, d)  # delta = 0 entries too
-    assert s.size >= threads * spike.PARALLEL_MIN  # the split is taken
-    div = spike.get_divergence(divergence)
-    one = spike._exact_numpy(s, d, div, split=False)
-    assert np.array_equal(spike._exact_numpy(s, d, div), one)
+    assert s.size >= threads * _spike_batch.PARALLEL_MIN  # the split is taken
+    div = get_divergence(divergence)
+    one = _spike_batch._exact_numpy(s, d, div, split=False)
+    assert np.array_equal(_spike_batch._exact_numpy(s, d, div), one)
     assert np.array_equal(exact_spike(s.reshape(-1, 2), d.reshape(-1, 2), divergence), one.reshape(-1, 2))
 
 
@@ -375,7 +376,7 @@ def test_torch_kl_form_is_kl_two_point_bit_for_bit(dtype):
     assert bool(((s_t <= x_t) & (x_t < 1.0) & (s_t > 0)).all())
     upper = (x_t - s_t) > 0.5 * (1.0 - s_t)
     assert bool(upper.any()) and bool((~upper).any())  # both branches of b
-    got = spike._kl_evaluate(torch, x_t, s_t)[0]
+    got = _spike_kl._kl_evaluate(torch, x_t, s_t)[0]
     assert torch.equal(got, kl_two_point(torch, x_t, s_t))
 
 
@@ -426,7 +427,7 @@ def test_capped_root_edge_values_and_other_divergences():
 def test_capped_root_solves_only_the_unscreened_entries(monkeypatch):
     """The point of the screen: at the benchmark's kind of row (softmax of Gumbel logits,
     V = 20,000, delta = 0.1) the root is solved on under 2% of the tokens."""
-    from cactus_theory.benchmark import correlated_pair
+    from benchmarks.run import correlated_pair
 
     q, p = correlated_pair(20_000, seed=4)
     solved = []
