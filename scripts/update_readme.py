@@ -121,7 +121,7 @@ _DRAFTER_LABELS = {
 
 def _shipped_pairs_table(report) -> str:
     """Acceptance of the shipped pairs by category and SpS's exact AL at m = 2 (from the dumps)."""
-    from cactus_theory.figures._real import acceptance_by_category
+    from cactus_theory.figures.real import acceptance_by_category
     from cactus_theory.logits import load_dump, shipped_dumps
     from cactus_theory.report import chain_rows
 
@@ -203,7 +203,7 @@ def _benchmark_table(report) -> str:
     """The recorded benchmark run (benchmarks/cpu_full.json, from ``cactus-theory benchmark --json``)."""
     import json
 
-    from benchmarks.run import BenchmarkReport, GoalResult
+    from cactus_theory.benchmark import BenchmarkReport, GoalResult
 
     d = json.loads((ROOT / "benchmarks/cpu_full.json").read_text())
     rep = BenchmarkReport(
@@ -219,7 +219,6 @@ GPU_CODE = (
     "cactus_theory/solvers/*spike*.py",  # the spike root: its surface and private modules
     "cactus_theory/rules",
     "cactus_theory/analysis/calibration.py",
-    "cactus_theory/analysis/_calibrated_rule.py",
     "scripts/gpu_check.py",
 )
 
