@@ -17,7 +17,7 @@ call                           problem (result type, :mod:`cactus_theory.results
                                (``ChainResult``)
 :func:`make_sampler`           a batched torch sampler (vLLM's interface) for any rule
 :func:`audit`                  every rule calibrated to one true emitted divergence, side by
-                               side (``AuditResult``, :mod:`cactus_theory.rule_audit`)
+                               side (``AuditResult``, :mod:`cactus_theory.simulate.audit`)
 =============================  ==============================================================
 
 Names: ``target_probs`` (q, verifier), ``draft_probs`` (p, drafter), ``token`` (n, drafted
@@ -48,6 +48,8 @@ from .results import (
     SpikeSolution,
     TaylorExactComparison,
 )
+from .simulate.audit import audit as _audit
+from .simulate.audit import corpus_from_dump
 
 __all__ = [
     "solve_spike",
@@ -629,45 +631,92 @@ def make_sampler(rule, *, strict_mode: bool = False, **knobs):
     return _make_sampler(rule, strict_mode=strict_mode, **knobs)
 
 
-def audit(target_probs, draft_probs=None, *, eps=0.1, rules=None, per="token", divergence="kl", **options):
+def audit(
+    target_probs,
+    draft_probs=None,
+    *,
+    eps=0.1,
+    rules=None,
+    per="token",
+    divergence="kl",
+    rows="processed",
+    max_positions=None,
+    eos_token_id=None,
+    **options,
+):
     r"""Every chosen rule calibrated to the same true emitted divergence eps, side by side.
 
     .. math:: \mathrm{mean}_t\, D(h_{alg,t}(x)\|q_t) = \epsilon \quad\text{(each rule's knob x)}
 
-    Wraps :func:`cactus_theory.rule_audit.audit`: a monotone bisection of each rule's knob within
-    its published range (:func:`cactus_theory.analysis.calibration.calibrate_knob`), then
-    acceptance, the relaxed-only acceptance :math:`\bar\alpha - \bar\alpha_{SpS}`, exact
-    accepted length at several m, emitted KL and TV, the gap to the optimal frontier, and the
-    shift of the end-of-sequence probability :math:`h_{alg}(\mathrm{EOS}) - q(\mathrm{EOS})`
-    with the length ratio it predicts under geometric stopping
-    (:math:`\mathrm{mean}\, q(\mathrm{EOS}) / \mathrm{mean}\, h_{alg}(\mathrm{EOS})`).
+    Reads the input and runs the audit's engine, :func:`cactus_theory.simulate.audit.audit`
+    (its docstring and module docstring give the columns and the length model): each rule's
+    knob bisected within its published range until its emitted divergence meets eps, then
+    acceptance, :math:`\bar\alpha - \bar\alpha_{SpS}`, exact accepted lengths, emitted KL and
+    TV, the frontier gaps and the end-of-sequence shift with the length ratio it predicts.
 
     Parameters
     ----------
-    target_probs : array_like (N, V), Dump, str or Path
-        Verifier rows q, or a dump (loaded, a file, or a shipped recording's name).
+    target_probs : array_like (N, V), Dump, str, Path or RowSource
+        Verifier rows q (with ``draft_probs``); a dump (loaded, a file, or a shipped recording's
+        name such as ``"distilled"``); or a folder of ``.npy``/``.npz`` shards or a row source,
+        read chunk by chunk (per-token statistics only).
     draft_probs : array_like (N, V), optional
         Drafter rows p (with arrays).
-    eps : float
-        Target on the emitted divergence.
-    rules : sequence of str, optional
-        Default: every registered rule but :data:`cactus_theory.rule_audit.AUDIT_EXCLUDED`.
-    per : {"token", "sequence"}
-        Per-token mean, or the chain's sequence bound per token.
-    divergence : str
-        D of the target.
+    eps, rules, per, divergence
+        The target on the emitted divergence, the rules (default: every registered rule but
+        :data:`cactus_theory.simulate.audit.AUDIT_EXCLUDED`), ``"token"`` or ``"sequence"``, D.
+    rows : {"processed", "raw"}
+        A dump's processed rows (its sampling transforms) or its raw temperature-1 rows.
+    max_positions : int, optional
+        A dump's first trajectories up to at least this many positions.
+    eos_token_id : int, optional
+        The EOS vocabulary id (a dump's own by default) or, for arrays, its column.
     **options
-        ``draft_lengths``, ``sequence_m``, ``knobs``, ``tune``, ``rows`` ("processed" or
-        "raw"), ``max_positions``, ``eos_token_id``, ``raw_target_probs``,
-        ``raw_draft_probs``: see :func:`cactus_theory.rule_audit.audit`.
+        ``draft_lengths``, ``sequence_m``, ``knobs``, ``tune``, ``raw_target_probs``,
+        ``raw_draft_probs``, ``chunk_rows``, ``max_memory``, ``progress``: see
+        :func:`cactus_theory.simulate.audit.audit`.
 
     Returns
     -------
-    cactus_theory.rule_audit.AuditResult
+    cactus_theory.results.AuditResult
 
     Symbols: q verifier, p drafter, n drafted token, eps the target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
-    from .rule_audit import audit as _audit
+    from pathlib import Path
 
-    return _audit(target_probs, draft_probs, eps=eps, rules=rules, per=per, divergence=divergence, **options)
+    from .logits import Dump, load_dump, shipped_dumps
+    from .logits import eos_token_id as dump_eos
+    from .rows import as_row_source
+
+    if isinstance(target_probs, (str, Path, Dump)) and draft_probs is not None:
+        raise ValueError("draft_probs: give a dump or a folder of shards alone, or (q, p) arrays")
+    if isinstance(target_probs, (str, Path)) and Path(target_probs).is_dir():
+        target_probs = as_row_source(target_probs)
+    elif isinstance(target_probs, (str, Path)):
+        shipped = {f.stem.replace("smollm2-135m_", ""): f for f in shipped_dumps()}
+        if not Path(target_probs).exists() and str(target_probs) not in shipped:
+            raise ValueError(
+                f"target_probs: {str(target_probs)!r} is neither a dump file nor a shipped recording "
+                f"({', '.join(shipped)})"
+            )
+        target_probs = load_dump(target_probs if Path(target_probs).exists() else shipped[str(target_probs)])
+    if isinstance(target_probs, Dump):
+        eos = dump_eos(target_probs.meta) if eos_token_id is None else int(eos_token_id)
+        target_probs = corpus_from_dump(
+            target_probs, rows=rows, max_positions=max_positions, eos_token_id=eos
+        )
+        max_positions = eos_token_id = None
+    if max_positions is not None:
+        raise ValueError("max_positions: applies to dumps only")
+    return _audit(
+        target_probs,
+        draft_probs,
+        eps=eps,
+        rules=rules,
+        per=per,
+        divergence=divergence,
+        rows=rows,
+        eos_token_id=eos_token_id,
+        **options,
+    )

@@ -503,6 +503,146 @@ class Subcommand:
     description: str = ""
 
 
+def _args_audit(p):
+    p.add_argument(
+        "--input",
+        "-i",
+        required=True,
+        metavar="DUMP|FILE",
+        help="a dump file or a shipped recording (distilled, early-exit-25, requant-3, requant-4), "
+        "a .npy/.npz/.json file of (q, p) rows, or a folder of .npy/.npz shards",
+    )
+    p.add_argument("--eps", type=float, default=0.1, help="target emitted divergence (per token)")
+    p.add_argument("--rules", default=None, help="comma-separated rule names (default: every rule)")
+    p.add_argument(
+        "--per", default="token", choices=("token", "sequence"), help="calibrate per token or per sequence"
+    )
+    p.add_argument("--divergence", default="kl", help="divergence of the target")
+    p.add_argument("--raw", action="store_true", help="audit a dump's raw rows (temperature 1, untruncated)")
+    p.add_argument(
+        "--positions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a dump's first trajectories up to at least N positions (default: all)",
+    )
+    p.add_argument(
+        "-m",
+        "--draft-lengths",
+        default="1,2,4,8",
+        help="draft lengths m of the accepted-length columns (comma-separated)",
+    )
+    p.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="SIZE",
+        help="with --input a folder of .npy/.npz shards: bound on the working memory (e.g. 256MB)",
+    )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide the progress bar (over rules; over chunks for a folder of shards)",
+    )
+    p.add_argument("--figure", default=None, metavar="PATH", help="also write the figure (.pdf or .png)")
+    p.add_argument("--markdown", action="store_true", help="print Markdown (also when --output ends in .md)")
+    add_per_file(p)
+    add_output(p, csv_flag=True)
+
+
+def _is_dump(path) -> bool:
+    """True for a compact dump archive (it holds ``__meta__``), False for a plain (q, p) npz."""
+    from pathlib import Path
+
+    import numpy as np
+
+    if Path(path).suffix.lower() != ".npz" or not Path(path).is_file():
+        return False
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return "__meta__" in z.files
+    except (OSError, ValueError):
+        return False
+
+
+def _audit_input(source, args, kw):
+    """The audit of one ``--input`` (a dump, a file of (q, p) rows, or a folder of shards)."""
+    from pathlib import Path
+
+    from .api import audit
+    from .inputs import load_pairs, shipped_pair_names
+
+    progress = not args.no_progress
+    if Path(source).is_dir():  # a folder of shards, read chunk by chunk
+        for flag, value in (("raw", args.raw), ("positions", args.positions)):
+            if value:
+                raise ValueError(f"{flag}: applies to dumps, not to a folder of shards")
+        return audit(source, max_memory=args.max_memory, progress=progress, **kw)
+    if str(source) in shipped_pair_names() or _is_dump(source):
+        rows = "raw" if args.raw else "processed"
+        return audit(source, rows=rows, max_positions=args.positions, progress=progress, **kw)
+    if args.raw:
+        raise ValueError("raw: needs a dump (its raw rows); --input holds (q, p) rows only")
+    if args.positions is not None:
+        raise ValueError("positions: applies to dumps only")
+    q, p = load_pairs(source)
+    return audit(q, p, progress=progress, **kw)
+
+
+def _cmd_audit(args) -> int:
+    from pathlib import Path
+
+    from ._cli import check_output_path
+    from ._tables import json_ready
+    from .simulate.audit import format_audit
+
+    if args.figure is not None:
+        check_output_path(args.figure, "figure")
+        if Path(args.figure).suffix.lower() not in (".pdf", ".png"):
+            raise ValueError(f"figure: expected a .pdf or .png path, got {args.figure!r}")
+    try:
+        ms = tuple(int(x) for x in str(args.draft_lengths).split(",") if x.strip())
+    except ValueError:
+        raise ValueError(
+            f"draft-lengths: expected comma-separated integers, got {args.draft_lengths!r}"
+        ) from None
+    kw = dict(
+        eps=args.eps, rules=rule_list(args.rules), per=args.per, divergence=args.divergence, draft_lengths=ms
+    )
+    if args.per_file:
+        if not Path(args.input).is_dir():
+            raise ValueError("per-file: applies to --input FOLDER (each of its files audited apart)")
+        if args.figure is not None:
+            raise ValueError("figure: one figure per audit; without --per-file, give one file")
+        from .rows import shard_files
+
+        results = [(f.name, _audit_input(str(f), args, kw)) for f in shard_files(args.input)]
+    else:
+        results = [(None, _audit_input(args.input, args, kw))]
+    if args.figure is not None:
+        from .figures import figure_audit, save_figure
+
+        stem = Path(args.figure)
+        save_figure(figure_audit(results[0][1]), stem.with_suffix(""), (stem.suffix.lower()[1:],))
+    suffix = os.path.splitext(args.output or "")[1].lower()
+    if args.json or suffix == ".json":
+        data = {"files": [{"file": name, **res.to_dict()} for name, res in results]}
+        _write(
+            args,
+            json.dumps(
+                json_ready(results[0][1].to_dict() if not args.per_file else data), indent=2, allow_nan=False
+            ),
+        )
+        return 0
+    style = "csv" if args.csv or suffix == ".csv" else "text"
+    style = "markdown" if style == "text" and (args.markdown or suffix in (".md", ".markdown")) else style
+    head = {"csv": "# {}\n", "markdown": "### {}\n\n", "text": "== {} ==\n"}[style]
+    _write(
+        args,
+        "\n\n".join((head.format(name) if name else "") + format_audit(res, style) for name, res in results),
+    )
+    return 0
+
+
 def _resolve(target):
     if callable(target):
         return target
@@ -543,8 +683,8 @@ SUBCOMMANDS = {
     "audit": Subcommand(
         "every rule calibrated to one true emitted divergence on a dump: acceptance, AL_m, "
         "KL/TV, frontier gap, EOS shift",
-        "cactus_theory.rule_audit:add_arguments",
-        "cactus_theory.rule_audit:run",
+        _args_audit,
+        _cmd_audit,
     ),
     "simulate": Subcommand(
         "simulate a rule over synthetic trajectories (teacher-forced) beside exact",

@@ -690,8 +690,8 @@ AUDIT_EPS = 0.1
 
 def section_audit(seed: int = 0, eps: float = AUDIT_EPS, positions: int = AUDIT_POSITIONS) -> Section:
     """Every rule calibrated to one true emitted KL on the shipped recordings (ct.audit)."""
-    from .logits import shipped_dumps
-    from .rule_audit import audit
+    from .logits import eos_token_id, load_dump, shipped_dumps
+    from .simulate.audit import audit, audit_table, corpus_from_dump
 
     heading = "The audit: every rule at the same true emitted divergence (shipped recordings)"
     files = shipped_dumps()
@@ -711,8 +711,10 @@ def section_audit(seed: int = 0, eps: float = AUDIT_EPS, positions: int = AUDIT_
     runs = [(f, "processed") for f in files] + [(f, "raw") for f in files if "distilled" in f.name]
     for f, rows in runs:
         name = f.stem.replace("smollm2-135m_", "")
-        res = audit(str(f), eps=eps, rows=rows, max_positions=positions)
-        blocks.append(res.to_table(f"audit/{name}" + ("/raw" if rows == "raw" else "")))
+        d = load_dump(f)
+        corpus = corpus_from_dump(d, rows=rows, max_positions=positions, eos_token_id=eos_token_id(d.meta))
+        res = audit(corpus, eps=eps, rows=rows)
+        blocks.append(audit_table(res, f"audit/{name}" + ("/raw" if rows == "raw" else "")))
     return Section("audit", heading, tuple(blocks))
 
 

@@ -730,7 +730,8 @@ def test_a_calibration_stopped_just_below_eps_says_how_close(capsys):
     # on the distilled recording sequence-budget-kl's statistic steps over eps = 0.1 between two
     # adjacent knob values; the lower one lands 0.12% below eps: not "step" (cannot be calibrated)
     from cactus_theory.analysis.calibration import KnobCalibration
-    from cactus_theory.rule_audit import NEAR_RTOL, NEAR_STATUS, _status
+    from cactus_theory.simulate._audit_calibrate import NEAR_RTOL, NEAR_STATUS
+    from cactus_theory.simulate._audit_calibrate import calibration_status as _status
 
     data = run_json(capsys, "audit", "--input", "distilled", "--rules", "sequence-budget-kl", "--no-progress")
     (row,) = data["table"]

@@ -444,11 +444,12 @@ def test_acceptance_vs_delta_keeps_coinciding_draft_lengths_visible():
 
 @pytest.mark.parametrize("eos", [None, 0])
 def test_audit_figure_layout_is_readable(eos):
-    from cactus_theory.rule_audit import audit
+    from cactus_theory.api import audit
+    from cactus_theory.figures import figure_audit
 
     d = synthetic_data(40, 16)
     res = audit(d.target_probs, d.draft_probs, eps=0.05, draft_lengths=(2,), eos_token_id=eos)
-    assert _layout(res.figure()) == []
+    assert _layout(figure_audit(res)) == []
 
 
 def test_multidraft_figures_layout_is_readable():

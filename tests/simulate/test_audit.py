@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 import cactus_theory as ct
-from cactus_theory.analysis.calibration import KNOB_RTOL, calibrate_knob
+from cactus_theory.analysis import calibrate_knob
+from cactus_theory.analysis._knob import KNOB_RTOL
 from cactus_theory.analysis.one_step import emitted_distribution, make_plan
 from cactus_theory.cli import main
 from cactus_theory.divergences import get_divergence
 from cactus_theory.inputs import shipped_pair_names
-from cactus_theory.logits.format import eos_token_id
-from cactus_theory.logits.loader import load_dump, shipped_dumps
-from cactus_theory.rule_audit import corpus_from_dump
+from cactus_theory.logits import eos_token_id, load_dump, shipped_dumps
+from cactus_theory.simulate.audit import corpus_from_dump, format_audit
 
 #: Positions per shipped dump in these tests (whole trajectories: one of 48 tokens or more).
 POSITIONS = 40
@@ -121,7 +121,7 @@ def test_shipped_dumps_end_trajectories_with_their_eos_id():
 
 def test_audit_on_a_dump_processed_and_raw():
     d = load_dump(shipped_dumps()[0])
-    c = corpus_from_dump(d, max_positions=POSITIONS)
+    c = corpus_from_dump(d, max_positions=POSITIONS, eos_token_id=eos_token_id(d.meta))
     assert c.n_positions >= POSITIONS and c.eos is not None
     res = ct.audit(d, eps=0.1, rules=QUICK, max_positions=POSITIONS, draft_lengths=(2,))
     raw = ct.audit(d, eps=0.1, rules=QUICK, max_positions=POSITIONS, draft_lengths=(2,), rows="raw")
@@ -198,6 +198,7 @@ def test_audit_bad_input_names_the_argument():
         (dict(draft_lengths=(0,)), "draft_lengths"),
         (dict(eos_token_id=99), "eos_token_id"),
         (dict(tune={"mentored": "divergence"}, rules=["mentored"]), "tune"),
+        (dict(tune={"mentored": "D"}, knobs={"mentored": {"D": 0.1}}, rules=["mentored"]), "tune"),
         (dict(rows="raw"), "rows"),
         (dict(max_positions=3), "max_positions"),
     ):
@@ -209,14 +210,28 @@ def test_audit_bad_input_names_the_argument():
         ct.audit("no-such-recording")
 
 
+def test_the_audit_prints_its_table_then_one_note_per_rule_not_calibrated():
+    q, p = _rows(20)
+    res = ct.audit(q, p, eps=0.05, rules=["cactus-taylor", "sps"], draft_lengths=(1,))
+    assert res.notes() == ["sps: reference: lossless: emits q"]  # cactus-taylor: calibrated, no note
+    text, md, csv = (format_audit(res, style) for style in ("text", "markdown", "csv"))
+    assert text.splitlines()[0].startswith("[20 positions, V = 8; every rule at token kl = 0.05")
+    assert text.splitlines()[-1] == "sps: reference: lossless: emits q"
+    assert md.endswith("\n\n- sps: reference: lossless: emits q") and "| cactus-taylor |" in md
+    assert csv.splitlines()[0].startswith("rule,knob,status,acceptance") and "lossless" not in csv
+    with pytest.raises(ValueError, match="style"):
+        format_audit(res, "html")
+
+
 def test_audit_figure_names_every_rule():
     import matplotlib.pyplot as plt
 
-    from cactus_theory.figures.notes import NOTE_GID, rule_record
+    from cactus_theory.figures import figure_audit
+    from cactus_theory.figures._notes import NOTE_GID, rule_record
 
     q, p = _rows(20)
     res = ct.audit(q, p, eps=0.05, rules=["cactus-taylor", "topk", "sps"], eos_token_id=1, draft_lengths=(1,))
-    fig = res.figure()
+    fig = figure_audit(res)
     try:
         fig.canvas.draw()
         rec = rule_record(fig)
@@ -273,6 +288,6 @@ def test_no_rule_above_the_audits_frontier_on_shipped_dumps(name):
     for r in res.table:
         if "acceptance" in r:
             assert r["corpus_gap"] >= -1e-9 and r["frontier_gap"] >= -1e-9, r["rule"]
-    c = corpus_from_dump(d, max_positions=POSITIONS)
+    c = corpus_from_dump(d, max_positions=POSITIONS, eos_token_id=eos_token_id(d.meta))
     per_position = float(frontier(c.target_probs, c.draft_probs, [0.1]).acceptance.mean())
     assert per_position < max(r["acceptance"] for r in within) - 1e-3
