@@ -427,23 +427,6 @@ def reference_sampler(
         if delta is None or not float(delta) > 0:
             raise ValueError(f"delta: expected a positive budget for cactus-taylor, got {delta!r}")
         delta = float(delta)
-
-    if rule not in REFERENCE_RULES:
-        raise ValueError(f"rule: expected one of {REFERENCE_RULES}, got {rule!r}")
-    if defect is not None and defect not in DEFECTS:
-        raise ValueError(f"defect: expected one of {DEFECTS} or None, got {defect!r}")
-    if defect == "cactus-no-rescale" and rule != "cactus-taylor":
-        raise ValueError("defect: 'cactus-no-rescale' needs rule='cactus-taylor'")
-    if bonus is None:
-        bonus = CASEBOOK[defect].bonus if defect else "given"
-    if bonus not in ("given", "drawn"):
-        raise ValueError(f"bonus: expected 'given' or 'drawn', got {bonus!r}")
-    if defect == "bonus-wrong-row" and bonus != "drawn":
-        raise ValueError("defect: 'bonus-wrong-row' needs bonus='drawn'")
-    if rule == "cactus-taylor":
-        if delta is None or not float(delta) > 0:
-            raise ValueError(f"delta: expected a positive budget for cactus-taylor, got {delta!r}")
-        delta = float(delta)
     sampler = (_BY_NAME[defect] if defect else _Reference)(rule, delta, bonus)
     sampler.__name__ = f"reference_{rule}" + (f"_{defect}" if defect else "")
     return sampler

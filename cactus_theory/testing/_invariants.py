@@ -96,32 +96,41 @@ def _invariants(adapter, rule, cases, laws, outputs, seed, device, skipped, bonu
     return raw
 
 
+def _side_check(name: str, batches, passed_detail: str) -> list[dict]:
+    """One exact check over per-case side batches: ``batches`` yields per case (case, failing
+    rows [N] bool, N, what failed, output, drafts); the detail is the first failing case's."""
+    bad_all, first, n = 0, "", 0
+    for c, rows, size, what, out, drafts in batches:
+        if rows.any() and not first:
+            r = int(np.flatnonzero(rows)[0])
+            first = f"case {c}: {what}, e.g. row {r}: output {out[r].tolist()}, drafts {drafts[r].tolist()}"
+        bad_all += int(rows.sum())
+        n += size
+    return [_exact(name, bad_all == 0, n, first or passed_detail)]
+
+
 def _zero_uniform(adapter, cases, laws, seed, device, skipped) -> list[dict]:
     """Rows whose acceptance uniforms are all exactly 0: no token of exact probability 0."""
     if not adapter.supports_uniforms:
         skipped.append(f"zero-uniform: the {adapter.name} sampler draws its own uniforms")
         return []
-    bad_all, first, n = 0, "", 0
-    for c, ((q, p), law) in enumerate(zip(cases, laws)):
-        k, v = p.shape
-        drafts, bonus = _side_draws(np.random.default_rng([seed, c, 3]), q, p, ZERO_UNIFORM_ROWS)
-        torch_seed = seed * 1_000_003 + 15485863 + c
-        zeros = np.zeros((ZERO_UNIFORM_ROWS, k + 1))
-        out = _call(adapter, q, bonus, p, drafts, device, torch_seed, uniforms=zeros)
-        probs = np.concatenate([law.emitted, q[k : k + 1]])
-        tok = np.clip(out, 0, v - 1)
-        impossible = (out != PLACEHOLDER) & (np.take_along_axis(probs.T, tok, 0) <= 0)
-        rows = impossible.any(1)
-        if rows.any() and not first:
-            r = int(np.flatnonzero(rows)[0])
-            first = (
-                f"case {c}: {int(rows.sum())} of {ZERO_UNIFORM_ROWS} rows with u = 0 emit a token of exact "
-                f"probability 0, e.g. row {r}: output {out[r].tolist()}, drafts {drafts[r].tolist()}"
-            )
-        bad_all += int(rows.sum())
-        n += ZERO_UNIFORM_ROWS
-    detail = first or "uniforms exactly 0: no token of exact probability 0 emitted"
-    return [_exact("zero-uniform", bad_all == 0, n, detail)]
+
+    def batches():
+        for c, ((q, p), law) in enumerate(zip(cases, laws)):
+            k, v = p.shape
+            drafts, bonus = _side_draws(np.random.default_rng([seed, c, 3]), q, p, ZERO_UNIFORM_ROWS)
+            torch_seed = seed * 1_000_003 + 15485863 + c
+            zeros = np.zeros((ZERO_UNIFORM_ROWS, k + 1))
+            out = _call(adapter, q, bonus, p, drafts, device, torch_seed, uniforms=zeros)
+            probs = np.concatenate([law.emitted, q[k : k + 1]])
+            impossible = (out != PLACEHOLDER) & (np.take_along_axis(probs.T, np.clip(out, 0, v - 1), 0) <= 0)
+            rows = impossible.any(1)
+            what = f"{int(rows.sum())} of {ZERO_UNIFORM_ROWS} rows with u = 0 emit a token of exact probability 0"
+            yield c, rows, ZERO_UNIFORM_ROWS, what, out, drafts
+
+    return _side_check(
+        "zero-uniform", batches(), "uniforms exactly 0: no token of exact probability 0 emitted"
+    )
 
 
 def _greedy_expected(argmax: np.ndarray, drafts: np.ndarray, bonus: np.ndarray) -> np.ndarray:
@@ -200,27 +209,24 @@ def _placeholder(adapter, cases, seed, device) -> list[dict]:
     """Rows whose last draft is the placeholder id -1 (a request that drafted k - 1 tokens) with
     a zero drafter row: it is never accepted, so its position holds a real token and no bonus
     token follows."""
-    bad_all, first, n = 0, "", 0
-    for c, (q, p) in enumerate(cases):
-        k, v = p.shape
-        drafts, bonus = _side_draws(np.random.default_rng([seed, c, 4]), q, p, PLACEHOLDER_ROWS)
-        drafts[:, k - 1] = PLACEHOLDER
-        p0 = p.copy()
-        p0[k - 1] = 0.0
-        out = _call(adapter, q, bonus, p0, drafts, device, seed * 1_000_003 + 32452843 + c)
-        at, after = out[:, k - 1], out[:, k]
-        reached = (at != PLACEHOLDER) | (after != PLACEHOLDER)  # something at or after the placeholder
-        rows = reached & ((at < 0) | (at >= v) | (after != PLACEHOLDER))
-        if rows.any() and not first:
-            r = int(np.flatnonzero(rows)[0])
-            first = (
-                f"case {c}: {int(rows.sum())} of {int(reached.sum())} rows that reach the placeholder "
-                f"draft -1 accept it, e.g. row {r}: output {out[r].tolist()}, drafts {drafts[r].tolist()}"
-            )
-        bad_all += int(rows.sum())
-        n += PLACEHOLDER_ROWS
-    detail = first or "a placeholder draft -1 (zero drafter row) is never accepted"
-    return [_exact("placeholder", bad_all == 0, n, detail)]
+
+    def batches():
+        for c, (q, p) in enumerate(cases):
+            k, v = p.shape
+            drafts, bonus = _side_draws(np.random.default_rng([seed, c, 4]), q, p, PLACEHOLDER_ROWS)
+            drafts[:, k - 1] = PLACEHOLDER
+            p0 = p.copy()
+            p0[k - 1] = 0.0
+            out = _call(adapter, q, bonus, p0, drafts, device, seed * 1_000_003 + 32452843 + c)
+            at, after = out[:, k - 1], out[:, k]
+            reached = (at != PLACEHOLDER) | (after != PLACEHOLDER)  # something at or after the placeholder
+            rows = reached & ((at < 0) | (at >= v) | (after != PLACEHOLDER))
+            what = f"{int(rows.sum())} of {int(reached.sum())} rows that reach the placeholder draft -1 accept it"
+            yield c, rows, PLACEHOLDER_ROWS, what, out, drafts
+
+    return _side_check(
+        "placeholder", batches(), "a placeholder draft -1 (zero drafter row) is never accepted"
+    )
 
 
 def _seeded(adapter, cases, seed, device, skipped) -> list[dict]:
