@@ -27,7 +27,6 @@ axis; batch axes lead. Reference: Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.049
 
 from . import distributions
 from .analysis import (
-    OneStepResult,
     acceptance_probabilities,
     acceptance_rate,
     analyze,
@@ -50,6 +49,7 @@ from .results import (
     CalibrationResult,
     ChainResult,
     FrontierResult,
+    OneStepResult,
     RuleTable,
     SpikeSolution,
     TaylorExactComparison,

@@ -26,11 +26,17 @@ tolerances:
 * :func:`brent_root` is :func:`scipy.optimize.brentq` (Brent's method: inverse quadratic
   interpolation safeguarded by bisection) with its tolerance stated by the caller: the
   returned x is within ``xtol + rtol * |x|`` of a sign change of ``fn``.
+* :func:`illinois` refines a batch of brackets of a root of ``excess`` (regula falsi, the
+  Illinois variant: the stale end's value is halved when one end moves twice in a row;
+  bisection where the secant is unusable), each to a bracket of width ``1e-13 |hi|`` or a
+  feasible end within ``tol`` of the root's value, in at most ``steps`` steps.
 
 References
 ----------
 J. Kiefer, "Sequential minimax search for a maximum", Proc. AMS 4 (1953) (golden section).
 R. P. Brent, "Algorithms for Minimization without Derivatives", Prentice-Hall (1973), ch. 4.
+M. Dowell & P. Jarratt, "A modified regula falsi method for computing the root of an
+equation", BIT 11 (1971) (the Illinois method).
 """
 
 from __future__ import annotations
@@ -38,7 +44,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-__all__ = ["bisect_elementwise", "bisect_interval", "bisect_threshold", "brent_root", "golden_section"]
+import numpy as np
+from array_api_compat import array_namespace
+
+__all__ = [
+    "bisect_elementwise",
+    "bisect_interval",
+    "bisect_threshold",
+    "brent_root",
+    "golden_section",
+    "illinois",
+]
 
 _GOLDEN = 0.5 * (math.sqrt(5.0) - 1.0)
 
@@ -162,3 +178,41 @@ def golden_section(
         if gx < best_g:
             best_x, best_g = x, gx
     return best_x, sign * best_g
+
+
+def illinois(excess, lo, hi, steps: int = 60, tol: float = 1e-15):
+    """Refine brackets ``excess(lo) <= 0 < excess(hi)`` (arrays, numpy or torch; one search per
+    entry) by the Illinois variant of regula falsi, with a bisection step wherever the secant
+    is unusable (an infinite end).
+
+    Returns ``(lo, hi)``, the feasible end first. Each bracket stops once its width is within
+    ``1e-13 |hi|`` or its feasible end is within ``tol`` of the target,
+    ``excess(lo) >= -tol``, lane by lane (a lane's result does not depend on the others
+    refined with it); numpy stops when every lane has, a device array runs all ``steps``
+    (no host read).
+    """
+    xp = array_namespace(lo)
+    host = isinstance(lo, np.ndarray)
+    f_lo = excess(lo)
+    f_hi = excess(hi)
+    side = xp.zeros_like(lo)  # +1: lo moved last, -1: hi moved last
+    for _ in range(steps):
+        width = hi - lo
+        run = ~((width <= 1e-13 * xp.abs(hi)) | (f_lo >= -tol))
+        if host and not np.any(run):  # (a device runs every step: no host read)
+            break
+        ok = xp.isfinite(f_hi) & xp.isfinite(f_lo) & (f_hi > f_lo)
+        den = xp.where(ok, f_hi - f_lo, xp.ones_like(lo))
+        x = xp.where(ok, lo - f_lo * (width / den), 0.5 * (lo + hi))
+        # keep strictly inside the bracket (a secant at an end makes no progress)
+        x = xp.minimum(xp.maximum(x, lo + 1e-3 * width), hi - 1e-3 * width)
+        x = xp.where(width > 0, x, lo)
+        fx = excess(x)
+        up, down = run & (fx <= 0), run & ~(fx <= 0)  # converged lanes stay as they are
+        lo, f_lo = xp.where(up, x, lo), xp.where(up, fx, f_lo)
+        hi, f_hi = xp.where(down, x, hi), xp.where(down, fx, f_hi)
+        # Illinois: halve the stale end's value when the same end moved twice in a row
+        f_hi = xp.where(up & (side == 1), 0.5 * f_hi, f_hi)
+        f_lo = xp.where(down & (side == -1), 0.5 * f_lo, f_lo)
+        side = xp.where(up, xp.ones_like(lo), xp.where(down, -xp.ones_like(lo), side))
+    return lo, hi

@@ -34,11 +34,9 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorems 1-3, Corollary 5.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ._validation import as_budget, as_budget_array, as_prob_pair, choice, one_row, token_id
+from ._validation import as_budget, as_prob_pair, choice, one_row, token_id
 from .divergences import get_divergence
 from .results import (
     CalibrationResult,
@@ -66,8 +64,6 @@ __all__ = [
 SPIKE_METHODS = ("exact", "taylor", "cvxpy")
 #: Rules :func:`calibrate_delta` calibrates (how gamma follows from delta).
 CALIBRATION_RULES = ("cactus-taylor", "cactus-exact")
-#: Frontier grid when ``eps`` is None: points from 0 to the saturation budget.
-FRONTIER_POINTS = 65
 
 
 def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", method="exact") -> SpikeSolution:
@@ -226,6 +222,7 @@ def optimal_frontier(
     chunk_rows=None,
     max_memory=None,
     progress=False,
+    runner=None,
 ) -> FrontierResult:
     r"""The optimal acceptance :math:`F(\epsilon)` at targets eps on the emitted divergence.
 
@@ -245,12 +242,12 @@ def optimal_frontier(
         :func:`cactus_theory.solvers.frontier.frontier_curve`.
     divergence : str
         D.
-    chunk_rows, max_memory, progress
-        Rows per chunk, or the bound on the working memory (``"256MB"``), and a progress bar:
-        rows beyond one chunk, a row source (:mod:`cactus_theory.rows`: a file or a folder of
-        shards, also by path) or Dask arrays are analysed chunk by chunk
-        (:mod:`cactus_theory.analysis.scaled`, :mod:`cactus_theory.analysis.dask`), the same
-        numbers bit for bit.
+    chunk_rows, max_memory, progress, runner
+        Where the work runs: rows per chunk, or the bound on the working memory
+        (``"256MB"``; default 256 MiB), and a progress bar: rows beyond one chunk and a row
+        source (:mod:`cactus_theory.rows`: a file or a folder of shards, also by path) are
+        analysed chunk by chunk, Dask arrays as Dask tasks (``runner="dask"``: a row source's
+        shards as Dask tasks too), the same numbers bit for bit.
 
     Returns
     -------
@@ -260,46 +257,11 @@ def optimal_frontier(
     Symbols: q verifier, p drafter, eps target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 1; Tran-Thien (2023).
     """
-    from .solvers.frontier import frontier, saturation_budget
+    from .analysis._corpus import frontier_over
 
-    target_probs, draft_probs, _ = _dump_pairs(target_probs, draft_probs)
-    scaled = _scaled(
-        "frontier",
-        "optimal_frontier",
-        target_probs,
-        draft_probs,
-        chunk_rows,
-        max_memory,
-        progress,
-        eps=eps,
-        divergence=divergence,
-    )
-    if scaled is not None:
-        return scaled
-    q, p = as_prob_pair(target_probs, draft_probs)
-    d = get_divergence(divergence)
-    sat = float(np.max(saturation_budget(q, p, d.name)))
-    if eps is None:
-        grid = sat * np.linspace(0.0, 1.0, FRONTIER_POINTS) ** 2
-    else:
-        grid = np.atleast_1d(as_budget_array(eps, "eps")).astype(np.float64)
-        if grid.ndim != 1 or grid.size == 0:
-            raise ValueError(f"eps: expected a scalar or a non-empty 1-D array, got shape {grid.shape}")
-    res = frontier(q, p, grid, d.name)
-    acc = np.asarray(res.acceptance, dtype=np.float64)
-    div = np.asarray(res.divergence, dtype=np.float64).reshape(-1, grid.size)
-    flat = acc.reshape(-1, grid.size)
-    sps = float(np.mean(np.sum(np.minimum(q, p), axis=-1)))
-    return FrontierResult(
-        divergence=d.name,
-        eps=grid,
-        acceptance=flat.mean(axis=0),
-        emitted_divergence=div.mean(axis=0),
-        sps_acceptance=sps,
-        saturation_eps=sat,
-        n_positions=flat.shape[0],
-        per_position_acceptance=acc,
-    )
+    target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
+    run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
+    return frontier_over(target_probs, draft_probs, eps, divergence, **run)
 
 
 def calibrate_delta(
@@ -312,6 +274,7 @@ def calibrate_delta(
     chunk_rows=None,
     max_memory=None,
     progress=False,
+    runner=None,
     per=None,
 ) -> CalibrationResult:
     r"""The per-draft budget delta whose emitted divergence meets eps: per position, or one
@@ -323,11 +286,10 @@ def calibrate_delta(
     per position (``per="position"``), with :math:`D` of each position; per corpus
     (``per="corpus"``) with the mean :math:`\frac1N\sum_t D(h_{alg,t}(\delta)\|q_t)` over
     the positions, one delta for all (how a rule is configured in an engine, and how
-    :func:`audit` calibrates). Per position wraps
-    :func:`cactus_theory.analysis.calibration.calibrate_delta` (first crossing on a geometric
-    grid, refined by regula falsi); per corpus
-    :func:`cactus_theory.analysis.calibration.calibrate_knob` on the mean. The achieved
-    divergence is recomputed exactly.
+    :func:`audit` calibrates). Per position: the first crossing on a geometric grid, refined
+    by regula falsi (:mod:`cactus_theory.analysis.calibration`); per corpus
+    :func:`cactus_theory.analysis.calibrate_knob` on the mean. The achieved divergence is
+    recomputed exactly.
 
     Parameters
     ----------
@@ -340,7 +302,7 @@ def calibrate_delta(
         How gamma follows from delta: Corollary 5 or Theorem 2.
     divergence : str
         D of both the per-draft budget and the emitted target.
-    chunk_rows, max_memory, progress
+    chunk_rows, max_memory, progress, runner
         As in :func:`optimal_frontier` (``draft_probs`` None with a row source; per position).
     per : {"position", "corpus"}, optional
         Default ``"corpus"`` for a loaded dump, ``"position"`` otherwise.
@@ -354,39 +316,21 @@ def calibrate_delta(
     Symbols: q verifier, p drafter, delta per-draft budget, eps target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
-    from .analysis.calibration import calibrate_delta as _calibrate
+    from .analysis._corpus import calibrate_over
+    from .analysis._knob import corpus_delta
 
     if eps is None:
         raise ValueError("eps: required (the target on the emitted divergence)")
-    target_probs, draft_probs, is_dump = _dump_pairs(target_probs, draft_probs)
+    target_probs, draft_probs, is_dump = _as_input(target_probs, draft_probs)
     per = choice("corpus" if per is None and is_dump else (per or "position"), ("position", "corpus"), "per")
     if per == "position":
-        scaled = _scaled(
-            "calibrate",
-            "calibrate_delta",
-            target_probs,
-            draft_probs,
-            chunk_rows,
-            max_memory,
-            progress,
-            eps=eps,
-            rule=rule,
-            divergence=divergence,
-        )
-        if scaled is not None:
-            return scaled
+        run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
+        return calibrate_over(target_probs, draft_probs, eps, rule, divergence, **run)
     rule = choice(rule, CALIBRATION_RULES, "rule")
     eps = as_budget(eps, "eps")
     q, p = as_prob_pair(target_probs, draft_probs)
     d = get_divergence(divergence)
-    if per == "corpus":
-        delta, achieved, acc, saturated, status = _calibrate_corpus(q, p, eps, rule, d)
-    else:
-        res = _calibrate(q, p, eps, base=rule.split("-")[1], divergence=d.name)
-        out = float if q.ndim == 1 else np.asarray
-        delta, achieved, acc = out(res.delta), out(res.divergence), out(res.acceptance)
-        saturated = bool(res.saturated) if q.ndim == 1 else np.asarray(res.saturated)
-        status = "calibrated"
+    delta, achieved, acc, status = corpus_delta(q, p, eps, rule, d.name)
     return CalibrationResult(
         rule=rule,
         divergence=d.name,
@@ -394,38 +338,25 @@ def calibrate_delta(
         delta=delta,
         emitted_divergence=achieved,
         acceptance=acc,
-        saturated=saturated,
+        saturated=status == "range-end",
         n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)),
-        per=per,
+        per="corpus",
         status=status,
     )
 
 
-def _dump_pairs(target_probs, draft_probs):
-    """A loaded dump's processed rows as stacked (q, p) arrays; anything else unchanged.
-    Returns (target_probs, draft_probs, whether the input was a dump)."""
+def _as_input(target_probs, draft_probs):
+    """A loaded dump's processed rows as stacked (q, p) arrays, a path as its row source
+    (:func:`cactus_theory.rows.as_row_source`); anything else unchanged. Returns
+    (target_probs, draft_probs, whether the input was a dump)."""
     if draft_probs is None and callable(getattr(target_probs, "pairs", None)):
         pairs = target_probs.pairs()
         return pairs.target_probs, pairs.draft_probs, True
+    if isinstance(target_probs, str) or hasattr(target_probs, "__fspath__"):
+        from .rows import as_row_source
+
+        return as_row_source(target_probs, draft_probs), None, False
     return target_probs, draft_probs, False
-
-
-def _calibrate_corpus(q, p, eps, rule, d):
-    """One delta whose mean emitted divergence over the positions meets eps:
-    (delta, mean divergence, mean acceptance, saturated, status)."""
-    from .analysis.calibration import calibrate_knob
-    from .analysis.one_step import acceptance_rate, emitted_distribution, make_plan
-    from .rules import get_rule
-
-    def plan(delta):
-        return make_plan(get_rule(rule, delta=delta, divergence=d.name), q, p)
-
-    def mean_divergence(delta):
-        return float(np.mean(d.unchecked(emitted_distribution(plan(delta)), q)))
-
-    cal = calibrate_knob(mean_divergence, 0.0, math.inf, eps)
-    acc = float(np.mean(acceptance_rate(plan(cal.value))))
-    return float(cal.value), float(cal.achieved), acc, cal.status == "range-end", cal.status
 
 
 def analyze_rules(
@@ -438,11 +369,14 @@ def analyze_rules(
     chunk_rows=None,
     max_memory=None,
     progress=False,
+    runner=None,
 ) -> RuleTable:
     r"""Rules side by side: acceptance, per-draft and emitted divergences, frontier gap.
 
-    Wraps :func:`cactus_theory.analysis.rule_table.rule_table` and adds the per-draft KL
-    :math:`KL(h^{(n)}\|q)` of :func:`cactus_theory.analysis.one_step.per_draft_divergence`.
+    The columns of :func:`cactus_theory.analysis.rule_table.rule_table` (per-row values, their
+    means over all rows) and the per-draft KL :math:`KL(h^{(n)}\|q)` of
+    :func:`cactus_theory.analysis.per_draft_divergence` (its drafter-weighted mean and its
+    maximum).
 
     Parameters
     ----------
@@ -455,7 +389,7 @@ def analyze_rules(
         default); ``knobs`` override it.
     knobs : dict of str to dict, optional
         Knobs per rule name.
-    chunk_rows, max_memory, progress
+    chunk_rows, max_memory, progress, runner
         As in :func:`optimal_frontier`.
 
     Returns
@@ -466,83 +400,16 @@ def analyze_rules(
     Symbols: q verifier, p drafter, n drafted token, delta per-draft budget.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
-    from .analysis.one_step import make_plan, per_draft_divergence
-    from .analysis.rule_table import rule_table
-    from .rules import get_rule
-    from .rules.registry import rule_knobs
+    from .analysis._corpus import rule_table_over
 
-    target_probs, draft_probs, _ = _dump_pairs(target_probs, draft_probs)
+    target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
     if delta is not None and np.ndim(delta) > 0:
         raise ValueError(
             f"delta: expected one number for every rule, got an array of shape {np.shape(delta)} "
             "(per-position deltas: calibrate_delta(..., per='corpus') gives one for a corpus)"
         )
-    scaled = _scaled(
-        "rules",
-        "analyze_rules",
-        target_probs,
-        draft_probs,
-        chunk_rows,
-        max_memory,
-        progress,
-        rules=rules,
-        delta=delta,
-        knobs=knobs,
-    )
-    if scaled is not None:
-        return scaled
-    q, p = as_prob_pair(target_probs, draft_probs)
-    names, per_rule = rule_knobs(rules, delta, knobs)
-    base = rule_table(q, p, rules=names, knobs=per_rule)
-    drafted = p > 0
-    table = []
-    for name, row in zip(names, base):
-        plan = make_plan(get_rule(name, **per_rule[name]), q, p)
-        try:
-            per = per_draft_divergence(plan, divergence="kl")
-        except ValueError:  # a decision rule has no per-draft target
-            per_mean = per_max = None
-        else:
-            w = np.where(drafted, per, 0.0)
-            per_mean = float(np.mean(np.sum(np.where(drafted, p * w, 0.0), axis=-1)))
-            per_max = float(np.max(w))
-        table.append(
-            {
-                "rule": name,
-                "knobs": row["knobs"],
-                "acceptance": row["acceptance"],
-                "per_draft_kl_mean": per_mean,
-                "per_draft_kl_max": per_max,
-                "emitted_kl": row["kl"],
-                "emitted_reverse_kl": row["reverse_kl"],
-                "emitted_tv": row["tv"],
-                "gap_kl": row["gap_kl"],
-                "gap_tv": row["gap_tv"],
-            }
-        )
-    return RuleTable(table=tuple(table), delta=delta, n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)))
-
-
-def _scaled(kind, name, target_probs, draft_probs, chunk_rows, max_memory, progress, **kw):
-    """The chunked (or Dask) call where the input needs it (a row source, a path, Dask arrays,
-    rows beyond one chunk), else None; validates ``chunk_rows`` and ``max_memory``."""
-    from .analysis import chunked, scaled
-
-    if not chunked.wants_chunks(target_probs, kind, chunk_rows=chunk_rows, max_memory=max_memory):
-        return None
-    if chunked.is_dask(target_probs):
-        from .analysis import dask as on_dask
-
-        return getattr(on_dask, name)(
-            target_probs, draft_probs, chunk_rows=chunk_rows, max_memory=max_memory, **kw
-        )
-    if isinstance(target_probs, str) or hasattr(target_probs, "__fspath__"):
-        from .rows import as_row_source
-
-        target_probs, draft_probs = as_row_source(target_probs, draft_probs), None
-    return getattr(scaled, name)(
-        target_probs, draft_probs, chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, **kw
-    )
+    run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
+    return rule_table_over(target_probs, draft_probs, rules, delta, knobs, **run)
 
 
 def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:

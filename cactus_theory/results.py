@@ -47,6 +47,10 @@ __all__ = [
     "RuleTable",
     "ChainResult",
     "AuditResult",
+    "OneStepResult",
+    "GlobalDelta",
+    "MentoredComparison",
+    "KnobCalibration",
 ]
 
 
@@ -284,7 +288,7 @@ class CalibrationResult(_Result):
         The target on the emitted divergence.
     delta : float or ndarray, shape batch
         The calibrated per-draft budget (first crossing; see
-        :func:`cactus_theory.analysis.calibration.calibrate_delta`).
+        :mod:`cactus_theory.analysis.calibration`).
     emitted_divergence : float or ndarray, shape batch
         :math:`D(h_{alg}(\delta)\|q)` achieved (<= eps).
     acceptance : float or ndarray, shape batch
@@ -298,7 +302,7 @@ class CalibrationResult(_Result):
         ``acceptance`` are those means).
     status : str
         Per corpus, how the knob search ended (``calibrated``, ``step``, ``range-end``,
-        ``above``: :class:`cactus_theory.analysis.calibration.KnobCalibration`); per
+        ``above``: :class:`KnobCalibration`); per
         position ``"calibrated"`` (see ``saturated``).
     """
 
@@ -458,6 +462,125 @@ class ChainResult(_Result):
             f"prefix acceptance={_g(mt['prefix_acceptance_rate'])}, "
             f"sequence KL <= {_g(self.sequence_kl_upper)})"
         )
+
+
+@dataclass(frozen=True)
+class OneStepResult:
+    """Exact one-step analysis of a rule on (q, p) (:func:`cactus_theory.analysis.analyze`).
+
+    Attributes
+    ----------
+    rule : str
+        Registry name with knobs (``repr`` of the rule).
+    accept_probs : ndarray, shape (..., V), or None
+        Per-draft acceptance :math:`a_n` (None where only per-row values were kept).
+    acceptance : ndarray, shape (...)
+        :math:`\\sum_n p_n a_n`.
+    emitted : ndarray, shape (..., V), or None
+        :math:`h_{alg}` (Theorem 3; None where only per-row values were kept).
+    divergences : dict of str to ndarray, shape (...)
+        ``D(h_alg || q)`` for each requested divergence (``+inf`` where infinite).
+    """
+
+    rule: str
+    accept_probs: np.ndarray
+    acceptance: np.ndarray
+    emitted: np.ndarray
+    divergences: dict
+
+
+@dataclass(frozen=True)
+class GlobalDelta:
+    """One delta for a corpus (:func:`cactus_theory.analysis.global_delta`).
+
+    Attributes
+    ----------
+    delta : float
+        First crossing of the corpus statistic of :math:`\\Gamma` with eps.
+    statistic : str or float
+        ``"mean"`` or a quantile level in (0, 1] (1 = the worst position).
+    value : float
+        The statistic at ``delta`` (<= eps).
+    divergences : ndarray, shape (N,)
+        :math:`\\Gamma` per position at ``delta``.
+    acceptance : ndarray, shape (N,)
+        Cactus's acceptance per position at ``delta``.
+    status : str
+        ``"calibrated"``: the statistic crosses eps at ``delta``; ``"saturated"``: it stays
+        within eps up to the saturation delta (``delta`` is the scan's top: the saturation
+        delta, or :data:`~cactus_theory.analysis.calibration.DELTA_CAP` where the base never
+        saturates).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
+    """
+
+    delta: float
+    statistic: object
+    value: float
+    divergences: np.ndarray
+    acceptance: np.ndarray
+    status: str = "calibrated"
+
+
+@dataclass(frozen=True)
+class MentoredComparison:
+    """Calibrated Cactus (per position and global) against Mentored decoding at the same eps
+    (:func:`cactus_theory.analysis.compare_with_mentored`).
+
+    Attributes
+    ----------
+    eps : float
+    per_position : CalibrationResult
+    global_ : GlobalDelta
+        One delta with mean divergence (``statistic``) <= eps.
+    mentored_acceptance : ndarray, shape (N,)
+        Mentored decoding's (optimal) acceptance with budget eps on its emitted distribution.
+    summary : dict
+        Mean acceptance of the three, mean emitted divergence, and the fraction of positions
+        whose emitted divergence exceeds eps (global delta).
+
+    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
+    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5; Tran-Thien (2023).
+    """
+
+    eps: float
+    per_position: CalibrationResult
+    global_: GlobalDelta
+    mentored_acceptance: np.ndarray
+    summary: dict
+
+
+@dataclass(frozen=True)
+class KnobCalibration:
+    r"""One knob set so that a corpus statistic meets a target
+    (:func:`cactus_theory.analysis.calibrate_knob`).
+
+    Attributes
+    ----------
+    value : float or int
+        The knob: the last point of the path from ``start`` with ``statistic <= target``
+        (first crossing).
+    achieved : float
+        ``statistic(value)`` (<= target, except status ``"above"``).
+    status : str
+        ``"calibrated"``: within ``rtol * target`` of the target; ``"step"``: the statistic
+        jumps over the target (a 0/1 rule, an integer knob, or a divergence that becomes
+        infinite), ``value`` is the last knob below the jump and ``next_value``/``next_achieved``
+        the first above it; ``"range-end"``: the whole published range stays below the target
+        (``value`` is its far end); ``"above"``: even ``start`` exceeds the target.
+    next_value, next_achieved : float or None
+        The first knob past the crossing and its statistic (``"step"``; None otherwise).
+    evaluations : int
+        Calls of ``statistic``.
+    """
+
+    value: float
+    achieved: float
+    status: str
+    next_value: float | None
+    next_achieved: float | None
+    evaluations: int
 
 
 @dataclass(frozen=True, repr=False)

@@ -2,9 +2,10 @@ r"""Rows of (q, p) read chunk by chunk: in-memory arrays, a file, or a folder of
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), V vocabulary size (last
 axis), N rows. A :class:`RowSource` yields :class:`RowChunk` blocks of consecutive rows in a
-fixed order; the chunked analysis (:mod:`cactus_theory.analysis.chunked`) and the Dask
-analysis (:mod:`cactus_theory.analysis.dask`) consume them, so a corpus larger than memory is
-analysed with the memory of one chunk.
+fixed order; every row-wise analysis (:func:`cactus_theory.analysis.analyze`,
+:func:`cactus_theory.api.analyze_rules`, ...) takes them, chunk by chunk in this process or
+shard by shard as Dask tasks (``runner="dask"``), so a corpus larger than memory is analysed
+with the memory of one chunk.
 
 Sources (:func:`as_row_source`):
 
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis.chunked import ArrayRows, RowChunk, RowSource
+from .analysis._runners import ArrayRows, RowChunk, RowSource
 
 __all__ = [
     "RECORDING_KEYS",

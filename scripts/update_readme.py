@@ -219,6 +219,7 @@ GPU_CODE = (
     "cactus_theory/solvers/*spike*.py",  # the spike root: its surface and private modules
     "cactus_theory/rules",
     "cactus_theory/analysis/calibration.py",
+    "cactus_theory/analysis/_calibrated_rule.py",
     "scripts/gpu_check.py",
 )
 

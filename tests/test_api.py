@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import cactus_theory as ct
-from cactus_theory.analysis.calibration import calibrate_delta as calibrate_raw
+from cactus_theory.analysis.calibration import _calibrate_rows as calibrate_raw
 from cactus_theory.analysis.comparison import taylor_vs_exact_pairs
 from cactus_theory.analysis.one_step import acceptance_rate, analyze, emitted_distribution
 from cactus_theory.analysis.rule_table import rule_table
@@ -363,12 +363,12 @@ def test_divergence_is_a_knob_and_old_names_are_aliases():
 
 def test_calibrated_rule_registered_by_importing_the_rules():
     # The rule calibrates delta with the emitted-distribution analysis, so it lives (and registers)
-    # in cactus_theory.analysis.calibration, which the package imports: importing the rules alone
+    # in cactus_theory.analysis._calibrated_rule, which the package imports: importing the rules alone
     # (which imports the package first) still registers it.
     code = (
         "import numpy as np; import cactus_theory.rules as r; "
         "assert 'cactus-calibrated' in r.RULES; "
-        "assert type(r.get_rule('cactus-calibrated')).__module__ == 'cactus_theory.analysis.calibration'; "
+        "assert type(r.get_rule('cactus-calibrated')).__module__ == 'cactus_theory.analysis._calibrated_rule'; "
         "rule = r.get_rule('cactus-calibrated', eps=0.05); "
         "pl = rule.plan(np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.6, 0.2]])); "
         "print(float(pl.spike[0, 1]))"
@@ -481,7 +481,7 @@ def test_a_dump_through_the_front_door_calibrate_then_analyze():
     analyze_rules takes the dump and that delta; the table says which knob each rule used
     (Mentored keeps its own budget D). Tolerance: the knob search stops within KNOB_RTOL*eps
     below eps; 1e-12 is the recomputation's rounding."""
-    from cactus_theory.analysis.calibration import KNOB_RTOL
+    from cactus_theory.analysis._knob import KNOB_RTOL
     from cactus_theory.analysis.one_step import emitted_distribution, make_plan
     from cactus_theory.divergences import get_divergence
     from cactus_theory.logits.loader import load_dump, shipped_dumps

@@ -729,7 +729,7 @@ def test_audit_shows_its_progress_over_rules(capsys):
 def test_a_calibration_stopped_just_below_eps_says_how_close(capsys):
     # on the distilled recording sequence-budget-kl's statistic steps over eps = 0.1 between two
     # adjacent knob values; the lower one lands 0.12% below eps: not "step" (cannot be calibrated)
-    from cactus_theory.analysis.calibration import KnobCalibration
+    from cactus_theory.results import KnobCalibration
     from cactus_theory.simulate._audit_calibrate import NEAR_RTOL, NEAR_STATUS
     from cactus_theory.simulate._audit_calibrate import calibration_status as _status
 

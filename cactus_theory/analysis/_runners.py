@@ -1,13 +1,16 @@
-r"""The chunk loop of the row-wise analyses: row sources in memory, the memory bound.
+r"""Where the row-wise analyses run: the chunk loop in this process, or Dask tasks.
 
 A :class:`RowSource` yields :class:`RowChunk` blocks of consecutive rows in a fixed order
 (:class:`ArrayRows`: arrays in memory; :mod:`cactus_theory.rows`: files and folders of
 shards); :class:`LocalRunner` runs a per-chunk kernel over them in order, and
 :func:`rows_per_chunk` sizes the chunks: ``chunk_rows`` rows, or the most rows whose
 temporaries fit ``max_memory`` (default :data:`DEFAULT_MAX_MEMORY`), from the measured count
-of float64 arrays of V values each analysis holds at once per row (:data:`WORK_ARRAYS`). The
-analyses themselves are in :mod:`cactus_theory.analysis.scaled`; on a Dask cluster, in
-:mod:`cactus_theory.analysis.dask`.
+of float64 arrays of V values each analysis holds at once per row (:data:`WORK_ARRAYS`).
+:class:`DaskRunner` runs the same kernels as Dask tasks (one per block of a ``dask.array``,
+or one per shard of a source with parts); :func:`runner_for` chooses between them from the
+input (Dask arrays) or the caller's ``runner="dask"``. Either way the per-row results come
+back in row order, so the corpus statistics taken over them are the in-memory ones bit for
+bit.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), V the vocabulary size,
 N rows.
@@ -21,22 +24,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
-
-__all__ = [
-    "DEFAULT_MAX_MEMORY",
-    "WORK_ARRAYS",
-    "ArrayRows",
-    "LocalRunner",
-    "RowChunk",
-    "RowSource",
-    "as_rows",
-    "is_dask",
-    "join_rows",
-    "parse_memory",
-    "rows_per_chunk",
-    "runner_for",
-    "wants_chunks",
-]
 
 #: Default bound on an analysis' working memory beyond its input and its returned arrays.
 DEFAULT_MAX_MEMORY = 256 * 2**20
@@ -202,13 +189,89 @@ def join_rows(parts):
     return np.concatenate(parts, axis=0)
 
 
+#: Where a row-wise analysis runs (``runner=``): None, the input decides (Dask arrays as Dask
+#: tasks, anything else chunk by chunk here); ``"local"`` here; ``"dask"`` as Dask tasks (a
+#: row source's shards as a ``dask.bag``, each read by the worker that analyses it).
+RUNNERS = ("local", "dask")
+
+
 def runner_for(source, kind, chunk_rows=None, max_memory=None, progress=False, runner=None):
-    """``runner`` if given, else a :class:`LocalRunner` with the chunk rule of ``kind``."""
-    if runner is not None:
-        return runner
-    return LocalRunner(
-        source, rows_per_chunk(kind, chunk_rows=chunk_rows, max_memory=max_memory), progress, desc=kind
-    )
+    """The runner of ``kind``'s chunk rule over ``source``: :class:`DaskRunner` for Dask arrays
+    or ``runner="dask"``, else :class:`LocalRunner` (ValueError naming ``runner``)."""
+    rows_for = rows_per_chunk(kind, chunk_rows=chunk_rows, max_memory=max_memory)
+    if runner is not None and runner not in RUNNERS:
+        raise ValueError(f"runner: expected one of {RUNNERS} or None, got {runner!r}")
+    on_dask = isinstance(source, ArrayRows) and is_dask(source.arrays[0])
+    if runner == "dask" or (runner is None and on_dask):
+        return DaskRunner(source, rows_for)
+    return LocalRunner(source, rows_for, progress, desc=kind)
+
+
+def _block_result(kernel, start, q, p, rq, rp, args):
+    """One block of a Dask array: the kernel's result as a one-item list."""
+    return [with_file(kernel, RowChunk(start, q, p, rq, rp), *args)]
+
+
+def _part_result(part, kernel, rows_for, args):
+    """One shard, read and analysed chunk by chunk on the worker: the kernel's results."""
+    return LocalRunner(part, rows_for).map(kernel, *args)
+
+
+class DaskRunner:
+    """Runs a per-chunk kernel as Dask tasks (one per block of rows, or one per shard) on Dask's
+    current scheduler (a ``dask.distributed.Client`` made before the call runs them on its
+    workers) and returns the results in row order (the interface of :class:`LocalRunner`).
+
+    Parameters
+    ----------
+    source : RowSource
+        :class:`ArrayRows` of Dask arrays (the vocabulary axis is made one chunk, p takes q's
+        row chunks), or a source with parts (shards: the workers need the files, a shared file
+        system on a multi-node cluster).
+    rows_for : callable
+        V -> rows per chunk within a shard (:func:`rows_per_chunk`).
+    """
+
+    def __init__(self, source: RowSource, rows_for):
+        self.source, self.rows_for = source, rows_for
+        self.n_rows = source.n_rows
+
+    def _tasks(self, kernel, args):
+        import dask
+
+        src = self.source
+        if isinstance(src, ArrayRows):
+            import dask.array as da
+
+            arrays = [None if a is None else da.asarray(a) for a in src._flat]
+            q = arrays[0].rechunk({1: -1})
+            arrays = [None if a is None else a.rechunk((q.chunks[0], -1)) for a in arrays]
+            blocks = [None if a is None else a.to_delayed().ravel() for a in arrays]
+            starts = np.concatenate([[0], np.cumsum(q.chunks[0])[:-1]]).astype(int)
+            return [
+                dask.delayed(_block_result)(
+                    kernel, int(starts[i]), *(None if b is None else b[i] for b in blocks), args
+                )
+                for i in range(len(blocks[0]))
+            ]
+        import dask.bag as db
+
+        bag = db.from_sequence(src.parts(), npartitions=len(src.parts()))
+        return bag.map(_part_result, kernel, rows_for=self.rows_for, args=args).to_delayed()
+
+    def map(self, kernel, *args, each=None) -> list:
+        """``[kernel(chunk, *args) for chunk in source]`` computed by Dask, in row order
+        (``each`` is not used: the results come back together)."""
+        import dask
+
+        out = []
+        for res in dask.compute(*self._tasks(kernel, args)):
+            if isinstance(self.source, ArrayRows):
+                out.extend(res)  # a block: [its result]
+            else:
+                for shard in res:  # a bag partition: [results of each shard]
+                    out.extend(shard)
+        return out
 
 
 # --------------------------------------------------------------------------- row sources
@@ -347,4 +410,9 @@ def as_rows(target_probs, draft_probs=None, raw_target_probs=None, raw_draft_pro
         raise ValueError("target_probs: a path; read it with cactus_theory.rows.as_row_source(path)")
     if draft_probs is None:
         raise ValueError("draft_probs: required with a target_probs array")
+    if is_dask(target_probs):
+        import dask.array as da
+
+        arrays = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+        return ArrayRows(*(None if a is None else da.asarray(a) for a in arrays))
     return ArrayRows(target_probs, draft_probs, raw_target_probs, raw_draft_probs)

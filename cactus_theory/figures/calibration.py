@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.calibration import calibrate_delta, global_delta
+from ..analysis.calibration import _calibrate_rows, global_delta
 from .data import coerce_data, synthetic_data
 from .style import PALETTE, SINGLE_COLUMN, legend_above, new_axes, styled
 
@@ -53,7 +53,7 @@ def figure_calibration(target_probs=None, draft_probs=None, *, eps_values=None, 
         data = coerce_data(target_probs if draft_probs is None else (target_probs, draft_probs))
     eps = np.geomspace(0.01, 0.5, 8) if eps_values is None else np.asarray(eps_values, dtype=np.float64)
     q, p = data.target_probs, data.draft_probs
-    cal = [calibrate_delta(q, p, float(e), base=base) for e in eps]
+    cal = [_calibrate_rows(q, p, float(e), base=base) for e in eps]
     # a saturated position stays within eps at every delta: no delta is "needed" there
     per = np.stack([np.where(c.saturated, np.nan, c.delta) for c in cal], axis=-1)
     glob_mean = [global_delta(q, p, float(e), base=base).delta for e in eps]

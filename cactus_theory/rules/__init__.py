@@ -4,7 +4,7 @@ Importing this package registers every rule in :data:`RULES` and the aliases of 
 per-divergence names (``cactus-exact-kl``, ``mentored-tv``, ...), which resolve to
 ``cactus-exact`` / ``mentored`` with the ``divergence`` knob set. ``cactus-calibrated``, which
 needs the emitted-distribution analysis, is registered by
-:mod:`cactus_theory.analysis.calibration` (imported with :mod:`cactus_theory` itself).
+:mod:`cactus_theory.analysis._calibrated_rule` (imported with :mod:`cactus_theory` itself).
 """
 
 from . import (  # noqa: F401  (registration side effect)

@@ -48,7 +48,7 @@ import numpy as np
 
 from .._search import bisect_interval
 from .._validation import as_budget
-from ..analysis.calibration import DELTA_CAP, calibrate_delta, global_delta, saturation_delta, spike_for
+from ..analysis.calibration import DELTA_CAP, _calibrate_rows, global_delta, saturation_delta, spike_for
 from ..analysis.one_step import emitted_distribution
 from ..rules import SpikePlan
 from ..solvers.frontier import LARGEST_FINITE, saturation_budget
@@ -267,7 +267,7 @@ def compare_sequence_budget(
     sat = np.where(np.isfinite(sat), sat, DELTA_CAP)
     top = _kl(_plan_laws(SpikePlan(Q, P, spike_for(Q, sat[:, None]))).emitted, Q)
     level = _level_for_mean(top, eps)
-    cal = calibrate_delta(Q, P, min(level, float(np.max(top))), base="taylor").delta
+    cal = _calibrate_rows(Q, P, min(level, float(np.max(top))), base="taylor").delta
     cal = np.where(np.isfinite(cal), cal, DELTA_CAP)
     laws[METHODS[1]] = _split(_plan_laws(SpikePlan(Q, P, spike_for(Q, cal[:, None]))), bounds)
     knobs[METHODS[1]] = f"KL(h_alg||q) <= {level:.4g} per position"

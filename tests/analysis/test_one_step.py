@@ -229,7 +229,8 @@ def test_sorted_search_in_chunks_on_threads_is_the_same(monkeypatch, threads):
     with ties, values outside the sorted range, two rows), and the same emitted
     distribution as one thread at V = 100,000."""
     from cactus_theory import _threads
-    from cactus_theory.analysis.one_step import _searchsorted_rows, emitted_distribution
+    from cactus_theory.analysis._emitted import _searchsorted_rows
+    from cactus_theory.analysis.one_step import emitted_distribution
 
     rng = np.random.default_rng(3)
     rows = np.sort(np.floor(rng.uniform(0, 500, (2, 60_000))), axis=-1)
@@ -252,7 +253,7 @@ def test_sorted_search_of_short_rows_is_the_same(monkeypatch, V):
     one ``np.searchsorted(side="left")`` per row, on both sides of the threshold, with exact
     ties, values outside the row's range, values per row fewer or more than V, leading batch
     axes, and chunks of rows smaller than the batch (the boolean temporary's bound)."""
-    from cactus_theory.analysis import one_step
+    from cactus_theory.analysis import _emitted
 
     rng = np.random.default_rng(V)
     rows = np.sort(np.floor(rng.uniform(0, 20, (3, 5, V))), axis=-1)
@@ -262,10 +263,10 @@ def test_sorted_search_of_short_rows_is_the_same(monkeypatch, V):
         want = np.stack(
             [np.searchsorted(r, v, side="left") for r, v in zip(rows.reshape(-1, V), values.reshape(-1, m))]
         )
-        got = one_step._searchsorted_rows(np, rows, values)
+        got = _emitted._searchsorted_rows(np, rows, values)
         assert got.shape == values.shape and np.array_equal(got.reshape(-1, m), want)
-        monkeypatch.setattr(one_step, "_COMPARE_ELEMENTS", 2 * V * m)  # two rows a chunk
-        assert np.array_equal(one_step._searchsorted_rows(np, rows, values), got)
+        monkeypatch.setattr(_emitted, "_COMPARE_ELEMENTS", 2 * V * m)  # two rows a chunk
+        assert np.array_equal(_emitted._searchsorted_rows(np, rows, values), got)
         monkeypatch.undo()
 
 
@@ -305,7 +306,7 @@ def test_thread_chunks_work_in_a_forked_child(monkeypatch):
 def _row_paths():
     """The long-row path and the array-agnostic path, both called under the public
     functions' error state (p_j/q_j overflowing to inf for subnormal q_j is intended)."""
-    from cactus_theory.analysis import one_step
+    from cactus_theory.analysis import _emitted
 
     def quiet(fn):
         def call(*args):
@@ -314,7 +315,7 @@ def _row_paths():
 
         return call
 
-    return quiet(one_step._emitted_spike_rows), quiet(one_step._emitted_spike_fast)
+    return quiet(_emitted._emitted_spike_rows), quiet(_emitted._emitted_spike_fast)
 
 
 # The two paths sum the same terms in other orders (prefix sums over t-ranks against bin sums
@@ -354,7 +355,7 @@ def test_long_row_path_matches_the_dense_oracle(name):
     long-row path), rows with truncated supports and many rejected drafts against the
     O(V^2) enumeration of every recovery (Theorem 3 by definition): 1e-15 per entry, the
     rounding of 1,100-term sums of terms below 1."""
-    from cactus_theory.analysis.one_step import LONG_ROW_VOCAB
+    from cactus_theory.analysis._emitted import LONG_ROW_VOCAB
 
     rng = np.random.default_rng(8)
     V = 1100
@@ -448,7 +449,7 @@ def test_short_rows_in_blocks_are_one_call(monkeypatch, name, threads):
     import warnings
 
     from cactus_theory import _threads
-    from cactus_theory.analysis import one_step
+    from cactus_theory.analysis import _emitted
 
     rng = np.random.default_rng(21)
     V = 40
@@ -459,12 +460,12 @@ def test_short_rows_in_blocks_are_one_call(monkeypatch, name, threads):
     q = q / q.sum(-1, keepdims=True)
     plan = make_plan(_rule(name, 0.3), q, p)
     with np.errstate(over="ignore"):
-        whole = one_step._emitted_spike_fast(
+        whole = _emitted._emitted_spike_fast(
             plan.target_probs, plan.draft_probs, np.asarray(plan.spike_for_emission(), dtype=np.float64)
         )
     monkeypatch.setattr(_threads, "thread_count", lambda: threads)
     for rows in (1, 2, 7, 21):
-        monkeypatch.setattr(one_step, "ROW_BLOCK_ELEMENTS", rows * V)
+        monkeypatch.setattr(_emitted, "ROW_BLOCK_ELEMENTS", rows * V)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             got = ct.emitted_distribution(plan)

@@ -1,6 +1,6 @@
-"""The analysis in chunks of rows, over row sources (files, folders of shards) and on a Dask
-cluster: the same numbers as the in-memory call bit for bit, memory bounded by ``max_memory``,
-bad chunk sizes and memory strings rejected naming the argument."""
+"""Where the work runs: chunks of rows, row sources (files, folders of shards) and a Dask
+cluster give the numbers of one call over all rows bit for bit, memory bounded by
+``max_memory``, bad chunk sizes, memory strings and runners rejected naming the argument."""
 
 import json
 import shutil
@@ -11,9 +11,9 @@ import pytest
 
 import cactus_theory as ct
 from cactus_theory import rows
-from cactus_theory.analysis import chunked, scaled
-from cactus_theory.analysis.calibration import global_delta
-from cactus_theory.analysis.one_step import analyze as analyze_block
+from cactus_theory.analysis import _runners as chunked
+from cactus_theory.analysis import global_delta
+from cactus_theory.analysis.one_step import _analyze_block as analyze_block
 from cactus_theory.cli import main
 from cactus_theory.logits.loader import (
     FULL_VOCAB_PATH,
@@ -71,6 +71,24 @@ def test_bad_chunk_rows_names_chunk_rows(bad):
     ):
         with pytest.raises(ValueError, match="^chunk_rows"):
             call()
+
+
+def test_bad_runner_names_runner():
+    q, p = pairs(3, 4)
+    for call in (
+        lambda: ct.analyze("sps", q, p, runner="gpu"),
+        lambda: ct.emitted_distribution("sps", q, p, runner="threads"),
+        lambda: ct.optimal_frontier(q, p, eps=0.1, runner=3),
+        lambda: global_delta(q, p, 0.1, runner="cluster"),
+    ):
+        with pytest.raises(ValueError, match="^runner"):
+            call()
+
+
+def test_local_runner_equals_one_block():
+    # runner="local" takes the chunk loop even for rows that fit one chunk: the same numbers
+    q, p = pairs(20, 12, seed=5)
+    same_result(analyze_block("cactus-exact", q, p), ct.analyze("cactus-exact", q, p, runner="local"))
 
 
 def test_chunk_rows_and_max_memory_together_rejected():
@@ -136,7 +154,7 @@ def test_analyze_torch_in_chunks_equals_one_block():
 
 def test_emitted_distribution_in_chunks():
     q, p = pairs(50, 20, seed=6)
-    h = scaled.emitted_distribution("cactus-exact", q, p, chunk_rows=8)
+    h = ct.emitted_distribution("cactus-exact", q, p, chunk_rows=8)
     assert np.array_equal(h, ct.emitted_distribution("cactus-exact", q, p))
 
 
@@ -208,7 +226,7 @@ def test_global_delta_in_chunks_equals_in_memory(statistic):
     # the mean and the quantiles are taken over all rows' values (exact, not sampled)
     q, p = pairs(30, 12, seed=11)
     ref = global_delta(q, p, 0.03, statistic=statistic)
-    got = scaled.global_delta(q, p, 0.03, statistic=statistic, chunk_rows=7)
+    got = global_delta(q, p, 0.03, statistic=statistic, chunk_rows=7)
     assert got.delta == ref.delta and got.value == ref.value
     assert np.array_equal(got.divergences, ref.divergences)
     assert np.array_equal(got.acceptance, ref.acceptance)
@@ -349,8 +367,6 @@ def test_cli_analyze_folder_of_shards(tmp_path, capsys):
 def test_dask_local_cluster_matches_in_memory(tmp_path):
     da = pytest.importorskip("dask.array")
     distributed = pytest.importorskip("distributed")
-    from cactus_theory.analysis import dask as on_dask
-
     q, p = pairs(120, 16, seed=30)
     parts = _shard_folder(tmp_path, n_shards=3, n=40, V=16)
     sq = np.concatenate([a for a, _ in parts])
@@ -363,11 +379,12 @@ def test_dask_local_cluster_matches_in_memory(tmp_path):
     ):
         dq, dp = da.from_array(q, chunks=(45, 16)), da.from_array(p, chunks=(60, 8))
         ref = analyze_block("cactus-exact", q, p)
-        got = on_dask.analyze("cactus-exact", dq, dp)
+        got = ct.analyze("cactus-exact", dq, dp)
+        assert got.emitted is None  # Dask rows: the per-row values only, by default
         assert np.array_equal(got.acceptance, ref.acceptance)
         for k in ref.divergences:
             assert np.array_equal(got.divergences[k], ref.divergences[k])
-        h = on_dask.emitted_distribution("cactus-exact", dq, dp)
+        h = ct.emitted_distribution("cactus-exact", dq, dp)  # a lazy Dask array
         assert np.array_equal(h.compute(), ref.emitted)
         names = ["sps", "cactus-exact"]
         assert ct.analyze_rules(dq, dp, names).table == ct.analyze_rules(q, p, names).table
@@ -377,27 +394,21 @@ def test_dask_local_cluster_matches_in_memory(tmp_path):
         assert np.array_equal(c_got.delta, c_ref.delta)
         # one Dask computation per pass over the rows: two blocks of rows
         g_ref = global_delta(q, p, 0.02, statistic=0.9)
-        g_got = on_dask.global_delta(
+        g_got = global_delta(
             da.from_array(q, chunks=(60, 16)), da.from_array(p, chunks=(60, 16)), 0.02, statistic=0.9
         )
         assert g_got.delta == g_ref.delta and g_got.value == g_ref.value
         # shards as a bag: each worker reads its own shards
-        shards = on_dask.analyze_rules(rows.as_row_source(tmp_path), None, names, chunk_rows=16)
+        shards = ct.analyze_rules(rows.as_row_source(tmp_path), None, names, chunk_rows=16, runner="dask")
         assert shards.table == ct.analyze_rules(sq, sp, names).table
-
-
-def test_frontier_grid_matches_the_api():
-    from cactus_theory import api
-
-    assert scaled.FRONTIER_POINTS == api.FRONTIER_POINTS
 
 
 def test_benchmark_scale_rows():
     # each measurement in a fresh process; the chunked rows' check is the equality with
     # 1,000-row blocks analysed one by one
-    from cactus_theory.benchmark import _bench_scale
+    from benchmarks._scale import bench_scale
 
-    goals = _bench_scale(((200, 20), (1_500, 20)), quick=True)
+    goals = bench_scale(((200, 20), (1_500, 20)), quick=True)
     names = [g.goal for g in goals]
     assert names[0].startswith("scale: in-memory analyze, V = 20, n = 200")
     chunk_rows = [g for g in goals if g.goal.startswith("scale: chunked analyze")]

@@ -1,4 +1,4 @@
-"""``cactus-calibrated`` on the device: :func:`cactus_theory.analysis.calibration.calibrate_delta_device`
+"""``cactus-calibrated`` on the device: :func:`cactus_theory.analysis._calibrated_rule.calibrate_delta_device`
 runs the first-crossing calibration in torch where the rows live (fixed counts, no host read),
 here on CPU tensors with the device path forced (``solvers.spike._host_tensor`` False, the
 switch the exact root uses). It gives numpy's calibrated delta to the rounding of the two
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from cactus_theory.analysis import _calibrated_rule, _emitted
 from cactus_theory.analysis import calibration as cal
-from cactus_theory.analysis import one_step
 from cactus_theory.rules import get_rule
 from cactus_theory.solvers import spike
 from cactus_theory.testing.sync import assert_no_host_sync
@@ -30,10 +30,10 @@ def _rows(shape, V, seed):
 @pytest.mark.parametrize("eps, V", [(0.1, 16), (0.02, 300), (0.0, 16)])
 def test_device_delta_is_numpys(device_path, eps, V):
     q, p = _rows((3, 2), V, 1)
-    want = cal.calibrate_delta(q, p, eps).delta
+    want = cal._calibrate_rows(q, p, eps).delta
     qt, pt = torch.tensor(q), torch.tensor(p)
     with assert_no_host_sync("calibrate_delta_device"):
-        got = cal.calibrate_delta_device(qt, pt, eps)
+        got = _calibrated_rule.calibrate_delta_device(qt, pt, eps)
     assert got.shape == want.shape and got.dtype == torch.float64
     # the same first crossing; the Illinois steps stop within ~1e-13 of the bracket (numpy's
     # tolerance), and the two libraries' sorted prefix sums differ by rounding only
@@ -56,12 +56,12 @@ def test_empty_residual_terms_are_the_per_draft_loop():
     rng = np.random.default_rng(3)
     q = rng.dirichlet(np.full(9, 0.5), size=(2, 3))
     gamma = np.clip(q + rng.uniform(0, 0.3, q.shape), 0, 1)
-    c = one_step.spike_scale_unchecked(q, gamma)
+    c = _emitted.spike_scale_unchecked(q, gamma)
     w = rng.uniform(0, 0.2, q.shape)
     empty = rng.random(q.shape) < 0.3
     empty[0, 0, :] = False  # a row with no empty residual: no change
     base = rng.random(q.shape)
-    want = one_step._add_empty_residual_rows(np, base, empty, q, gamma, c, w)
-    got = base + one_step._empty_residual_terms(np, empty, q, gamma, c, w)
+    want = _emitted._add_empty_residual_rows(np, base, empty, q, gamma, c, w)
+    got = base + _emitted._empty_residual_terms(np, empty, q, gamma, c, w)
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-16)  # one sum's rounding order
     assert np.array_equal(got[0, 0], base[0, 0])
