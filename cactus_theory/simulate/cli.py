@@ -140,15 +140,65 @@ def simulate_data(args) -> dict:
 
     _check(args)
     rule = get_rule(args.rule, **parse_knobs(args.knob))
+    m = args.draft_length
+    sim, ex, seq, alphas = _run_trajectories(args, rule, m)
+    ms = {k: compute_metrics(pool_totals(v), args.cost_ratio) for k, v in sim.items()}
+    mx = {k: compute_metrics(pool_totals(v), args.cost_ratio) for k, v in ex.items()}
+    a_bar = float(np.mean(np.concatenate(alphas)))
+    iid = float(m + 1) if a_bar >= 1.0 else (1.0 - a_bar ** (m + 1)) / (1.0 - a_bar)
+
+    def pair(key, i):
+        return _estimate_row(ms["rule"][key][i], mx["rule"][key][i])
+
+    per_pos = dict(
+        marginal=[pair("pos_marginal", i) for i in range(m)],
+        conditional=[pair("pos_conditional", i) for i in range(m)],
+        histogram=[pair("hist", i) for i in range(m + 1)],
+    )
+    settings = dict(
+        rule=args.rule,
+        rule_repr=repr(rule),
+        knobs=parse_knobs(args.knob),
+        m=m,
+        **{k: getattr(args, k) for k in _SETTINGS},
+        teacher_forced=TEACHER_FORCED,
+    )
+    return dict(
+        settings=settings,
+        metrics=_metric_rows(ms, mx, args.cost_ratio),
+        mean_alpha=a_bar,
+        iid_tokens_per_call=iid,
+        per_position=per_pos,
+        sequence_kl=_sequence_kl(seq),
+    )
+
+
+#: The arguments echoed in the settings block as given (after rule, knobs and m).
+_SETTINGS = (
+    "cost_ratio",
+    "family",
+    "trajectories",
+    "length",
+    "vocab_size",
+    "temperature",
+    "top_k",
+    "top_p",
+    "runs",
+    "seed",
+)
+
+
+def _run_trajectories(args, rule, m):
+    """Simulated and exact totals of the rule and of SpS on each synthetic trajectory, the
+    rule's sequence divergences (exact, Monte Carlo) and its per-position acceptances."""
+    from tqdm.auto import tqdm
+
     sps = get_rule("sps")
     rng = np.random.default_rng(args.seed)
-    m = args.draft_length
     sim = {"rule": [], "sps": []}
     ex = {"rule": [], "sps": []}
     seq = []
     alphas = []
-    from tqdm.auto import tqdm
-
     for _ in tqdm(range(args.trajectories), desc="trajectories (teacher-forced)", disable=args.no_progress):
         traj = synthetic_trajectory(
             args.family,
@@ -170,91 +220,52 @@ def simulate_data(args) -> dict:
             if key == "rule":
                 seq.append((sequence_divergence(chain), sequence_kl_monte_carlo(laws, m, run_.tokens)))
                 alphas.append(laws.alpha)
-    ms = {k: compute_metrics(pool_totals(v), args.cost_ratio) for k, v in sim.items()}
-    mx = {k: compute_metrics(pool_totals(v), args.cost_ratio) for k, v in ex.items()}
+    return sim, ex, seq, alphas
 
-    def num(x):
-        return float(getattr(x, "value", x))
 
-    def se(x):
-        s_ = getattr(x, "se", None)
-        return None if s_ is None else float(s_)
+def _estimate_row(simulated, exact) -> dict:
+    """``{"simulated", "simulated_se", "exact"}`` of an estimate (or a plain number)."""
+    se = getattr(simulated, "se", None)
+    return dict(
+        simulated=float(getattr(simulated, "value", simulated)),
+        simulated_se=None if se is None else float(se),
+        exact=float(getattr(exact, "value", exact)),
+    )
 
-    metrics = []
-    for name, label in METRIC_LABELS.items():
-        metrics.append(
-            dict(
-                metric=name,
-                label=label if name != "speedup" else f"{label}, c = {args.cost_ratio}",
-                simulated=num(ms["rule"][name]),
-                simulated_se=se(ms["rule"][name]),
-                exact=num(mx["rule"][name]),
-            )
+
+def _metric_rows(ms, mx, cost_ratio) -> list[dict]:
+    """One row per metric of the rule, Rej relative to SpS, and SpS's AL_m for reference."""
+    rows = [
+        dict(
+            metric=name,
+            label=label if name != "speedup" else f"{label}, c = {cost_ratio}",
+            **_estimate_row(ms["rule"][name], mx["rule"][name]),
         )
+        for name, label in METRIC_LABELS.items()
+    ]
+    rej = "Rej: rejected drafts / token, relative to SpS (paper)"
     rs, rx = rej_relative(ms["rule"], ms["sps"]), rej_relative(mx["rule"], mx["sps"])
-    metrics.append(
-        dict(
-            metric="rej_relative",
-            label="Rej: rejected drafts / token, relative to SpS (paper)",
-            simulated=num(rs),
-            simulated_se=se(rs),
-            exact=num(rx),
-        )
+    rows.append(dict(metric="rej_relative", label=rej, **_estimate_row(rs, rx)))
+    sps = "AL_m of SpS on the same trajectories (reference)"
+    rows.append(
+        dict(metric="sps_al_paper", label=sps, **_estimate_row(ms["sps"]["al_paper"], mx["sps"]["al_paper"]))
     )
-    metrics.append(
-        dict(
-            metric="sps_al_paper",
-            label="AL_m of SpS on the same trajectories (reference)",
-            simulated=num(ms["sps"]["al_paper"]),
-            simulated_se=se(ms["sps"]["al_paper"]),
-            exact=num(mx["sps"]["al_paper"]),
-        )
-    )
-    a_bar = float(np.mean(np.concatenate(alphas)))
-    iid = float(m + 1) if a_bar >= 1.0 else (1.0 - a_bar ** (m + 1)) / (1.0 - a_bar)
+    return rows
 
-    def pair(key, i):
-        x = ms["rule"][key][i]
-        return dict(simulated=num(x), simulated_se=se(x), exact=num(mx["rule"][key][i]))
 
-    per_pos = dict(
-        marginal=[pair("pos_marginal", i) for i in range(m)],
-        conditional=[pair("pos_conditional", i) for i in range(m)],
-        histogram=[pair("hist", i) for i in range(m + 1)],
-    )
-    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+def _sequence_kl(seq) -> dict:
+    """Means over trajectories of the exact sequence-KL bounds and the Monte-Carlo estimate."""
     est = [e for _, e in seq]
-    seq_kl = dict(
+
+    def mean(xs):
+        return float(np.mean(xs))
+
+    return dict(
         kl_lower=mean([s_.kl_lower for s_, _ in seq]),
         kl_upper=mean([s_.kl_upper for s_, _ in seq]),
         kl_per_step_sum=mean([s_.kl_per_step_sum for s_, _ in seq]),
         monte_carlo=mean([e.value for e in est]),
         monte_carlo_se=float(np.sqrt(np.sum([e.se**2 for e in est]))) / len(est),
-    )
-    settings = dict(
-        rule=args.rule,
-        rule_repr=repr(rule),
-        knobs=parse_knobs(args.knob),
-        m=m,
-        cost_ratio=args.cost_ratio,
-        family=args.family,
-        trajectories=args.trajectories,
-        length=args.length,
-        vocab_size=args.vocab_size,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        runs=args.runs,
-        seed=args.seed,
-        teacher_forced=TEACHER_FORCED,
-    )
-    return dict(
-        settings=settings,
-        metrics=metrics,
-        mean_alpha=a_bar,
-        iid_tokens_per_call=iid,
-        per_position=per_pos,
-        sequence_kl=seq_kl,
     )
 
 

@@ -275,82 +275,94 @@ def fly_exact_chain(
     gate = fly_gate(trajectory, entropy_threshold)
     alpha = np.clip(laws.alpha, 0.0, 1.0)
     T = len(alpha)
-    pi = np.zeros(T + 1)
-    pi[0] = 1.0
-    w_cls = np.zeros((T, 4))  # matched, kept, recovery, bonus
-    hist = np.zeros(min(m, max(T - 1, 1)) + 1)
-    tot = dict(rounds=0.0, tokens=0.0, accepted=0.0, kept=0.0, drafts=0.0)
-
-    def end(s, N, mass):
-        w_cls[s + N, 2] += mass
-        pi[s + N + 1] += mass
-        tot["accepted"] += mass * N
-        tot["tokens"] += mass * (N + 1)
-        hist[N] += mass
-
+    book = _Ledger(T, m)
     for s in range(T):
-        w = pi[s]
+        w = book.pi[s]
         if w == 0.0:
             continue
         ms = min(m, T - 1 - s)
-        tot["rounds"] += w
-        tot["drafts"] += w * ms
+        book.tot["rounds"] += w
+        book.tot["drafts"] += w * ms
         state = np.zeros(W)
         state[0] = w
         for j in range(ms):
-            t = s + j
-            a = alpha[t]
-            may_keep = bool(gate[t]) and j <= ms - W - 1
-            new = np.zeros(W)
-            m0 = state[0]
-            if m0 > 0.0:
-                w_cls[t, 0] += m0 * a
-                new[0] += m0 * a
-                if may_keep and W == 1:
-                    w_cls[t, 1] += m0 * (1.0 - a)
-                    tot["kept"] += m0 * (1.0 - a)
-                    new[0] += m0 * (1.0 - a)
-                elif may_keep:
-                    new[W - 1] += m0 * (1.0 - a)
-                else:
-                    end(s, j, m0 * (1.0 - a))
-            for c in range(1, W):
-                mc = state[c]
-                if mc == 0.0:
-                    continue
-                jf = j - (W - c)  # the pending kept mismatch
-                if c == 1:  # its W - 1 matches complete: commit
-                    w_cls[s + jf, 1] += mc * a
-                    w_cls[s + jf + 1 : t + 1, 0] += mc * a
-                    tot["kept"] += mc * a
-                    new[0] += mc * a
-                else:
-                    new[c - 1] += mc * a
-                end(s, jf, mc * (1.0 - a))
-            state = new
+            may_keep = bool(gate[s + j]) and j <= ms - W - 1
+            state = _advance(book, state, alpha[s + j], may_keep, s, j)
         assert np.all(state[1:] == 0.0)  # keeps need j <= m_s - W - 1: none pending at the end
-        full = state[0]
-        w_cls[s + ms, 3] += full
-        pi[s + ms + 1] += full
-        tot["accepted"] += full * ms
-        tot["tokens"] += full * (ms + 1)
-        hist[ms] += full
-    emitted = np.einsum("tc,tcv->tv", w_cls, _class_laws(trajectory, laws))
+        book.close(s, ms, state[0], 3)
+    emitted = np.einsum("tc,tcv->tv", book.w_cls, _class_laws(trajectory, laws))
+    tot = book.tot
     return FlyChain(
         tot["rounds"],
         tot["tokens"],
         tot["accepted"],
         tot["kept"],
         tot["drafts"],
-        hist,
-        pi,
-        w_cls,
+        book.hist,
+        book.pi,
+        book.w_cls,
         emitted,
         laws,
         gate,
         m,
         W,
     )
+
+
+class _Ledger:
+    """The round-state programme's running sums: the round-start law ``pi`` [T + 1], the
+    class weights ``w_cls`` [T, 4] (matched, kept, recovery, bonus), the accepted-length
+    histogram and the totals."""
+
+    def __init__(self, T, m):
+        self.pi = np.zeros(T + 1)
+        self.pi[0] = 1.0
+        self.w_cls = np.zeros((T, 4))
+        self.hist = np.zeros(min(m, max(T - 1, 1)) + 1)
+        self.tot = dict(rounds=0.0, tokens=0.0, accepted=0.0, kept=0.0, drafts=0.0)
+
+    def close(self, s, N, mass, cls):
+        """A round from s ending with N tokens accepted and one of class ``cls`` (2: recovery,
+        3: bonus) at s + N, with probability ``mass``."""
+        self.w_cls[s + N, cls] += mass
+        self.pi[s + N + 1] += mass
+        self.tot["accepted"] += mass * N
+        self.tot["tokens"] += mass * (N + 1)
+        self.hist[N] += mass
+
+
+def _advance(book, state, a, may_keep, s, j):
+    """The round state after draft j of the round from s (acceptance ``a`` there): state c = 0
+    all matched so far, c >= 1 a kept mismatch with c matches still to come."""
+    W = state.size
+    t = s + j
+    new = np.zeros(W)
+    m0 = state[0]
+    if m0 > 0.0:
+        book.w_cls[t, 0] += m0 * a
+        new[0] += m0 * a
+        if may_keep and W == 1:
+            book.w_cls[t, 1] += m0 * (1.0 - a)
+            book.tot["kept"] += m0 * (1.0 - a)
+            new[0] += m0 * (1.0 - a)
+        elif may_keep:
+            new[W - 1] += m0 * (1.0 - a)
+        else:
+            book.close(s, j, m0 * (1.0 - a), 2)
+    for c in range(1, W):
+        mc = state[c]
+        if mc == 0.0:
+            continue
+        jf = j - (W - c)  # the pending kept mismatch
+        if c == 1:  # its W - 1 matches complete: commit
+            book.w_cls[s + jf, 1] += mc * a
+            book.w_cls[s + jf + 1 : t + 1, 0] += mc * a
+            book.tot["kept"] += mc * a
+            new[0] += mc * a
+        else:
+            new[c - 1] += mc * a
+        book.close(s, jf, mc * (1.0 - a), 2)
+    return new
 
 
 def fly_brute_force(
