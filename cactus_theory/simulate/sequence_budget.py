@@ -258,6 +258,33 @@ def compare_sequence_budget(
     bounds = np.concatenate([[0], np.cumsum([t.length for t in trajs])])
 
     laws, knobs = {}, {}
+    _cactus_laws(Q, P, eps, bounds, laws, knobs)
+    # Mentored, D per position meeting a common level
+    m_level = _level_for_mean(saturation_budget(Q, P, "kl"), eps)
+    D = m_level if math.isfinite(m_level) else LARGEST_FINITE
+    laws[METHODS[2]] = _split(target_laws(Q, P, solve_mentored(Q, P, D, "kl").target), bounds)
+    knobs[METHODS[2]] = f"D = {m_level:.4g} per position"
+    _lambda_laws(trajs, Q, P, eps, bounds, laws, knobs)
+    acc, klt, worst, al, klu = _scores(trajs, laws, ms, N)
+    return SequenceBudgetComparison(
+        label,
+        float(eps),
+        ms,
+        N,
+        len(trajs),
+        METHODS,
+        tuple(knobs[n] for n in METHODS),
+        acc,
+        klt,
+        worst,
+        al,
+        klu,
+    )
+
+
+def _cactus_laws(Q, P, eps, bounds, laws, knobs):
+    """The two Cactus-Taylor methods' laws per trajectory and knobs: one delta for the
+    corpus, and a delta per position meeting a common level (filled into ``laws``, ``knobs``)."""
     # Cactus-Taylor, one delta for the corpus
     gd = global_delta(Q, P, eps, statistic="mean", base="taylor")
     laws[METHODS[0]] = _split(_plan_laws(SpikePlan(Q, P, spike_for(Q, gd.delta))), bounds)
@@ -271,11 +298,11 @@ def compare_sequence_budget(
     cal = np.where(np.isfinite(cal), cal, DELTA_CAP)
     laws[METHODS[1]] = _split(_plan_laws(SpikePlan(Q, P, spike_for(Q, cal[:, None]))), bounds)
     knobs[METHODS[1]] = f"KL(h_alg||q) <= {level:.4g} per position"
-    # Mentored, D per position meeting a common level
-    m_level = _level_for_mean(saturation_budget(Q, P, "kl"), eps)
-    D = m_level if math.isfinite(m_level) else LARGEST_FINITE
-    laws[METHODS[2]] = _split(target_laws(Q, P, solve_mentored(Q, P, D, "kl").target), bounds)
-    knobs[METHODS[2]] = f"D = {m_level:.4g} per position"
+
+
+def _lambda_laws(trajs, Q, P, eps, bounds, laws, knobs):
+    """The sequence-budget methods' laws and knobs: the offline optimum per trajectory, one
+    lambda for the corpus, and the online rule with the other half's lambda (filled in)."""
     # the offline optimum of each trajectory
     own = [solve_sequence_budget(t.target_probs, t.draft_probs, eps) for t in trajs]
     laws[METHODS[3]] = [target_laws(t.target_probs, t.draft_probs, o.emitted) for t, o in zip(trajs, own)]
@@ -304,6 +331,10 @@ def compare_sequence_budget(
     ]
     knobs[METHODS[5]] = "lambda = " + "/".join(f"{x:.4g}" for x in lams) + " (other half), cap = budget left"
 
+
+def _scores(trajs, laws, ms, N):
+    """Per method: acceptance, emitted KL per token, the worst trajectory's KL per token, and
+    per draft length AL_m and the sequence KL's upper bound per token."""
     M, K = len(METHODS), len(ms)
     acc, klt, worst = np.zeros(M), np.zeros(M), np.zeros(M)
     al, klu = np.zeros((M, K)), np.zeros((M, K))
@@ -317,17 +348,4 @@ def compare_sequence_budget(
             chains = [exact_chain(None, t, m, laws=x) for t, x in zip(trajs, ls)]
             al[i, j] = compute_metrics(pool_totals([c.totals for c in chains]))["al_paper"].value
             klu[i, j] = sum(sequence_divergence(c).kl_upper for c in chains) / N
-    return SequenceBudgetComparison(
-        label,
-        float(eps),
-        ms,
-        N,
-        len(trajs),
-        METHODS,
-        tuple(knobs[n] for n in METHODS),
-        acc,
-        klt,
-        worst,
-        al,
-        klu,
-    )
+    return acc, klt, worst, al, klu
