@@ -208,6 +208,8 @@ def test_audit_bad_input_names_the_argument():
         ct.audit(q)
     with pytest.raises(ValueError, match="target_probs"):
         ct.audit("no-such-recording")
+    with pytest.raises(ValueError, match="draft_probs"):
+        ct.audit("distilled", p)
 
 
 def test_the_audit_prints_its_table_then_one_note_per_rule_not_calibrated():
@@ -265,8 +267,17 @@ def test_folder_of_shards_matches_the_arrays(tmp_path, capsys):
         assert b["frontier_gap"] == pytest.approx(a["frontier_gap"], abs=1e-8), name
     assert main(["audit", "-i", str(tmp_path), "--rules", "sps", "--no-progress", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_positions"] == 30
-    with pytest.raises(ValueError, match="per"):
-        ct.audit(str(tmp_path), per="sequence")
+    # a row source is read as stored, chunk by chunk: none of the options of rows in memory
+    for kw, word in (
+        (dict(per="sequence"), "per"),
+        (dict(rows="raw"), "rows"),
+        (dict(eos_token_id=1), "eos_token_id"),
+        (dict(max_positions=10), "max_positions"),
+    ):
+        with pytest.raises(ValueError, match=word):
+            ct.audit(str(tmp_path), **kw)
+    with pytest.raises(ValueError, match="draft_probs"):
+        ct.audit(str(tmp_path), p)
 
 
 @pytest.mark.parametrize("name", ["smollm2-135m_distilled"])
