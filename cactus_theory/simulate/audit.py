@@ -25,7 +25,7 @@ meets one target :math:`\epsilon`, then reports side by side what it buys and wh
 
 Where the work runs follows from the input: rows in memory (arrays, or an :class:`AuditCorpus`
 of recorded trajectories) or a row source read chunk by chunk
-(:class:`cactus_theory.analysis.RowSource`; per-token statistics only: a row source has
+(:class:`cactus_theory.rows.RowSource`; per-token statistics only: a row source has
 neither trajectories nor vocabulary ids). One engine calibrates and tabulates both.
 
 End of sequence
