@@ -1,4 +1,5 @@
-"""What a rule emits: one-step analysis, calibration, the frontier, multi-draft laws.
+"""What a rule emits: one-step analysis, calibration, the frontier (multi-draft and tree laws:
+:mod:`cactus_theory.analysis.multidraft`, :mod:`cactus_theory.analysis.tree_budget`).
 
 One function per question; where the work runs follows from the input or a parameter: arrays
 in memory (rows beyond one chunk chunk by chunk, ``chunk_rows=`` or ``max_memory=``), a row
@@ -11,18 +12,10 @@ Importing it registers the ``cactus-calibrated`` rule
 """
 
 from . import _calibrated_rule  # noqa: F401  (registers cactus-calibrated)
+from ._certificates import acceptance_certificate, accepted_set, certificate_rules
 from ._knob import calibrate_knob
+from ._lengths import geometric_length_ratio
 from .calibration import compare_with_mentored, emitted_divergence_curve, global_delta
-from .certificates import acceptance_certificate, accepted_set, certificate_rules
-from .lengths import geometric_length_ratio
-from .multidraft import (
-    drawn_trees,
-    expected_accepted_length,
-    lossless_error,
-    multidraft_acceptance,
-    multidraft_emitted,
-    tree_outcomes,
-)
 from .one_step import (
     acceptance_probabilities,
     acceptance_rate,
@@ -47,10 +40,4 @@ __all__ = [
     "global_delta",
     "make_plan",
     "per_draft_divergence",
-    "drawn_trees",
-    "expected_accepted_length",
-    "lossless_error",
-    "multidraft_acceptance",
-    "multidraft_emitted",
-    "tree_outcomes",
 ]

@@ -15,7 +15,7 @@ with :math:`w_n = p_n(1-a_n)`, :math:`u_n = w_n / Z_n`. Two exact paths compute 
 torch and on short numpy rows (batched), one sort of the :math:`t_j` per row, prefix sums,
 a ``searchsorted`` of the :math:`c_n` and a weighted ``bincount``; on numpy rows of at least
 :data:`LONG_ROW_VOCAB` tokens, one row at a time, a sort of the rejected drafts' :math:`c_n`
-only, among which every :math:`t_j` is placed (:mod:`cactus_theory.analysis.rejected_mixture`;
+only, among which every :math:`t_j` is placed (:mod:`cactus_theory.analysis._rejected_mixture`;
 most drafts are accepted outright). ``method="dense"`` builds every :math:`h^{(n)}` instead
 (O(V^2) memory): the test oracle. Target and decision plans have one recovery for every
 draft: O(V).
@@ -38,7 +38,7 @@ from .._threads import in_chunks, in_row_blocks
 from ..rules import SpikePlan, TargetPlan
 from ..rules.plans import ratio_acceptance, residual_distribution
 from ..solvers.spike import spike_scale_unchecked
-from .rejected_mixture import mixture_row
+from ._rejected_mixture import mixture_row
 
 
 def _is_torch(x) -> bool:
@@ -188,7 +188,7 @@ def _empty_residual_terms(xp, empty, q, gamma, c, w):
     return q * xp.sum(coef * c, axis=-1, keepdims=True) + coef * (gamma - c * q)
 
 
-#: Rows at least this long take :func:`~cactus_theory.analysis.rejected_mixture.mixture_row`,
+#: Rows at least this long take :func:`~cactus_theory.analysis._rejected_mixture.mixture_row`,
 #: one row at a time; shorter rows (many positions of a small vocabulary) take the
 #: array-agnostic path, vectorized over the batch, whose per-call overhead the rows share.
 #: Measured (Cactus-Taylor, medians of 7): 400 rows at V = 64, 7.5 ms batched against 89 ms
@@ -205,7 +205,7 @@ ROW_BLOCK_ELEMENTS = 1 << 17
 
 def _emitted_spike_rows(q, p, gamma):
     """The numpy mixture of long rows, one row at a time
-    (:func:`~cactus_theory.analysis.rejected_mixture.mixture_row`; batch axes flattened)."""
+    (:func:`~cactus_theory.analysis._rejected_mixture.mixture_row`; batch axes flattened)."""
     V = q.shape[-1]
     q2, p2, g2 = (np.ascontiguousarray(x, dtype=np.float64).reshape(-1, V) for x in (q, p, gamma))
     out = np.empty_like(q2)

@@ -30,24 +30,20 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorem 2, Corollaries 5 and 6
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .._validation import as_budget_array, as_prob_pair
 from ..divergences import get_divergence
+from ..results import FamilyComparison, TaylorGrid
 from ..rules import get_rule
 from ..solvers.spike import exact_spike, taylor_spike
 from .one_step import acceptance_rate, emitted_distribution, make_plan, per_draft_divergence
 
 __all__ = [
     "TAYLOR_WITHIN_BUDGET_FROM",
-    "TaylorGrid",
     "taylor_vs_exact_grid",
     "taylor_kl_bound",
-    "FamilyComparison",
     "taylor_vs_exact_pairs",
-    "format_family_comparison",
 ]
 
 
@@ -67,35 +63,6 @@ def taylor_kl_bound(delta):
         Budget >= 0.
     """
     return np.log1p(2.0 * as_budget_array(delta))
-
-
-@dataclass(frozen=True)
-class TaylorGrid:
-    """Taylor vs exact per-draft solutions on a grid (arrays of shape (len(q), len(delta))).
-
-    Attributes
-    ----------
-    q_values, deltas : ndarray
-        The grid axes (q_n values and budgets).
-    gamma_taylor, gamma_exact : ndarray
-        Corollary 5's point and Theorem 2's root.
-    gamma_cvxpy : ndarray or None
-        The cvxpy oracle's optimum over the whole simplex (3-token verifier
-        ``(q_n, (1-q_n)/2, (1-q_n)/2)``), when requested.
-    divergence_taylor : ndarray
-        Two-point divergence :math:`D(h^{(n)}_T\\|q)` of the Taylor target.
-    budget_ratio : ndarray
-        ``divergence_taylor / delta`` (1 means exactly on budget; NaN-free: 0 where delta = 0).
-    """
-
-    divergence: str
-    q_values: np.ndarray
-    deltas: np.ndarray
-    gamma_taylor: np.ndarray
-    gamma_exact: np.ndarray
-    gamma_cvxpy: np.ndarray | None
-    divergence_taylor: np.ndarray
-    budget_ratio: np.ndarray
 
 
 def taylor_vs_exact_grid(q_values, deltas, divergence="kl", *, with_cvxpy: bool = False) -> TaylorGrid:
@@ -136,30 +103,6 @@ def taylor_vs_exact_grid(q_values, deltas, divergence="kl", *, with_cvxpy: bool 
             for j, delta in enumerate(dv):
                 gc[i, j] = max_draft_probability_cvxpy(row, 0, delta, divergence).value
     return TaylorGrid(d.name, qv, dv, gt, ge, gc, dt, ratio)
-
-
-@dataclass(frozen=True)
-class FamilyComparison:
-    """Per-draft and emitted divergences of SpS, Cactus-Taylor and Cactus-exact on a corpus.
-
-    One row per (rule, delta); every statistic is over the corpus positions (rows of q, p).
-
-    Attributes
-    ----------
-    rows : list of dict
-        Keys: ``rule``, ``delta``, ``acceptance`` (mean of sum_n p_n a_n),
-        ``per_draft_mean`` (mean over positions of E_{n~p} D(h^(n)||q)),
-        ``per_draft_max`` (max over positions and drafts with p_n > 0),
-        ``emitted_mean`` and ``emitted_max`` (D(h_alg||q) over positions),
-        ``emitted_over_delta_max`` (max of D(h_alg||q)/delta, 0 at delta = 0),
-        ``emitted_tv_mean`` (TV(h_alg, q)).
-    divergence : str
-    n_positions : int
-    """
-
-    rows: list
-    divergence: str
-    n_positions: int
 
 
 def taylor_vs_exact_pairs(target_probs, draft_probs, deltas, divergence="kl") -> FamilyComparison:

@@ -23,25 +23,23 @@ Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from .._validation import as_budget, as_count, as_finite_number, as_prob_pair, choice
 from ..divergences import get_divergence
+from ..results import OperatingPoints
 from ..rules import RULES, get_rule
 from ..solvers.mentored import solve_mentored
 from ..solvers.sequence import solve_sequence_budget
 from .one_step import emitted_distribution, make_plan
 
 __all__ = [
-    "OperatingPoints",
     "default_sweep",
     "operating_points",
     "all_operating_points",
     "gap_to_frontier",
     "corpus_frontier",
-    "CORPUS_FRONTIER_DIVERGENCES",
 ]
 
 #: Divergences for which :func:`corpus_frontier` is exact.
@@ -114,39 +112,6 @@ def gap_to_frontier(target_probs, draft_probs, acceptance, divergence_value, div
     pb = np.broadcast_to(pb, qb.shape)
     F = np.asarray(solve_mentored(qb, pb, D, divergence, return_target=False).acceptance)
     return F, F - acc
-
-
-@dataclass(frozen=True)
-class OperatingPoints:
-    """A rule's operating points along a knob sweep.
-
-    Attributes
-    ----------
-    rule : str
-        Registry name.
-    knob : str or None
-        The swept knob.
-    values : list
-        Its values (K).
-    acceptance : ndarray, shape batch + (K,)
-    divergences : dict of str to ndarray, shape batch + (K,)
-        :math:`D(h_{alg}\\|q)` (``inf`` where infinite).
-    frontier : dict of str to ndarray, shape batch + (K,)
-        :math:`F_D` at each point's true divergence.
-    gap : dict of str to ndarray, shape batch + (K,)
-        ``frontier - acceptance`` (>= 0 up to rounding).
-
-    Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
-    Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
-    """
-
-    rule: str
-    knob: str | None
-    values: list
-    acceptance: np.ndarray
-    divergences: dict
-    frontier: dict
-    gap: dict
 
 
 def operating_points(

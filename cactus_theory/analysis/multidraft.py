@@ -21,26 +21,21 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), k drafts pe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .._validation import choice
 from ..drafts import DraftChain, DrawnTree, MultiDraft, TokenTree, drafting_law
+from ..results import TreeOutcomes
 from ..rules.multidraft import get_verifier
 from ..rules.multidraft.base import NodeVerifier, draft_tuples
 
 __all__ = [
-    "TreeOutcomes",
     "drawn_trees",
     "tree_outcomes",
-    "boundary_sequences",
     "lossless_error",
     "expected_accepted_length",
     "multidraft_acceptance",
     "multidraft_emitted",
-    "as_token_tree",
-    "MAX_DRAWN_TREES",
 ]
 
 #: Largest number of drawn trees :func:`drawn_trees` enumerates.
@@ -94,40 +89,6 @@ def drawn_trees(structure) -> list[tuple[float, DrawnTree]]:
     """
     tree = as_token_tree(structure)
     return [(prob, tree.drawn(nodes, parents)) for prob, nodes, parents in _subtree_draws(tree, 0, [0])]
-
-
-@dataclass(frozen=True)
-class TreeOutcomes:
-    """A verifier's exact outcome law on a structure (averaged over the drawn trees).
-
-    Attributes
-    ----------
-    emitted : dict
-        Emitted token tuple (the accepted drafts, then the correction or bonus token) -> its
-        probability.
-    length_probs : ndarray, shape (D + 1,)
-        :math:`P(\\text{accepted drafts} = j)`, j = 0..D (D the trie's depth).
-    """
-
-    emitted: dict
-    length_probs: np.ndarray
-
-    @property
-    def expected_accepted(self) -> float:
-        """:math:`E[\\text{accepted drafts}]` per verification."""
-        return float(np.arange(self.length_probs.size) @ self.length_probs)
-
-    @property
-    def acceptance(self) -> float:
-        """:math:`P(\\text{at least one draft accepted})`."""
-        return float(1.0 - self.length_probs[0])
-
-    def first_token_law(self, vocab_size: int) -> np.ndarray:
-        """The law of the first emitted token."""
-        out = np.zeros(vocab_size)
-        for seq, pr in self.emitted.items():
-            out[seq[0]] += pr
-        return out
 
 
 def tree_outcomes(verifier, structure) -> TreeOutcomes:

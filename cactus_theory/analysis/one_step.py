@@ -41,14 +41,12 @@ from ._rowwise import analyze_over, emitted_on_dask, emitted_over
 from ._runners import is_dask, wants_chunks
 
 __all__ = [
+    "analyze",
+    "emitted_distribution",
     "make_plan",
     "acceptance_probabilities",
     "acceptance_rate",
-    "emitted_distribution",
     "per_draft_divergence",
-    "analyze",
-    "DEFAULT_DIVERGENCES",
-    "DRAFTING",
     "drafting_distribution",
 ]
 

@@ -39,21 +39,19 @@ H. Everett, Operations Research 11 (1963); Miao et al., SpecInfer (arXiv 2305.09
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from .._validation import as_budget, choice
 from ..divergences import get_divergence
 from ..drafts import MultiDraft, TokenTree
+from ..results import TreeBudgetResult, TreeSpend
 from ..rules.multidraft import get_verifier
 from ..rules.multidraft.base import NodeVerifier
 from .multidraft import as_token_tree, multidraft_emitted
 
 __all__ = [
-    "TreeSpend",
     "tree_spend",
-    "TreeBudgetResult",
     "tree_sequence_budget",
     "tree_constant_budget",
     "tree_budget_rows",
@@ -64,33 +62,6 @@ __all__ = [
 CALIBRATION_STEPS = 40
 #: The calibration stops once the spend is within this fraction of the budget (below it).
 SPEND_RTOL = 1e-7
-
-
-@dataclass(frozen=True)
-class TreeSpend:
-    r"""Exact per-verification quantities of a node-wise verifier on a tree.
-
-    Attributes
-    ----------
-    reach : ndarray, shape (N,)
-        :math:`r_u`.
-    emitted : ndarray, shape (N, V)
-        :math:`o_u` (q at leaves).
-    node_divergence : ndarray, shape (N,)
-        :math:`D(o_u\|q_u)`.
-    spend : float
-        :math:`\sum_u r_u D(o_u\|q_u)` (KL: the block's :math:`KL(P\|Q)`).
-    expected_accepted : float
-        :math:`E[L] = \sum_{u \ne root} r_u`.
-
-    Symbols: q verifier, o emitted. Source: this module's docstring.
-    """
-
-    reach: np.ndarray
-    emitted: np.ndarray
-    node_divergence: np.ndarray
-    spend: float
-    expected_accepted: float
 
 
 def tree_spend(verifier, structure, divergence="kl") -> TreeSpend:
@@ -135,46 +106,21 @@ def tree_spend(verifier, structure, divergence="kl") -> TreeSpend:
     return TreeSpend(reach, emitted, node_div, float(reach @ node_div), float(reach[1:].sum()))
 
 
-@dataclass(frozen=True)
-class TreeBudgetResult:
-    """A verifier calibrated to a sequence-level spend per verification.
-
-    Attributes
-    ----------
-    verifier : str
-    knob : str
-        The calibrated knob (``lam`` or ``delta``).
-    value : float
-        Its value.
-    spend : float
-        The exact spend at that value (<= the budget; below it where the knob's range ends).
-    expected_accepted : float
-        :math:`E[L]` per verification at that value.
-    divergence : str
-
-    Symbols: o emitted, B budget. Source: this module's docstring.
-    """
-
-    verifier: str
-    knob: str
-    value: float
-    spend: float
-    expected_accepted: float
-    divergence: str
-
-
 def _calibrate(make, budget, cap):
     """Largest knob in [0, cap] with spend <= budget (the spend grows with the knob).
 
     The bracket's top doubles from 1/16 until its spend exceeds the budget (or reaches
     ``cap``: the budget is then never binding); then the Illinois variant of regula falsi on
     ``spend - budget`` until the spend is within :data:`SPEND_RTOL` of the budget or
-    :data:`CALIBRATION_STEPS` steps, keeping the feasible end.
+    :data:`CALIBRATION_STEPS` steps, keeping the feasible end. Returns (knob, its spend
+    record, status): ``"calibrated"`` within :data:`SPEND_RTOL`, ``"range-end"`` where the
+    budget is not binding up to ``cap``, ``"above"`` where even 0 spends more, ``"step"``
+    where the steps ran out short of the budget (the spend jumps over it).
     """
     best, lo, hi = make(0.0), 0.0, 1.0 / 16.0
     f_lo = best.spend - budget
     if f_lo > 0:
-        return 0.0, best
+        return 0.0, best, "above"
     while True:
         s = make(hi)
         f_hi = s.spend - budget
@@ -182,11 +128,12 @@ def _calibrate(make, budget, cap):
             break
         lo, best, f_lo = hi, s, f_hi
         if hi >= cap:
-            return lo, best
+            return lo, best, "range-end"
         hi = min(cap, 2.0 * hi)
     side = 0
+    tol = SPEND_RTOL * max(budget, 1e-300)
     for _ in range(CALIBRATION_STEPS):
-        if -f_lo <= SPEND_RTOL * max(budget, 1e-300):
+        if -f_lo <= tol:
             break
         mid = hi - f_hi * (hi - lo) / (f_hi - f_lo)
         if not lo < mid < hi:
@@ -203,7 +150,7 @@ def _calibrate(make, budget, cap):
             if side == 1:
                 f_lo *= 0.5
             side = 1
-    return lo, best
+    return lo, best, "calibrated" if -f_lo <= tol else "step"
 
 
 def tree_sequence_budget(structure, budget, divergence="kl") -> TreeBudgetResult:
@@ -234,9 +181,9 @@ def tree_sequence_budget(structure, budget, divergence="kl") -> TreeBudgetResult
         lam = math.inf if t == 0 else 1.0 / t
         return tree_spend(get_verifier("optimal-multiplier", lam=lam, divergence=d.name), tree, d.name)
 
-    t, s = _calibrate(make, B, 1e6)
+    t, s, status = _calibrate(make, B, 1e6)
     return TreeBudgetResult(
-        "optimal-multiplier", "lam", math.inf if t == 0 else 1.0 / t, s.spend, s.expected_accepted, d.name
+        "optimal-multiplier", "lam", math.inf if t == 0 else 1.0 / t, s.spend, s.expected_accepted, d.name, status
     )
 
 
@@ -264,8 +211,8 @@ def tree_constant_budget(structure, budget, divergence="kl", verifier="optimal-b
     def make(delta):
         return tree_spend(get_verifier(name, delta=delta, divergence=d.name), tree, d.name)
 
-    delta, s = _calibrate(make, B, 1e3)
-    return TreeBudgetResult(name, "delta", delta, s.spend, s.expected_accepted, d.name)
+    delta, s, status = _calibrate(make, B, 1e3)
+    return TreeBudgetResult(name, "delta", delta, s.spend, s.expected_accepted, d.name, status)
 
 
 def tree_budget_rows(trees, budget, divergence="kl", lossless=("optimal",)) -> list[dict]:

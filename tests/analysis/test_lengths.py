@@ -1,4 +1,4 @@
-"""analysis.lengths.geometric_length_ratio: the completion-length ratio under geometric stopping."""
+"""analysis.geometric_length_ratio: the completion-length ratio under geometric stopping."""
 
 import numpy as np
 import pytest

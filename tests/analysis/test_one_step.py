@@ -334,7 +334,7 @@ def test_long_row_path_is_the_sorted_path(name, threads, pair, delta, chunk):
     with zeros (t = inf), one-hot rows and rows with no rejected draft; the chunking does
     not change a float."""
     from cactus_theory import _threads
-    from cactus_theory.analysis import rejected_mixture
+    from cactus_theory.analysis import _rejected_mixture as rejected_mixture
 
     rows, plain = _row_paths()
     q, p = pair
