@@ -695,18 +695,18 @@ SUBCOMMANDS = {
     "benchmark": Subcommand("speed goals as medians and ratios", _args_benchmark, _cmd_benchmark),
     "models": Subcommand(
         "list the offline models and drafters; --prepare builds the local cache",
-        "cactus_theory.logits.cli:add_models_arguments",
-        "cactus_theory.logits.cli:run_models",
+        "cactus_theory.logits._commands:add_models_arguments",
+        "cactus_theory.logits._commands:run_models",
     ),
     "dump": Subcommand(
         "record verifier/drafter next-token distributions (real models)",
-        "cactus_theory.logits.cli:add_dump_arguments",
-        "cactus_theory.logits.cli:run_dump",
+        "cactus_theory.logits._commands:add_dump_arguments",
+        "cactus_theory.logits._commands:run_dump",
     ),
     "decode": Subcommand(
         "real speculative decoding vs verifier-only decoding (real models)",
-        "cactus_theory.logits.cli:add_decode_arguments",
-        "cactus_theory.logits.cli:run_decode",
+        "cactus_theory.logits._commands:add_decode_arguments",
+        "cactus_theory.logits._commands:run_decode",
     ),
 }
 

@@ -28,8 +28,8 @@ The sampling transform (one for the whole toolkit)
 :func:`sampling_transform` (dense) and :func:`top_candidates` + :func:`process_sorted_logits`
 (sparse) are the only implementation of temperature / top-k / top-p: :func:`truncate` and the
 ``apply_*`` helpers here, the real-logit loader
-(:func:`cactus_theory.logits.loader.apply_transforms`) and the decoding loop and dump tool
-(:func:`cactus_theory.logits.runner.processed_sparse`) all call them. On logits z (or log
+(:func:`cactus_theory.logits._loader.apply_transforms`) and the decoding loop and dump tool
+(:func:`cactus_theory.logits._runner.processed_sparse`) all call them. On logits z (or log
 probabilities; a zero probability is the logit ``-inf``), in vLLM's order:
 
 1. **order**: tokens by decreasing logit; **tie rule: equal logits are ordered by increasing

@@ -5,7 +5,7 @@ N rows. Accepted sources:
 
 * ``.npy``: one float array of shape ``(2, V)`` or ``(2, N, V)``: ``[0]`` is q, ``[1]`` is p;
 * ``.npz``: arrays ``target_probs`` and ``draft_probs`` (or ``q`` and ``p``), each ``(V,)`` or
-  ``(N, V)``; a compact dump of :mod:`cactus_theory.logits.format` is recognised and read through
+  ``(N, V)``; a compact dump of :mod:`cactus_theory.logits._format` is recognised and read through
   its verified loader (processed rows, zero-padded to the widest position);
 * ``.json``: ``{"target_probs": [...], "draft_probs": [...]}`` (or ``"q"``/``"p"``), or a list of
   such objects, one per row;
@@ -35,7 +35,7 @@ _PREFIX = "smollm2-135m_"
 
 def shipped_pair_names() -> list[str]:
     """Names of the shipped recordings accepted by :func:`load_pairs` (e.g. ``"distilled"``)."""
-    from .logits.loader import shipped_dumps
+    from .logits._loader import shipped_dumps
 
     return [f.stem.replace(_PREFIX, "") for f in shipped_dumps()]
 
@@ -91,7 +91,7 @@ def _read_npz(path: Path):
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise ValueError(f"{where}: not a readable .npz archive ({exc})") from None
     if dump:
-        from .logits.loader import load_dump
+        from .logits._loader import load_dump
 
         q, p, _, _ = load_dump(path).pairs()  # DumpFormatError (a ValueError) names the file
         return q, p
@@ -136,7 +136,7 @@ def load_pairs(source) -> tuple[np.ndarray, np.ndarray]:
         names = shipped_pair_names()
         name = text[len(_PREFIX) :] if text.startswith(_PREFIX) else text
         if name in names:
-            from .logits.loader import REAL_DIR
+            from .logits._loader import REAL_DIR
 
             path = REAL_DIR / f"{_PREFIX}{name}.npz"
         else:

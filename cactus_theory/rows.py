@@ -14,12 +14,12 @@ Sources (:func:`as_row_source`):
 * a ``.npy`` file holding ``(2, N, V)`` (``[0]`` q, ``[1]`` p): memory-mapped, so only the rows
   of the current chunk are read;
 * a ``.npz`` file with arrays ``target_probs`` and ``draft_probs`` (or ``q`` and ``p``);
-* a compact dump (:mod:`cactus_theory.logits.format`, ``cactus_theory.dump/1``): processed and
+* a compact dump (:mod:`cactus_theory.logits._format`, ``cactus_theory.dump/1``): processed and
   raw rows, each shard padded to its widest position (padding columns are zero in all four
   distributions, and every analysis is invariant to them);
 * a full-vocabulary dump (``cactus_theory.full_vocab/1``): raw rows, exponentiated in float64
   and renormalized chunk by chunk (the error of the float16 storage is stated in
-  :mod:`cactus_theory.logits.format`);
+  :mod:`cactus_theory.logits._format`);
 * a folder of such files (shards), taken in name order. Shards are pieces of one recording:
   a folder whose dumps come from different recordings (another verifier, drafter or sampling
   transform, as ``cactus-theory dump`` writes one file per drafter) is refused with the list
@@ -230,13 +230,13 @@ class FileRows(RowSource):
             )
             return
         if self.kind == "full_vocab":
-            from .logits.format import (
+            from .logits._format import (
                 FULL_REQUIRED,
                 FULL_VOCAB_FORMAT,
                 DumpFormatError,
                 read_arrays,
             )
-            from .logits.loader import _renorm
+            from .logits._loader import _renorm
 
             arrays, meta = read_arrays(self.path, FULL_REQUIRED)
             if meta.get("format") != FULL_VOCAB_FORMAT:
@@ -255,7 +255,7 @@ class FileRows(RowSource):
                 p = _renorm(np.exp(lp[a:b].astype(np.float64)))
                 yield RowChunk(a, q, p, q, p, where=where)
             return
-        from .logits.loader import load_dump
+        from .logits._loader import load_dump
 
         dump = load_dump(self.path)
         n = dump.n_positions

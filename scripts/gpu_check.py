@@ -9,7 +9,7 @@ For every rule of the registry (q verifier, p drafter, n drafted token):
    (no host-device synchronization anywhere in it, the accept path included), eager and
    fused (``fused=True``; compiled, so within ``--budget-s``: the speed rules' at the speed
    shapes, then the others at small ones), and so do the rule's vLLM rows
-   (:func:`cactus_theory.integrations.vllm.rows.substitute_target_logits`, for the rules the
+   (:func:`cactus_theory.integrations.vllm._rows.substitute_target_logits`, for the rules the
    plugin supports) and both runners' layouts around them; rows seeded with per-row
    generators are reported separately (warn mode, count of warnings). On CPU tensors (the
    dry run) the same calls run under :func:`cactus_theory.testing.sync.record_host_syncs`
@@ -61,8 +61,8 @@ import torch  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from cactus_theory.analysis.one_step import emitted_distribution  # noqa: E402
-from cactus_theory.integrations.vllm.config import check_rule_supported  # noqa: E402
-from cactus_theory.integrations.vllm.rows import (  # noqa: E402
+from cactus_theory.integrations.vllm._config import check_rule_supported  # noqa: E402
+from cactus_theory.integrations.vllm._rows import (  # noqa: E402
     mrv1_substitute,
     mrv2_substitute,
     substitute_target_logits,

@@ -10,7 +10,7 @@ Usage (from the repository root, after ``./dev setup``)::
 
 Phase ``teacher`` samples continuations from the verifier (temperature 0.6, top-p 0.95, top-k 20,
 the decoding setting) on the *train* split of the shipped prompts (disjoint from every prompt the
-dumps and the decoding measurements use, see :mod:`cactus_theory.logits.prompts`), and caches at
+dumps and the decoding measurements use, see :mod:`cactus_theory.logits._prompts`), and caches at
 every generated position the verifier's raw (temperature-1) top-32 log-probabilities, under
 ``.cache/distill/`` (git-ignored). Phase ``teacher-forced`` adds, much more cheaply (no
 sampling, one batched forward per sequence), the teacher's top-32 on existing train-split text:
@@ -20,7 +20,7 @@ to the drafter's sub-vocabulary and renormalized) and the drafter's raw distribu
 its sub-vocabulary, i.e. the KL from the teacher up to a constant. Its result is written to
 ``cactus_theory/data/drafters/smollm2-distilled.pt`` (int8 weights, a few MB).
 
-Architecture (see :class:`cactus_theory.logits.drafters.DistilledDrafter`): the verifier's input
+Architecture (see :class:`cactus_theory.logits._drafters.DistilledDrafter`): the verifier's input
 embedding and first ``n_frozen`` layers (frozen, taken from the verifier at load time, so they
 are not stored), ``n_trained`` trainable Llama layers (initialized from the verifier's next
 layers), the final RMSNorm, and an output head restricted to the ``sub_vocab`` most frequent
@@ -45,9 +45,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cactus_theory.logits.models import cache_dir, load_smollm2  # noqa: E402
-from cactus_theory.logits.prompts import chat_ids, load_prompts  # noqa: E402
-from cactus_theory.logits.runner import BatchRunner, SamplingParams, processed_sparse, sample_from  # noqa: E402
+from cactus_theory.logits._models import cache_dir, load_smollm2  # noqa: E402
+from cactus_theory.logits._prompts import chat_ids, load_prompts  # noqa: E402
+from cactus_theory.logits._runner import BatchRunner, SamplingParams, processed_sparse, sample_from  # noqa: E402
 
 TOPK = 32
 
@@ -129,7 +129,7 @@ def teacher_forced(args):
     tok = lm.tokenizer
     import gzip
 
-    from cactus_theory.logits.prompts import PROMPT_DIR
+    from cactus_theory.logits._prompts import PROMPT_DIR
 
     gs = [json.loads(x) for x in gzip.open(PROMPT_DIR / "gsm8k" / "test.jsonl.gz", "rt")][200:]
     items = []
@@ -192,7 +192,7 @@ def _load_teacher():
 
 
 def train(args):
-    from cactus_theory.logits.drafters import DistilledDrafter, save_distilled
+    from cactus_theory.logits._drafters import DistilledDrafter, save_distilled
 
     lm = load_smollm2()
     rows = _load_teacher()
@@ -221,7 +221,7 @@ def train(args):
     )
     if args.init:
         # continue from saved weights (their sub-vocabulary and layer counts win)
-        from cactus_theory.logits.drafters import load_distilled
+        from cactus_theory.logits._drafters import load_distilled
 
         model = load_distilled(lm.model, args.init)
         sub = model.sub_vocab.clone()

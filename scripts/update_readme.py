@@ -121,7 +121,8 @@ _DRAFTER_LABELS = {
 
 def _shipped_pairs_table(report) -> str:
     """Acceptance of the shipped pairs by category and SpS's exact AL at m = 2 (from the dumps)."""
-    from cactus_theory.figures.real import acceptance_by_category
+    from cactus_theory._report_sections import chain_rows
+    from cactus_theory.figures._real import acceptance_by_category
     from cactus_theory.logits import load_dump, shipped_dumps
     from cactus_theory.report import chain_rows
 

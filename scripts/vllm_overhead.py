@@ -6,16 +6,16 @@ One verification step is vLLM's own MRV1 ``RejectionSampler.forward``
 ``rejection_sample`` kernels) on B requests of k drafted tokens over a vocabulary of V. Built
 twice per rule on the same inputs: stock (no rule configured: the plugin's wrappers pass
 through) and with the rule (``$CACTUS_THEORY_VLLM``), whose wrapper replaces the random rows
-by :math:`\log h^{(n)}` (:mod:`cactus_theory.integrations.vllm.rows`) before the same kernels.
+by :math:`\log h^{(n)}` (:mod:`cactus_theory.integrations.vllm._rows`) before the same kernels.
 The calls are interleaved (stock and each rule once per round, each round in its own seeded
 random order, ``reps`` rounds after one warm-up round) and each variant reports its median and its spread (min, quartiles, max).
 
 The plugin's step is split into its parts, each timed on the same rows in the same rounds:
 
 * **plan**: the rule's per-draft target :math:`h^{(n)}` through its plan
-  (:func:`~cactus_theory.integrations.vllm.rows.target_rows`, raw rows passed to the rules
+  (:func:`~cactus_theory.integrations.vllm._rows.target_rows`, raw rows passed to the rules
   that read them);
-* **row substitution**: :func:`~cactus_theory.integrations.vllm.rows.mrv1_substitute_probs` as
+* **row substitution**: :func:`~cactus_theory.integrations.vllm._rows.mrv1_substitute_probs` as
   the engine calls it, on the kernel's softmax q (the declared shortcuts: SpS is not
   substituted, a spike rule scales its row in place); ``substitute_total_ms``;
 * **plan path**: the same substitution with every rule through its plan (``shortcuts=False``);
@@ -59,9 +59,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from cactus_theory._io import atomic_write_text  # noqa: E402
-from cactus_theory.integrations.vllm import config as cfg  # noqa: E402
-from cactus_theory.integrations.vllm import patch as vpatch  # noqa: E402
-from cactus_theory.integrations.vllm.rows import mrv1_substitute_probs, needs_raw, target_rows  # noqa: E402
+from cactus_theory.integrations.vllm import _config as cfg  # noqa: E402
+from cactus_theory.integrations.vllm import _patch as vpatch  # noqa: E402
+from cactus_theory.integrations.vllm._rows import mrv1_substitute_probs, needs_raw, target_rows  # noqa: E402
 from cactus_theory.rules import get_rule, rule_names  # noqa: E402
 
 #: The rules of ``--quick``.

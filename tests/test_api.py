@@ -20,8 +20,8 @@ from cactus_theory.analysis.one_step import acceptance_rate, analyze, emitted_di
 from cactus_theory.analysis.rule_table import rule_table
 from cactus_theory.distributions import process_sorted_logits, sampling_transform, top_candidates, truncate
 from cactus_theory.divergences import get_divergence
-from cactus_theory.logits import loader
-from cactus_theory.logits.runner import SamplingParams, processed_dense, processed_sparse
+from cactus_theory.logits import _loader as loader
+from cactus_theory.logits._runner import SamplingParams, processed_dense, processed_sparse
 from cactus_theory.rules import RULES, Rule, get_rule, rule_names
 from cactus_theory.samplers import RuleSampler
 from cactus_theory.simulate.exact import brute_force_chain
@@ -484,7 +484,7 @@ def test_a_dump_through_the_front_door_calibrate_then_analyze():
     from cactus_theory.analysis._knob import KNOB_RTOL
     from cactus_theory.analysis.one_step import emitted_distribution, make_plan
     from cactus_theory.divergences import get_divergence
-    from cactus_theory.logits.loader import load_dump, shipped_dumps
+    from cactus_theory.logits import load_dump, shipped_dumps
 
     dump = load_dump(shipped_dumps()[0])
     cal = ct.calibrate_delta(dump, eps=0.1)

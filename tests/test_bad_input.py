@@ -259,9 +259,8 @@ def test_non_integer_or_out_of_range_token_id_is_named(ids):
 
 @pytest.mark.parametrize("damage", ["nan", "negative", "unnormalized", "negative token id"])
 def test_dump_with_valid_checksum_but_invalid_rows_is_named_by_file(tmp_path, damage):
-    from cactus_theory.logits import load_dump
-    from cactus_theory.logits.format import DumpFormatError, read_arrays, write_arrays
-    from cactus_theory.logits.loader import shipped_dumps
+    from cactus_theory.logits import DumpFormatError, load_dump, shipped_dumps
+    from cactus_theory.logits._format import read_arrays, write_arrays
 
     arrays, meta = read_arrays(shipped_dumps()[0])
     meta.pop("checksum")

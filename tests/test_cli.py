@@ -271,7 +271,7 @@ class ModelLoaded(AssertionError):
 @pytest.fixture
 def no_model(monkeypatch):
     """Fail the test if any model would be loaded."""
-    from cactus_theory.logits import models
+    from cactus_theory.logits import _models as models
 
     def boom(*a, **k):
         raise ModelLoaded("a model was loaded before the arguments were checked")
@@ -377,7 +377,7 @@ def test_load_pairs_layouts_agree(tmp_path):
 
 
 def test_missing_optional_dependency_is_one_line_naming_the_extra(capsys, monkeypatch):
-    from cactus_theory.logits import models
+    from cactus_theory.logits import _models as models
 
     def missing(*a, **k):
         raise ModuleNotFoundError("No module named 'transformers'", name="transformers")
@@ -388,7 +388,7 @@ def test_missing_optional_dependency_is_one_line_naming_the_extra(capsys, monkey
 
 
 def test_a_broken_module_is_not_swallowed(capsys, monkeypatch):
-    from cactus_theory.logits import models
+    from cactus_theory.logits import _models as models
 
     def broken(*a, **k):
         raise ModuleNotFoundError("No module named 'cactus_theory.nope'", name="cactus_theory.nope")
@@ -407,7 +407,7 @@ def test_module_entries_parse_their_arguments(capsys):
         )
         assert res.returncode == 0, res.stderr
         assert "usage: cactus-theory" in res.stdout and "--seed" in res.stdout
-    from cactus_theory.logits.cli import decode_main
+    from cactus_theory.logits._commands import decode_main
 
     assert decode_main(["--shipped"]) == 2  # rewriting shipped data needs --overwrite-shipped
     err = capsys.readouterr().err.strip().splitlines()
@@ -428,7 +428,7 @@ def test_models_text_and_json(capsys):
 @pytest.fixture(scope="module")
 def smollm2():
     pytest.importorskip("transformers")
-    from cactus_theory.logits.models import ModelNotAvailable, load_smollm2
+    from cactus_theory.logits import ModelNotAvailable, load_smollm2
 
     try:
         return load_smollm2()
@@ -466,7 +466,7 @@ def test_dump_tiny_run_text_and_json(smollm2, tmp_path, capsys):
 
 @pytest.mark.model
 def test_decode_tiny_run_json_and_text(smollm2, tmp_path, capsys):
-    from cactus_theory.logits.decode import _decode_text
+    from cactus_theory.logits._decode_cli import _decode_text
 
     argv = [
         "decode",
@@ -573,7 +573,7 @@ def test_models_says_what_is_missing_and_how_to_install_it(capsys, monkeypatch):
 
 def test_models_lists_nothing_missing_when_everything_is_installed(capsys):
     pytest.importorskip("transformers")
-    from cactus_theory.logits.models import missing_for_builtin
+    from cactus_theory.logits._models import missing_for_builtin
 
     if missing_for_builtin():  # pragma: no cover - ./dev setup installs the model
         pytest.skip(f"not installed here: {missing_for_builtin()}")
@@ -585,7 +585,7 @@ def test_the_model_cache_is_the_user_cache_folder_an_env_variable_or_the_flag(tm
     import platformdirs
 
     import cactus_theory
-    from cactus_theory.logits.models import use_cache_dir
+    from cactus_theory.logits._models import use_cache_dir
 
     monkeypatch.delenv("CACTUS_THEORY_CACHE", raising=False)
     default = Path(run_json(capsys, "models")["cache_dir"])
@@ -643,7 +643,7 @@ def test_every_option_of_every_subcommand_has_help_text():
 @pytest.fixture
 def two_drafters(tmp_path):
     """A folder as ``dump`` writes it: one file per drafter (here two shipped recordings)."""
-    from cactus_theory.logits.loader import REAL_DIR
+    from cactus_theory.logits._loader import REAL_DIR
 
     folder = tmp_path / "dumps"
     folder.mkdir()
@@ -699,7 +699,7 @@ def test_audit_per_file_gives_one_audit_per_file(capsys, two_drafters):
 
 
 def test_shards_of_one_recording_are_still_analysed_together(capsys, tmp_path):
-    from cactus_theory.logits.loader import REAL_DIR
+    from cactus_theory.logits._loader import REAL_DIR
 
     folder = tmp_path / "shards"
     folder.mkdir()

@@ -53,8 +53,8 @@ def test_the_scan_finds_markers_in_every_form():
 
 def test_the_model_cache_set_up_checks_the_path_the_package_writes():
     """``./dev setup`` skips ``models --prepare`` when the model's copy exists: the folder it looks
-    for is the one :func:`cactus_theory.logits.models.load_smollm2` writes."""
-    from cactus_theory.logits.models import SMOLLM2_NAME
+    for is the one :func:`cactus_theory.logits._models.load_smollm2` writes."""
+    from cactus_theory.logits._models import SMOLLM2_NAME
 
     dev = (ROOT / "dev").read_text()
     (checked,) = re.findall(

@@ -158,7 +158,7 @@ def _tiny_pair():
     pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from cactus_theory.logits.models import LoadedModel
+    from cactus_theory.logits import LoadedModel
 
     class Tok:
         chat_template = None
@@ -191,9 +191,8 @@ def _tiny_pair():
 
 
 def test_tree_dump_end_to_end_on_a_tiny_model(tmp_path):
-    from cactus_theory.logits.format import DumpFormatError
-    from cactus_theory.logits.prompts import Prompt
-    from cactus_theory.logits.runner import SamplingParams
+    from cactus_theory.logits import DumpFormatError, Prompt
+    from cactus_theory.logits._runner import SamplingParams
     from cactus_theory.logits.tree_dump import TreeDumpConfig, dump_trees, load_tree_dump
 
     lm, drafter = _tiny_pair()
@@ -230,7 +229,9 @@ def test_shipped_smollm2_trees():
 def test_tree_dump_command_end_to_end(tmp_path, monkeypatch):
     """``python -m cactus_theory.logits.tree_dump --shipped --out FILE`` with the shipped recipe
     (tiny random models stand in for SmolLM2); bad arguments exit 2."""
-    from cactus_theory.logits import drafters, models, tree_dump
+    from cactus_theory.logits import _drafters as drafters
+    from cactus_theory.logits import _models as models
+    from cactus_theory.logits import tree_dump
 
     lm, drafter = _tiny_pair()
     monkeypatch.setattr(models, "load_smollm2", lambda device="cpu": lm)

@@ -89,7 +89,7 @@ def test_notebook_uses_no_pyplot(path):
 def test_figure_functions_leave_pyplot_alone():
     plt = pytest.importorskip("matplotlib.pyplot")
     from cactus_theory.figures import figure_gamma
-    from cactus_theory.figures.style import new_axes, new_axes_row
+    from cactus_theory.figures._style import new_axes, new_axes_row
 
     before = plt.get_fignums()
     fig = figure_gamma(deltas=(0.1,))

@@ -38,7 +38,7 @@ def test_multidraft_figures_record_their_verifiers_and_keep_legends_short():
 
     matplotlib.use("Agg")
     from cactus_theory.figures import figure_multidraft_frontier, figure_tree_budget
-    from cactus_theory.figures.notes import rule_record
+    from cactus_theory.figures._notes import rule_record
     from cactus_theory.logits.tree_dump import load_tree_dump
 
     rng = np.random.default_rng(0)

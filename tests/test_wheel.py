@@ -122,7 +122,7 @@ def test_without_torch_the_core_and_the_report_run_and_samplers_name_the_extra(w
     data = run(
         str(python),
         "-c",
-        "from cactus_theory.logits import shipped_dumps, load_dump; from cactus_theory.logits.prompts import"
+        "from cactus_theory.logits import shipped_dumps, load_dump; from cactus_theory.logits._prompts import"
         " benchmark_mix; d = shipped_dumps(); load_dump(d[0]);"
         f" print(len(d), str(d[0]).startswith({venv_dir!r}), len(benchmark_mix()))",
     )

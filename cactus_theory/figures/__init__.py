@@ -4,7 +4,7 @@ Each figure function takes the user's data (q, p arrays, a loaded dump or trajec
 optional matplotlib ``ax``, and returns the Figure; its defaults reproduce the shipped figure
 in ``figures/``. No function selects a matplotlib backend (the caller does, e.g.
 ``MPLBACKEND=Agg``); the style is applied through a ``matplotlib.rc_context``
-(:mod:`.style`). :func:`write_figures` writes every registered figure as PDF (TrueType
+(:mod:`._style`). :func:`write_figures` writes every registered figure as PDF (TrueType
 vector text) and PNG (300 dpi); ``cactus-theory figures`` calls it. :func:`write_dump_figures`
 draws the figures of :data:`DUMP_FIGURES` from the user's own recordings (``cactus-theory
 figures --input DUMP``: any file ``cactus-theory dump`` wrote, a folder of them, or a shipped
@@ -38,15 +38,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._calibration import figure_calibration
+from ._data import dump_trajectories, real_data, synthetic_data, synthetic_trajectories
+from ._emitted import WORKED_EXAMPLE, figure_per_draft_vs_emitted, figure_worked_example
+from ._frontier import figure_frontier, pooled_frontier
+from ._layout import layout_problems
+from ._multidraft import figure_multidraft_frontier, figure_tree_budget
+from ._real import figure_acceptance_by_category
+from ._style import FORMATS, figure_style, save_figure
+from ._taylor import figure_gamma, figure_taylor_exact_acceptance, figure_taylor_overshoot
+from ._tradeoff import figure_acceptance_vs_delta, figure_al_by_m
 from .audit import figure_audit
-from .calibration import figure_calibration
-from .emitted import figure_per_draft_vs_emitted, figure_worked_example
-from .frontier import figure_frontier, pooled_frontier
-from .multidraft import figure_multidraft_frontier, figure_tree_budget
-from .real import figure_acceptance_by_category
-from .style import FORMATS, figure_style, save_figure
-from .taylor import figure_gamma, figure_taylor_exact_acceptance, figure_taylor_overshoot
-from .tradeoff import figure_acceptance_vs_delta, figure_al_by_m
 
 __all__ = [
     "figure_gamma",
@@ -71,13 +73,18 @@ __all__ = [
     "write_figures",
     "figure_style",
     "save_figure",
-    "FORMATS",
+    "synthetic_data",
+    "synthetic_trajectories",
+    "real_data",
+    "dump_trajectories",
+    "layout_problems",
+    "WORKED_EXAMPLE",
 ]
 
 
 def _real(fn, **kwargs):
     def make(seed: int = 0):
-        from .data import real_data
+        from ._data import real_data
 
         return fn(real_data(seed=seed), **kwargs)
 
@@ -85,14 +92,14 @@ def _real(fn, **kwargs):
 
 
 def _real_trajectories(seed: int = 0):
-    from .data import real_trajectories
+    from ._data import real_trajectories
 
     return figure_acceptance_vs_delta(real_trajectories(), ms=(1, 2, 4, 8))
 
 
 def _seeded(fn):
     def make(seed: int = 0):
-        from .data import synthetic_data
+        from ._data import synthetic_data
 
         return fn(synthetic_data(seed=seed))
 
@@ -100,13 +107,13 @@ def _seeded(fn):
 
 
 def _seeded_frontier(seed: int = 0):
-    from .data import synthetic_data
+    from ._data import synthetic_data
 
     return figure_frontier(synthetic_data(64, 128, seed=seed))
 
 
 def _seeded_tradeoff(seed: int = 0):
-    from .data import synthetic_trajectories
+    from ._data import synthetic_trajectories
 
     return figure_acceptance_vs_delta(synthetic_trajectories(seed=seed))
 
@@ -139,7 +146,7 @@ FIGURES = {
 
 
 def _sequence_budget(seed: int = 0):
-    from .sequence_budget import figure_sequence_budget
+    from ._sequence_budget import figure_sequence_budget
 
     return figure_sequence_budget(seed=seed)
 
@@ -212,7 +219,7 @@ DUMP_MAX_POSITIONS = 256
 
 def _one_dump(fn, positions=True):
     def make(dumps, seed=0):
-        from .data import as_figure_data
+        from ._data import as_figure_data
 
         return [
             (label, fn(as_figure_data(d, max_positions=DUMP_MAX_POSITIONS, seed=seed) if positions else d))
@@ -265,7 +272,7 @@ def load_dumps(inputs) -> dict:
     """
     from ..inputs import shipped_pair_names
     from ..logits import load_dump
-    from ..logits.loader import REAL_DIR
+    from ..logits._loader import REAL_DIR
 
     inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs or ())
     if not inputs:

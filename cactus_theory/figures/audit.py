@@ -19,8 +19,8 @@ import textwrap
 
 import numpy as np
 
-from .notes import NOTE_GID, record_rules
-from .style import DOUBLE_COLUMN, PALETTE, legend_above, new_axes_row, styled
+from ._notes import NOTE_GID, record_rules
+from ._style import DOUBLE_COLUMN, PALETTE, legend_above, new_axes_row, styled
 
 __all__ = ["figure_audit", "STATUS_COLOURS"]
 

@@ -3,3 +3,5 @@
 :mod:`cactus_theory.integrations.vllm` routes vLLM's rejection sampling (both model runners)
 through a registered rule of :data:`cactus_theory.rules.RULES`.
 """
+
+__all__: list[str] = []  # the integrations are subpackages (each optional)

@@ -2,12 +2,12 @@
 loader, and real speculative decoding.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``). Importing this package does
-not import torch or transformers; the model-backed modules (``models``, ``drafters``, ``dump``,
-``decode``) do.
+not import torch or transformers; the model-backed public modules (:mod:`.dump`, :mod:`.decode`,
+:mod:`.tree_dump`) do.
 """
 
-from .format import TAIL_ID, DumpFormatError
-from .loader import (
+from ._format import TAIL_ID, DumpFormatError, eos_token_id
+from ._loader import (
     Dump,
     Pairs,
     Trajectory,
@@ -17,16 +17,26 @@ from .loader import (
     load_full_vocab_sample,
     shipped_dumps,
 )
+from ._models import LoadedModel, ModelNotAvailable, load_hf, load_smollm2, models_available
+from ._prompts import Prompt, load_prompts
 
 __all__ = [
     "Dump",
     "DumpFormatError",
+    "LoadedModel",
+    "ModelNotAvailable",
     "Pairs",
+    "Prompt",
     "TAIL_ID",
     "Trajectory",
     "apply_transforms",
+    "eos_token_id",
     "load_dump",
     "load_full_vocab",
     "load_full_vocab_sample",
+    "load_hf",
+    "load_prompts",
+    "load_smollm2",
+    "models_available",
     "shipped_dumps",
 ]

@@ -38,22 +38,13 @@ from pathlib import Path
 import numpy as np
 
 from ..drafts import TokenTree
+from ._format import TAIL_ID, DumpFormatError, compact_columns, pack_compact, read_arrays, write_arrays
+from ._loader import REAL_DIR
+from ._prompts import Prompt, benchmark_mix, chat_ids
+from ._runner import SamplingParams, processed_sparse
 from ._torch import torch
-from .format import TAIL_ID, DumpFormatError, compact_columns, read_arrays, write_arrays
-from .loader import REAL_DIR
-from .prompts import Prompt, benchmark_mix, chat_ids
-from .runner import SamplingParams, processed_sparse
 
-__all__ = [
-    "TREE_FORMAT",
-    "SHIPPED_TREE_PATH",
-    "TreeDumpConfig",
-    "TreeDump",
-    "dump_trees",
-    "load_tree_dump",
-    "regenerate_shipped_trees",
-    "main",
-]
+__all__ = ["TreeDump", "TreeDumpConfig", "dump_trees", "load_tree_dump"]
 
 TREE_FORMAT = "cactus_theory.tree_dump/1"
 SHIPPED_TREE_PATH = REAL_DIR / "trees" / "smollm2-135m_requant-4_tree.npz"
@@ -231,24 +222,32 @@ def dump_trees(
                 }
             )
 
-    def offsets(counts):
-        return np.concatenate([[0], np.cumsum(np.asarray(counts, np.int64))]).astype(np.int64)
+    packed = pack_compact(
+        pieces["columns"],
+        pieces["q"],
+        pieces["p"],
+        pieces["rq"],
+        pieces["rp"],
+        pieces["w"],
+        pieces["token_ids"],
+        tree_sizes,
+        pieces["ctx"],
+        ctx_sizes,
+    )
+    arrays = {"tree_offsets": packed.pop("traj_offsets"), "parents": np.asarray(pieces["parents"], np.int32)}
+    arrays["token_ids"] = packed.pop("token_ids")
+    arrays["widths"] = np.asarray(pieces["widths"], np.int32)
+    arrays["row_offsets"] = packed.pop("row_offsets")
+    arrays.update(packed)  # columns, the four probability blocks, prompt_token_ids, prompt_offsets
+    meta = _tree_meta(verifier_lm, cfg, drafter_name, command, vocab, trees_meta)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_arrays(path, arrays, meta)
 
-    arrays = {
-        "tree_offsets": offsets(tree_sizes),
-        "parents": np.asarray(pieces["parents"], np.int32),
-        "token_ids": np.asarray(pieces["token_ids"], np.int32),
-        "widths": np.asarray(pieces["widths"], np.int32),
-        "row_offsets": offsets(pieces["w"]),
-        "columns": np.concatenate(pieces["columns"]).astype(np.int32),
-        "target_probs": np.concatenate(pieces["q"]).astype(np.float64),
-        "draft_probs": np.concatenate(pieces["p"]).astype(np.float64),
-        "raw_target_probs": np.concatenate(pieces["rq"]).astype(np.float32),
-        "raw_draft_probs": np.concatenate(pieces["rp"]).astype(np.float32),
-        "prompt_offsets": offsets(ctx_sizes),
-        "prompt_token_ids": np.asarray(pieces["ctx"], np.int32),
-    }
-    meta = {
+
+def _tree_meta(verifier_lm, cfg, drafter_name, command, vocab, trees_meta) -> dict:
+    """The metadata of a tree dump (how the trees were grown and from what)."""
+    return {
         "format": TREE_FORMAT,
         "kind": "tree",
         "verifier": verifier_lm.name,
@@ -268,9 +267,6 @@ def dump_trees(
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "trees": trees_meta,
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return write_arrays(path, arrays, meta)
 
 
 @dataclass(frozen=True)
@@ -353,8 +349,8 @@ SHIPPED_TREE_CATEGORIES = ("gsm8k", "coding", "writing", "translation")
 def regenerate_shipped_trees(out_path=None, threads: int | None = None) -> Path:
     """Regenerate the shipped tree dump (SmolLM2-135M verifier, its 4-bit re-quantization drafter,
     one prompt from each of four categories, widths (3, 2, 1), roots at positions 0, 8, 16)."""
-    from .drafters import make_drafter
-    from .models import load_smollm2
+    from ._drafters import make_drafter
+    from ._models import load_smollm2
 
     if threads:
         torch.set_num_threads(threads)

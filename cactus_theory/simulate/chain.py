@@ -51,7 +51,7 @@ class Trajectory:
 
     The toolkit's one trajectory type: synthetic trajectories
     (:func:`cactus_theory.simulate.synthetic.synthetic_trajectory`) fill the distributions,
-    the real-logit dumps (:meth:`cactus_theory.logits.loader.Dump.trajectories`) also the
+    the real-logit dumps (:meth:`cactus_theory.logits._loader.Dump.trajectories`) also the
     columns, tokens and prompt.
 
     Attributes

@@ -15,7 +15,7 @@ from cactus_theory.analysis import _runners as chunked
 from cactus_theory.analysis import global_delta
 from cactus_theory.analysis.one_step import _analyze_block as analyze_block
 from cactus_theory.cli import main
-from cactus_theory.logits.loader import (
+from cactus_theory.logits._loader import (
     FULL_VOCAB_PATH,
     load_dump,
     load_full_vocab,

@@ -20,15 +20,15 @@ import pytest
 matplotlib = pytest.importorskip("matplotlib")
 
 from cactus_theory import figures as F  # noqa: E402
-from cactus_theory.figures.data import (  # noqa: E402
+from cactus_theory.figures._data import (  # noqa: E402
     dump_trajectories,
     real_data,
     real_dump,
     synthetic_data,
     synthetic_trajectories,
 )
-from cactus_theory.figures.sequence_budget import figure_sequence_budget  # noqa: E402
-from cactus_theory.figures.style import DOUBLE_COLUMN  # noqa: E402
+from cactus_theory.figures._sequence_budget import figure_sequence_budget  # noqa: E402
+from cactus_theory.figures._style import DOUBLE_COLUMN  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -120,7 +120,7 @@ def test_figure_renders_in_the_style(name):
         assert small == [], f"{name}: text below 8 pt"
         # readable as rendered: no overlapping or cut text, no note or legend over a series or a
         # bar, no series hidden under another (figures.layout reads the renderer's boxes)
-        from cactus_theory.figures.layout import layout_problems
+        from cactus_theory.figures._layout import layout_problems
 
         assert layout_problems(fig) == [], name
     finally:
@@ -157,7 +157,7 @@ def _legends(fig):
 def test_figure_legends_are_short_and_no_rule_is_dropped_silently(name):
     import matplotlib.pyplot as plt
 
-    from cactus_theory.figures.notes import NOTE_GID, rule_record
+    from cactus_theory.figures._notes import NOTE_GID, rule_record
 
     fig = CASES[name]()
     try:
@@ -187,7 +187,7 @@ def test_figure_legends_are_short_and_no_rule_is_dropped_silently(name):
 def test_record_rules_refuses_a_silent_drop():
     import matplotlib.pyplot as plt
 
-    from cactus_theory.figures.notes import NOTE_GID, record_rules, rule_record
+    from cactus_theory.figures._notes import NOTE_GID, record_rules, rule_record
 
     fig, ax = plt.subplots()
     try:
@@ -313,7 +313,7 @@ def test_figure_data_errors_name_the_argument():
 def test_pooled_frontier_equals_brute_force_allocation():
     """Each point of G equals the best mean F over all allocations on the same budget grid
     with mean budget at most its own (Lagrangian points are on the hull of the grid sum-set)."""
-    from cactus_theory.solvers.frontier import frontier, saturation_budget
+    from cactus_theory.solvers._frontier import frontier, saturation_budget
 
     d = synthetic_data(2, 8, seed=3, truncated=False)
     q, p = d.target_probs, d.draft_probs
@@ -366,7 +366,7 @@ def test_write_figures_is_byte_reproducible(tmp_path):
 def _layout(fig):
     import matplotlib.pyplot as plt
 
-    from cactus_theory.figures.layout import layout_problems
+    from cactus_theory.figures._layout import layout_problems
 
     try:
         return layout_problems(fig)
@@ -431,7 +431,7 @@ def test_layout_problems_sees_what_a_reader_cannot_read():
 def test_acceptance_vs_delta_keeps_coinciding_draft_lengths_visible():
     # on the distilled recording AL_8 and AL_20 coincide within a line's width (drafts are
     # rarely accepted 8 deep): without the per-m markers m = 8 is hidden under m = 20
-    from cactus_theory.figures.layout import layout_problems
+    from cactus_theory.figures._layout import layout_problems
 
     trajs = dump_trajectories(real_dump("distilled"))[:8]
     fig = F.figure_acceptance_vs_delta(trajs, deltas=np.geomspace(0.01, 3, 6), ms=(2, 4, 8, 20))

@@ -27,9 +27,9 @@ import torch
 from scipy import stats
 
 import cactus_theory as ct
-from cactus_theory.integrations.vllm import config as cfg
-from cactus_theory.integrations.vllm import patch as vpatch
-from cactus_theory.integrations.vllm.rows import mrv1_substitute, mrv2_substitute
+from cactus_theory.integrations.vllm import _config as cfg
+from cactus_theory.integrations.vllm import _patch as vpatch
+from cactus_theory.integrations.vllm._rows import mrv1_substitute, mrv2_substitute
 from cactus_theory.rules import get_rule, rule_names
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -730,8 +730,8 @@ def test_wrappers_leave_the_engines_logits_as_they_were(vllm_mods, name):
 
 # ----------------------------------------------------------------------------- the recorder
 
-from cactus_theory.integrations.vllm.recorder import Recorder  # noqa: E402
-from cactus_theory.logits.format import FORMAT, read_arrays, validate_compact  # noqa: E402
+from cactus_theory.integrations.vllm._recorder import Recorder  # noqa: E402
+from cactus_theory.logits._format import FORMAT, read_arrays, validate_compact  # noqa: E402
 from cactus_theory.rows import as_row_source  # noqa: E402
 
 
@@ -816,7 +816,7 @@ def test_recorder_killed_mid_run_leaves_only_whole_shards(tmp_path):
     code = (
         "import sys, numpy as np; sys.path.insert(0, sys.argv[2]);"
         "from tests.integrations.test_vllm_plugin import _recorder_step;"
-        "from cactus_theory.integrations.vllm.recorder import Recorder;"
+        "from cactus_theory.integrations.vllm._recorder import Recorder;"
         "rec = Recorder(sys.argv[1], max_bytes=10**9, rows_per_shard=1);"
         "rng = np.random.default_rng(0)\n"
         "while True: rec.record(*_recorder_step(rng, B=3, k=2, V=3000))"

@@ -29,7 +29,7 @@ from test_decode import (  # noqa: E402  (the tiny models and the exact law of t
     tiny_llama,
 )
 
-from cactus_theory.logits.length import LengthConfig, _decode_prompt, run_length_check  # noqa: E402
+from cactus_theory.logits._length import LengthConfig, _decode_prompt, run_length_check  # noqa: E402
 from cactus_theory.rules import get_rule  # noqa: E402
 from cactus_theory.samplers import make_sampler  # noqa: E402
 
@@ -95,7 +95,7 @@ def test_bad_arguments_exit_2_or_name_the_argument(capsys):
 
 @pytest.mark.model
 def test_script_end_to_end_on_the_shipped_model(tmp_path):
-    from cactus_theory.logits.models import models_available
+    from cactus_theory.logits import models_available
 
     if not models_available().get("smollm2"):
         pytest.skip("SmolLM2 not installed")

@@ -14,13 +14,9 @@ pytest.importorskip("transformers")
 
 from scipy import stats  # noqa: E402
 
-from cactus_theory.logits.decode import (  # noqa: E402
-    expected_accepted,
-    records_to_dump,
-    speculative_decode,
-    verifier_decode,
-)
-from cactus_theory.logits.runner import SamplingParams  # noqa: E402
+from cactus_theory.logits._decode import expected_accepted, records_to_dump  # noqa: E402
+from cactus_theory.logits._runner import SamplingParams  # noqa: E402
+from cactus_theory.logits.decode import speculative_decode, verifier_decode  # noqa: E402
 
 V, L, M = 4, 3, 2  # vocabulary, generated length, draft length
 PLAIN = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)  # full support: every sequence possible
@@ -154,8 +150,7 @@ def test_counters_records_and_expected_al(pair, tmp_path):
         a.append(min(1.0, qd / pd))
     assert e[0] == pytest.approx(np.cumprod(a).sum(), abs=1e-12)  # same float64 arithmetic, order aside
 
-    from cactus_theory.logits import load_dump
-    from cactus_theory.logits.prompts import Prompt
+    from cactus_theory.logits import Prompt, load_dump
 
     path = records_to_dump(
         [res], [Prompt("user/0", "user", "user", "x")], tmp_path / "rec.npz", {"rule": "sps"}
@@ -177,7 +172,7 @@ def test_shipped_decode_records_match_their_expected_al():
     its expectation given the drafted tokens, sum_j prod_{i<=j} min(1, q_i(d_i)/p_i(d_i)),
     computed from the recorded distributions."""
     from cactus_theory.logits import load_dump
-    from cactus_theory.logits.decode import shipped_decode_records
+    from cactus_theory.logits._bench import shipped_decode_records
 
     paths = [p for p in shipped_decode_records() if p.name.endswith("_sps.npz")]
     if not paths:
@@ -218,7 +213,7 @@ def _fake_run(speedups, als):
 
 
 def test_run_repeated_takes_the_median_and_range(monkeypatch):
-    from cactus_theory.logits import decode
+    from cactus_theory.logits import _bench as decode
 
     monkeypatch.setattr(decode, "run_benchmark", _fake_run([1.2, 0.8, 1.0], [0.5, 0.5, 0.5]))
     res = decode.run_repeated([], [], 3)
@@ -242,7 +237,7 @@ def test_shipped_decode_results_carry_the_spread_of_their_repeats():
     import pathlib
     import sys
 
-    from cactus_theory.logits.decode import DECODE_DIR, SHIPPED_REPEATS
+    from cactus_theory.logits._bench import DECODE_DIR, SHIPPED_REPEATS
 
     rec = json.loads((DECODE_DIR / "results.json").read_text())
     for run in (rec["main"], rec["side"]):
@@ -266,7 +261,7 @@ def test_decode_prose_matches_the_shipped_results():
     import json
     import pathlib
 
-    from cactus_theory.logits.decode import DECODE_DIR
+    from cactus_theory.logits._bench import DECODE_DIR
 
     root = pathlib.Path(__file__).resolve().parents[2]
     text = " ".join((root / "docs" / "real-distributions.md").read_text().split())

@@ -7,12 +7,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from cactus_theory.logits import dump as dump_mod  # noqa: E402
-from cactus_theory.logits import load_dump  # noqa: E402
+from cactus_theory.logits import (  # noqa: E402
+    LoadedModel,
+    Prompt,
+    load_dump,  # noqa: E402
+)
+from cactus_theory.logits import _dump as dump_mod  # noqa: E402
+from cactus_theory.logits._runner import SamplingParams  # noqa: E402
 from cactus_theory.logits.dump import DumpConfig, dump_pairs  # noqa: E402
-from cactus_theory.logits.models import LoadedModel  # noqa: E402
-from cactus_theory.logits.prompts import Prompt  # noqa: E402
-from cactus_theory.logits.runner import SamplingParams  # noqa: E402
 
 V = 50
 
@@ -109,7 +111,7 @@ def test_the_progress_bar_counts_the_recorded_positions(tmp_path, capsys):
 
 
 def test_an_early_exit_at_the_verifier_depth_is_refused(tmp_path):
-    from cactus_theory.logits.drafters import early_exit_logits, early_exit_model, make_drafter
+    from cactus_theory.logits._drafters import early_exit_logits, early_exit_model, make_drafter
 
     lm = tiny_lm()  # 2 layers: early-exit:2 would be the verifier itself
     for spec in ("early-exit:2", "early-exit:3"):
@@ -128,7 +130,7 @@ def test_an_early_exit_at_the_verifier_depth_is_refused(tmp_path):
 
 
 def test_a_model_cache_that_cannot_be_written_is_one_line_not_an_error(tmp_path, capsys):
-    from cactus_theory.logits.models import _save_cache
+    from cactus_theory.logits._models import _save_cache
 
     lm = tiny_lm()
     blocker = tmp_path / "a-file"
@@ -144,7 +146,7 @@ def test_figures_input_draws_a_users_own_recordings(tmp_path, capsys):
     # the user's path: dump writes one file per drafter into a folder; figures --input draws it
     from cactus_theory.cli import main
     from cactus_theory.figures import DUMP_FIGURES, load_dumps
-    from cactus_theory.figures.layout import layout_problems
+    from cactus_theory.figures._layout import layout_problems
 
     lm = tiny_lm()
     cfg = DumpConfig(sampling=SamplingParams(0.6, 0.95, 20), new_tokens=6, batch_size=5, top_k_raw=8)

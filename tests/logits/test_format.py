@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cactus_theory.logits import TAIL_ID, DumpFormatError, load_dump, load_full_vocab, shipped_dumps
-from cactus_theory.logits.format import (
+from cactus_theory.logits._format import (
     COMPACT_REQUIRED,
     FORMAT,
     FULL_VOCAB_FORMAT,
@@ -222,7 +222,7 @@ def test_shipped_dumps_load_and_are_normalized():
 @pytest.mark.parametrize("which,V", [("smollm2", 49152), ("gemma3", 262144)])
 def test_shipped_full_vocab_samples(which, V):
     from cactus_theory.logits import load_full_vocab_sample
-    from cactus_theory.logits.loader import FULL_VOCAB_SAMPLES
+    from cactus_theory.logits._loader import FULL_VOCAB_SAMPLES
 
     if not FULL_VOCAB_SAMPLES[which].exists():
         pytest.skip("sample not generated")

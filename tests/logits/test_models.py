@@ -10,8 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from cactus_theory.logits.drafters import early_exit_logits, early_exit_model, rtn_quantize_  # noqa: E402
-from cactus_theory.logits.models import SMOLLM2_LAYERS, ModelNotAvailable, load_smollm2  # noqa: E402
+from cactus_theory.logits import ModelNotAvailable, load_smollm2  # noqa: E402
+from cactus_theory.logits._drafters import early_exit_logits, early_exit_model, rtn_quantize_  # noqa: E402
+from cactus_theory.logits._models import SMOLLM2_LAYERS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,9 @@ def test_rtn_quantize_levels_and_error():
 @pytest.mark.model
 def test_dump_matches_direct_forward(smollm2, tmp_path):
     from cactus_theory.logits import load_dump
+    from cactus_theory.logits._prompts import benchmark_mix
+    from cactus_theory.logits._runner import SamplingParams, processed_dense
     from cactus_theory.logits.dump import DumpConfig, dump_pairs
-    from cactus_theory.logits.prompts import benchmark_mix
-    from cactus_theory.logits.runner import SamplingParams, processed_dense
 
     prompts = [p for p in benchmark_mix(1) if p.category in ("gsm8k", "coding")]
     sp = SamplingParams()
@@ -104,7 +105,7 @@ def test_early_exit_reads_hidden_states(smollm2):
 
 @pytest.mark.model
 def test_distilled_drafter_loads_and_is_sparse(smollm2):
-    from cactus_theory.logits.drafters import DISTILLED_PATH, load_distilled
+    from cactus_theory.logits._drafters import DISTILLED_PATH, load_distilled
 
     if not DISTILLED_PATH.exists():
         pytest.skip("distilled drafter weights not trained yet")

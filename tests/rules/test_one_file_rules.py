@@ -18,7 +18,7 @@ from array_api_compat import array_namespace
 from test_kernels import _chisquare_ok, _pair
 
 from cactus_theory.analysis.one_step import emitted_distribution
-from cactus_theory.integrations.vllm.rows import target_rows
+from cactus_theory.integrations.vllm._rows import target_rows
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.rules.plans import DecisionPlan, TargetPlan
 from cactus_theory.rules.registry import ElementwiseTargetRule, Knob, Rule, RuleSpec, SpikeRule, register

@@ -247,7 +247,7 @@ def test_figure(comparison):
     import matplotlib
     from matplotlib.figure import Figure
 
-    from cactus_theory.figures.sequence_budget import plot_sequence_budget
+    from cactus_theory.figures._sequence_budget import plot_sequence_budget
 
     fig = plot_sequence_budget(comparison)
     assert isinstance(fig, Figure) and len(fig.axes[0].lines) == len(METHODS)

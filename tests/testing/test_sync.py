@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import cactus_theory  # noqa: F401  (registers cactus-calibrated)
-from cactus_theory.integrations.vllm import config as vllm_config
-from cactus_theory.integrations.vllm.rows import mrv1_substitute, mrv2_substitute, substitute_target_logits
+from cactus_theory.integrations.vllm import _config as vllm_config
+from cactus_theory.integrations.vllm._rows import mrv1_substitute, mrv2_substitute, substitute_target_logits
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import make_sampler
 from cactus_theory.solvers import spike

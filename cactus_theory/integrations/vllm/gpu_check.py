@@ -1,6 +1,6 @@
 r"""The law check on CUDA, for both vLLM runners' real kernels (run where vLLM and a GPU are).
 
-For one (q, p) pair and a rule, :func:`check_law` draws N one-draft requests and verifies them
+For one (q, p) pair and a rule, :func:`_check_law` draws N one-draft requests and verifies them
 with each runner's patched module-level ``rejection_sample`` (MRV1: the Triton kernels of
 ``vllm/v1/sample/rejection_sampler.py``; MRV2: ``rejection_sampler_utils.rejection_sample``, the
 Philox/Gumbel kernels), then compares the emitted token's law with the toolkit's exact
@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["check_law", "main"]
+__all__ = ["main"]
 
 _Q = np.array([0.5, 0.05, 0.2, 0.1, 0.1, 0.05])
 _P = np.array([0.05, 0.4, 0.15, 0.1, 0.2, 0.1])
@@ -33,7 +33,7 @@ def _mrv1(rule, drafts, q, p, device):
     import torch
     from vllm.v1.sample import rejection_sampler as r1
 
-    from .patch import _ACTIVE
+    from ._patch import _ACTIVE
 
     B = drafts.shape[0]
     meta = types.SimpleNamespace(
@@ -62,7 +62,7 @@ def _mrv2(rule, drafts, q, p, device):
     import torch
     from vllm.v1.worker.gpu.spec_decode import rejection_sampler as r2
 
-    from .patch import _ACTIVE
+    from ._patch import _ACTIVE
 
     B = drafts.shape[0]
     # request r: rows 2r (verifies draft_sampled[2r+1] = its draft) and 2r+1 (bonus row).
@@ -87,7 +87,7 @@ def _mrv2(rule, drafts, q, p, device):
     return sampled[:, 0].cpu().numpy(), (num_sampled == 2).cpu().numpy()
 
 
-def check_law(
+def _check_law(
     rule_name: str, runner: str = "mrv1", n: int = 200_000, alpha: float = 1e-5, device: str = "cuda", **knobs
 ) -> dict:
     """Run one law check; returns the p-value, the z-score and ``passed``.
@@ -95,7 +95,7 @@ def check_law(
     Parameters
     ----------
     rule_name : str
-        A supported rule (``cactus_theory.integrations.vllm.config``).
+        A supported rule (``cactus_theory.integrations.vllm._config``).
     runner : {"mrv1", "mrv2"}
         Which runner's kernels to verify with.
     n : int
@@ -109,8 +109,8 @@ def check_law(
     from scipy import stats
 
     from ...analysis import acceptance_rate, emitted_distribution
-    from .config import parse_config
-    from .patch import install
+    from ._config import parse_config
+    from ._patch import install
 
     if device == "cpu":  # the CPU build's C++ stand-ins for the MRV1 Triton kernels
         from vllm.platforms import current_platform
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     ok = True
     for runner in ("mrv1", "mrv2"):
         for name, knobs in cases:
-            res = check_law(name, runner, **knobs)
+            res = _check_law(name, runner, **knobs)
             ok &= res["passed"]
             print(res, flush=True)
     return 0 if ok else 1

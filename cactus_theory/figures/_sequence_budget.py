@@ -14,8 +14,8 @@ Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), :math:`AL_m` and Theorem 3.
 
 from __future__ import annotations
 
-from .notes import record_rules
-from .style import DOUBLE_COLUMN, PALETTE, new_axes, styled
+from ._notes import record_rules
+from ._style import DOUBLE_COLUMN, PALETTE, new_axes, styled
 
 __all__ = ["plot_sequence_budget", "figure_sequence_budget"]
 
@@ -77,10 +77,10 @@ def figure_sequence_budget(trajectories=None, eps: float = 0.1, *, seed: int = 0
 
     ``trajectories`` default: the report's synthetic corpus
     (:func:`cactus_theory.report.default_corpora`): 8 noisy-copy trajectories, V = 64, T = 64,
-    truncated, drawn with ``seed`` (:func:`~cactus_theory.figures.data.synthetic_trajectories`).
+    truncated, drawn with ``seed`` (:func:`~cactus_theory.figures._data.synthetic_trajectories`).
     """
     from ..simulate.sequence_budget import compare_sequence_budget
-    from .data import synthetic_trajectories
+    from ._data import synthetic_trajectories
 
     if trajectories is None:
         trajectories = synthetic_trajectories(n=8, length=64, vocab_size=64, seed=seed)

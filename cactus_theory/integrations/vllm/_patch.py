@@ -15,7 +15,7 @@ them would silently change nothing under the other, so :func:`install` patches b
   the active one while it runs;
 * the module-level ``rejection_sample`` name in each module is replaced by a wrapper that, when
   a rule is active, replaces the non-greedy, non-bonus target rows by :math:`h^{(n)}`
-  (:mod:`.rows`): MRV1's wrapper runs vLLM's own ``rejection_sample`` steps
+  (:mod:`._rows`): MRV1's wrapper runs vLLM's own ``rejection_sample`` steps
   (:func:`_mrv1_rejection_sample`) with q replaced by h after the kernel's softmax; MRV2's
   hands its kernel :math:`\log h^{(n)}`. Without a configured rule, or with a rule at
   its SpS knobs, nothing changes;
@@ -43,7 +43,7 @@ import inspect
 import logging
 import os
 
-from .config import ENV_VAR, check_speculative_config, config_from_vllm
+from ._config import ENV_VAR, check_speculative_config, config_from_vllm
 
 __all__ = [
     "SUPPORTED_VLLM",
@@ -179,7 +179,7 @@ def _rule_at_init(spec_config):
     logger.info("cactus_theory: verifying with %r (lossy: emits h_alg, not the verifier's q)", cfg.rule)
     recorder = None
     if cfg.record is not None:
-        from .recorder import recorder_from_config
+        from ._recorder import recorder_from_config
 
         recorder = recorder_from_config(cfg.record, meta={"rule": cfg.rule_name, "knobs": cfg.knobs})
         logger.info("cactus_theory: recording the verified rows in %s", recorder.folder)
@@ -235,17 +235,17 @@ def _mrv2_raw(args, kwargs):
 
 def _raw_logits(rule):
     """The raw verifier logits of the running verify call, for a rule that reads raw rows."""
-    from .rows import needs_raw
+    from ._rows import needs_raw
 
     thunk = _RAW.get()
     return thunk() if thunk is not None and needs_raw(rule) else None
 
 
 def _record_mrv1(recorder, processed, draft_probs, draft_token_ids, num_draft_tokens, cu, meta, out):
-    """Hand the recorder one MRV1 step's verified rows (:mod:`.recorder`)."""
+    """Hand the recorder one MRV1 step's verified rows (:mod:`._recorder`)."""
     import torch
 
-    from .rows import _rows_of_requests, raw_draft_from_tempered
+    from ._rows import _rows_of_requests, raw_draft_from_tempered
 
     num_rows, vocab = processed.shape
     device = processed.device
@@ -289,7 +289,7 @@ def _mrv1_rejection_sample(
     softmax is the only exp pass over the rows, and the processed logits stay untouched."""
     import torch
 
-    from .rows import mrv1_substitute_probs
+    from ._rows import mrv1_substitute_probs
 
     r1 = importlib.import_module(MRV1_MODULE)
     batch_size = len(num_draft_tokens)
@@ -342,7 +342,7 @@ _MRV1_BODY_NAMES = (
 
 
 def _wrap_mrv1_sample(orig):
-    from .rows import is_sps
+    from ._rows import is_sps
 
     @functools.wraps(orig)
     def rejection_sample(
@@ -401,7 +401,7 @@ def _wrap_mrv1_sample(orig):
 
 
 def _wrap_mrv2_sample(orig):
-    from .rows import is_sps, mrv2_substitute
+    from ._rows import is_sps, mrv2_substitute
 
     @functools.wraps(orig)
     def rejection_sample(

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.comparison import TAYLOR_WITHIN_BUDGET_FROM, taylor_kl_bound, taylor_vs_exact_grid
-from .data import coerce_data, real_data, synthetic_data
-from .style import PALETTE, SINGLE_COLUMN, new_axes, styled
+from ._data import coerce_data, real_data, synthetic_data
+from ._style import PALETTE, SINGLE_COLUMN, new_axes, styled
 
 __all__ = ["figure_gamma", "figure_taylor_overshoot", "figure_taylor_exact_acceptance"]
 
@@ -137,7 +137,7 @@ def figure_taylor_exact_acceptance(datasets=None, deltas=None, *, ax=None):
     Parameters
     ----------
     datasets : dict of str to data, optional
-        Label to (q, p) data (a Dump, a :class:`~cactus_theory.figures.data.FigureData` or a
+        Label to (q, p) data (a Dump, a :class:`~cactus_theory.figures._data.FigureData` or a
         ``(target_probs, draft_probs)`` tuple). Default: synthetic noisy copy (truncated) and
         the shipped distilled SmolLM2 pair.
     deltas : array_like, optional

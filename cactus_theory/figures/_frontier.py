@@ -3,7 +3,7 @@ r"""Every rule's operating points against the optimal frontier, averaged over po
 An operating point is (true :math:`\mathrm{KL}(h_{\mathrm{alg}}\|q)`, acceptance
 :math:`\alpha = \sum_n p_n a_n`) of a rule at one knob value
 (:func:`cactus_theory.analysis.frontier.operating_points`). Per position, the frontier
-:math:`F_i(\epsilon)` (:func:`cactus_theory.solvers.frontier.frontier`; Mentored decoding
+:math:`F_i(\epsilon)` (:func:`cactus_theory.solvers._frontier.frontier`; Mentored decoding
 attains it) bounds :math:`\alpha_i \le F_i(\mathrm{KL}_i)`. Averaged over N positions the bound
 is the *pooled* frontier
 
@@ -28,9 +28,9 @@ import numpy as np
 
 from ..analysis.frontier import default_sweep, operating_points
 from ..rules import RULES
-from .data import coerce_data, synthetic_data
-from .notes import record_rules
-from .style import DOUBLE_COLUMN, PALETTE, styled
+from ._data import coerce_data, synthetic_data
+from ._notes import record_rules
+from ._style import DOUBLE_COLUMN, PALETTE, styled
 
 __all__ = ["pooled_frontier", "frontier_rules", "FRONTIER_FAMILIES", "figure_frontier"]
 
@@ -71,7 +71,7 @@ def pooled_frontier(
         the per-position budgets chosen), so G is exact at these points and a lower bound of
         the true pooled frontier between them.
     """
-    from ..solvers.frontier import frontier, saturation_budget
+    from ..solvers._frontier import frontier, saturation_budget
 
     top = float(np.max(saturation_budget(target_probs, draft_probs, divergence)))
     top = max(top, 1e-6)
@@ -137,7 +137,7 @@ def figure_frontier(
     knob value the point is (mean over positions of :math:`\mathrm{KL}(h_{\mathrm{alg},i}\|q_i)`,
     mean over positions of :math:`F_i(\mathrm{KL}_i) - \alpha_i`): the acceptance the rule leaves
     on the table against the best acceptance of any rule emitting the same divergence at that
-    position (:math:`F_i`, :func:`cactus_theory.solvers.frontier.frontier`; Mentored decoding
+    position (:math:`F_i`, :func:`cactus_theory.solvers._frontier.frontier`; Mentored decoding
     attains it, so every gap is >= 0 and exact, with no budget grid). The y axis is symmetric-log
     (linear below 1e-4), so gaps of 0.001 and of 0.5 are both readable. A knob value whose mean
     KL is infinite (mass emitted outside supp(q) at some position) is not drawn; a rule with no

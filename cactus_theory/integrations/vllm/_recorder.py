@@ -2,11 +2,11 @@ r"""Recording the rows the engine verified, as shards of compact dumps, while it
 
 Each verification step hands the recorder, for every non-greedy drafted row, the processed
 verifier row q (the engine's processed logits, before the rule's substitution), the drafter's
-row p, the raw rows (:mod:`.rows`), the drafted token, and the round's outcome (how many of
+row p, the raw rows (:mod:`._rows`), the drafted token, and the round's outcome (how many of
 the request's drafts were accepted). Rows are buffered on the host; every ``rows_per_shard``
 rows become one shard ``shard-<pid>-<n>.npz`` in the compact dump format
-(:mod:`cactus_theory.logits.format`, ``cactus_theory.dump/1``), written atomically (temporary
-file in the folder, fsync, rename: :func:`cactus_theory.logits.format.write_arrays`), so a
+(:mod:`cactus_theory.logits._format`, ``cactus_theory.dump/1``), written atomically (temporary
+file in the folder, fsync, rename: :func:`cactus_theory.logits._format.write_arrays`), so a
 process killed at any point (SIGKILL included) leaves whole shards and at most one ``.tmp``
 file, which the shard loader ignores and the next recorder in that folder removes. The
 folder then loads as a row source (:class:`cactus_theory.rows.ShardRows`) for ``analyze`` and
@@ -14,7 +14,7 @@ folder then loads as a row source (:class:`cactus_theory.rows.ShardRows`) for ``
 
 Per row (position) the shard holds q, p, raw q and raw p on the row's columns (the processed
 supports and each raw row's ``top_k_raw`` largest tokens, plus a tail column:
-:func:`~cactus_theory.logits.format.compact_columns`; vLLM's drafter does not truncate, so p's
+:func:`~cactus_theory.logits._format.compact_columns`; vLLM's drafter does not truncate, so p's
 support, hence the row, is the whole vocabulary), ``token_ids`` = the drafted token n, and the
 extras ``x_accepted`` (1 accepted, 0 rejected, -1 not reached: after the round's first
 rejection), ``x_num_accepted`` (the round's accepted drafts), ``x_step`` (the recorder's step
@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from ..._io import atomic_write_bytes
-from ...logits.format import FORMAT, checksum, compact_columns, pack_compact
-from .config import RECORD_KEY
+from ...logits._format import FORMAT, checksum, compact_columns, pack_compact
+from ._config import RECORD_KEY
 
 __all__ = ["Recorder", "RECORD_KEY", "recorder_from_config"]
 
@@ -59,7 +59,7 @@ class Recorder:
     rows_per_shard : int
         Rows per shard (>= 1).
     top_k_raw : int
-        Raw columns kept per model and row (:func:`~cactus_theory.logits.format.compact_columns`).
+        Raw columns kept per model and row (:func:`~cactus_theory.logits._format.compact_columns`).
     meta : dict, optional
         Extra metadata stored in every shard (e.g. the verifier's and drafter's names, the rule).
     """

@@ -3,7 +3,7 @@ r"""The delta needed for a target divergence of what is emitted.
 Cactus's delta bounds each per-draft target, not the emitted :math:`h_{alg}`; to emit within
 :math:`\epsilon` of q, delta must be calibrated
 (:mod:`cactus_theory.analysis.calibration`): per position (the first crossing of
-:math:`\Gamma(\delta) = \mathrm{KL}(h_{alg}(\delta)\|q) = \epsilon`, :func:`calibrate_delta`)
+:math:`\Gamma(\delta) = \mathrm{KL}(h_{alg}(\delta)\|q) = \epsilon`, :func:`cactus_theory.api.calibrate_delta`)
 or once for a corpus (:func:`global_delta`: the mean, or a quantile, over positions meets
 :math:`\epsilon`).
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.calibration import _calibrate_rows, global_delta
-from .data import coerce_data, synthetic_data
-from .style import PALETTE, SINGLE_COLUMN, legend_above, new_axes, styled
+from ._data import coerce_data, synthetic_data
+from ._style import PALETTE, SINGLE_COLUMN, legend_above, new_axes, styled
 
 __all__ = ["figure_calibration"]
 

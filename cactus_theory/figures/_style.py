@@ -90,7 +90,7 @@ def figure_style():
 
     Examples
     --------
-    >>> from cactus_theory.figures.style import figure_style
+    >>> from cactus_theory.figures._style import figure_style
     >>> with figure_style():
     ...     import matplotlib.pyplot as plt
     ...     fig, ax = plt.subplots()

@@ -63,8 +63,8 @@ import numpy as np
 
 from .._io import atomic_write_text
 from ..analysis import geometric_length_ratio
+from ._runner import BatchRunner, SamplingParams, processed_sparse
 from ._torch import torch
-from .runner import BatchRunner, SamplingParams, processed_sparse
 
 __all__ = ["LENGTH_SETTINGS", "LengthConfig", "run_length_check", "length_markdown", "write_length_check"]
 
@@ -238,6 +238,25 @@ def _rate(lengths, stops):
     return stops.sum() / lengths.sum()
 
 
+def _bootstrap_ci(L, S, name_a, name_b, stat, repeats, rng):
+    """95% bootstrap interval of ``stat`` (of the two settings' (length, stops) sums) over
+    completions, resampled within each prompt (the design is stratified); ``L``/``S`` hold per
+    setting the per-prompt lengths and stop flags."""
+    vals = []
+    for _ in range(repeats):
+        num = {name_a: [0.0, 0.0], name_b: [0.0, 0.0]}
+        for i in range(len(L[name_a])):
+            for nm in (name_a, name_b):
+                la, sa = L[nm][i], S[nm][i]
+                j = rng.integers(0, la.size, la.size)
+                num[nm][0] += la[j].sum()
+                num[nm][1] += sa[j].sum()
+        vals.append(stat(num[name_a], num[name_b]))
+    v = np.asarray(vals, dtype=float)
+    v = v[np.isfinite(v)]
+    return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if v.size else [None, None]
+
+
 def _summaries(parts, cfg: LengthConfig, rng):
     """Pool the prompts of one setting: lengths, rates, ratios with bootstrap intervals."""
     names = ("verifier", "sps", cfg.rule)
@@ -268,22 +287,6 @@ def _summaries(parts, cfg: LengthConfig, rng):
             "drafted": acc[name][1],
         }
 
-    # bootstrap over completions, resampled within each prompt (the design is stratified)
-    def boot(name_a, name_b, stat):
-        vals = []
-        for _ in range(cfg.bootstrap):
-            num = {name_a: [0.0, 0.0], name_b: [0.0, 0.0]}
-            for i in range(len(parts)):
-                for nm in (name_a, name_b):
-                    la, sa = L[nm][i], S[nm][i]
-                    j = rng.integers(0, la.size, la.size)
-                    num[nm][0] += la[j].sum()
-                    num[nm][1] += sa[j].sum()
-            vals.append(stat(num[name_a], num[name_b]))
-        v = np.asarray(vals, dtype=float)
-        v = v[np.isfinite(v)]
-        return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if v.size else [None, None]
-
     rate_ratio = lambda a, b: (a[1] / a[0]) / (b[1] / b[0]) if b[1] > 0 else math.inf
     mean_ratio = lambda a, b: b[0] / a[0]
     ratios = {}
@@ -291,9 +294,11 @@ def _summaries(parts, cfg: LengthConfig, rng):
         v, r = out["verifier"], out[name]
         ratios[name] = {
             "measured_rate_ratio": v["stop_rate"] / r["stop_rate"] if r["stop_rate"] > 0 else None,
-            "measured_rate_ratio_ci": boot("verifier", name, rate_ratio),
+            "measured_rate_ratio_ci": _bootstrap_ci(L, S, "verifier", name, rate_ratio, cfg.bootstrap, rng),
             "measured_mean_length_ratio": r["mean_length"] / v["mean_length"],
-            "measured_mean_length_ratio_ci": boot("verifier", name, mean_ratio),
+            "measured_mean_length_ratio_ci": _bootstrap_ci(
+                L, S, "verifier", name, mean_ratio, cfg.bootstrap, rng
+            ),
         }
     q_tf = np.concatenate([part["q_eos_tf"] for part in parts])
     h_tf = np.concatenate([part["h_eos_tf"] for part in parts])
@@ -338,9 +343,9 @@ def run_length_check(cfg: LengthConfig = LengthConfig(), threads: int | None = N
     """
     from ..rules import get_rule
     from ..samplers import make_sampler
-    from .drafters import make_drafter
-    from .models import load_smollm2
-    from .prompts import chat_ids, load_prompts
+    from ._drafters import make_drafter
+    from ._models import load_smollm2
+    from ._prompts import chat_ids, load_prompts
 
     if cfg.samples < 2:
         raise ValueError(

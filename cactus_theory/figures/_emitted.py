@@ -23,9 +23,9 @@ import numpy as np
 from ..analysis.calibration import emitted_divergence_curve
 from ..analysis.one_step import emitted_distribution, make_plan, per_draft_divergence
 from ..rules import get_rule
-from .data import coerce_data, synthetic_data
-from .notes import record_rules
-from .style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, new_axes, new_axes_row, styled
+from ._data import coerce_data, synthetic_data
+from ._notes import record_rules
+from ._style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, new_axes, new_axes_row, styled
 
 __all__ = ["per_draft_and_emitted", "figure_per_draft_vs_emitted", "figure_worked_example", "WORKED_EXAMPLE"]
 

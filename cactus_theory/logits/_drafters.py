@@ -26,8 +26,8 @@ from types import SimpleNamespace
 
 from .._io import atomic_write_bytes
 from ._checks import BUILTIN_DRAFTERS, check_drafter
+from ._models import DISTILLED_PATH
 from ._torch import torch
-from .models import DISTILLED_PATH
 
 nn = torch.nn
 
@@ -300,7 +300,7 @@ def make_drafter(spec: str, verifier_lm, device: str = "cpu"):
     ----------
     spec : str
         ``"early-exit:K"``, ``"requant:B"``, ``"distilled"`` (or ``"distilled:PATH"``), or anything
-        :func:`cactus_theory.logits.models.load_hf` accepts (hub id, folder, ``.gguf`` file).
+        :func:`cactus_theory.logits._models.load_hf` accepts (hub id, folder, ``.gguf`` file).
     verifier_lm : LoadedModel
         The verifier (built-in drafters are derived from it).
 
@@ -325,7 +325,7 @@ def make_drafter(spec: str, verifier_lm, device: str = "cpu"):
     if spec == "distilled" or spec.startswith("distilled:"):
         path = spec.split(":", 1)[1] if ":" in spec else None
         return load_distilled(v, path).to(device), f"{verifier_lm.name}/distilled"
-    from .models import load_hf
+    from ._models import load_hf
 
     lm = load_hf(spec, device=device)
     return lm.model, lm.name

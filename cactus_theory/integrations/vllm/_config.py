@@ -7,7 +7,7 @@ worker) or, when that is not set, in the environment variable ``CACTUS_THEORY_VL
     CACTUS_THEORY_VLLM='{"rule": "cactus-taylor", "delta": 0.75}'
 
 Every key other than ``rule`` and ``record`` is a knob of that rule (``cactus-theory rules``
-lists them); ``record`` turns on the recorder of verified rows (:mod:`.recorder`)::
+lists them); ``record`` turns on the recorder of verified rows (:mod:`._recorder`)::
 
     {"rule": "cactus-taylor", "delta": 0.75, "record": {"folder": "rows/", "max_bytes": 10**9}}
 
@@ -60,7 +60,7 @@ CONFIG_KEY = "cactus_theory"
 """Key of the plugin's section in vLLM's ``additional_config``."""
 
 RECORD_KEY = "record"
-"""Key of the recorder's settings in the plugin's section (:mod:`.recorder`)."""
+"""Key of the recorder's settings in the plugin's section (:mod:`._recorder`)."""
 
 REQUEST_KNOBS = {"scd": ("scd_temperature", "temperature")}
 """Rule name -> (knob, request field): knobs the engine sets from each request (SCD's

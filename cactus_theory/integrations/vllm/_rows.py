@@ -61,8 +61,8 @@ from ...rules import Rule
 from ...rules.interpolation import Interpolation
 from ...rules.plans import SpikePlan, TargetPlan
 from ...rules.registry import SpikeRule
-from ...solvers.spike import spike_scale
-from .config import REQUEST_KNOBS
+from ...solvers._spike import spike_scale
+from ._config import REQUEST_KNOBS
 
 torch = require("torch", "cactus_theory.integrations.vllm", extra="vllm")
 

@@ -9,7 +9,7 @@ one line naming it and the commands that install it (exit status 2).
 
 * ``cactus-theory models [--prepare]`` -- which offline models are installed, what is missing and
   how to install it; ``--prepare`` loads SmolLM2 once to build the dequantized copy in the model
-  cache (:func:`cactus_theory.logits.models.cache_dir`: the user's cache folder,
+  cache (:func:`cactus_theory.logits._models.cache_dir`: the user's cache folder,
   ``$CACTUS_THEORY_CACHE`` or ``--cache-dir``). This module imports no torch, so ``models``
   runs without it.
 * ``cactus-theory dump ...`` -- the dump tool (``--shipped --overwrite-shipped`` regenerates the
@@ -24,7 +24,7 @@ import argparse
 
 from .._extras import MissingExtraError
 from ._checks import BUILTIN_DRAFTERS, check_drafter, check_model_source  # noqa: F401  (re-exported)
-from .models import DISTILLED_PATH, add_cache_dir_argument, apply_cache_dir, require_builtin
+from ._models import DISTILLED_PATH, add_cache_dir_argument, apply_cache_dir, require_builtin
 
 __all__ = [
     "add_models_arguments",
@@ -80,13 +80,13 @@ def run_models(args) -> int:
     """List the offline models, built-in drafters and shipped recordings, and what is missing with
     the command that installs it (text or ``--json``)."""
     from .._cli import _emit
-    from .loader import shipped_dumps
-    from .models import models_available
+    from ._loader import shipped_dumps
+    from ._models import models_available
 
     apply_cache_dir(args)
     if getattr(args, "prepare", False):
         require_builtin("cactus-theory models --prepare")
-        from .models import load_smollm2
+        from ._models import load_smollm2
 
         lm = load_smollm2()
         info = models_available()
@@ -117,24 +117,24 @@ def _import(module: str, command: str):
 
 def add_dump_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``cactus-theory dump`` (see :mod:`cactus_theory.logits.dump`)."""
-    return _import("dump", "dump").add_dump_arguments(p)
+    return _import("_dump_cli", "dump").add_dump_arguments(p)
 
 
 def run_dump(args) -> int:
-    """Run ``cactus-theory dump`` (:func:`cactus_theory.logits.dump.run_dump`)."""
-    return _import("dump", "dump").run_dump(args)
+    """Run ``cactus-theory dump`` (:func:`cactus_theory.logits._dump_cli.run_dump`)."""
+    return _import("_dump_cli", "dump").run_dump(args)
 
 
 def add_decode_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of ``cactus-theory decode`` (see :mod:`cactus_theory.logits.decode`)."""
-    return _import("decode", "decode").add_decode_arguments(p)
+    return _import("_decode_cli", "decode").add_decode_arguments(p)
 
 
 def run_decode(args) -> int:
-    """Run ``cactus-theory decode`` (:func:`cactus_theory.logits.decode.run_decode`)."""
-    return _import("decode", "decode").run_decode(args)
+    """Run ``cactus-theory decode`` (:func:`cactus_theory.logits._decode_cli.run_decode`)."""
+    return _import("_decode_cli", "decode").run_decode(args)
 
 
 def decode_main(argv=None) -> int:
     """``python -m cactus_theory.logits.decode``: the ``decode`` subcommand as a module entry."""
-    return _import("decode", "decode").decode_main(argv)
+    return _import("_decode_cli", "decode").decode_main(argv)

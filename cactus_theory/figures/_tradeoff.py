@@ -18,9 +18,9 @@ from ..rules import get_rule
 from ..simulate.chain import position_laws
 from ..simulate.exact import exact_chain
 from ..simulate.metrics import compute_metrics, pool_totals
-from .data import synthetic_trajectories
-from .notes import record_rules
-from .style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, legend_above, new_axes, new_axes_row, styled
+from ._data import synthetic_trajectories
+from ._notes import record_rules
+from ._style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, legend_above, new_axes, new_axes_row, styled
 
 __all__ = [
     "rule_label",
@@ -89,7 +89,7 @@ def figure_acceptance_vs_delta(trajectories=None, *, deltas=None, ms=(2, 4, 8, 2
     matplotlib.figure.Figure
     """
     from ..logits import Dump
-    from .data import dump_trajectories
+    from ._data import dump_trajectories
 
     if trajectories is None:
         trajectories = synthetic_trajectories()
@@ -160,7 +160,7 @@ def figure_al_by_m(
     matplotlib.figure.Figure
     """
     from ..logits import Dump
-    from .data import dump_trajectories, real_trajectories
+    from ._data import dump_trajectories, real_trajectories
 
     if trajectory_sets is None:
         trajectory_sets = {

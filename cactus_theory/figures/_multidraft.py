@@ -8,7 +8,7 @@ r"""Figures: the k-draft frontier, and trees at one sequence divergence per veri
   (``optimal-budget``) and one multiplier (``optimal-multiplier``).
 
 Symbols: q verifier, p drafter, k drafts, :math:`\epsilon` budget, E[L] accepted drafts.
-Source: :mod:`cactus_theory.solvers.multidraft`, :mod:`cactus_theory.analysis.tree_budget`;
+Source: :mod:`cactus_theory.solvers._multidraft`, :mod:`cactus_theory.analysis.tree_budget`;
 Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 1.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .notes import record_rules
-from .style import DOUBLE_COLUMN, PALETTE, legend_above, new_axes, new_axes_row, styled
+from ._notes import record_rules
+from ._style import DOUBLE_COLUMN, PALETTE, legend_above, new_axes, new_axes_row, styled
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
@@ -46,8 +46,8 @@ def figure_multidraft_frontier(
 
     Symbols: q verifier, p drafter, k drafts, :math:`\epsilon` budget. Source: as the module.
     """
-    from ..solvers.frontier import frontier, saturation_budget
-    from ..solvers.multidraft import multidraft_frontier
+    from ..solvers._frontier import frontier, saturation_budget
+    from ..solvers._multidraft import multidraft_frontier
 
     ks = [int(k) for k in ks]
     if not ks or len(ks) > 7:

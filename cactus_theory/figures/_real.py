@@ -2,7 +2,7 @@ r"""Figures only real recordings have: acceptance by prompt category, per drafte
 
 The shipped SmolLM2-135M-Instruct recordings (:mod:`cactus_theory.logits`) label every
 position with its prompt's category (13 Spec-Bench categories, GSM8K, IFEval). The other
-figures take real rows as data (:func:`cactus_theory.figures.data.real_data`).
+figures take real rows as data (:func:`cactus_theory.figures._data.real_data`).
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
 SpS acceptance per position :math:`\sum_x \min(p_x, q_x)`; Cactus's
@@ -16,9 +16,9 @@ import numpy as np
 
 from ..analysis.one_step import acceptance_rate
 from ..rules import get_rule
-from .data import real_dump
-from .notes import record_rules
-from .style import DOUBLE_COLUMN, PALETTE, new_axes, styled
+from ._data import real_dump
+from ._notes import record_rules
+from ._style import DOUBLE_COLUMN, PALETTE, new_axes, styled
 
 __all__ = ["acceptance_by_category", "figure_acceptance_by_category"]
 

@@ -1,7 +1,7 @@
 """Loader of real-distribution dumps: (q, p) trajectories for every analysis and the simulator.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``). See
-:mod:`cactus_theory.logits.format` for the on-disk layout and the errors it introduces.
+:mod:`cactus_theory.logits._format` for the on-disk layout and the errors it introduces.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..distributions import sampling_transform
 from ..simulate.chain import Trajectory  # the toolkit's one trajectory type (re-exported)
-from .format import (
+from ._format import (
     COMPACT_REQUIRED,
     FULL_REQUIRED,
     FULL_VOCAB_FORMAT,
@@ -175,7 +175,7 @@ def load_full_vocab(path=None):
     -------
     (target_probs, draft_probs, meta) : float64 [T, V], float64 [T, V], dict
         Raw (temperature-1) distributions, renormalized in float64 (error stated in
-        :mod:`cactus_theory.logits.format`).
+        :mod:`cactus_theory.logits._format`).
     """
     path = Path(path) if path is not None else FULL_VOCAB_PATH
     arrays, meta = read_arrays(path, FULL_REQUIRED)
@@ -212,7 +212,7 @@ def load_full_vocab_sample(which: str = "smollm2", path=None):
 def apply_transforms(probs: np.ndarray, temperature=0.6, top_p=0.95, top_k=20) -> np.ndarray:
     """Sampling transforms on full-vocabulary raw probabilities (float64 [..., V]); the toolkit's
     one transform (:func:`cactus_theory.distributions.sampling_transform`, ties by lower token
-    id) with :class:`cactus_theory.logits.runner.SamplingParams`' conventions (``top_k <= 0`` or
+    id) with :class:`cactus_theory.logits._runner.SamplingParams`' conventions (``top_k <= 0`` or
     ``top_p >= 1`` disables that step; ``temperature == 0`` is greedy)."""
     q = np.asarray(probs, dtype=np.float64)
     with np.errstate(divide="ignore"):
