@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._format import FORMAT, compact_columns, pack_compact, write_arrays
+from ._format import FORMAT, compact_columns, pack_compact, split_positions, write_arrays
 from ._runner import BatchRunner, SamplingParams, processed_sparse
 from ._torch import torch
 
@@ -309,20 +309,14 @@ def expected_accepted(rounds, rule=None, top_k_raw: int = 64) -> np.ndarray:
 def records_to_dump(results, prompts, path, meta: dict, top_k_raw: int = 64):
     """Write the recorded rounds of several :class:`DecodeResult` as a compact dump (positions =
     drafted positions; extras ``round``, ``draft_pos``, ``accepted_len``, ``emitted``)."""
-    cols, q, p, rq, rp, widths, tl, toks, pt, pl = [], [], [], [], [], [], [], [], [], []
+    positions, tl, toks, pt, pl = [], [], [], [], []
     ex = {"round": [], "draft_pos": [], "accepted_len": [], "emitted": []}
     traj = []
     for res, pr in zip(results, prompts):
         n = 0
         for ri, rd in enumerate(res.rounds):
             for j, d in enumerate(rd.drafts):
-                c, a, b, ra, rb = _round_columns(rd, j, top_k_raw)
-                cols.append(c)
-                q.append(a)
-                p.append(b)
-                rq.append(ra)
-                rp.append(rb)
-                widths.append(len(c))
+                positions.append(_round_columns(rd, j, top_k_raw))
                 toks.append(d)
                 ex["round"].append(ri)
                 ex["draft_pos"].append(j)
@@ -333,7 +327,7 @@ def records_to_dump(results, prompts, path, meta: dict, top_k_raw: int = 64):
         pt.extend(res.prompt_ids)
         pl.append(len(res.prompt_ids))
         traj.append({"prompt_id": pr.id, "category": pr.category, "source": pr.source, "n_positions": n})
-    arrays = pack_compact(cols, q, p, rq, rp, widths, toks, tl, pt, pl)
+    arrays = pack_compact(*split_positions(positions), toks, tl, pt, pl)
     for k, v in ex.items():
         arrays[f"x_{k}"] = np.asarray(v, np.int32)
     m = {

@@ -35,7 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ._format import FORMAT, FULL_VOCAB_FORMAT, compact_columns, pack_compact, read_arrays, write_arrays
+from ._format import (
+    FORMAT,
+    FULL_VOCAB_FORMAT,
+    compact_columns,
+    pack_compact,
+    read_arrays,
+    split_positions,
+    write_arrays,
+)
 from ._prompts import Prompt, chat_ids
 from ._runner import BatchRunner, SamplingParams, processed_sparse
 from ._torch import torch
@@ -186,16 +194,8 @@ def _run_batch(verifier_lm, drafters, prompts, cfg: DumpConfig, batch_index: int
 
 
 def _chunk_arrays(seqs, toks, recs):
-    cols, q, p, rq, rp, widths, traj_len = [], [], [], [], [], [], []
-    for i in range(len(seqs)):
-        traj_len.append(len(recs[i]))
-        for c, a, b, ra, rb in recs[i]:
-            cols.append(c)
-            q.append(a)
-            p.append(b)
-            rq.append(ra)
-            rp.append(rb)
-            widths.append(len(c))
+    traj_len = [len(recs[i]) for i in range(len(seqs))]
+    cols, q, p, rq, rp, widths = split_positions([pos for i in range(len(seqs)) for pos in recs[i]])
     cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)
     return {
         "columns": cat(cols, np.int32),

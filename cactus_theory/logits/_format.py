@@ -315,6 +315,13 @@ def pack_compact(
     }
 
 
+def split_positions(positions) -> tuple:
+    """``(columns, target_probs, draft_probs, raw_target_probs, raw_draft_probs, widths)`` lists
+    of per-position :func:`compact_columns` results (the first pieces :func:`pack_compact` takes)."""
+    cols, q, p, rq, rp = (list(x) for x in zip(*positions)) if positions else ([], [], [], [], [])
+    return cols, q, p, rq, rp, [len(c) for c in cols]
+
+
 def compact_columns(q_ids, q_pr, p_ids, p_pr, raw_q, raw_p, top_k_raw: int = 64):
     """Column set and values of one position (numpy, float64 raw inputs on the full vocabulary).
 

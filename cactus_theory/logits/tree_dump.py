@@ -38,7 +38,16 @@ from pathlib import Path
 import numpy as np
 
 from ..drafts import TokenTree
-from ._format import TAIL_ID, DumpFormatError, compact_columns, pack_compact, read_arrays, write_arrays
+from ._format import (
+    COMPACT_REQUIRED,
+    TAIL_ID,
+    DumpFormatError,
+    compact_columns,
+    pack_compact,
+    read_arrays,
+    split_positions,
+    write_arrays,
+)
 from ._loader import REAL_DIR
 from ._prompts import Prompt, benchmark_mix, chat_ids
 from ._runner import SamplingParams, processed_sparse
@@ -50,19 +59,12 @@ TREE_FORMAT = "cactus_theory.tree_dump/1"
 SHIPPED_TREE_PATH = REAL_DIR / "trees" / "smollm2-135m_requant-4_tree.npz"
 SHIPPED_COMMAND = "python -m cactus_theory.logits.tree_dump --shipped --overwrite-shipped"
 
+#: A tree dump's arrays: a compact dump's (trees in place of trajectories) and the trees' shape.
 _REQUIRED = {
     "tree_offsets": np.int64,
     "parents": np.int32,
-    "token_ids": np.int32,
     "widths": np.int32,
-    "row_offsets": np.int64,
-    "columns": np.int32,
-    "target_probs": np.float64,
-    "draft_probs": np.float64,
-    "raw_target_probs": np.float32,
-    "raw_draft_probs": np.float32,
-    "prompt_offsets": np.int64,
-    "prompt_token_ids": np.int32,
+    **{k: v for k, v in COMPACT_REQUIRED.items() if k != "traj_offsets"},
 }
 
 
@@ -192,7 +194,7 @@ def dump_trees(
     cfg = cfg or TreeDumpConfig()
     vocab = int(verifier_lm.vocab_size)
     gen = torch.Generator().manual_seed(cfg.seed)
-    pieces = {k: [] for k in ("parents", "token_ids", "widths", "columns", "q", "p", "rq", "rp", "w", "ctx")}
+    pieces = {k: [] for k in ("parents", "token_ids", "widths", "rows", "ctx")}
     tree_sizes, ctx_sizes, trees_meta = [], [], []
     for prompt in prompts:
         ctx = chat_ids(verifier_lm.tokenizer, prompt.text, max_prompt_tokens=cfg.max_prompt_tokens)
@@ -203,13 +205,7 @@ def dump_trees(
             pieces["parents"] += parents
             pieces["token_ids"] += tokens
             pieces["widths"] += widths
-            for cols, q, p, rq, rp in rows:
-                pieces["columns"].append(cols)
-                pieces["q"].append(q)
-                pieces["p"].append(p)
-                pieces["rq"].append(rq)
-                pieces["rp"].append(rp)
-                pieces["w"].append(len(cols))
+            pieces["rows"] += rows
             pieces["ctx"] += root_ctx
             tree_sizes.append(len(parents))
             ctx_sizes.append(len(root_ctx))
@@ -223,16 +219,7 @@ def dump_trees(
             )
 
     packed = pack_compact(
-        pieces["columns"],
-        pieces["q"],
-        pieces["p"],
-        pieces["rq"],
-        pieces["rp"],
-        pieces["w"],
-        pieces["token_ids"],
-        tree_sizes,
-        pieces["ctx"],
-        ctx_sizes,
+        *split_positions(pieces["rows"]), pieces["token_ids"], tree_sizes, pieces["ctx"], ctx_sizes
     )
     arrays = {"tree_offsets": packed.pop("traj_offsets"), "parents": np.asarray(pieces["parents"], np.int32)}
     arrays["token_ids"] = packed.pop("token_ids")

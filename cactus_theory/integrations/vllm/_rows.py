@@ -200,6 +200,25 @@ def _spike_entries(rule: SpikeRule, logits, ids, valid):
     return torch.where(valid, new, z_n), z_n
 
 
+def _valid_ids(rows, draft_token_ids):
+    """The rows to substitute (``rows`` with a drafted token: vLLM's placeholder is negative) and
+    the drafted ids as int64 indices (a placeholder read as 0, its row left unchanged)."""
+    return rows & (draft_token_ids >= 0), draft_token_ids.to(torch.int64).clamp(min=0)
+
+
+def _raw_rows(rule, raw_target_logits, raw_draft_probs) -> dict:
+    """The raw rows a rule that reads them gets (raw q as the softmax of the raw logits); ``{}``
+    for the others; ValueError naming ``raw_target_logits`` when such a rule gets none."""
+    if not needs_raw(rule):
+        return {}
+    if raw_target_logits is None or raw_draft_probs is None:
+        raise ValueError(f"raw_target_logits: rule {rule.name!r} reads the raw rows; none were given")
+    return {
+        "raw_target_probs": torch.softmax(raw_target_logits.to(torch.float32), dim=-1),
+        "raw_draft_probs": raw_draft_probs.to(torch.float32),
+    }
+
+
 def substitute_target_logits(
     rule: Rule,
     target_logits: torch.Tensor,
@@ -245,8 +264,7 @@ def substitute_target_logits(
     if logits.shape[0] == 0 or (shortcuts and is_sps(rule)):
         out = logits if in_place else logits.clone()
     elif not uses_plan(rule, shortcuts):
-        valid = rows & (draft_token_ids >= 0)
-        ids = draft_token_ids.to(torch.int64).clamp(min=0)
+        valid, ids = _valid_ids(rows, draft_token_ids)
         new_n, old_n = _spike_entries(rule, logits, ids, valid)
         out = logits if in_place else logits.clone()
         out.scatter_(1, ids[:, None], new_n[:, None])
@@ -266,16 +284,8 @@ def _plan_logits(
     rule, logits, draft_probs, draft_token_ids, rows, raw_target_logits, raw_draft_probs, temperature
 ):
     """``log h`` through the rule's plan on the valid rows (:func:`substitute_target_logits`)."""
-    valid = rows & (draft_token_ids >= 0)
-    ids = draft_token_ids.to(torch.int64).clamp(min=0)
-    raw = {}
-    if needs_raw(rule):
-        if raw_target_logits is None or raw_draft_probs is None:
-            raise ValueError(f"raw_target_logits: rule {rule.name!r} reads the raw rows; none were given")
-        raw = {
-            "raw_target_probs": torch.softmax(raw_target_logits.to(torch.float32), dim=-1),
-            "raw_draft_probs": raw_draft_probs.to(torch.float32),
-        }
+    valid, ids = _valid_ids(rows, draft_token_ids)
+    raw = _raw_rows(rule, raw_target_logits, raw_draft_probs)
     q = torch.softmax(logits, dim=-1)
     h = target_rows(rule, q, draft_probs, ids, temperature=temperature, **raw)
     return torch.where(valid[:, None], torch.log(h), logits)
@@ -323,8 +333,7 @@ def substitute_target_probs(
     """
     if target_probs.shape[0] == 0 or (shortcuts and is_sps(rule)):
         return target_probs
-    valid = rows & (draft_token_ids >= 0)
-    ids = draft_token_ids.to(torch.int64).clamp(min=0)
+    valid, ids = _valid_ids(rows, draft_token_ids)
     if not uses_plan(rule, shortcuts):
         q_n = target_probs.gather(1, ids[:, None])[:, 0]
         gamma = rule.spike_at_tokens(q_n).to(target_probs.dtype)
@@ -335,14 +344,7 @@ def substitute_target_probs(
         # h = (1 - alpha) q + alpha p = lerp(q, p, alpha): one fused pass, in place
         w = torch.where(valid, torch.full_like(valid, rule.alpha, dtype=target_probs.dtype), 0.0)
         return target_probs.lerp_(draft_probs.to(target_probs.dtype), w[:, None])
-    raw = {}
-    if needs_raw(rule):
-        if raw_target_logits is None or raw_draft_probs is None:
-            raise ValueError(f"raw_target_logits: rule {rule.name!r} reads the raw rows; none were given")
-        raw = {
-            "raw_target_probs": torch.softmax(raw_target_logits.to(torch.float32), dim=-1),
-            "raw_draft_probs": raw_draft_probs.to(torch.float32),
-        }
+    raw = _raw_rows(rule, raw_target_logits, raw_draft_probs)
     h = target_rows(rule, target_probs, draft_probs, ids, temperature=temperature, **raw)
     return torch.where(valid[:, None], h.to(target_probs.dtype), target_probs)
 
