@@ -62,8 +62,6 @@ __all__ = [
 
 #: Methods of :func:`solve_spike`.
 SPIKE_METHODS = ("exact", "taylor", "cvxpy")
-#: Rules :func:`calibrate_delta` calibrates (how gamma follows from delta).
-CALIBRATION_RULES = ("cactus-taylor", "cactus-exact")
 
 
 def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", method="exact") -> SpikeSolution:
@@ -82,7 +80,7 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", met
         Per-draft budget >= 0 (``inf`` allowed).
     divergence : str
         D (any of :data:`cactus_theory.divergences.DIVERGENCES`; ``"taylor"`` needs a second
-        derivative at 1, ``"cvxpy"`` one of :data:`cactus_theory.solvers.cvx.CVX_DIVERGENCES`).
+        derivative at 1, ``"cvxpy"`` one of :data:`cactus_theory.solvers._cvx.CVX_DIVERGENCES`).
     method : {"exact", "taylor", "cvxpy"}
         ``"exact"``: Theorem 2's largest root of the two-point divergence (bisection to machine
         precision; always within budget). ``"taylor"``: Corollary 5,
@@ -104,7 +102,7 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", met
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 2 and Corollary 5.
     """
     from .rules.plans import ratio_acceptance, spike_target_at
-    from .solvers.spike import exact_spike, taylor_spike
+    from .solvers._spike import exact_spike, taylor_spike
 
     q, p = as_prob_pair(target_probs, draft_probs)
     one_row(q, "target_probs")
@@ -114,7 +112,7 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", met
     d = get_divergence(divergence)
     q_n, p_n = np.float64(q[n]), np.float64(p[n])
     if method == "cvxpy":
-        from .solvers.cvx import max_draft_probability_cvxpy
+        from .solvers._cvx import max_draft_probability_cvxpy
 
         tol = 1e-7  # the oracle's verification tolerance (its default): interior-point accuracy
         res = max_draft_probability_cvxpy(q, n, delta, d.name, tol=tol)
@@ -229,7 +227,7 @@ def optimal_frontier(
     .. math:: F(\epsilon) = \max_{o\in\Delta_V} \sum_x \min(p_x, o_x)
               \quad\text{s.t.}\quad D(o\|q) \le \epsilon
 
-    Wraps :func:`cactus_theory.solvers.frontier.frontier` (Theorem 1; Mentored decoding attains
+    Wraps :func:`cactus_theory.solvers._frontier.frontier` (Theorem 1; Mentored decoding attains
     it).
 
     Parameters
@@ -239,7 +237,7 @@ def optimal_frontier(
     eps : None, float or array_like, shape (E,)
         Targets on the emitted divergence (>= 0). None: 65 points from 0 to the saturation
         budget (largest over positions), quadratically spaced as
-        :func:`cactus_theory.solvers.frontier.frontier_curve`.
+        :func:`cactus_theory.solvers._frontier.frontier_curve`.
     divergence : str
         D.
     chunk_rows, max_memory, progress, runner
@@ -317,32 +315,13 @@ def calibrate_delta(
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
     from .analysis._corpus import calibrate_over
-    from .analysis._knob import corpus_delta
 
     if eps is None:
         raise ValueError("eps: required (the target on the emitted divergence)")
     target_probs, draft_probs, is_dump = _as_input(target_probs, draft_probs)
     per = choice("corpus" if per is None and is_dump else (per or "position"), ("position", "corpus"), "per")
-    if per == "position":
-        run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
-        return calibrate_over(target_probs, draft_probs, eps, rule, divergence, **run)
-    rule = choice(rule, CALIBRATION_RULES, "rule")
-    eps = as_budget(eps, "eps")
-    q, p = as_prob_pair(target_probs, draft_probs)
-    d = get_divergence(divergence)
-    delta, achieved, acc, status = corpus_delta(q, p, eps, rule, d.name)
-    return CalibrationResult(
-        rule=rule,
-        divergence=d.name,
-        eps=eps,
-        delta=delta,
-        emitted_divergence=achieved,
-        acceptance=acc,
-        saturated=status == "range-end",
-        n_positions=int(np.prod(q.shape[:-1], dtype=np.int64)),
-        per="corpus",
-        status=status,
-    )
+    run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
+    return calibrate_over(target_probs, draft_probs, eps, rule, divergence, per, **run)
 
 
 def _as_input(target_probs, draft_probs):

@@ -26,7 +26,8 @@ from ..divergences import get_divergence
 from ..results import CalibrationResult, FrontierResult, RuleTable
 from ..rules import get_rule
 from ..rules.registry import rule_knobs
-from ..solvers.frontier import frontier, saturation_budget
+from ..solvers._frontier import frontier, saturation_budget
+from ._knob import corpus_delta
 from ._runners import ArrayRows, as_rows, runner_for
 from .calibration import BASES, _calibrate_rows
 from .frontier import gap_to_frontier
@@ -205,16 +206,18 @@ def _calibrate_kernel(chunk, eps, base, divergence):
 
 
 def calibrate_over(
-    target_probs, draft_probs, eps, rule, divergence, *, chunk_rows, max_memory, progress, runner
+    target_probs, draft_probs, eps, rule, divergence, per, *, chunk_rows, max_memory, progress, runner
 ):
-    r"""Per position, the delta whose emitted divergence meets eps
-    (:func:`cactus_theory.api.calibrate_delta` per position).
+    r"""The delta whose emitted divergence meets eps, per position or one for the corpus
+    (:func:`cactus_theory.api.calibrate_delta`).
 
     .. math:: \delta^*(q, p) = \sup\{\delta : D(h_{alg}(\delta')\|q) \le \epsilon
               \ \ \forall \delta' \le \delta\}
 
-    Each row's calibration is its own (the refinement stops lane by lane), so the chunks'
-    rows joined in order are those of one call over all rows.
+    Per position, each row's calibration is its own (the refinement stops lane by lane), so
+    the chunks' rows joined in order are those of one call over all rows. Per corpus
+    (``per="corpus"``, rows in memory): :func:`cactus_theory.analysis._knob.corpus_delta`,
+    one delta whose mean emitted divergence meets eps.
 
     Returns
     -------
@@ -228,23 +231,22 @@ def calibrate_over(
     rule = choice(rule, tuple(f"cactus-{b}" for b in BASES), "rule")
     eps = as_budget(eps, "eps")
     d = get_divergence(divergence)
-    source, run = _runner(target_probs, draft_probs, "calibrate", chunk_rows, max_memory, progress, runner)
-    parts = run.map(_calibrate_kernel, eps, rule.split("-")[1], d.name)
-    if not parts:
-        raise ValueError("target_probs: no rows")
-    batch = _batch(source, run)
-    delta, div, acc, sat = (np.concatenate([r[i] for r in parts]).reshape(batch) for i in range(4))
-    if len(batch) == 0:
-        return CalibrationResult(
-            rule=rule,
-            divergence=d.name,
-            eps=eps,
-            delta=float(delta),
-            emitted_divergence=float(div),
-            acceptance=float(acc),
-            saturated=bool(sat),
-            n_positions=1,
+    if per == "corpus":
+        q, p = as_prob_pair(target_probs, draft_probs)
+        delta, div, acc, status = corpus_delta(q, p, eps, rule, d.name)
+        sat, n = status == "range-end", int(np.prod(q.shape[:-1], dtype=np.int64))
+    else:
+        source, run = _runner(
+            target_probs, draft_probs, "calibrate", chunk_rows, max_memory, progress, runner
         )
+        parts = run.map(_calibrate_kernel, eps, rule.split("-")[1], d.name)
+        if not parts:
+            raise ValueError("target_probs: no rows")
+        batch = _batch(source, run)
+        delta, div, acc, sat = (np.concatenate([r[i] for r in parts]).reshape(batch) for i in range(4))
+        if len(batch) == 0:  # one position: plain numbers
+            delta, div, acc, sat = float(delta), float(div), float(acc), bool(sat)
+        n, status = int(run.n_rows), "calibrated"
     return CalibrationResult(
         rule=rule,
         divergence=d.name,
@@ -253,5 +255,7 @@ def calibrate_over(
         emitted_divergence=div,
         acceptance=acc,
         saturated=sat,
-        n_positions=int(run.n_rows),
+        n_positions=n,
+        per=per,
+        status=status,
     )
