@@ -29,72 +29,26 @@ from ._cli import (
     _Formatter,
     _Parser,
     _positive_int,
-    _write,  # noqa: F401
+    _write,
     add_output,
     add_per_file,
     add_seed,
     dispatch,
-    parse_knobs,
-)  # (OPTIONAL_EXTRAS, parse_knobs, ... re-exported)
+)
+from ._cli_pairs import (
+    analyze_arguments,
+    calibrate_arguments,
+    frontier_arguments,
+    rows_table,
+    run_analyze,
+    run_calibrate,
+    run_frontier,
+    run_solve,
+    solve_arguments,
+)
 from ._extras import MissingExtraError
 
-__all__ = ["main", "SUBCOMMANDS", "Subcommand"]
-
-
-def add_pair_input(p):
-    """Add ``--q``/``--p`` (one row each) or ``--input`` (a file or a shipped recording)."""
-    p.add_argument("--q", default=None, metavar="Q1,Q2,...", help="the verifier row q (comma-separated)")
-    p.add_argument("--p", default=None, metavar="P1,P2,...", help="the drafter row p (comma-separated)")
-    p.add_argument(
-        "--input",
-        "-i",
-        default=None,
-        metavar="FILE|NAME",
-        help="(q, p) rows from a .npy/.npz/.json file or a shipped recording "
-        "(distilled, early-exit-25, requant-3, requant-4)",
-    )
-
-
-def _pairs(args):
-    from .inputs import load_pairs, parse_probs
-
-    if args.input is not None:
-        if args.q is not None or args.p is not None:
-            raise ValueError("input: give either --input or --q and --p, not both")
-        return load_pairs(args.input)
-    if args.q is None or args.p is None:
-        raise ValueError("q: give --q and --p (comma-separated rows) or --input FILE")
-    from ._validation import as_prob_pair
-
-    q, p = as_prob_pair(parse_probs(args.q, "q"), parse_probs(args.p, "p"), target_name="q", draft_name="p")
-    return q[None, :], p[None, :]
-
-
-# --------------------------------------------------------------------------- output
-
-
-def _rows_table(rows, name="", title=""):
-    from .report import Column, Table
-
-    rows = [dict(r) for r in rows]
-    keys = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-
-    def fmt(k):
-        vals = [r.get(k) for r in rows if r.get(k) is not None]
-        if any(isinstance(v, dict) for v in vals):
-            return "knobs"
-        if any(isinstance(v, (str, bool, list, tuple)) for v in vals):
-            return "s"
-        if vals and all(isinstance(v, int) for v in vals):
-            return "d"
-        finite = [
-            abs(float(v)) for v in vals if isinstance(v, (int, float)) and abs(float(v)) != float("inf")
-        ]
-        return ".4f" if all(v < 1e4 for v in finite) else ".4g"
-
-    return Table(name, title, tuple(Column(k, k, fmt(k)) for k in keys), tuple(rows))
+__all__ = ["main"]
 
 
 # --------------------------------------------------------------------------- subcommands
@@ -132,7 +86,7 @@ def _cmd_report(args) -> int:
     report = compute_report(args.sections, seed=args.seed, progress=not args.no_progress)
     suffix = os.path.splitext(args.output or "")[1].lower()
     if args.json or suffix == ".json":
-        from .report import json_ready
+        from ._tables import json_ready
 
         _write(args, json.dumps(json_ready(report.to_dict()), indent=2, allow_nan=False))
     elif args.csv or suffix == ".csv":
@@ -161,7 +115,7 @@ def _cmd_rules(args) -> int:
         rows.append(dict(rule=name, family=spec.family, knobs=knobs, sps_at=str(sps), summary=spec.summary))
         kt = ", ".join(f"{k}={v!r}" for k, v in knobs.items()) or "-"
         lines.append(f"{name:<26} [{spec.family}] knobs: {kt}; SpS at: {sps}\n    {spec.summary}")
-    _emit(args, text="\n".join(lines), data=rows, tables=[_rows_table(rows, "rules")])
+    _emit(args, text="\n".join(lines), data=rows, tables=[rows_table(rows, "rules")])
     return 0
 
 
@@ -237,7 +191,7 @@ def _args_benchmark(p):
     )
     p.add_argument(
         "--sections",
-        type=_benchmark_sections,
+        type=lambda text: tuple(x.strip() for x in text.split(",") if x.strip()),
         default=None,
         help="comma-separated parts to run, of spike, emitted, analysis, samplers, frontier, scale "
         "(default: all)",
@@ -246,246 +200,21 @@ def _args_benchmark(p):
     add_output(p)
 
 
-def _benchmark_sections(text: str):
-    from .benchmark import SECTIONS
-
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    bad = [x for x in names if x not in SECTIONS]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(SECTIONS)}")
-    return names
-
-
 def _cmd_benchmark(args) -> int:
-    from .benchmark import SAMPLER_THREADS, SECTIONS, run_benchmarks
+    """The checkout's ``benchmarks/run.py`` (ValueError, one line, from an installed wheel)."""
+    from ._lab import lab_module
 
-    res = run_benchmarks(
+    bench = lab_module("benchmarks.run", "benchmark")
+    res = bench.run_benchmarks(
         repeats=args.repeats,
         quick=args.quick,
         seed=args.seed,
         all_rules=args.all_rules,
         scale=args.scale,
-        threads=SAMPLER_THREADS if args.threads is None else args.threads,
-        sections=SECTIONS if args.sections is None else args.sections,
+        threads=bench.SAMPLER_THREADS if args.threads is None else args.threads,
+        sections=bench.SECTIONS if args.sections is None else args.sections,
     )
     _emit(args, text=res.to_text(), data=res.to_dict())
-    return 0
-
-
-def _args_solve(p):
-    add_pair_input(p)
-    p.add_argument("--row", type=int, default=0, help="which row of --input to solve")
-    p.add_argument("-n", "--token", type=int, required=True, help="the drafted token n (an index into q, p)")
-    p.add_argument("--delta", type=float, default=0.5, help="per-draft budget delta")
-    p.add_argument("--divergence", default="kl", help="divergence of the budget D(h||q)")
-    p.add_argument(
-        "--methods",
-        default="taylor,exact,cvxpy",
-        help="comma-separated solvers, side by side (taylor is KL's Corollary 5 point)",
-    )
-    add_output(p, csv_flag=True)
-
-
-def _pick_row(q, p, row):
-    if not -q.shape[0] <= row < q.shape[0]:
-        raise ValueError(f"row: {row} out of range for {q.shape[0]} rows")
-    return q[row], p[row]
-
-
-def _cmd_solve(args) -> int:
-    import cactus_theory as ct
-
-    q, p = _pick_row(*_pairs(args), args.row)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    if not methods:
-        raise ValueError("methods: give at least one of taylor, exact, cvxpy")
-    sols, rows, notes = [], [], []
-    for m in methods:
-        try:
-            s = ct.solve_spike(q, p, args.token, args.delta, divergence=args.divergence, method=m)
-        except ValueError as exc:
-            if m == "taylor" and args.divergence != "kl" and len(methods) > 1:
-                notes.append(f"taylor: {exc}")  # Corollary 5's point is for the KL budget only
-                continue
-            raise
-        sols.append(s)
-        rows.append(
-            dict(
-                method=s.method,
-                gamma=s.gamma,
-                per_draft_divergence=s.per_draft_divergence,
-                acceptance=s.acceptance,
-                budget_hit=s.budget_hit,
-                within_budget=s.within_budget,
-            )
-        )
-    table = _rows_table(
-        rows,
-        "solve",
-        f"q_n = {q[args.token]:.6g}, p_n = {p[args.token]:.6g}, "
-        f"n = {args.token}, delta = {args.delta:g}, divergence = {args.divergence}",
-    )
-    from .report import format_table
-
-    text = "\n".join([format_table(table)] + notes)
-    _emit(args, text=text, data={"solutions": [s.to_dict() for s in sols], "notes": notes}, tables=[table])
-    return 0
-
-
-def _args_analyze(p):
-    add_pair_input(p)
-    p.add_argument("--rules", default=None, help="comma-separated rule names (default: every rule)")
-    p.add_argument(
-        "--delta",
-        type=float,
-        default=None,
-        help="per-draft budget of the Cactus rules (default: each rule's own default)",
-    )
-    p.add_argument(
-        "--knob",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="knob for every chosen rule that has it, repeatable (e.g. --knob alpha=0.3)",
-    )
-    p.add_argument(
-        "--max-memory",
-        default=None,
-        metavar="SIZE",
-        help="bound on the working memory (e.g. 256MB, 1GiB; default 256 MiB): rows are "
-        "analysed in chunks; --input may be a folder of .npy/.npz shards, read lazily",
-    )
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar over chunks")
-    add_per_file(p)
-    add_output(p, csv_flag=True)
-
-
-def _rule_list(text):
-    if text is None:
-        return None
-    names = [r.strip() for r in text.split(",") if r.strip()]
-    if not names:
-        raise ValueError("rules: empty list")
-    return names
-
-
-def _cmd_analyze(args) -> int:
-    from pathlib import Path
-
-    import cactus_theory as ct
-
-    from .rules import RULES
-
-    folder = args.input is not None and Path(args.input).is_dir()
-    if args.per_file and not folder:
-        raise ValueError("per-file: applies to --input FOLDER (each of its files analysed apart)")
-    if folder:  # a folder of shards, read lazily
-        if args.q is not None or args.p is not None:
-            raise ValueError("input: give either --input or --q and --p, not both")
-        from .rows import as_row_source, shard_files
-
-        if args.per_file:
-            sources = [(f.name, as_row_source(f)) for f in shard_files(args.input)]
-        else:
-            sources = [(None, as_row_source(args.input))]  # refuses different recordings
-    else:
-        sources = [(None, _pairs(args))]
-    rules = _rule_list(args.rules)
-    flat = parse_knobs(args.knob)
-    kw = {}
-    if flat:  # each --knob NAME=VALUE goes to every chosen rule that declares NAME
-        names = rules if rules is not None else list(RULES)
-        for name in names:
-            if name not in RULES:
-                raise ValueError(f"rules: unknown rule {name!r}")
-        per = {
-            n: {k: v for k, v in flat.items() if any(kn.name == k for kn in RULES[n].knobs)} for n in names
-        }
-        unused = [k for k in flat if not any(k in d for d in per.values())]
-        if unused:
-            raise ValueError(f"knob: no chosen rule has a knob {unused[0]!r}")
-        kw["knobs"] = {n: d for n, d in per.items() if d}
-    if args.delta is not None:
-        kw["delta"] = args.delta
-    rows, data, shapes = [], [], []
-    for name, src in sources:
-        if isinstance(src, tuple):
-            q, p = src
-            shape = q.shape
-        else:
-            q, p, shape = src, None, (src.n_rows, max(V for _, V in src.widths()))
-        res = ct.analyze_rules(q, p, rules, max_memory=args.max_memory, progress=not args.no_progress, **kw)
-        shapes.append(shape)
-        if name is None:
-            rows += res.rows()
-            data = res.to_dict()
-        else:
-            rows += [{"file": name, **r} for r in res.rows()]
-            data.append({"file": name, "positions": shape[0], **res.to_dict()})
-    if len(sources) == 1 and sources[0][0] is None:
-        title = f"{shapes[0][0]} positions, V = {shapes[0][1]}"
-    else:
-        title = f"{len(sources)} files, each analysed apart: " + ", ".join(
-            f"{n} ({s[0]} positions, V = {s[1]})" for (n, _), s in zip(sources, shapes)
-        )
-        data = {"files": data}
-    table = _rows_table(rows, "analyze", title)
-    from .report import format_table
-
-    _emit(args, text=format_table(table), data=data, tables=[table])
-    return 0
-
-
-def _float_list(text, name):
-    try:
-        vals = [float(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{name}: expected comma-separated numbers, got {text!r}") from None
-    if not vals:
-        raise ValueError(f"{name}: empty list")
-    return vals
-
-
-def _args_frontier(p):
-    add_pair_input(p)
-    p.add_argument(
-        "--eps", default="0,0.01,0.05,0.1,0.3,1", help="target emitted divergences eps (comma-separated)"
-    )
-    p.add_argument("--divergence", default="kl", help="divergence D(o||q) of the constraint")
-    add_output(p, csv_flag=True)
-
-
-def _cmd_frontier(args) -> int:
-    import cactus_theory as ct
-
-    q, p = _pairs(args)
-    res = ct.optimal_frontier(q, p, eps=_float_list(args.eps, "eps"), divergence=args.divergence)
-    table = _rows_table(
-        res.rows(), "frontier", f"{q.shape[0]} positions, V = {q.shape[1]}; means over positions"
-    )
-    from .report import format_table
-
-    _emit(args, text=format_table(table), data=res.to_dict(), tables=[table])
-    return 0
-
-
-def _args_calibrate(p):
-    add_pair_input(p)
-    p.add_argument("--eps", type=float, required=True, help="target emitted divergence eps = D(h_alg||q)")
-    p.add_argument("--rule", default="cactus-taylor", help="the rule whose delta is calibrated")
-    p.add_argument("--divergence", default="kl", help="divergence of the target")
-    add_output(p, csv_flag=True)
-
-
-def _cmd_calibrate(args) -> int:
-    import cactus_theory as ct
-
-    q, p = _pairs(args)
-    res = ct.calibrate_delta(q, p, args.eps, rule=args.rule, divergence=args.divergence)
-    table = _rows_table(res.rows(), "calibrate", repr(res).splitlines()[0] if repr(res) else "")
-    from .report import format_table
-
-    _emit(args, text=format_table(table), data=res.to_dict(), tables=[table])
     return 0
 
 
@@ -592,6 +321,7 @@ def _cmd_audit(args) -> int:
     from pathlib import Path
 
     from ._cli import check_output_path
+    from ._cli_pairs import rule_list
     from ._tables import json_ready
     from .simulate.audit import format_audit
 
@@ -666,19 +396,19 @@ SUBCOMMANDS = {
     "rules": Subcommand("list every registered rule with its knobs", _args_rules, _cmd_rules),
     "solve": Subcommand(
         "one (q, p, n, delta): Taylor point, exact root and cvxpy oracle side by side",
-        _args_solve,
-        _cmd_solve,
+        solve_arguments,
+        run_solve,
     ),
     "analyze": Subcommand(
         "rules on a set of (q, p) rows: acceptance, per-draft and emitted divergences, frontier gap",
-        _args_analyze,
-        _cmd_analyze,
+        analyze_arguments,
+        run_analyze,
     ),
     "frontier": Subcommand(
-        "the optimal acceptance at each target emitted divergence eps", _args_frontier, _cmd_frontier
+        "the optimal acceptance at each target emitted divergence eps", frontier_arguments, run_frontier
     ),
     "calibrate": Subcommand(
-        "the delta whose emitted divergence meets a target eps", _args_calibrate, _cmd_calibrate
+        "the delta whose emitted divergence meets a target eps", calibrate_arguments, run_calibrate
     ),
     "audit": Subcommand(
         "every rule calibrated to one true emitted divergence on a dump: acceptance, AL_m, "

@@ -124,7 +124,6 @@ def _shipped_pairs_table(report) -> str:
     from cactus_theory._report_sections import chain_rows
     from cactus_theory.figures._real import acceptance_by_category
     from cactus_theory.logits import load_dump, shipped_dumps
-    from cactus_theory.report import chain_rows
 
     lines = [
         "| drafter (p) | positions | acceptance, all | GSM8K | coding | translation "
@@ -204,7 +203,7 @@ def _benchmark_table(report) -> str:
     """The recorded benchmark run (benchmarks/cpu_full.json, from ``cactus-theory benchmark --json``)."""
     import json
 
-    from cactus_theory.benchmark import BenchmarkReport, GoalResult
+    from benchmarks.run import BenchmarkReport, GoalResult
 
     d = json.loads((ROOT / "benchmarks/cpu_full.json").read_text())
     rep = BenchmarkReport(

@@ -2,7 +2,7 @@
 
 import math
 
-from cactus_theory.benchmark import QUICK_RULES
+from benchmarks.run import QUICK_RULES
 from cactus_theory.rules import RULES
 
 
@@ -55,7 +55,7 @@ FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 #: The compiled core (``fused=True``) is tested once per path it compiles, not once per knob
 #: variant (each configuration is a kernel of its own: 15-40 s to compile on 2 shared cores):
-#: the five rules of the quick benchmark (cactus_theory.benchmark.QUICK_RULES) at their
+#: the five rules of the quick benchmark (benchmarks.run.QUICK_RULES) at their
 #: defaults, the benchmark's own kernels (the elementwise-target, spike and decision forms'
 #: derived paths, the closed-form and the host-solved spike, top-k's and the token cascades'
 #: kernels), and one configuration of every other rule kernel of samplers/_kernels

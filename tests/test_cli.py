@@ -13,7 +13,8 @@ import pytest
 from rule_configs import FUSED_SHAPE, QUICK_GROUP
 
 from cactus_theory import cli
-from cactus_theory.cli import SUBCOMMANDS, main, parse_knobs
+from cactus_theory._cli import parse_knobs
+from cactus_theory.cli import SUBCOMMANDS, main
 from cactus_theory.inputs import load_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +208,7 @@ def test_benchmark_json(capsys):
     entry validation, eager and fused). Its timings are not asserted. One sampler thread, the
     fused tests' own, at their shape: in the test run the quick rules' kernels are those of
     samplers/test_fused.py (the same xdist group, one compile for both)."""
-    from cactus_theory.benchmark import QUICK_RULES, QUICK_SAMPLER_SHAPE
+    from benchmarks.run import QUICK_RULES, QUICK_SAMPLER_SHAPE
 
     assert QUICK_SAMPLER_SHAPE == FUSED_SHAPE
     data = run_json(
@@ -249,7 +250,7 @@ def test_benchmark_json_other_sections(capsys):
     """The quick run's other sections (no compiled kernel: on any worker): each present, every
     check passed (the spike, the emitted distributions, torch against numpy, the frontier
     against cvxpy, the chunked analysis)."""
-    from cactus_theory.benchmark import SECTIONS
+    from benchmarks.run import SECTIONS
 
     others = [s for s in SECTIONS if s != "samplers"]
     data = run_json(capsys, "benchmark", "--repeats", "1", "--quick", "--sections", ",".join(others))

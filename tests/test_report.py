@@ -93,7 +93,7 @@ def test_report_sections_are_data_and_text_json_agree():
 
 
 def test_formatter_styles():
-    from cactus_theory.report import Column, Table, format_table
+    from cactus_theory._tables import Column, Table, format_table
 
     t = Table(
         "x/y",

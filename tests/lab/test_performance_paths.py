@@ -309,8 +309,8 @@ def test_cactus_recovery_hook_equals_the_full_plan(name):
 
 
 def test_benchmark_floor_is_the_taylor_emitted_distribution():
+    from benchmarks.run import correlated_pair, floor_emitted_taylor
     from cactus_theory.analysis.one_step import emitted_distribution
-    from cactus_theory.benchmark import correlated_pair, floor_emitted_taylor
     from cactus_theory.rules import get_rule
 
     q, p = correlated_pair(3000, seed=4)
@@ -323,7 +323,7 @@ def test_benchmark_floor_is_the_taylor_emitted_distribution():
 def test_benchmark_report_serializes_and_tabulates():
     import json
 
-    from cactus_theory.benchmark import BenchmarkReport, GoalResult
+    from benchmarks.run import BenchmarkReport, GoalResult
 
     g = (
         GoalResult("a / b", "a 1 ms, b 2 ms", 0.5, "<= 1", True, "ok: x"),
@@ -339,7 +339,7 @@ def test_benchmark_report_serializes_and_tabulates():
 
 
 def test_benchmark_bad_repeats_names_the_argument():
-    from cactus_theory.benchmark import run_benchmarks
+    from benchmarks.run import run_benchmarks
 
     with pytest.raises(ValueError, match="repeats"):
         run_benchmarks(repeats=0)

@@ -548,7 +548,7 @@ def test_spike_plans_emit_the_law_of_their_whole_gamma_blocked_rows(name):
 def test_exact_kl_emitted_law_solves_few_roots(monkeypatch):
     """The emitted law and acceptance of cactus-exact-kl solve the root at the tokens whose
     gamma may lie below p_n only: under 2% of a benchmark-like row (V = 20,000)."""
-    from cactus_theory.benchmark import correlated_pair
+    from benchmarks.run import correlated_pair
     from cactus_theory.solvers import spike
 
     q, p = correlated_pair(20_000, seed=5)

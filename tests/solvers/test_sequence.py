@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import simplex
 
+from cactus_theory._report_sections import format_sequence_budget
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.divergences import get_divergence
-from cactus_theory.report import format_sequence_budget
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.simulate.chain import Trajectory
 from cactus_theory.simulate.sequence_budget import (

@@ -1,0 +1,272 @@
+r"""The sampler rows: the entry validation, each rule's eager and fused sampler over one read
+pass of p and q, the data-dependent shortcuts' other branch, exact-root over Taylor
+(``samplers`` section).
+
+Each row is checked before it is timed: the accept probabilities of the path forward takes (on
+the un-normalized rows) and the recovery weights the inverse CDF draws from, both computed by
+the sampler itself (``accept_probs_at_drafts``, ``recovery_weights``), against the rule's full
+plan on normalized copies (the reference).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from ._goals import SAMPLER_PAIRS, SAMPLER_THREADS, goal, paired_median_times
+
+#: The other branch of each data-dependent shortcut of the fused CPU samplers, timed as a
+#: reported row: (rule, knobs, scale of q's rows, label). Fuzzy SD at scale 1 has its bounds
+#: turned off (the exact divergence on every row); at 1.01 its sums are too far apart for the
+#: one-pass bounds, which then take the normalized rows (a second pass).
+_FALLBACKS = (
+    ("fuzzy", {}, 1.0, "exact JS on every row"),
+    ("fuzzy", {}, 1.01, "rows summing to 1.01"),
+    ("tas", {}, 1.01, "rows summing to 1.01"),
+    ("cascade-token-v3", {"alpha": 0.999}, 1.0, "alpha 0.999"),
+)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One shape's inputs: q [B, k+1, V], p [B, k, V], the drafted ids, one position per row,
+    the row sums, the normalized copies and the acceptance's condition number 1 + q_n / p_n."""
+
+    B: int
+    k: int
+    V: int
+    q: object
+    p: object
+    ids: object
+    bonus: object
+    pos: object
+    sq: object
+    sp: object
+    qq: object
+    pp: object
+    cond: object
+    read: object  # the read pass every sampler row is timed against: q.sum(-1), p.sum(-1)
+
+    @property
+    def shape(self) -> str:
+        return f"[{self.B},{self.k},{self.V}]"
+
+
+def _rows(gen, B, k, V) -> _Rows:
+    import torch
+
+    logits = torch.randn(B, k + 1, V, generator=gen) * 3
+    q = torch.softmax(logits, -1)
+    p = torch.softmax(0.8 * logits[:, :k] + 0.6 * torch.randn(B, k, V, generator=gen) * 3, -1)
+    ids = torch.multinomial(p.reshape(-1, V), 1, generator=gen).reshape(B, k)
+    pos = torch.randint(0, k, (B,), generator=gen)
+    sq, sp = q[:, :k].sum(-1), p.sum(-1)
+    qq, pp = q[:, :k] / sq[..., None], p / sp[..., None]
+    # the acceptance ratio h_n / p_n amplifies an error in h_n by q_n / p_n
+    cond = 1.0 + torch.gather(qq, -1, ids[..., None])[..., 0] / torch.gather(pp, -1, ids[..., None])[..., 0]
+    bonus = torch.zeros(B, 1, dtype=torch.int64)
+    read = lambda: (q.sum(-1), p.sum(-1))  # noqa: E731
+    return _Rows(B, k, V, q, p, ids, bonus, pos, sq, sp, qq, pp, cond, read)
+
+
+def _validation_rows(x: _Rows, repeats: int) -> list:
+    """The entry validation alone (row sums and row minimum of q's k positions and p: the
+    clamp-and-flag check every call runs), eager and fused, reported: the floor under every rule."""
+    import torch
+
+    from cactus_theory.samplers.base import validate_sampler_entry
+
+    q, p, ids, bonus, k = x.q, x.p, x.ids, x.bonus, x.k
+    val = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True)  # noqa: E731
+    sums = val()[4]
+    ok_sums = bool(torch.equal(sums[0], q[:, :k].sum(-1)) and torch.equal(sums[1], p.sum(-1)))
+    t_val, t_r = paired_median_times(val, x.read, repeats)
+    out = [
+        goal(
+            f"sampler entry validation eager {x.shape} / read pass",
+            f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms",
+            t_val / t_r,
+            "reported",
+            True,
+            ok_sums,
+            f"its row sums equal q[:, :k].sum(-1), p.sum(-1) bit for bit: {ok_sums}",
+        )
+    ]
+    # the fused kernel (one read per tensor; float32 sums of 256-entry blocks, then their
+    # float64 sum): its sums against the float64 sums, relative, in float32 eps, beside torch's
+    # own float32 sum's error on the same rows. Within 2 eps: what a pairwise sum achieves; a
+    # skipped block errs by a share of the row's mass.
+    val_f = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True, fused=True)  # noqa: E731
+    sums_f = val_f()[4]
+    eps32 = torch.finfo(torch.float32).eps
+
+    def rel_eps(s, rows):
+        ref = rows.double().sum(-1)
+        return float(((s.double() - ref).abs() / ref).max()) / eps32
+
+    err = max(rel_eps(sums_f[0], q[:, :k]), rel_eps(sums_f[1], p))
+    err_torch = max(rel_eps(q[:, :k].sum(-1), q[:, :k]), rel_eps(p.sum(-1), p))
+    t_val, t_r = paired_median_times(val_f, x.read, repeats)
+    out.append(
+        goal(
+            f"sampler entry validation fused {x.shape} / read pass",
+            f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms",
+            t_val / t_r,
+            "reported",
+            True,
+            err <= 2.0,
+            f"its row sums vs the float64 sums: {err:.2f} float32 eps relative (<= 2; torch's sum: "
+            f"{err_torch:.2f})",
+        )
+    )
+    return out
+
+
+def _accept_diff(s, x: _Rows, q):
+    """The sampler's own accept path on q's un-normalized rows (``q`` is ``x.q`` or a multiple)
+    against the full plan on the normalized copies: max |difference| / (1 + q_n / p_n), and the
+    accept path's state (the recovery reads it)."""
+    k = x.k
+    sq = q[:, :k].sum(-1)
+    a_fast, state = s.accept_probs_at_drafts(q[:, :k], x.p, x.ids, sq, x.sp)
+    a_ref = s.rule.plan(q[:, :k] / sq[..., None], x.pp).accept_probs_at(x.ids)
+    return float(((a_fast - a_ref).abs() / x.cond).max()), state
+
+
+def _recovery_diff(s, x: _Rows, state) -> float:
+    """The recovery weights the inverse CDF draws from (normalized), at one position per row, and
+    the block sums the fused draw reads, against the full plan's recovery distribution."""
+    import torch
+
+    from cactus_theory.samplers.blocked import BlockWeights
+    from cactus_theory.samplers.fused import block_sums
+
+    w = s.recovery_weights(x.q, x.p, x.ids, x.pos, state, x.sq, x.sp)[0]
+    bs_diff = 0.0
+    if isinstance(w, BlockWeights):  # the fused residual: its formula everywhere
+        bs, w = w.block_sums, w.dense()
+        # and the block sums the draw reads, against the sums of those weights
+        bs_diff = float(((bs - block_sums(w)).abs() / w.sum(-1, keepdim=True)).max())
+    rows = torch.arange(x.B)
+    r_ref = s.rule.plan(x.qq[rows, x.pos], x.pp[rows, x.pos]).recovery_at(x.ids[rows, x.pos])
+    return max(float((w / w.sum(-1, keepdim=True) - r_ref).abs().max()), bs_diff)
+
+
+def _rule_row(name: str, fused: bool, x: _Rows, repeats: int):
+    """One rule's sampler (fused: the goal, at most 3 read passes; eager: reported): the row
+    and its median time."""
+    from cactus_theory.samplers import make_sampler
+
+    s = make_sampler(name, fused=fused)
+    # float32: the same formulas on values that differ by the rounding of the normalization
+    # (folded into scale factors on the fast paths) and by summation order (pairwise: ~log2(V)
+    # eps32 < 3e-6 of a row's mass); the acceptance's difference is divided by 1 + q_n / p_n.
+    # A wrong path (or a flipped 0/1 decision) differs by far more than the 1e-5 allowed.
+    diff, state = _accept_diff(s, x, x.q)
+    diff_r = _recovery_diff(s, x, state)
+    # the fused kernels compile at their first call, before the timed ones (its time is
+    # reported: a warm inductor cache on disk shortens it); the read pass is timed alternately
+    # with the sampler (same window of a shared, noisy machine)
+    q, bonus, p, ids = x.q, x.bonus, x.p, x.ids
+    t0 = time.perf_counter()
+    s(q, bonus, p, ids)
+    first = time.perf_counter() - t0
+    t, t_read = paired_median_times(lambda: s(q, bonus, p, ids), x.read, repeats)
+    row = goal(
+        f"sampler {name} {'fused' if fused else 'eager'} {x.shape} / read pass",
+        f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms" + (f" (first call {first:.1f} s)" if fused else ""),
+        t / t_read,
+        "<= 3" if fused else "reported",
+        t / t_read <= 3 or not fused,
+        max(diff, diff_r) <= 1e-5,
+        f"accept path vs plan: max diff {diff:.1e}; recovery weights "
+        f"(and block sums) vs plan: max diff {diff_r:.1e}",
+    )
+    return row, t
+
+
+def _fallback_rows(x: _Rows, timed, repeats: int) -> list:
+    """The data-dependent shortcuts' other branch, reported beside the goal rows (fused): fuzzy
+    SD's exact divergence on every row (its bounds disabled: the worst case, every row
+    undecided), TAS on rows summing to 1.01 (vLLM's entropy then takes its exact second pass),
+    the token cascade with alpha = 0.999 (its set spans most blocks: the full masked sum)."""
+    from cactus_theory.samplers import make_sampler
+
+    out = []
+    for name, knobs, scale, what in _FALLBACKS:
+        if (name, True) not in timed:
+            continue
+        s = make_sampler(name, fused=True, **knobs)
+        if name == "fuzzy" and scale == 1.0:
+            s.kernels = replace(s.kernels, accept_decided_from_rows=None)
+        qs, bonus, p, ids = x.q * scale, x.bonus, x.p, x.ids
+        diff, _ = _accept_diff(s, x, qs)
+        s(qs, bonus, p, ids)
+        t, t_read = paired_median_times(lambda: s(qs, bonus, p, ids), x.read, repeats)
+        out.append(
+            goal(
+                f"sampler {name} fused, {what} {x.shape} / read pass",
+                f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms",
+                t / t_read,
+                "reported",
+                True,
+                diff <= 1e-5,
+                f"accept path vs plan: max diff {diff:.1e}",
+            )
+        )
+    return out
+
+
+def _exact_vs_taylor_rows(x: _Rows, timed, repeats: int) -> list:
+    """The exact-root sampler over the Taylor one, fused and eager, timed alternately (same
+    window of the shared machine): at most 1.5."""
+    from cactus_theory.samplers import make_sampler
+
+    # the exact rule under either name (cactus-exact's default divergence is the KL)
+    exact = next((n for n in ("cactus-exact-kl", "cactus-exact") if (n, True) in timed), None)
+    q, bonus, p, ids = x.q, x.bonus, x.p, x.ids
+    out = []
+    for fused in (True, False):
+        if exact is None or ("cactus-taylor", fused) not in timed:
+            continue
+        se = make_sampler(exact, fused=fused)
+        st = make_sampler("cactus-taylor", fused=fused)
+        te, tt = paired_median_times(lambda: se(q, bonus, p, ids), lambda: st(q, bonus, p, ids), repeats)
+        out.append(
+            goal(
+                f"sampler exact-kl / taylor {'fused' if fused else 'eager'} {x.shape}",
+                f"{te * 1e3:.1f} ms vs {tt * 1e3:.1f} ms",
+                te / tt,
+                "<= 1.5",
+                te / tt <= 1.5,
+                True,
+                "same run",
+            )
+        )
+    return out
+
+
+def bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS) -> list:
+    """Every sampler row at each (B, k, V) of ``shapes`` for ``rules`` (fused and eager), on
+    ``threads`` intra-op torch threads (restored afterwards); medians of ``SAMPLER_PAIRS *
+    repeats`` alternated pairs."""
+    import torch
+
+    repeats = SAMPLER_PAIRS * repeats
+    out = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        for B, k, V in shapes:
+            x = _rows(gen, B, k, V)
+            out += _validation_rows(x, repeats)
+            timed = {}
+            for name, fused in [(n, f) for n in rules for f in (True, False)]:
+                row, timed[name, fused] = _rule_row(name, fused, x, repeats)
+                out.append(row)
+            out += _fallback_rows(x, timed, repeats)
+            out += _exact_vs_taylor_rows(x, timed, repeats)
+    finally:
+        torch.set_num_threads(before)
+    return out
