@@ -48,13 +48,13 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
   under 1 GB) and rows per second within 1.2x of the in-memory path at the smallest n
   (checked: the same numbers as 1,000-row blocks analysed one by one). The full sizes with
   ``scale=True`` (``cactus-theory benchmark --scale``).
-* ``frontier_vs_cvxpy``: cvxpy over :func:`cactus_theory.solvers.frontier.frontier` at
+* ``frontier_vs_cvxpy``: cvxpy over :func:`cactus_theory.solvers._frontier.frontier` at
   V = 1,000, at least 100 (checked: same acceptance to 1e-5); ``frontier_ms``: V = 151,936
   under 50 ms (checked: acceptance and divergence equal the 64-step bisection's,
   ``solve_mentored(..., method="bisect")``, to 1e-9 relative, divergence within delta).
 * ``multidraft_ms``: at V = 151,936 the optimal k-draft acceptance
-  :func:`cactus_theory.solvers.multidraft.min_cut_acceptance` (k = 4) and the budgeted
-  optimum :func:`cactus_theory.solvers.multidraft.multidraft_frontier` (k = 4, KL,
+  :func:`cactus_theory.solvers._multidraft.min_cut_acceptance` (k = 4) and the budgeted
+  optimum :func:`cactus_theory.solvers._multidraft.multidraft_frontier` (k = 4, KL,
   budget 0.01), reported (checked: at k = 1 the min-cut value is sum min(p, q) and the
   multi-draft frontier equals the single-draft frontier, both to 1e-9 relative; the k = 4
   target within delta).

@@ -9,9 +9,9 @@ from ._goals import DELTA, VOCAB, correlated_pair, goal, median_time
 
 
 def bench_frontier(repeats, quick):
-    from cactus_theory.solvers.cvx_frontier import max_acceptance_cvxpy
-    from cactus_theory.solvers.frontier import frontier
-    from cactus_theory.solvers.mentored import solve_mentored
+    from cactus_theory.solvers._cvx_frontier import max_acceptance_cvxpy
+    from cactus_theory.solvers._frontier import frontier
+    from cactus_theory.solvers._mentored import solve_mentored
 
     out = []
     q, p = correlated_pair(1000, seed=2)
@@ -59,7 +59,7 @@ def bench_frontier(repeats, quick):
 
 
 def bench_multidraft(q, p, single_frontier, single_time, repeats):
-    from cactus_theory.solvers.multidraft import min_cut_acceptance, multidraft_frontier
+    from cactus_theory.solvers._multidraft import min_cut_acceptance, multidraft_frontier
 
     ta = median_time(lambda: min_cut_acceptance(q, p, 4), repeats)
     eps4 = DELTA / 10  # at delta = 0.1 four drafts of this pair saturate (acceptance 1)

@@ -8,7 +8,7 @@ import numpy as np
 from cactus_theory.analysis.one_step import _analyze_block as analyze  # every row at once
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import get_rule
-from cactus_theory.solvers.spike import exact_spike
+from cactus_theory.solvers._spike import exact_spike
 
 from ._goals import DELTA, VOCAB, correlated_pair, goal, median_time
 

@@ -303,7 +303,7 @@ def operating_rows(
 
 def section_frontier(seed: int = 0, vocab_size: int = 256, n_pairs: int = 16) -> Section:
     """The optimal frontier F(eps), and every swept rule against F at its own true emitted KL."""
-    from .solvers.frontier import frontier
+    from .solvers._frontier import frontier
 
     q, p = synthetic_pairs("noisy_copy", n_pairs, vocab_size, seed)
     tq, tp = truncate(q, **PAPER_TRUNCATION), truncate(p, **PAPER_TRUNCATION)

@@ -259,8 +259,8 @@ def section_trees(seed: int = 0, budget: float = TREE_BUDGET) -> Section:
     """Many drafts and trees: the k-draft frontier and trees at one sequence KL (shipped real trees)."""
     from .analysis.tree_budget import top_chain, tree_budget_rows
     from .logits.tree_dump import load_tree_dump
-    from .solvers.frontier import frontier
-    from .solvers.multidraft import multidraft_frontier
+    from .solvers._frontier import frontier
+    from .solvers._multidraft import multidraft_frontier
 
     heading = "Many drafts and trees: the k-draft frontier and trees at one sequence KL"
     try:
@@ -318,7 +318,7 @@ def section_trees(seed: int = 0, budget: float = TREE_BUDGET) -> Section:
     )
     gap = rows[0]["single_draft_max_gap"]
     notes = (
-        "F_k (solvers.multidraft.multidraft_frontier): the largest acceptance of any verifier of k i.i.d. drafts "
+        "F_k (solvers._multidraft.multidraft_frontier): the largest acceptance of any verifier of k i.i.d. drafts "
         "whose emitted law is within the KL budget of q, exact (one taut-string path for every divergence); at "
         f"k = 1 it equals the single-draft frontier (largest gap here {gap:.1e}).",
         "Trees (analysis.tree_budget): the shipped SmolLM2-135M trees (top-k children, widths 3, 2, 1). "

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from cactus_theory.divergences import get_divergence
-from cactus_theory.solvers.spike import exact_spike, taylor_spike
+from cactus_theory.solvers._spike import exact_spike, taylor_spike
 
 from .verdicts import Check, Definition, Verdict, stated
 

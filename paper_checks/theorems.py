@@ -21,7 +21,7 @@ from cactus_theory.analysis.one_step import acceptance_probabilities, emitted_di
 from cactus_theory.distributions import PAPER_TRUNCATION, synthetic_pairs, truncate
 from cactus_theory.divergences import get_divergence
 from cactus_theory.rules import TargetPlan, get_rule
-from cactus_theory.solvers.spike import exact_spike, taylor_spike
+from cactus_theory.solvers._spike import exact_spike, taylor_spike
 
 from .verdicts import CVX_TOL, EXACT_TOL, RATIO_TOL, Check, Definition, Verdict, stated
 
@@ -108,7 +108,7 @@ def claim_theorem1(corpus) -> Verdict:
 
 
 def claim_theorem2(seed=0) -> Verdict:
-    from cactus_theory.solvers.cvx import CVX_DIVERGENCES, max_draft_probability_cvxpy
+    from cactus_theory.solvers._cvx import CVX_DIVERGENCES, max_draft_probability_cvxpy
 
     rng = np.random.default_rng(seed)
     gap, beats = 0.0, 0.0

@@ -69,7 +69,7 @@ from cactus_theory.integrations.vllm._rows import (  # noqa: E402
 )
 from cactus_theory.rules import RULES, get_rule  # noqa: E402
 from cactus_theory.samplers import make_sampler  # noqa: E402
-from cactus_theory.solvers import spike  # noqa: E402
+from cactus_theory.solvers import _spike as spike  # noqa: E402
 from cactus_theory.testing.sync import record_host_syncs  # noqa: E402
 
 #: Speed goals on a GPU: the exact root's accept path within this factor of the Taylor rule's,
@@ -365,7 +365,7 @@ def analysis_check(device, V_small=1000, V_big=151_936, batch=64, reps=3, rules=
 
 def root_kernel_check(device, n=200_000, delta=None):
     """The exact root's compiled kernel (:func:`cactus_theory.samplers._kernels.cactus.compiled_root`)
-    against the solver's eager device path (:func:`cactus_theory.solvers.spike.device_root`)
+    against the solver's eager device path (:func:`cactus_theory.solvers._spike.device_root`)
     on float32 q_n spread over [1e-30, 1): the count of entries that differ, the largest
     difference in float32 ulps, and feasibility of the kernel's roots as eager torch
     computes the two-point KL in float32 (the precision the CPU tests pin); compile seconds."""

@@ -25,8 +25,8 @@ import warnings
 import numpy as np
 
 from cactus_theory.divergences import DIVERGENCES
-from cactus_theory.solvers.multidraft import min_cut_acceptance, multidraft_frontier
-from cactus_theory.solvers.multidraft_cvx import (
+from cactus_theory.solvers._multidraft import min_cut_acceptance, multidraft_frontier
+from cactus_theory.solvers._multidraft_cvx import (
     all_subsets,
     certify_multidraft,
     coupling_acceptance_lp,

@@ -12,8 +12,8 @@ Usage::
                                     [--only spike]
 
 Core formulas covered (module -> tests): Theorem 2's root and Corollary 5's point
-(``solvers/spike.py``), the rule plans (``rules/plans.py``), the emitted distribution
-(``analysis/one_step.py``), the optimal frontier (``solvers/frontier.py``) and the chain
+(``solvers/_spike.py``), the rule plans (``rules/plans.py``), the emitted distribution
+(``analysis/one_step.py``), the optimal frontier (``solvers/_frontier.py``) and the chain
 dynamic programme (``simulate/exact.py``). Docstrings, comments, error messages, imports and
 signatures are never mutated. With ``--per-file N`` a seeded sample of N mutants per module is
 run (the full list is large; on two shared cores each survivor costs a full test-file run).
@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Core module -> the test files that must kill its mutants.
 TARGETS = {
-    "cactus_theory/solvers/spike.py": ["tests/solvers/test_cvx.py"],
+    "cactus_theory/solvers/_spike.py": ["tests/solvers/test_cvx.py"],
     "cactus_theory/rules/plans.py": ["tests/analysis/test_one_step.py", "tests/rules/test_rule_invariants.py"],
     "cactus_theory/analysis/one_step.py": ["tests/analysis/test_one_step.py"],
-    "cactus_theory/solvers/frontier.py": ["tests/analysis/test_frontier.py"],
+    "cactus_theory/solvers/_frontier.py": ["tests/analysis/test_frontier.py"],
     "cactus_theory/simulate/exact.py": ["tests/simulate/test_simulate.py"],
 }
 

@@ -28,7 +28,7 @@ from .._validation import _is_torch
 from ..divergences import DIVERGENCES, get_divergence
 from ..rules.plans import SpikePlan
 from ..rules.registry import Knob, Rule, RuleSpec, register
-from ..solvers import spike as _spike
+from ..solvers import _spike
 from .calibration import (
     BASES,
     CHUNK_ELEMENTS,
@@ -45,7 +45,7 @@ from .one_step import emitted_distribution
 
 def _on_device(x) -> bool:
     """True for a torch tensor whose values the host does not hold (off the CPU; the switch
-    is the exact root's, :func:`cactus_theory.solvers.spike._host_tensor`, which the tests
+    is the exact root's, :func:`cactus_theory.solvers._spike._host_tensor`, which the tests
     flip to run the device paths on CPU tensors): its calibration runs where it lives
     (:func:`calibrate_delta_device`); numpy arrays and CPU tensors calibrate in numpy."""
     return _is_torch(x) and not _spike._host_tensor(x)

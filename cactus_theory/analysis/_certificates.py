@@ -10,7 +10,7 @@ Model: the drafter drafts **greedily**, its argmax (``top_m = 1``, a chain) or i
 probable tokens as the children of a tree node (``top_m = m``; the node is accepted if some
 child is). Any drafter with :math:`D(p, q) < r_D(q)` is accepted whatever the tie-breaking. D
 is :math:`KL(p\|q)` (``divergence="kl"``) or :math:`KL(q\|p)` (``"reverse_kl"``); both are
-exact (:mod:`cactus_theory.solvers.certificates`). Which direction the paper states could not
+exact (:mod:`cactus_theory.solvers._certificates`). Which direction the paper states could not
 be read from the available copy of it (its abstract says "the exact KL divergence required for
 rejection"); the toolkit reports both.
 
@@ -43,7 +43,7 @@ import numpy as np
 
 from .._validation import as_probs, choice, positive_int
 from ..rules import RULES, get_rule
-from ..solvers.certificates import CERTIFICATE_DIVERGENCES, rejection_radius
+from ..solvers._certificates import CERTIFICATE_DIVERGENCES, rejection_radius
 
 __all__ = ["accepted_set", "acceptance_certificate", "certificate_rules"]
 
@@ -91,7 +91,7 @@ def acceptance_certificate(
 
     with greedy drafting (the drafter proposes its top m; ``top_m = 1`` is a chain). Every
     drafter row with :math:`D(p, q) < r_D(q)` is accepted. Exact (closed form per pooled set,
-    :mod:`cactus_theory.solvers.certificates`). For greedy verification at V = 2 and
+    :mod:`cactus_theory.solvers._certificates`). For greedy verification at V = 2 and
     :math:`q_1 > q_2`: :math:`-\log(2\sqrt{q_1 q_2})` in :math:`KL(p\|q)`,
     :math:`\log 2 - H(q)` in :math:`KL(q\|p)`.
 

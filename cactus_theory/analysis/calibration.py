@@ -51,8 +51,8 @@ from ..divergences import get_divergence
 from ..results import CalibrationResult, GlobalDelta, MentoredComparison
 from ..rules.cactus import SMOOTH_DIVERGENCES
 from ..rules.plans import SpikePlan
-from ..solvers.mentored import solve_mentored
-from ..solvers.spike import exact_spike, taylor_spike
+from ..solvers._mentored import solve_mentored
+from ..solvers._spike import exact_spike, taylor_spike
 from ._runners import as_rows, runner_for
 from .one_step import emitted_distribution
 
@@ -477,7 +477,7 @@ def compare_with_mentored(
     r"""Per-position and global calibrated Cactus vs Mentored decoding, all at budget eps.
 
     Mentored decoding emits :math:`\pi` with :math:`D(\pi\|q) \le \epsilon` and the optimal
-    acceptance (:mod:`cactus_theory.solvers.mentored`), so its acceptance bounds both
+    acceptance (:mod:`cactus_theory.solvers._mentored`), so its acceptance bounds both
     calibrated Cactus variants position by position (the frontier).
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.

@@ -5,7 +5,7 @@ An operating point of a rule on (q, p) is (true divergence of what it emits, acc
 .. math:: \big(D(h_{alg}\|q),\ \alpha = \textstyle\sum_n p_n a_n\big),
 
 with :math:`h_{alg}` the exact emitted distribution (Theorem 3). The optimal frontier
-:math:`F_D(\epsilon)` (:mod:`cactus_theory.solvers.frontier`) bounds every operating point:
+:math:`F_D(\epsilon)` (:mod:`cactus_theory.solvers._frontier`) bounds every operating point:
 :math:`\alpha \le F_D(D(h_{alg}\|q))`. The *gap* at equal true divergence is
 :math:`F_D(D(h_{alg}\|q)) - \alpha \ge 0`: the acceptance a rule leaves on the table compared
 with the best rule emitting something equally far from q. Where :math:`D(h_{alg}\|q) = +\infty`
@@ -30,8 +30,8 @@ from .._validation import as_budget, as_count, as_finite_number, as_prob_pair, c
 from ..divergences import get_divergence
 from ..results import OperatingPoints
 from ..rules import RULES, get_rule
-from ..solvers.mentored import solve_mentored
-from ..solvers.sequence import solve_sequence_budget
+from ..solvers._mentored import solve_mentored
+from ..solvers._sequence import solve_sequence_budget
 from .one_step import emitted_distribution, make_plan
 
 __all__ = [
@@ -223,7 +223,7 @@ def corpus_frontier(target_probs, draft_probs, eps, divergence="kl") -> float:
     (every position held to eps is one feasible allocation), and usually more: one multiplier
     over all positions spends the budget where it buys the most acceptance.
 
-    KL: :func:`cactus_theory.solvers.sequence.solve_sequence_budget` over all positions as one
+    KL: :func:`cactus_theory.solvers._sequence.solve_sequence_budget` over all positions as one
     sequence (exact; one multiplier). TV: each position's frontier is
     :math:`\min(1, \alpha_t + e)` (slope 1 until it saturates), so
     :math:`\bar F(\epsilon) = \min(1, \bar\alpha_{SpS} + \epsilon)`.

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 
 from ..divergences import DIVERGENCES
-from ..solvers.spike import effective_exact_spike, exact_spike, taylor_spike
+from ..solvers._spike import effective_exact_spike, exact_spike, taylor_spike
 from .plans import SpikePlan
 from .registry import Knob, RuleSpec, SpikeRule, register, register_alias
 
@@ -77,7 +77,7 @@ class CactusExact(_CactusBase):
 
         The acceptance and the emitted law read :math:`\min(\gamma_n, p_n)` only
         (:meth:`SpikePlan.effective_spike`), which
-        :func:`~cactus_theory.solvers.spike.effective_exact_spike` gives while solving, for
+        :func:`~cactus_theory.solvers._spike.effective_exact_spike` gives while solving, for
         the KL on numpy rows, the root only at the tokens whose gamma may lie below p_n.
         """
         return SpikePlan(target_probs, draft_probs, spike_fn=self.spike, effective_fn=self._effective_spike)

@@ -10,7 +10,7 @@ what is actually emitted. One registry entry, ``mentored``, with the divergence 
 constrains :math:`KL(q\|\pi)` (the blog does not fix the direction), and the other
 divergences of :mod:`cactus_theory.divergences`; ``mentored-kl``, ``mentored-reverse-kl``, ...
 are aliases with the knob fixed.
-The solver is :mod:`cactus_theory.solvers.mentored` (exact; clip form
+The solver is :mod:`cactus_theory.solvers._mentored` (exact; clip form
 :math:`\pi = \mathrm{clip}(p, aq, bq)` on supp(q), plus mass off supp(q) for divergences
 with a finite slope at infinity once the budget allows it).
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from ..divergences import DIVERGENCES
-from ..solvers.mentored import mentored_target
+from ..solvers._mentored import mentored_target
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 

@@ -40,7 +40,7 @@ from array_api_compat import device as array_device
 
 from .._validation import token_ids_of
 from ..conventions import EMPTY_RESIDUAL_MASS
-from ..solvers.spike import spike_scale
+from ..solvers._spike import spike_scale
 
 __all__ = [
     "TargetPlan",
@@ -252,7 +252,7 @@ class SpikePlan:
         (:meth:`target_at`).
     effective_fn : callable, optional
         ``effective_fn(q, p)``: :meth:`effective_spike` without ``spike``
-        (:func:`cactus_theory.solvers.spike.capped_exact_spike` for the exact KL root).
+        (:func:`cactus_theory.solvers._spike.capped_exact_spike` for the exact KL root).
 
     Plans compare by identity; ``spike``, once computed, is kept.
     """

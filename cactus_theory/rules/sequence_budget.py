@@ -1,7 +1,7 @@
 r"""A sequence-level KL budget, spent online: the fixed-multiplier rule with a budget account.
 
 Per step the rule emits the frontier point that maximises acceptance minus
-:math:`\lambda` times divergence (:func:`cactus_theory.solvers.sequence.multiplier_step`),
+:math:`\lambda` times divergence (:func:`cactus_theory.solvers._sequence.multiplier_step`),
 never above the per-step cap:
 
 .. math:: o_t = \mathrm{clip}(p_t,\ a q_t,\ a e^{1/\lambda} q_t)\ \text{on supp}(q_t)
@@ -10,7 +10,7 @@ never above the per-step cap:
 then runs SpS against :math:`o_t` (a TargetPlan: :math:`a_n = \min(1, o_n/p_n)`, recovery
 :math:`\mathrm{normalize}(\max(0, o - p))`), so :math:`o_t` is emitted exactly (Theorem 1).
 
-Guarantees (single-token steps; proofs in :mod:`cactus_theory.solvers.sequence`):
+Guarantees (single-token steps; proofs in :mod:`cactus_theory.solvers._sequence`):
 
 1. **Fixed multiplier, per realised trajectory.** Whatever the (q_t, p_t) along a trajectory,
    the per-step divergences :math:`e_t = KL(o_t\|q_t)` it spends are allocated optimally:
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 
-from ..solvers.sequence import budgeted_multiplier_step
+from ..solvers._sequence import budgeted_multiplier_step
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register
 

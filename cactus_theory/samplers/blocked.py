@@ -28,7 +28,7 @@ import torch
 
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..rules.plans import RowTarget
-from ..solvers.spike import spike_scale
+from ..solvers._spike import spike_scale
 from .fused import CDF_BLOCK, block_sums
 
 __all__ = ["BlockWeights", "point_mass_weights", "residual_block_weights", "spike_row_target"]

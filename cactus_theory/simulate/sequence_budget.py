@@ -3,7 +3,7 @@ r"""Methods compared at equal sequence-level divergence: AL at several draft len
 Every method is calibrated to the same mean per-token divergence :math:`\epsilon` of what it
 emits, :math:`\frac1N\sum_t KL(h_t\|q_t)` over the N positions of a corpus of teacher-forced
 trajectories (with single-token steps this is the sequence-level :math:`KL(P\|Q)/N` exactly,
-by the chain rule; :mod:`cactus_theory.solvers.sequence`):
+by the chain rule; :mod:`cactus_theory.solvers._sequence`):
 
 =========================================  =====================================================
 method                                     knob and how it is set
@@ -14,7 +14,7 @@ method                                     knob and how it is set
                                            level L for the corpus (``cactus-calibrated`` at L)
 ``mentored-kl, one D per position``        the acceptance-optimal target with KL <= D at each
                                            step, one D for the corpus
-``offline optimum, lambda per trajectory`` :func:`~cactus_theory.solvers.sequence.solve_sequence_budget`
+``offline optimum, lambda per trajectory`` :func:`~cactus_theory.solvers._sequence.solve_sequence_budget`
                                            on each trajectory (T eps each; sees its future)
 ``sequence-budget-kl, one lambda``         one multiplier for the corpus (the pooled optimum:
                                            :math:`\sum_t` over the whole corpus <= N eps)
@@ -51,9 +51,9 @@ from .._validation import as_budget
 from ..analysis.calibration import DELTA_CAP, _calibrate_rows, global_delta, saturation_delta, spike_for
 from ..analysis.one_step import emitted_distribution
 from ..rules import SpikePlan
-from ..solvers.frontier import LARGEST_FINITE, saturation_budget
-from ..solvers.mentored import solve_mentored
-from ..solvers.sequence import budget_account, solve_sequence_budget
+from ..solvers._frontier import LARGEST_FINITE, saturation_budget
+from ..solvers._mentored import solve_mentored
+from ..solvers._sequence import budget_account, solve_sequence_budget
 from .chain import PositionLaws, Trajectory
 from .exact import exact_chain, sequence_divergence
 from .metrics import compute_metrics, pool_totals

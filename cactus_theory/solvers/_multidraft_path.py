@@ -1,6 +1,6 @@
 r"""The path of optimal k-draft targets (the taut string), with mass off supp(q).
 
-The maths is stated in :mod:`cactus_theory.solvers.multidraft` (sections 2 and 3); this module
+The maths is stated in :mod:`cactus_theory.solvers._multidraft` (sections 2 and 3); this module
 computes it. Symbols: q verifier, p drafter, k i.i.d. drafts, o target, :math:`\varphi(t) =
 (1-t)^k`, Z the tokens with :math:`q = 0 < p` (drafter mass :math:`P_Z`), s the target's mass
 on Z (spread proportionally to p there), c the divergence's slope :math:`f'(\infty)` (the cost
@@ -24,7 +24,7 @@ from scipy.optimize import isotonic_regression
 from .._search import brent_root, golden_section
 from .._validation import as_count
 from ..divergences import Divergence
-from .mentored import slope_at_infinity
+from ._mentored import slope_at_infinity
 
 #: Golden-section steps (0.618^80 ~ 2e-17 of the interval).
 GOLDEN_STEPS = 80

@@ -19,7 +19,7 @@ from cactus_theory.analysis.calibration import _calibrate_rows as calibrate_delt
 from cactus_theory.analysis.one_step import analyze
 from cactus_theory.distributions import synthetic_pairs, truncate
 from cactus_theory.rules import get_rule
-from cactus_theory.solvers.mentored import solve_mentored
+from cactus_theory.solvers._mentored import solve_mentored
 
 README_Q = np.array([0.30, 0.35, 0.35])
 README_P = np.array([0.05, 0.80, 0.15])

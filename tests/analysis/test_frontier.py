@@ -10,9 +10,9 @@ from cactus_theory.analysis.rule_table import format_rule_table, rule_table
 from cactus_theory.distributions import synthetic_pairs, truncate
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import RULES
-from cactus_theory.solvers.cvx import SolverFailure
-from cactus_theory.solvers.cvx_frontier import max_acceptance_cvxpy
-from cactus_theory.solvers.frontier import (
+from cactus_theory.solvers._cvx import SolverFailure
+from cactus_theory.solvers._cvx_frontier import max_acceptance_cvxpy
+from cactus_theory.solvers._frontier import (
     LARGEST_FINITE,
     frontier,
     frontier_curve,

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cactus_theory.divergences import DIVERGENCES, get_divergence
-from cactus_theory.solvers.spike import exact_spike
+from cactus_theory.solvers._spike import exact_spike
 
 SMOOTH = sorted(n for n, d in DIVERGENCES.items() if math.isfinite(d.f_second_at_one))
 

@@ -31,7 +31,7 @@ from cactus_theory.drafts import MultiDraft
 from cactus_theory.rules.multidraft import get_verifier, verifier_names
 from cactus_theory.rules.multidraft.budgeted import draft_set_target
 from cactus_theory.simulate.trees import synthetic_tree
-from cactus_theory.solvers.multidraft import min_cut_acceptance, multidraft_frontier, multidraft_target
+from cactus_theory.solvers._multidraft import min_cut_acceptance, multidraft_frontier, multidraft_target
 
 # The optimal verifier's node law comes from a HiGHS LP (primal feasibility tolerance 1e-7).
 LP_TOL = 1e-7
@@ -136,7 +136,7 @@ def test_calibration_meets_the_spend_and_one_multiplier_wins_at_fixed_reach():
     r = s.reach[inner]
     delta = s.spend / r.sum()
     from cactus_theory.drafts import top_k_tokens
-    from cactus_theory.solvers.spike import exact_spike
+    from cactus_theory.solvers._spike import exact_spike
 
     def node_frontier(u, e):  # top-k children: one set S, F_u(e) = Theorem 2's root at q_u(S)
         S = top_k_tokens(tree.draft_probs[u], int(tree.widths[u]))
@@ -157,7 +157,7 @@ def test_top_k_children_take_theorem_2_on_the_set_and_the_kl_multiplier_closed_f
     on a fine grid (1e-12: rounding of the two-point KL)."""
     from cactus_theory.divergences import two_point_divergence
     from cactus_theory.drafts import top_k_tokens
-    from cactus_theory.solvers.spike import exact_spike
+    from cactus_theory.solvers._spike import exact_spike
 
     md = _md(5, 6, 2)
     q, p = md.target_probs, md.draft_probs

@@ -25,7 +25,7 @@ from cactus_theory.analysis.one_step import (
 )
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import RULES, SpikePlan, get_rule
-from cactus_theory.solvers.frontier import frontier
+from cactus_theory.solvers._frontier import frontier
 
 NAMES = list(RULES.all_names())  # every rule, and every alias (a preset of a knob)
 # Rules run at their defaults and, where a knob is numeric, at a second value inside its range:
@@ -549,7 +549,7 @@ def test_exact_kl_emitted_law_solves_few_roots(monkeypatch):
     """The emitted law and acceptance of cactus-exact-kl solve the root at the tokens whose
     gamma may lie below p_n only: under 2% of a benchmark-like row (V = 20,000)."""
     from benchmarks.run import correlated_pair
-    from cactus_theory.solvers import spike
+    from cactus_theory.solvers import _spike as spike
 
     q, p = correlated_pair(20_000, seed=5)
     solved = []

@@ -1,6 +1,6 @@
 """``cactus-calibrated`` on the device: :func:`cactus_theory.analysis._calibrated_rule.calibrate_delta_device`
 runs the first-crossing calibration in torch where the rows live (fixed counts, no host read),
-here on CPU tensors with the device path forced (``solvers.spike._host_tensor`` False, the
+here on CPU tensors with the device path forced (``solvers._spike._host_tensor`` False, the
 switch the exact root uses). It gives numpy's calibrated delta to the rounding of the two
 libraries' sorts and sums, and the plan built from it the numpy plan's acceptance."""
 
@@ -13,7 +13,7 @@ import torch
 from cactus_theory.analysis import _calibrated_rule, _emitted
 from cactus_theory.analysis import calibration as cal
 from cactus_theory.rules import get_rule
-from cactus_theory.solvers import spike
+from cactus_theory.solvers import _spike as spike
 from cactus_theory.testing.sync import assert_no_host_sync
 
 

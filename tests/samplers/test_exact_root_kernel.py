@@ -1,5 +1,5 @@
 """The exact root's compiled kernel (``samplers/_kernels/cactus.py``): the solver's device path
-(:func:`cactus_theory.solvers.spike.device_root`) traced into one aten graph that inductor
+(:func:`cactus_theory.solvers._spike.device_root`) traced into one aten graph that inductor
 compiles on a GPU. Here: the traced graph computes the device path's floats bit for bit at
 lengths other than the one traced; the samplers route gamma at the drafted tokens through the
 kernel off the CPU (forced here) with unchanged outputs, and keep numpy's root on CPU tensors.
@@ -19,7 +19,7 @@ from cactus_theory.rules.cactus import CactusExact
 from cactus_theory.samplers import make_sampler
 from cactus_theory.samplers._kernels import KERNELS, RuleKernels
 from cactus_theory.samplers._kernels import cactus as kernel
-from cactus_theory.solvers import spike
+from cactus_theory.solvers import _spike as spike
 
 KL = get_divergence("kl")
 

@@ -17,7 +17,7 @@ from cactus_theory.rules.plans import spike_residual_weights
 from cactus_theory.rules.tas import tas_threshold
 from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.samplers._kernels import kernels_for
-from cactus_theory.solvers.spike import exact_spike
+from cactus_theory.solvers._spike import exact_spike
 
 #: False-alarm rate of each chi-square test (seeds fixed: deterministic outcome; a correct
 #: sampler with an arbitrary seed fails at this rate).

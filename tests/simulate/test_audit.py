@@ -288,7 +288,7 @@ def test_no_rule_above_the_audits_frontier_on_shipped_dumps(name):
     >= 0. The mean of per-position frontiers at eps (the line the audit drew before) lies
     below the best calibrated rule there: rules spend a mean budget, so that line is not
     their yardstick. Slack 1e-9: the calibrations stop within float rounding of eps."""
-    from cactus_theory.solvers.frontier import frontier
+    from cactus_theory.solvers._frontier import frontier
 
     d = load_dump(next(p for p in shipped_dumps() if name in str(p)))
     res = ct.audit(d, eps=0.1, max_positions=POSITIONS, draft_lengths=(2,))

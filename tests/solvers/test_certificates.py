@@ -1,4 +1,4 @@
-"""Acceptance certificates (solvers/certificates.py, analysis/certificates.py).
+"""Acceptance certificates (solvers/_certificates.py, analysis/certificates.py).
 
 The closed form is checked against two independent oracles: cvxpy's convex programs, one for
 each choice of the rejected children S (all subsets enumerated, so the lemma "S = the m
@@ -18,7 +18,7 @@ from scipy.optimize import minimize
 
 from cactus_theory.analysis import acceptance_certificate, accepted_set
 from cactus_theory.divergences import kl
-from cactus_theory.solvers.certificates import rejection_radius, rejection_radius_row
+from cactus_theory.solvers._certificates import rejection_radius, rejection_radius_row
 
 
 def _cvx_oracle(q, mask, m, divergence):

@@ -16,8 +16,8 @@ from cactus_theory.analysis.comparison import (
     taylor_vs_exact_grid,
 )
 from cactus_theory.divergences import DIVERGENCES, get_divergence
-from cactus_theory.solvers.cvx import CVX_DIVERGENCES, max_draft_probability_cvxpy
-from cactus_theory.solvers.spike import exact_spike, spike_scale, taylor_spike
+from cactus_theory.solvers._cvx import CVX_DIVERGENCES, max_draft_probability_cvxpy
+from cactus_theory.solvers._spike import exact_spike, spike_scale, taylor_spike
 
 qn = st.floats(0.0, 1.0)
 budget = st.one_of(st.just(0.0), st.floats(1e-8, 20.0))
@@ -196,7 +196,7 @@ def test_cvxpy_falls_back_when_a_solver_fails():
 def test_cvxpy_never_returns_unverified_answer():
     """With no working solver, the only answer is the float64 dual's certified recovery (a
     strictly convex f); TV has none (f piecewise linear), so the oracle raises."""
-    from cactus_theory.solvers.cvx import SolverFailure
+    from cactus_theory.solvers._cvx import SolverFailure
 
     res = max_draft_probability_cvxpy(np.array([0.2, 0.8]), 0, 0.1, "kl", solvers=("NO_SUCH_SOLVER",))
     assert res.solver == "float64 dual" and res.attempts[0][0] == "NO_SUCH_SOLVER"

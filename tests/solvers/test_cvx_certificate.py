@@ -18,8 +18,8 @@ from strategies import simplex
 
 from cactus_theory.conventions import tolerance
 from cactus_theory.divergences import get_divergence
-from cactus_theory.solvers.cvx import CVX_DIVERGENCES, SolverFailure, _constraint, solve_verified
-from cactus_theory.solvers.cvx_certificate import (
+from cactus_theory.solvers._cvx import CVX_DIVERGENCES, SolverFailure, _constraint, solve_verified
+from cactus_theory.solvers._cvx_certificate import (
     certify_draft,
     certify_frontier,
     conjugate_nonneg,
@@ -27,8 +27,8 @@ from cactus_theory.solvers.cvx_certificate import (
     draft_dual_bound,
     frontier_dual_bound,
 )
-from cactus_theory.solvers.mentored import max_acceptance
-from cactus_theory.solvers.spike import exact_spike
+from cactus_theory.solvers._mentored import max_acceptance
+from cactus_theory.solvers._spike import exact_spike
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "oracle_success_rate.py"
 
@@ -117,7 +117,7 @@ def test_a_feasible_but_not_optimal_answer_is_rejected():
                 value=lambda x: float(x[0]),
             )
         # with the recovery, the answer is the certified optimum for token 0
-        from cactus_theory.solvers.cvx_certificate import recover_draft
+        from cactus_theory.solvers._cvx_certificate import recover_draft
 
         x, div, *_ = solve_verified(
             wrong,

@@ -12,8 +12,8 @@ from strategies import pairs
 from cactus_theory.analysis.one_step import acceptance_rate, emitted_distribution
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import get_rule
-from cactus_theory.solvers.frontier import LARGEST_FINITE, frontier
-from cactus_theory.solvers.mentored import mentored_target, slope_at_infinity, solve_mentored
+from cactus_theory.solvers._frontier import LARGEST_FINITE, frontier
+from cactus_theory.solvers._mentored import mentored_target, slope_at_infinity, solve_mentored
 
 DIVS = list(DIVERGENCES)
 SMOOTH = [d for d in DIVS if d != "tv"]

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from strategies import pairs
 
 from cactus_theory.divergences import DIVERGENCES, get_divergence
-from cactus_theory.solvers.cvx import SolverFailure
-from cactus_theory.solvers.cvx_frontier import max_acceptance_cvxpy
-from cactus_theory.solvers.frontier import LARGEST_FINITE, frontier
-from cactus_theory.solvers.mentored import METHODS, solve_mentored
+from cactus_theory.solvers._cvx import SolverFailure
+from cactus_theory.solvers._cvx_frontier import max_acceptance_cvxpy
+from cactus_theory.solvers._frontier import LARGEST_FINITE, frontier
+from cactus_theory.solvers._mentored import METHODS, solve_mentored
 
 SMOOTH = [d for d in DIVERGENCES if d != "tv"]
 BUDGETS = [0.0, 1e-300, 1e-8, 1e-3, 0.05, 0.3, 2.0, 40.0, LARGEST_FINITE, math.inf]

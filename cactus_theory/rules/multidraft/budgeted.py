@@ -7,12 +7,12 @@ multiplier.
 ``optimal-budget``
     At each node, the optimal lossless k-draft verifier (``optimal``) run against the target
     :math:`o^* = \arg\max \{\alpha^*(o) : D(o\|q) \le \delta\}`
-    (:func:`cactus_theory.solvers.multidraft.multidraft_target`). It emits :math:`o^*` and
+    (:func:`cactus_theory.solvers._multidraft.multidraft_target`). It emits :math:`o^*` and
     accepts with probability :math:`F_k(\delta)`, the largest acceptance of *any* k-draft
     verifier emitting within :math:`\delta` of q: it attains the multi-draft frontier.
 ``optimal-multiplier``
     The same verifier against :math:`o^*(\lambda) = \arg\max \alpha^*(o) - \lambda D(o\|q)`
-    (:func:`cactus_theory.solvers.multidraft.multidraft_multiplier_target`): one multiplier
+    (:func:`cactus_theory.solvers._multidraft.multidraft_multiplier_target`): one multiplier
     for every node of a tree, as ``sequence-budget-kl`` does for a chain; calibrating
     :math:`\lambda` to a total spend is :func:`cactus_theory.analysis.tree_budget.tree_sequence_budget`.
 ``cactus-rrs``
@@ -20,7 +20,7 @@ multiplier.
     :math:`h^{(S)}` maximises :math:`h(S)` under :math:`D(h\|q) \le \delta`, which by
     convexity keeps q's shape inside S and outside it, so
     :math:`h^{(S)}(S) = \gamma` with :math:`\gamma` Theorem 2's two-point root at
-    :math:`s = q(S)` (:func:`cactus_theory.solvers.spike.exact_spike`),
+    :math:`s = q(S)` (:func:`cactus_theory.solvers._spike.exact_spike`),
     :math:`h^{(S)}_x = \gamma q_x / s` on S and :math:`(1-\gamma) q_x/(1-s)` off it; the k
     drafts are then verified against :math:`h^{(S)}` by recursive rejection sampling. As with
     single-draft Cactus, what it emits is not :math:`h^{(S)}`: its emitted law (a mixture over
@@ -30,7 +30,7 @@ multiplier.
 
 All three are lossless at their defaults (:math:`\delta = 0`, :math:`\lambda = \infty`) and
 standard speculative sampling at k = 1 and :math:`\delta = 0`. They verify i.i.d. drafts (the
-theory of :mod:`cactus_theory.solvers.multidraft`); the first two also top-k children, whose
+theory of :mod:`cactus_theory.solvers._multidraft`); the first two also top-k children, whose
 draft set S is deterministic, so :math:`\alpha^*(o) = o(S)` and the optimum is Theorem 2 on
 the set (:func:`draft_set_target`; the multiplier form maximises
 :math:`\gamma - \lambda D_2(\gamma, q(S))` over the set's mass :math:`\gamma`), where
@@ -50,8 +50,8 @@ import numpy as np
 
 from ...divergences import DIVERGENCES, get_divergence
 from ...drafts import top_k_tokens
-from ...solvers.multidraft import multidraft_multiplier_target, multidraft_target
-from ...solvers.spike import exact_spike
+from ...solvers._multidraft import multidraft_multiplier_target, multidraft_target
+from ...solvers._spike import exact_spike
 from ..registry import Knob
 from .base import NodeLaw, NodeVerifier, VerifierSpec, register_verifier
 from .optimal import MAX_SUPPORT, OptimalCoupling
@@ -100,7 +100,7 @@ class BudgetedOptimal(_TargetedOptimal):
     r"""The optimal lossless verifier against :math:`\arg\max\{\alpha^*(o): D(o\|q)\le\delta\}`.
 
     Symbols: q verifier, p drafter, o target, :math:`\delta` budget. Source:
-    :mod:`cactus_theory.solvers.multidraft`; Sun et al. 2023 (the lossless optimum).
+    :mod:`cactus_theory.solvers._multidraft`; Sun et al. 2023 (the lossless optimum).
     """
 
     def __init__(self, delta: float, divergence: str):
@@ -119,7 +119,7 @@ class MultiplierOptimal(_TargetedOptimal):
     r"""The optimal lossless verifier against :math:`\arg\max \alpha^*(o) - \lambda D(o\|q)`.
 
     Symbols: q verifier, p drafter, o target, :math:`\lambda` multiplier. Source:
-    :mod:`cactus_theory.solvers.multidraft`; Everett (1963).
+    :mod:`cactus_theory.solvers._multidraft`; Everett (1963).
     """
 
     def __init__(self, lam: float, divergence: str):
@@ -247,7 +247,7 @@ register_verifier(
         nodewise=True,
         lossless=False,
         summary="the optimal k-draft verifier for the target argmax alpha*(o) s.t. D(o||q) <= delta: the multi-draft frontier",
-        reference="this toolkit (solvers.multidraft); Sun et al. 2023 (arXiv 2310.15141); Hao & Mou 2026, Theorem 1",
+        reference="this toolkit (cactus_theory.solvers); Sun et al. 2023 (arXiv 2310.15141); Hao & Mou 2026, Theorem 1",
         max_vocab=MAX_SUPPORT,
     )
 )
@@ -271,7 +271,7 @@ register_verifier(
         nodewise=True,
         lossless=False,
         summary="the optimal k-draft verifier for argmax alpha*(o) - lam D(o||q): one multiplier for a whole tree",
-        reference="this toolkit (solvers.multidraft); Everett 1963; the chain rule sequence-budget-kl",
+        reference="this toolkit (cactus_theory.solvers); Everett 1963; the chain rule sequence-budget-kl",
         max_vocab=MAX_SUPPORT,
     )
 )

@@ -2,7 +2,7 @@ r"""The optimal lossless k-draft verifier: the LP coupling of the draft-set law 
 
 At a node, the draft set S (the distinct drafted tokens) has law P (i.i.d., without
 replacement or top-k: :func:`~cactus_theory.drafts.draft_set_law`). The verifier solves
-the linear programme of :mod:`cactus_theory.solvers.draft_coupling` once per node rows
+the linear programme of :mod:`cactus_theory.solvers._draft_coupling` once per node rows
 (cached) and, given the drawn S, accepts the first child slot holding token x with
 probability :math:`\pi(S, x)/P(S)`; otherwise it emits a token from
 :math:`\mathrm{normalize}(q - A)`, :math:`A(x) = \sum_S \pi(S, x)` (independent of S). The
@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...drafts import draft_set_law
-from ...solvers.draft_coupling import SetCoupling, optimal_set_coupling
+from ...solvers._draft_coupling import SetCoupling, optimal_set_coupling
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
 __all__ = ["OptimalCoupling", "MAX_SUPPORT"]
@@ -41,7 +41,7 @@ class OptimalCoupling(NodeVerifier):
         self._cache: dict = {}
 
     def coupling(self, target_probs, draft_probs, k: int, drafting: str):
-        """The node's :class:`~cactus_theory.solvers.draft_coupling.SetCoupling` (cached per rows)."""
+        """The node's :class:`~cactus_theory.solvers._draft_coupling.SetCoupling` (cached per rows)."""
         q = np.ascontiguousarray(target_probs, dtype=np.float64)
         p = np.ascontiguousarray(draft_probs, dtype=np.float64)
         key = (q.tobytes(), p.tobytes(), int(k), drafting)

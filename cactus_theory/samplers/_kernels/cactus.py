@@ -8,7 +8,7 @@ factors (no normalized copies); the derived form is
 
 For Cactus-exact (:class:`~cactus_theory.rules.cactus.CactusExact`) on a device other than
 the CPU, Theorem 2's root at the drafted tokens as one compiled computation: the solver's
-device path (:func:`cactus_theory.solvers.spike.device_root`: the certified iteration in
+device path (:func:`cactus_theory.solvers._spike.device_root`: the certified iteration in
 float64 and the rounding to the input dtype, a few thousand elementwise operators with fixed
 counts) traced once into an aten graph (``make_fx``, symbolic sizes) and compiled by
 inductor into fused kernels, instead of one kernel launch per operator. CPU tensors keep the
@@ -25,7 +25,7 @@ from ...conventions import EMPTY_RESIDUAL_MASS
 from ...divergences import get_divergence
 from ...rules.cactus import CactusExact
 from ...rules.registry import SpikeRule
-from ...solvers.spike import device_root, has_device_root, spike_scale
+from ...solvers._spike import device_root, has_device_root, spike_scale
 from ._registry import RuleKernels, register_kernels
 
 __all__: list = []
@@ -108,7 +108,7 @@ def _inductor_options() -> dict:
 
 
 def compiled_root(divergence, dtype, device_type, delta):
-    r"""The compiled :func:`~cactus_theory.solvers.spike.device_root` for one divergence,
+    r"""The compiled :func:`~cactus_theory.solvers._spike.device_root` for one divergence,
     input dtype, device type and budget: a function of the flat ``q_n`` (any length) and, for
     a tensor ``delta``, the flat budgets of the same length.
 
@@ -142,7 +142,7 @@ def compiled_root(divergence, dtype, device_type, delta):
 
 
 def traced_root(divergence, dtype, device_type, delta):
-    """:func:`~cactus_theory.solvers.spike.device_root` traced into an aten graph of symbolic
+    """:func:`~cactus_theory.solvers._spike.device_root` traced into an aten graph of symbolic
     length (``make_fx``): what :func:`compiled_root` compiles (arguments as there)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
