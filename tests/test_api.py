@@ -25,9 +25,9 @@ from cactus_theory.logits._runner import SamplingParams, processed_dense, proces
 from cactus_theory.rules import RULES, Rule, get_rule, rule_names
 from cactus_theory.samplers import RuleSampler
 from cactus_theory.simulate.exact import brute_force_chain
-from cactus_theory.solvers.cvx_frontier import max_acceptance_cvxpy
-from cactus_theory.solvers.frontier import frontier, frontier_curve
-from cactus_theory.solvers.spike import exact_spike, taylor_spike
+from cactus_theory.solvers._cvx_frontier import max_acceptance_cvxpy
+from cactus_theory.solvers._frontier import frontier, frontier_curve
+from cactus_theory.solvers._spike import exact_spike, taylor_spike
 
 # A non-degenerate pair (V = 8, neither uniform nor close to each other).
 Q = np.array([0.32, 0.21, 0.15, 0.12, 0.09, 0.06, 0.03, 0.02])

@@ -12,9 +12,9 @@ from cactus_theory.analysis import calibration as cal
 from cactus_theory.analysis import frontier as afr
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import make_sampler, ragged_forward
-from cactus_theory.solvers import frontier as fr
-from cactus_theory.solvers import mentored as men
-from cactus_theory.solvers.spike import exact_spike, spike_scale, taylor_spike
+from cactus_theory.solvers import _frontier as fr
+from cactus_theory.solvers import _mentored as men
+from cactus_theory.solvers._spike import exact_spike, spike_scale, taylor_spike
 
 NAN = float("nan")
 Q, P = [0.30, 0.35, 0.35], [0.05, 0.80, 0.15]
@@ -192,8 +192,8 @@ def test_solver_functions_validate(call, name):
 
 
 def test_cvxpy_oracles_validate():
-    from cactus_theory.solvers.cvx import max_draft_probability_cvxpy
-    from cactus_theory.solvers.cvx_frontier import max_acceptance_cvxpy
+    from cactus_theory.solvers._cvx import max_draft_probability_cvxpy
+    from cactus_theory.solvers._cvx_frontier import max_acceptance_cvxpy
 
     for call, name in [
         (lambda: max_draft_probability_cvxpy(Q, 1.5, 0.1), "token_id"),

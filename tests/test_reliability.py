@@ -9,7 +9,7 @@ from cactus_theory.cli import main
 from cactus_theory.simulate import exact_chain, simulate_chain, synthetic_trajectory
 from cactus_theory.simulate.chain import position_laws
 from cactus_theory.simulate.exact import sequence_log_prob
-from cactus_theory.solvers.cvx import max_draft_probability_cvxpy
+from cactus_theory.solvers._cvx import max_draft_probability_cvxpy
 
 T = 10
 

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 from cactus_theory.divergences import DIVERGENCES
-from cactus_theory.solvers.frontier import frontier
-from cactus_theory.solvers.multidraft import (
+from cactus_theory.solvers._frontier import frontier
+from cactus_theory.solvers._multidraft import (
     min_cut_acceptance,
     min_cut_set,
     miss_probability,
     multidraft_frontier,
     multidraft_target,
 )
-from cactus_theory.solvers.multidraft_cvx import (
+from cactus_theory.solvers._multidraft_cvx import (
     all_subsets,
     certify_multidraft,
     coupling_acceptance_lp,

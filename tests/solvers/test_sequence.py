@@ -19,8 +19,8 @@ from cactus_theory.simulate.sequence_budget import (
     compare_sequence_budget,
 )
 from cactus_theory.simulate.synthetic import synthetic_trajectory
-from cactus_theory.solvers.mentored import solve_mentored
-from cactus_theory.solvers.sequence import (
+from cactus_theory.solvers._mentored import solve_mentored
+from cactus_theory.solvers._sequence import (
     budget_account,
     budgeted_multiplier_step,
     multiplier_step,

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 from cactus_theory import _threads
 from cactus_theory.divergences import get_divergence, kl_two_point
-from cactus_theory.solvers import _spike_batch, _spike_device, _spike_kl, spike
+from cactus_theory.solvers import _spike as spike
+from cactus_theory.solvers import _spike_batch, _spike_device, _spike_kl
+from cactus_theory.solvers._spike import exact_spike
 from cactus_theory.solvers._spike_closed import lambert_w
-from cactus_theory.solvers.spike import exact_spike
 
 KL = get_divergence("kl")
 EPS = np.finfo(np.float64).eps

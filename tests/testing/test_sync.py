@@ -5,7 +5,7 @@ here, on CPU tensors, :func:`cactus_theory.testing.sync.assert_no_host_sync` rec
 operations at the Python level (``.item()``, ``bool(tensor)``, ``.tolist()``, ``.numpy()``,
 ``.cpu()``, boolean masks, ``nonzero``, host data copied in). The exact root solves CPU
 tensors on the host by design (numpy: nothing to wait for), and so does ``cactus-calibrated``'s
-delta calibration; the tests force their device paths (``solvers.spike._host_tensor`` False),
+delta calibration; the tests force their device paths (``solvers._spike._host_tensor`` False),
 the ones CUDA tensors take. The rules are those of the
 registry at collection time (eager samplers, ``fused=False``; one call each on tiny shapes).
 """
@@ -23,7 +23,7 @@ from cactus_theory.integrations.vllm import _config as vllm_config
 from cactus_theory.integrations.vllm._rows import mrv1_substitute, mrv2_substitute, substitute_target_logits
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import make_sampler
-from cactus_theory.solvers import spike
+from cactus_theory.solvers import _spike as spike
 from cactus_theory.testing.sync import HostSyncError, assert_no_host_sync, record_host_syncs
 
 #: Rules that read tensors on the host by construction, with the reason (strict xfail: a rule

@@ -118,7 +118,7 @@ drafter's tokens outside supp(q) can pay. Let Z be the tokens with :math:`q = 0 
   :math:`F_k(\epsilon) = 2 - \min_s M_\epsilon(s)`, found by golden section over
   :math:`s \in [0, \min(1, \epsilon / c)]`, each :math:`M_\epsilon(s)` a root on its path.
 
-At k = 1 this is the single-draft frontier (phase 2 of :mod:`cactus_theory.solvers.mentored`)
+At k = 1 this is the single-draft frontier (phase 2 of :mod:`cactus_theory.solvers._mentored`)
 for every divergence, rows with zeros in q included (a test compares them).
 
 **TV in closed form.** :math:`F_k(\epsilon) = \min(1, \alpha^*(q) + \epsilon)` for every
@@ -287,7 +287,7 @@ def multidraft_frontier(
     only, and one O(V) build of the target); where the divergence gives mass outside supp(q)
     a finite cost and p drafts there, a golden section over that mass (section 3). TV also
     has the closed form :math:`\min(1, \alpha^*(q) + \epsilon)`. At k = 1 it is
-    :func:`cactus_theory.solvers.frontier.frontier`.
+    :func:`cactus_theory.solvers._frontier.frontier`.
 
     Parameters
     ----------
@@ -375,7 +375,7 @@ def multidraft_dual_bound(target_probs, draft_probs, k, eps, divergence, sets, w
     k : int
     eps : float
     divergence : str
-        One of :data:`cactus_theory.solvers.cvx_certificate.CONJUGATE_DIVERGENCES`.
+        One of :data:`cactus_theory.solvers._cvx_certificate.CONJUGATE_DIVERGENCES`.
     sets : array_like of bool, shape (J, V)
     weights : array_like, shape (J,)
         Nonnegative; renormalised to sum 1.
@@ -389,7 +389,7 @@ def multidraft_dual_bound(target_probs, draft_probs, k, eps, divergence, sets, w
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o target.
     Source: Boyd & Vandenberghe, Convex Optimization, 5.1 (weak duality).
     """
-    from .cvx_certificate import _support_terms
+    from ._cvx_certificate import _support_terms
 
     q = as_probs(target_probs, "target_probs")
     p = as_probs(draft_probs, "draft_probs")

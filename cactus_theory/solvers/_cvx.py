@@ -9,7 +9,7 @@ q verifier (``target_probs``), n drafted token, delta budget, h target.
 The oracle is slow (an interior-point solve per instance) and meant for small V in tests.
 An answer is accepted only with a **certificate of optimality**: it must be feasible (h in the
 simplex within ``tol``, its divergence recomputed in float64 at most ``delta``) and a
-Lagrangian dual bound evaluated in float64 (:mod:`cactus_theory.solvers.cvx_certificate`,
+Lagrangian dual bound evaluated in float64 (:mod:`cactus_theory.solvers._cvx_certificate`,
 multipliers from the solver's duals, polished) must exceed its value by at most ``tol``, so
 an answer labelled "optimal" that is feasible but not the maximum is rejected. Solvers are
 tried in order: Clarabel with tightened tolerances, Clarabel with more iterations and
@@ -37,7 +37,7 @@ from .._search import bisect_threshold
 from .._validation import as_budget, as_probs, choice
 from .._validation import token_id as as_token_id
 from ..divergences import get_divergence
-from .cvx_certificate import draft_bound, recover_draft
+from ._cvx_certificate import draft_bound, recover_draft
 
 __all__ = [
     "CvxResult",
@@ -230,7 +230,7 @@ def solve_verified(
     and renormalizing, ``D(x || q) <= budget`` recomputed in float64 (a point over budget is
     first pulled towards q along the segment, the least step that meets the budget), and (with ``dual``) the duality gap ``bound - value(x)`` is at most ``tol``, where
     ``bound, multipliers = dual(lam0, nu0)`` is a float64 Lagrangian bound started from the
-    solver's dual values (:mod:`cactus_theory.solvers.cvx_certificate`). The candidates of an
+    solver's dual values (:mod:`cactus_theory.solvers._cvx_certificate`). The candidates of an
     attempt are the solver's point and ``recover(multipliers)``, the Lagrangian maximizer at
     the polished multipliers (it rescues answers that the solver left inaccurate, typically
     where q has entries near 0); after every solver, one last dual-only attempt starts from

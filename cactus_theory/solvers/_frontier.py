@@ -11,7 +11,7 @@ bounds the acceptance of every rule whose emitted distribution lies within :math
 of the verifier, and Mentored decoding attains it. :math:`F(\infty) = 1` (every o is
 admitted, :math:`o = p` included); over distributions of finite divergence the supremum is
 reached at the saturation budget. It is exactly the Mentored-decoding
-problem, so this module shares :func:`cactus_theory.solvers.mentored.solve_mentored`
+problem, so this module shares :func:`cactus_theory.solvers._mentored.solve_mentored`
 (one sort per row, a scalar root per budget; V = 151,936 in ~25 ms) and adds validation, the
 budget grid and the inverse (the least divergence that reaches an acceptance level).
 
@@ -36,7 +36,7 @@ import numpy as np
 from .._search import bisect_elementwise
 from .._validation import as_count, as_nonempty_values, as_prob_pair
 from ..divergences import get_divergence
-from .mentored import _solve_checked, solve_mentored
+from ._mentored import _solve_checked, solve_mentored
 
 #: The largest finite budget: the frontier's supremum over distributions of finite divergence.
 LARGEST_FINITE = float(np.finfo(np.float64).max)

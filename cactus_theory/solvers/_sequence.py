@@ -11,12 +11,12 @@ Why the sum: the law P of the emitted text against the verifier's :math:`Q = \pr
 satisfies :math:`KL(P\|Q) = \sum_t E_P\,KL(P(\cdot|x_{<t})\|q_t)` (chain rule), and with
 single-token steps :math:`P(\cdot|x_{<t}) = o_t`. The per-step value is the optimal frontier
 :math:`A_t(e) = \max\{\sum\min(p_t, o): KL(o\|q_t) \le e\}` (Theorem 1 bounds the acceptance
-of any rule emitting o by :math:`\sum\min(p, o)`; :mod:`cactus_theory.solvers.frontier`), so
+of any rule emitting o by :math:`\sum\min(p, o)`; :mod:`cactus_theory.solvers._frontier`), so
 the problem is :math:`\max \sum_t A_t(e_t)` s.t. :math:`\sum_t e_t \le T\epsilon`: a convex
 programme (each :math:`A_t` is concave), separable with one multiplier :math:`\lambda \ge 0`.
 
 Per step at multiplier lambda (closed form). From the KKT conditions of the frontier
-(:mod:`cactus_theory.solvers.mentored`), the frontier point with budget e is
+(:mod:`cactus_theory.solvers._mentored`), the frontier point with budget e is
 :math:`o = \mathrm{clip}(p, a q, b q)` on supp(q) and its slope is
 :math:`dA/de = 1/(f'(b) - f'(a)) = 1/\log(b/a)` for KL. So the maximiser of
 :math:`A_t(e) - \lambda e` is the clip with the band width fixed,
@@ -53,7 +53,7 @@ from array_api_compat import array_namespace
 from .._search import bisect_elementwise
 from .._validation import as_budget, as_prob_pair
 from ..divergences import get_divergence
-from .mentored import solve_mentored
+from ._mentored import solve_mentored
 
 __all__ = [
     "multiplier_step",
@@ -387,7 +387,7 @@ def sequence_budget_cvxpy(
     :math:`O_{t,x} = 0` where :math:`Q_{t,x} = 0`. No clip form, no multiplier: it checks
     :func:`solve_sequence_budget`. The answer is verified (clipped, renormalized, total KL
     recomputed in float64 within ``T eps + tol``) or the next solver is tried; raises
-    :class:`~cactus_theory.solvers.cvx.SolverFailure` when none verifies.
+    :class:`~cactus_theory.solvers._cvx.SolverFailure` when none verifies.
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o emitted.
     Source: Hao & Mou, ICLR 2026, Theorem 1.
@@ -396,7 +396,7 @@ def sequence_budget_cvxpy(
 
     import cvxpy as cp
 
-    from .cvx import SolverFailure
+    from ._cvx import SolverFailure
 
     q, p = as_prob_pair(target_probs, draft_probs)
     if q.ndim != 2:

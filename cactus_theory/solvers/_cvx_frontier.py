@@ -5,12 +5,12 @@ r"""The cvxpy oracle for the frontier / Mentored-decoding problem (small V, test
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), :math:`\pi` target,
 :math:`\epsilon` budget. Solved over the whole simplex with no assumption on the shape of
-:math:`\pi` (no clip form), so it checks :mod:`cactus_theory.solvers.mentored`'s derivation,
+:math:`\pi` (no clip form), so it checks :mod:`cactus_theory.solvers._mentored`'s derivation,
 including q with zeros. It reuses the divergence constraints of
-:mod:`cactus_theory.solvers.cvx`, reports the solver status, falls back from Clarabel to SCS
+:mod:`cactus_theory.solvers._cvx`, reports the solver status, falls back from Clarabel to SCS
 when a solver fails, verifies the answer (feasibility after clipping and renormalizing, the
 divergence recomputed in float64, and a duality gap <= ``tol`` from a float64 dual bound:
-:mod:`cactus_theory.solvers.cvx_certificate`) and raises :class:`~cactus_theory.solvers.cvx.SolverFailure`
+:mod:`cactus_theory.solvers._cvx_certificate`) and raises :class:`~cactus_theory.solvers._cvx.SolverFailure`
 instead of returning an unverified answer.
 """
 
@@ -22,8 +22,8 @@ import numpy as np
 
 from .._validation import as_budget, as_prob_pair, choice
 from ..divergences import get_divergence
-from .cvx import CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint, solve_verified  # noqa: F401
-from .cvx_certificate import frontier_bound, recover_frontier
+from ._cvx import CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint, solve_verified  # noqa: F401
+from ._cvx_certificate import frontier_bound, recover_frontier
 
 __all__ = ["FrontierCvxResult", "max_acceptance_cvxpy"]
 
@@ -71,11 +71,11 @@ def max_acceptance_cvxpy(
     budget : float
         :math:`\epsilon \ge 0`.
     divergence : str
-        One of :data:`cactus_theory.solvers.cvx.CVX_DIVERGENCES`.
+        One of :data:`cactus_theory.solvers._cvx.CVX_DIVERGENCES`.
     tol : float
         Verification tolerance on ``min(pi) >= -tol``, ``|sum pi - 1| <= tol``,
         ``D(pi||q) <= budget`` (exactly, after a pull towards q) and the duality gap (certificate of optimality,
-        :func:`cactus_theory.solvers.cvx_certificate.certify_frontier`).
+        :func:`cactus_theory.solvers._cvx_certificate.certify_frontier`).
     solvers : sequence of str, optional
         Tried in order; default Clarabel (two option sets), SCS, then other installed solvers.
 

@@ -7,8 +7,8 @@ r"""Oracles for the k-draft solvers (small V, tests only): a coupling LP, cvxpy,
 * :func:`multidraft_frontier_cvxpy` — :math:`\max_o \alpha^*(o)` s.t. :math:`D(o\|q)\le\epsilon`
   over the whole simplex with one cut :math:`t \le 2 - o(A) - (1-p(A))^k` per subset A
   (:math:`2^V` cuts; no assumption on which sets bind), the divergence constraints of
-  :mod:`cactus_theory.solvers.cvx`, and a certificate: the cuts' dual weights give the
-  Lagrangian bound :func:`cactus_theory.solvers.multidraft.multidraft_dual_bound`, polished
+  :mod:`cactus_theory.solvers._cvx`, and a certificate: the cuts' dual weights give the
+  Lagrangian bound :func:`cactus_theory.solvers._multidraft.multidraft_dual_bound`, polished
   in float64, which must exceed the verified (feasible) value by at most ``tol``.
 * :func:`certify_multidraft` — the same bound for any candidate target (the fast solver's),
   with the dual weights read off the KKT conditions of the taut string.
@@ -31,9 +31,9 @@ import numpy as np
 
 from .._validation import as_budget, as_count, as_prob_pair, choice
 from ..divergences import get_divergence
-from .cvx import CVX_DIVERGENCES, SolverFailure, _constraint, _solver_attempts, pull_towards_q
-from .cvx_certificate import _derivative, _polish
-from .multidraft import min_cut_acceptance, miss_probability, multidraft_dual_bound
+from ._cvx import CVX_DIVERGENCES, SolverFailure, _constraint, _solver_attempts, pull_towards_q
+from ._cvx_certificate import _derivative, _polish
+from ._multidraft import min_cut_acceptance, miss_probability, multidraft_dual_bound
 
 __all__ = [
     "coupling_acceptance_lp",
@@ -77,7 +77,7 @@ def coupling_acceptance_lp(emitted_probs, draft_probs, k) -> float:
     Returns
     -------
     float
-        The optimum (HiGHS; raises :class:`~cactus_theory.solvers.cvx.SolverFailure` unless
+        The optimum (HiGHS; raises :class:`~cactus_theory.solvers._cvx.SolverFailure` unless
         it reports success).
 
     Symbols: p drafter (``draft_probs``), o emitted. Source: Sun et al., NeurIPS 2023.
@@ -160,7 +160,7 @@ def multidraft_frontier_cvxpy(
     k : int
     budget : float
     divergence : str
-        One of :data:`cactus_theory.solvers.cvx.CVX_DIVERGENCES`.
+        One of :data:`cactus_theory.solvers._cvx.CVX_DIVERGENCES`.
     tol : float
         Feasibility (budget, simplex) and certified duality gap.
     solvers : sequence of str, optional
@@ -175,7 +175,7 @@ def multidraft_frontier_cvxpy(
         When no solver gives a feasible point with a certified gap <= ``tol``.
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o target.
-    Source: Boyd & Vandenberghe, 5.2; this toolkit's :mod:`cactus_theory.solvers.multidraft`.
+    Source: Boyd & Vandenberghe, 5.2; this toolkit's :mod:`cactus_theory.solvers._multidraft`.
     """
     import cvxpy as cp
 
