@@ -13,7 +13,8 @@ from .._extras import require
 
 require("torch", "cactus_theory.samplers")
 
-from .base import RuleSampler, exponential_race, inverse_cdf_sample  # noqa: E402
+from .base import RuleSampler  # noqa: E402
+from .draws import exponential_race, inverse_cdf_sample  # noqa: E402
 from .multidraft import TreeSample, TreeSampler, make_tree_sampler  # noqa: E402
 from .v1 import V1Stats, parse_output, ragged_forward  # noqa: E402
 

@@ -28,20 +28,13 @@ Deterministic rules (``RuleSpec.deterministic``: TAS, top-k, fuzzy SD) accept if
 Memory, passes and synchronization: the entry validation reads q (its k draft positions) and p
 once for the float32 row sums and once for the row minimum (the negative check; a NaN or inf
 makes the sum non-finite, an all-zero row sums to 0), and ``forward`` reuses those sums.
-The accept path then takes the cheapest route the rule declares (:func:`.paths.accept_path`):
-a spike rule (Cactus) evaluates gamma once at the [B, k] drafted tokens (reused by the
-recovery); ``Rule.accept_probs_from_values(q_n, p_n)`` (SpS, interpolation: derived from
-their elementwise target) reads only the drafted tokens, divided by the row sums; a rule
-with a registered torch kernel (:mod:`._kernels`; ``accept_from_rows``: top-k's compare pass,
-TAS's entropy, one pass with a log, cascades' row maxima and masked sum) reads the
-un-normalized rows with their sums; in the compiled core on CPU tensors a kernel with
-``accept_decided_from_rows`` (fuzzy SD's Jensen-Shannon: bounds with a division and no
-logarithm, read with the row sums) runs its exact test only on the rows its bounds leave
-undecided (:func:`.paths.decided_by_bounds`, :func:`.paths.accept_undecided_rows`); other
-rules, and any rule given raw distributions, get float32 row-normalized copies
-(``[B, k, V]`` each) and ``Rule.accept_probs_at`` (their plan, or a drafted-token override
-declared by ``RuleSpec.fast_accept``): the path derived from the rule alone, which also
-runs where a kernel is missing or its guard fails. The recovery works on ``[B, V]`` rows
+The sampler's steps are assembled once, when it is made (:mod:`._program`): the cheapest
+accept path the rule's declaration and kernels allow (a spike's gamma once at the [B, k]
+drafted tokens, reused by the recovery; an elementwise target at the drafted tokens' values;
+a registered kernel on the un-normalized rows with their sums, in the compiled core on CPU
+tensors after its bounds where it has some; else ``Rule.accept_probs_at`` on float32
+row-normalized copies, the path derived from the rule alone, which also runs where a kernel
+is missing, declined or its guard fails, and for any rule given raw distributions). The recovery works on ``[B, V]`` rows
 only (the first rejected position of each row): un-normalized weights from
 ``Rule.recovery_weights_at`` or the rule's kernel (Cactus: one scaled copy of q with the
 spike written in place, the row sums folded into :math:`c_n`), drawn by inverse CDF
@@ -52,7 +45,7 @@ on the host (no ``.item()``, ``nonzero``, boolean masking or ``torch.multinomial
 only); seeded rows add host-to-device index copies only.
 
 ``fused=True`` (:mod:`.fused`): the same steps, with the tensor part of a call
-(:func:`.paths.verify_core`: row checks, accept path, accepted prefix, recovery weights and
+(:func:`._core.verify_core`: row checks, accept path, accepted prefix, recovery weights and
 their block sums, inverse CDF, output) compiled by ``torch.compile`` per configured rule: the row
 checks read each tensor once (sum and negative check in one loop, the sum in two levels),
 a rule's own row pass joins that read where its formula allows, and the recovery rows are
@@ -101,22 +94,13 @@ import torch
 
 from ..rules import Rule, get_rule
 from . import fused as fused_kernels
+from ._core import CoreInputs, core_accept, verify_core
 from ._kernels import RuleKernels, kernels_for
-from .draws import _row_uniforms, _uniforms, exponential_race, inverse_cdf_sample
+from ._program import as_float32, build_program, compiles_whole
+from .draws import _row_uniforms, _uniforms
 from .entry import validate_sampler_entry
-from .paths import (
-    AcceptState,
-    CoreInputs,
-    _as_float32,
-    accept_path,
-    accept_undecided_rows,
-    decided_by_bounds,
-    recovery_path,
-    uses_compiled_core,
-    verify_core,
-)
 
-__all__ = ["RuleSampler", "inverse_cdf_sample", "exponential_race", "validate_sampler_entry"]
+__all__ = ["RuleSampler"]
 
 
 class RuleSampler(torch.nn.Module):
@@ -132,7 +116,7 @@ class RuleSampler(torch.nn.Module):
         dtypes and devices are always checked (metadata only, no synchronization). Violations
         raise ValueError naming the argument (vLLM asserts).
     fused : bool
-        Compile the tensor part of each call (:func:`.paths.verify_core`: row checks and sums,
+        Compile the tensor part of each call (:func:`._core.verify_core`: row checks and sums,
         accept path, recovery weights and their block sums, draw, output) with
         ``torch.compile`` (:mod:`.fused`): fewer reads of the [B, k, V] inputs and fewer
         kernels, two-level row sums. The same formulas, random stream and law;
@@ -181,14 +165,13 @@ class RuleSampler(torch.nn.Module):
     def __init__(self, rule, *, strict_mode: bool = False, fused: bool = False, **knobs):
         super().__init__()
         self.rule: Rule = get_rule(rule, **knobs)
-        self.spec = self.rule.spec
-        #: The rule's torch speed paths (:func:`._kernels.kernels_for`, resolved here; an
-        #: empty :class:`._kernels.RuleKernels` runs the paths derived from the rule alone).
-        self.kernels: RuleKernels = kernels_for(self.rule)
         self._strict_mode = bool(strict_mode)
         if not isinstance(fused, bool):
             raise ValueError(f"fused: expected True or False, got {fused!r}")
         self.fused = fused
+        #: The rule's torch speed paths (:func:`._kernels.kernels_for`); assigning another
+        #: :class:`._kernels.RuleKernels` assembles the sampler's programs again.
+        self.kernels = kernels_for(self.rule)
         self.num_accepted_tokens: torch.Tensor | None = None
         self.num_accepted_prefix_tokens: torch.Tensor | None = None
         self.num_emitted_tokens: torch.Tensor | None = None
@@ -196,6 +179,25 @@ class RuleSampler(torch.nn.Module):
         self.last_accepted: torch.Tensor | None = None
         self.num_invalid_rows: torch.Tensor | None = None
         self.last_invalid_rows: torch.Tensor | None = None
+
+    @property
+    def kernels(self) -> RuleKernels:
+        """The rule's kernels the sampler's programs were assembled from."""
+        return self._kernels
+
+    @kernels.setter
+    def kernels(self, kernels: RuleKernels) -> None:
+        # Everything a call runs is chosen here, once: the eager program, and the compiled
+        # core's when ``fused`` and the rule's acceptance reads no plan (the others' rows stay
+        # eager, with the fused entry checks). A call only picks between the two by its inputs
+        # (raw distributions given: eager).
+        self._kernels = kernels
+        self._eager = build_program(self.rule, kernels, traced=False)
+        whole = self.fused and compiles_whole(self.rule, kernels)
+        self._traced = build_program(self.rule, kernels, traced=True) if whole else None
+        self._cores: dict = {}  # (V, k) -> the compiled core
+        self._strict = self._check_values if self._strict_mode else _no_check
+        self._check_entry = self._check_entry_strict if self._strict_mode else _no_check
 
     # -- counters (vLLM names) ------------------------------------------------------------
     def init_gpu_tensors(self, device) -> None:
@@ -331,77 +333,55 @@ class RuleSampler(torch.nn.Module):
             dict of ``torch.Generator``.
         """
         # the compiled core checks the rows itself, in the same read as its accept path
-        traced = self._traced_core(raw_target_probs, raw_draft_probs)
+        compiled = self._traced is not None and raw_target_probs is None and raw_draft_probs is None
+        args = (target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs)
+        raw = dict(raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs)
         draft_ids, bonus, invalid, probs, sums = validate_sampler_entry(
-            target_with_bonus_probs,
-            bonus_token_ids,
-            draft_probs,
-            draft_token_ids,
-            seeded_seqs,
-            raw_target_probs=raw_target_probs,
-            raw_draft_probs=raw_draft_probs,
-            return_sums=True,
-            fused=self.fused,
-            row_checks=not traced,
+            *args, **raw, return_sums=True, fused=self.fused, row_checks=not compiled
         )
-        if self._strict_mode:  # raise on the original values (names the argument)
-            self._check_shapes(
-                target_with_bonus_probs,
-                bonus_token_ids,
-                draft_probs,
-                draft_token_ids,
-                raw_target_probs,
-                raw_draft_probs,
-            )
-            self._check_values(
-                target_with_bonus_probs.shape[-1],
-                target_with_bonus_probs=target_with_bonus_probs,
-                draft_probs=draft_probs,
-                raw_target_probs=raw_target_probs,
-                raw_draft_probs=raw_draft_probs,
-                draft_token_ids=draft_token_ids,
-                bonus_token_ids=bonus_token_ids,
-            )
+        self._check_entry(*args, **raw)  # strict mode: raise on the original values
         if invalid is not None and invalid.shape[:1] != draft_ids.shape[:1]:
             invalid = None  # (shapes the checks below reject)
         try:
             return self._verify(
-                probs[0],
-                bonus,
-                probs[1],
-                draft_ids,
-                seeded_seqs,
-                probs[2],
-                probs[3],
-                sums=sums,
-                invalid=invalid,
+                probs[0], bonus, probs[1], draft_ids, seeded_seqs, *probs[2:], sums=sums, invalid=invalid
             )
         except (ValueError, ArithmeticError, RuntimeWarning):  # (warnings raised as errors)
             if invalid is None:
                 raise
             # a rule that validates on the host met an invalid row: retry on sanitized rows
-            # (a valid batch raises again, unchanged)
-            probs = validate_sampler_entry(
-                target_with_bonus_probs,
-                bonus_token_ids,
-                draft_probs,
-                draft_token_ids,
-                seeded_seqs,
-                raw_target_probs=raw_target_probs,
-                raw_draft_probs=raw_draft_probs,
-                sanitize=True,
-            )
-            invalid, probs = probs[2], probs[3]  # the sanitizing pass checks every row
+            # (a valid batch raises again, unchanged); the sanitizing pass checks every row
+            _, _, invalid, probs = validate_sampler_entry(*args, **raw, sanitize=True)
             return self._verify(
-                probs[0], bonus, probs[1], draft_ids, seeded_seqs, probs[2], probs[3], invalid=invalid
+                probs[0], bonus, probs[1], draft_ids, seeded_seqs, *probs[2:], invalid=invalid
             )
+
+    def _check_entry_strict(self, target, bonus, draft_probs, draft_ids, seeded_seqs, **raw):
+        """Strict mode's checks of a public call's original arguments (they name them)."""
+        self._check_shapes(
+            target, bonus, draft_probs, draft_ids, raw["raw_target_probs"], raw["raw_draft_probs"]
+        )
+        self._check_values(
+            target.shape[-1],
+            target_with_bonus_probs=target,
+            draft_probs=draft_probs,
+            **raw,
+            draft_token_ids=draft_ids,
+            bonus_token_ids=bonus,
+        )
+
+    def _program(self, raw_target=None, raw_draft=None):
+        """The program a call runs: the compiled core's, unless raw distributions are given or
+        the sampler has none (eager)."""
+        if self._traced is not None and raw_target is None and raw_draft is None:
+            return self._traced
+        return self._eager
 
     def accept_probs_at_drafts(self, target, draft_probs, draft_token_ids, target_sums, draft_sums):
         r""":math:`a_n` at the drafted tokens by the path a call takes, and the recovery's state.
 
-        The compiled core's path when ``fused`` (a rule's bounds first and the exact test on
-        the rows they leave undecided, as :func:`~.paths.verify_core`), else the eager one
-        (:func:`~.paths.accept_path`); no raw distributions.
+        The compiled core's program when ``fused`` (a rule's bounds first and the exact test
+        on the rows they leave undecided), else the eager one; no raw distributions.
 
         Parameters
         ----------
@@ -418,71 +398,28 @@ class RuleSampler(torch.nn.Module):
         (Tensor, AcceptState)
             The acceptance [B, k] (float32) and what :meth:`recovery_weights` needs.
         """
-        traced = self._traced_core(None, None)
-        decided = decided_by_bounds(
-            self.kernels,
-            self.rule,
-            target,
-            draft_probs,
-            draft_token_ids,
-            None,
-            None,
-            target_sums,
-            draft_sums,
-            traced,
-        )
-        if decided is not None:
-            return (
-                accept_undecided_rows(
-                    self.kernels.accept_from_rows,
-                    self.rule,
-                    *decided,
-                    draft_token_ids,
-                    target_sums,
-                    draft_sums,
-                ),
-                AcceptState(),
-            )
-        return accept_path(
-            self.kernels,
-            self.rule,
-            target,
-            draft_probs,
-            draft_token_ids,
-            None,
-            None,
-            target_sums,
-            draft_sums,
-            traced=traced,
-        )
+        program = self._program()
+        return core_accept(program, target, draft_probs, draft_token_ids, None, None, target_sums, draft_sums)
 
     def recovery_weights(
         self, target, draft_probs, draft_token_ids, positions, state, target_sums, draft_sums
     ):
-        """Recovery weights at ``positions`` ([B] int64) of each row, by the path a call takes
-        (:func:`~.paths.recovery_path`): ``(weights, fallback, block sums, fallback block
-        sums)``; ``state`` from :meth:`accept_probs_at_drafts`. ``target`` [B, k(+1), V]."""
-        return recovery_path(
-            self.kernels,
-            self.rule,
-            target,
-            draft_probs,
-            draft_token_ids,
-            positions,
-            state,
-            target_sums,
-            draft_sums,
-            traced=self._traced_core(None, None),
+        """Recovery weights at ``positions`` ([B] int64) of each row, by the path a call takes:
+        ``(weights, fallback, block sums, fallback block sums)``; ``state`` from
+        :meth:`accept_probs_at_drafts`. ``target`` [B, k(+1), V]."""
+        return self._program().recover(
+            target, draft_probs, draft_token_ids, positions, state, target_sums, draft_sums
         )
 
     def compiled_core(self, vocab_size: int, k: int):
-        """The compiled core (:func:`.fused.compiled_for` of :func:`~.paths.verify_core`) this
+        """The compiled core (:func:`.fused.compiled_for` of :func:`._core.verify_core`) this
         sampler's fused calls with vocabulary ``vocab_size`` and ``k`` drafts run."""
-        return fused_kernels.compiled_for(self.rule, verify_core, vocab_size, k)
-
-    def _traced_core(self, raw_target, raw_draft) -> bool:
-        """:func:`~.paths.uses_compiled_core` for this sampler."""
-        return uses_compiled_core(self.rule, self.kernels, self.fused, raw_target, raw_draft)
+        core = self._cores.get((vocab_size, k))  # (the call's shape)
+        if core is None:
+            core = self._cores[vocab_size, k] = fused_kernels.compiled_for(
+                self.rule, verify_core, vocab_size, k
+            )
+        return core
 
     def _verify(
         self,
@@ -507,98 +444,48 @@ class RuleSampler(torch.nn.Module):
         device = target.device
         if self.num_accepted_tokens is None:
             self.init_tensors(device)
-        if self._strict_mode:
-            self._check_values(
-                v,
-                target_with_bonus_probs=target,
-                draft_probs=draft_probs,
-                raw_target_probs=raw_target,
-                raw_draft_probs=raw_draft,
-                draft_token_ids=draft_ids,
-                bonus_token_ids=bonus,
-            )
-        if seeded_seqs:
-            bad = [
-                i
-                for i in seeded_seqs
-                if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < b
-            ]
-            if bad:
-                raise ValueError(f"seeded_seqs: row indices {bad} outside [0, {b})")
+        self._strict(
+            v,
+            target_with_bonus_probs=target,
+            draft_probs=draft_probs,
+            raw_target_probs=raw_target,
+            raw_draft_probs=raw_draft,
+            draft_token_ids=draft_ids,
+            bonus_token_ids=bonus,
+        )
+        _check_seeds(seeded_seqs, b)
         if b == 0:
             self.last_accepted = torch.zeros((0, k), dtype=torch.bool, device=device)
             return torch.empty((0, k + 1), dtype=self.token_id_dtype, device=device)
-        draft_ids = draft_ids.to(torch.int64)
-        bonus = bonus.to(torch.int64)
-
-        # The call's random numbers, in stream order: the k acceptance uniforms of each row
-        # (none for deterministic rules), then one recovery uniform per row (float64; Apple's
-        # MPS has no float64: float32 there).
-        # The eager core draws them where it uses them (callables), so that a rule raising on
-        # the host before any draw leaves the seeded generators untouched for forward's retry.
-        def u_acc():
-            return None if self.spec.deterministic else _uniforms(seeded_seqs, b, k, device, counts)
-
-        def u_rec():
-            gens = [seeded_seqs.get(i) for i in range(b)] if seeded_seqs else None
-            return _row_uniforms(b, device, gens, torch.float32 if device.type == "mps" else torch.float64)
-
-        sq = None if sums is None else sums[0]
-        sp = None if sums is None else sums[1]
-        if self._traced_core(raw_target, raw_draft):
-            u_acc, u_rec = u_acc(), u_rec()  # (the compiled core takes tensors)
+        program = self._program(raw_target, raw_draft)
+        u_acc, u_rec = _draws(program, seeded_seqs, b, k, device, counts)
+        sq, sp = (None, None) if sums is None else sums[:2]
+        if program.traced:
             # Other float dtypes are cast to float32 before the compiled core (the eager
             # core's values): one kernel per rule and shape for every input dtype. Cast
-            # inside, bf16 and fp16 rows each compiled a kernel of their own (20-90 s each,
-            # as float32's).
-            target, draft_probs = _as_float32(target), _as_float32(draft_probs)
-            result = self.compiled_core(v, k)(
-                self.kernels,
-                self.rule,
-                True,
-                CoreInputs(
-                    target,
-                    bonus,
-                    draft_probs,
-                    draft_ids,
-                    None,
-                    None,
-                    u_acc,
-                    u_rec,
-                    num_drafts,
-                    sq,
-                    sp,
-                    invalid,
-                ),
-            )
+            # inside, bf16 and fp16 rows each compiled a kernel of their own (20-90 s each).
+            inputs = CoreInputs(
+                as_float32(target), bonus.to(torch.int64), as_float32(draft_probs), draft_ids.to(torch.int64),
+                None, None, u_acc(), u_rec(), num_drafts, sq, sp, invalid,
+            )  # fmt: skip
+            result = self.compiled_core(v, k)(program, inputs)
         else:
-            result = verify_core(
-                self.kernels,
-                self.rule,
-                False,
-                CoreInputs(
-                    target,
-                    bonus,
-                    draft_probs,
-                    draft_ids,
-                    raw_target,
-                    raw_draft,
-                    u_acc,
-                    u_rec,
-                    num_drafts,
-                    sq,
-                    sp,
-                    invalid,
-                ),
-            )
-        out, accepted, counts_, invalid = result
+            inputs = CoreInputs(
+                target, bonus.to(torch.int64), draft_probs, draft_ids.to(torch.int64),
+                raw_target, raw_draft, u_acc, u_rec, num_drafts, sq, sp, invalid,
+            )  # fmt: skip
+            result = verify_core(program, inputs)
+        return self._count(result, b * k if counts is None else int(sum(counts)), device)
 
+    def _count(self, result, drafts: int, device):
+        """Add a call's counts to the counters (in place: the same tensors, without
+        nn.Module's ``__setattr__``) and return its output."""
+        out, accepted, counts_, invalid = result
         self.last_accepted = accepted
-        # (in place: the counters stay the same tensors, without nn.Module's __setattr__)
         self.num_accepted_tokens.add_(counts_[0])
         self.num_accepted_prefix_tokens.add_(counts_[1])
         self.num_emitted_tokens.add_(counts_[2])
-        self.num_draft_tokens += b * k if counts is None else int(sum(counts))
+        self.num_draft_tokens += drafts
         if invalid is not None:
             if self.num_invalid_rows is None:
                 self.num_invalid_rows = torch.zeros((), dtype=torch.long, device=device)
@@ -608,3 +495,41 @@ class RuleSampler(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"rule={self.rule!r}, strict_mode={self._strict_mode}, fused={self.fused}"
+
+
+def _no_check(*args, **kwargs) -> None:
+    """Outside strict mode: no value checks (the entry validation flags bad rows)."""
+
+
+def _check_seeds(seeded_seqs, b: int) -> None:
+    if seeded_seqs:
+        bad = [
+            i
+            for i in seeded_seqs
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < b
+        ]
+        if bad:
+            raise ValueError(f"seeded_seqs: row indices {bad} outside [0, {b})")
+
+
+def _draws(program, seeded_seqs, b: int, k: int, device, counts):
+    """The call's random numbers, in stream order, as callables: the k acceptance uniforms of
+    each row (none for deterministic rules), then one recovery uniform per row (float64;
+    Apple's MPS has no float64: float32 there). The eager core calls them where it uses them,
+    so that a rule raising on the host before any draw leaves the seeded generators untouched
+    for ``forward``'s retry; the compiled core gets them drawn, in the same order."""
+    if program.draws_acceptance:
+
+        def u_acc():
+            return _uniforms(seeded_seqs, b, k, device, counts)
+
+    else:
+
+        def u_acc():
+            return None
+
+    def u_rec():
+        gens = [seeded_seqs.get(i) for i in range(b)] if seeded_seqs else None
+        return _row_uniforms(b, device, gens, torch.float32 if device.type == "mps" else torch.float64)
+
+    return u_acc, u_rec

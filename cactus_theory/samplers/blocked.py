@@ -31,7 +31,7 @@ from ..rules.plans import RowTarget
 from ..solvers._spike import spike_scale
 from .fused import CDF_BLOCK, block_sums
 
-__all__ = ["BlockWeights", "point_mass_weights", "residual_block_weights", "spike_row_target"]
+__all__ = ["BlockWeights"]
 
 
 class BlockWeights:

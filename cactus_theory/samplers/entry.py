@@ -9,7 +9,7 @@ import torch
 
 from . import fused as fused_kernels
 
-__all__ = ["validate_sampler_entry", "eager_row_stats"]
+__all__ = ["validate_sampler_entry"]
 
 
 def eager_row_stats(x: torch.Tensor):
@@ -84,7 +84,7 @@ def validate_sampler_entry(
     row_checks : bool
         Check the probability rows (default). False skips them (the sums come back None):
         the samplers' compiled core checks the rows itself, in the read its accept path
-        makes (:func:`.paths.verify_core`); ``sanitize`` always checks them.
+        makes (:func:`._core.verify_core`); ``sanitize`` always checks them.
 
     Returns
     -------
@@ -108,6 +108,43 @@ def validate_sampler_entry(
         A numpy array or other non-tensor for a tensor argument; ``seeded_seqs`` not a dict
         of ``torch.Generator``.
     """
+    _check_types(target_names, target_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
+                 raw_target_probs, raw_draft_probs)  # fmt: skip
+    if draft_token_ids.dim() == 2 and draft_token_ids.shape[-1] == 0:  # [B, k] with k = 0
+        raise ValueError("draft_token_ids: shape [B, 0]: no drafted tokens; a verification needs k >= 1")
+    probs = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    if target_probs.dim() < 1 or draft_token_ids.dim() < 1:  # the shape checks name the argument
+        if return_sums:
+            return draft_token_ids, bonus_token_ids, None, probs, (None,) * 4
+        return draft_token_ids, bonus_token_ids, None, probs
+    v = target_probs.shape[-1]
+    invalid = torch.zeros(draft_token_ids.shape, dtype=torch.bool, device=draft_token_ids.device)
+    cleaned, sums = _row_flags(probs, invalid, fused, row_checks or sanitize, sanitize)
+    if draft_token_ids.dtype in (torch.int64, torch.int32) and v > 0:
+        invalid |= (draft_token_ids < 0) | (draft_token_ids >= v)
+        draft_token_ids = draft_token_ids.clamp(0, v - 1)
+    if draft_token_ids.dim() == 2 and invalid.dim() == 2:
+        invalid = invalid.any(dim=-1)
+    if (
+        draft_token_ids.dim() == 2
+        and bonus_token_ids.dtype in (torch.int64, torch.int32)
+        and v > 0
+        and bonus_token_ids.dim() == 2
+        and bonus_token_ids.shape[0] == invalid.shape[0]
+        and bonus_token_ids.device == invalid.device
+    ):
+        # (the ragged layout maps its bonus ids to requests itself)
+        invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
+        bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
+    if return_sums:
+        return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned), tuple(sums)
+    return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned)
+
+
+def _check_types(target_names, target_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs,
+                 raw_target_probs, raw_draft_probs):  # fmt: skip
+    """TypeError naming the argument: a non-tensor array argument, or ``seeded_seqs`` not a
+    dict of ``torch.Generator`` (metadata only, no synchronization)."""
     t_name, d_name = target_names
     for name, t in (
         (t_name, target_probs),
@@ -136,16 +173,13 @@ def validate_sampler_entry(
                 f"seeded_seqs: the values for rows {bad} are not torch.Generator "
                 f"(got {type(seeded_seqs[bad[0]]).__name__})"
             )
-    if draft_token_ids.dim() == 2 and draft_token_ids.shape[-1] == 0:  # [B, k] with k = 0
-        raise ValueError("draft_token_ids: shape [B, 0]: no drafted tokens; a verification needs k >= 1")
-    probs = (target_probs, draft_probs, raw_target_probs, raw_draft_probs)
-    if target_probs.dim() < 1 or draft_token_ids.dim() < 1:  # the shape checks name the argument
-        if return_sums:
-            return draft_token_ids, bonus_token_ids, None, probs, (None,) * 4
-        return draft_token_ids, bonus_token_ids, None, probs
-    v = target_probs.shape[-1]
-    lead = draft_token_ids.dim()  # the probability tensors' axes before V align with the ids
-    invalid = torch.zeros(draft_token_ids.shape, dtype=torch.bool, device=draft_token_ids.device)
+
+
+def _row_flags(probs, invalid, fused: bool, check: bool, sanitize: bool):
+    """Flag (in ``invalid``, in place) the rows of the probability tensors that are not finite,
+    have a negative entry or sum to 0; return the tensors (with ``sanitize``, copies whose
+    flagged rows are uniform) and their float32 row sums (None where not checked)."""
+    lead = invalid.dim()  # the probability tensors' axes before V align with the ids
 
     def checked(x):  # the part of x the value checks read, or None
         if x is None or x.dim() != lead + 1 or not x.is_floating_point():
@@ -156,7 +190,7 @@ def validate_sampler_entry(
             return None
         return x
 
-    parts = [checked(x) if row_checks or sanitize else None for x in probs]
+    parts = [checked(x) if check else None for x in probs]
     if fused and any(x is not None for x in parts):
         stats = fused_kernels.row_stats(*parts)
     else:
@@ -173,22 +207,4 @@ def validate_sampler_entry(
                     b = torch.cat([b, torch.zeros_like(b[:, :1]).expand(-1, x.shape[1] - b.shape[1])], 1)
                 x = x.masked_fill(b[..., None], 1.0 / x.shape[-1])
         cleaned.append(x)
-    if draft_token_ids.dtype in (torch.int64, torch.int32) and v > 0:
-        invalid |= (draft_token_ids < 0) | (draft_token_ids >= v)
-        draft_token_ids = draft_token_ids.clamp(0, v - 1)
-    if lead == 2 and invalid.dim() == 2:
-        invalid = invalid.any(dim=-1)
-    if (
-        lead == 2
-        and bonus_token_ids.dtype in (torch.int64, torch.int32)
-        and v > 0
-        and bonus_token_ids.dim() == 2
-        and bonus_token_ids.shape[0] == invalid.shape[0]
-        and bonus_token_ids.device == invalid.device
-    ):
-        # (the ragged layout maps its bonus ids to requests itself)
-        invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
-        bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
-    if return_sums:
-        return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned), tuple(sums)
-    return draft_token_ids, bonus_token_ids, invalid, tuple(cleaned)
+    return cleaned, sums

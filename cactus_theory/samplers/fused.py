@@ -5,10 +5,10 @@ tensor part of a call, so that the passes over whole rows are fused into as few 
 formulas allow and the many small operations around them into a few kernels:
 
 * **the core** (:func:`compiled_for` applied to
-  :func:`~cactus_theory.samplers.paths.verify_core`, one copy per configured rule): the row
+  :func:`~cactus_theory.samplers._core.verify_core`, one copy per configured rule): the row
   sums (float32 sums of 256-entry blocks, then their float64 sum) and the bad-row check
   (:func:`stats`),
-  the accept path (Cactus's gamma at the drafted tokens, or ``Rule.accept_probs_from_values``,
+  the accept path (Cactus's gamma at the drafted tokens, or an elementwise target's ``accept_probs_from_values``,
   or a rule kernel's ``accept_from_rows`` (:mod:`._kernels`): top-k's compare, TAS's
   entropy, cascades' maxima, fuzzy
   SD's divergences, in the same read as the sums where they do not need the sums first; fuzzy
@@ -56,15 +56,7 @@ import torch
 
 from ._kernels._blocks import block_reduce, split_blocks
 
-__all__ = [
-    "row_stats",
-    "row_stats_core",
-    "stats",
-    "compiled_for",
-    "CompiledKernel",
-    "block_sums",
-    "compile_failure",
-]
+__all__ = ["compile_failure"]
 
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
 CDF_BLOCK = 256

@@ -110,12 +110,11 @@ def ragged_forward(
         A numpy array for a tensor argument, or ``generators`` not a dict of torch.Generator.
     """
     if (
-        getattr(sampler, "_strict_mode", False)
-        and torch.is_tensor(target_probs)
+        torch.is_tensor(target_probs)
         and torch.is_tensor(draft_token_ids)
         and torch.is_tensor(bonus_token_ids)
     ):
-        sampler._check_values(
+        sampler._strict(  # strict mode's value checks (a no-op otherwise)
             target_probs.shape[-1],
             target_probs=target_probs,
             draft_probs=draft_probs,
@@ -151,18 +150,10 @@ def ragged_forward(
         return body(validate_sampler_entry(*originals, **entry, sanitize=True)[3])
 
 
-def _ragged(
-    sampler,
-    draft_token_ids,
-    num_draft_tokens,
-    bonus_token_ids,
-    invalid_tok,
-    probs,
-    cu_num_draft_tokens,
-    generators,
-    max_spec_len,
+def _ragged_shapes(
+    draft_token_ids, num_draft_tokens, bonus_token_ids, probs, cu_num_draft_tokens, max_spec_len
 ):
-    """The body of :func:`ragged_forward` after its entry validation."""
+    """The ragged call's shape checks: ``(counts, B, V, kmax, width)``."""
     target_probs, draft_probs, raw_target_probs, raw_draft_probs = probs
     if draft_token_ids.dim() != 1:
         raise ValueError(f"draft_token_ids: expected 1-D, got shape {tuple(draft_token_ids.shape)}")
@@ -187,7 +178,53 @@ def _ragged(
     width = kmax if max_spec_len is None else int(max_spec_len)
     if width < kmax:
         raise ValueError(f"max_spec_len: {width} < the longest draft ({kmax})")
+    return counts, b, v, kmax, width
+
+
+def _padded(draft_token_ids, probs, counts, kmax: int):
+    """The V0 layout ``[B, kmax(+1), V]`` of the flat rows: ``(q, p, ids, raw_q, raw_p)``,
+    padded past ``k_i`` with a uniform row (a dummy at flat index ``num_tokens``)."""
+    target_probs, draft_probs, raw_target_probs, raw_draft_probs = probs
+    n_tok, v = target_probs.shape
     device = target_probs.device
+    starts = [0]
+    for c in counts[:-1]:
+        starts.append(starts[-1] + c)
+    index = [[starts[i] + j if j < counts[i] else n_tok for j in range(kmax)] for i in range(len(counts))]
+    index = torch.tensor(index, dtype=torch.int64, device=device)
+    uniform = torch.full((1, v), 1.0 / v, dtype=target_probs.dtype, device=device)
+
+    def pad(x):
+        return None if x is None else torch.cat([x, uniform.to(x.dtype)], dim=0)[index]  # [B, kmax, V]
+
+    zero = torch.zeros(1, dtype=torch.int64, device=device)
+    ids = torch.cat([draft_token_ids.to(torch.int64), zero])[index]
+    if draft_probs is None:
+        p = torch.zeros((len(counts), kmax, v), dtype=torch.float32, device=device)
+        p.scatter_(-1, ids[..., None], 1.0)
+    else:
+        p = pad(draft_probs)
+    q = pad(target_probs)
+    q = torch.cat([q, q[:, -1:]], dim=1)  # unused bonus slot
+    return q, p, ids, pad(raw_target_probs), pad(raw_draft_probs)
+
+
+def _ragged(
+    sampler,
+    draft_token_ids,
+    num_draft_tokens,
+    bonus_token_ids,
+    invalid_tok,
+    probs,
+    cu_num_draft_tokens,
+    generators,
+    max_spec_len,
+):
+    """The body of :func:`ragged_forward` after its entry validation."""
+    counts, b, v, kmax, width = _ragged_shapes(
+        draft_token_ids, num_draft_tokens, bonus_token_ids, probs, cu_num_draft_tokens, max_spec_len
+    )
+    device = probs[0].device
     out = torch.full((b, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
     if b == 0:
         return out
@@ -198,36 +235,12 @@ def _ragged(
     invalid = torch.zeros(b, dtype=torch.bool, device=device)
     if invalid_tok is not None and invalid_tok.shape == req_of_tok.shape:
         invalid = invalid.index_put((req_of_tok,), invalid_tok, accumulate=True)
-    if bonus_token_ids.dim() == 2 and bonus_token_ids.shape[0] == b:
-        invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
-        bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
+    invalid = invalid | ((bonus_token_ids < 0) | (bonus_token_ids >= v)).any(dim=-1)
+    bonus_token_ids = bonus_token_ids.clamp(0, v - 1)
     if kmax == 0:
         out[:, 0] = bonus_token_ids[:, 0].to(torch.int32)
         return torch.where(invalid[:, None], torch.full_like(out, PLACEHOLDER_TOKEN_ID), out)
-
-    # Flat index of (request, position), padded with a dummy row (index n_tok) past k_i.
-    starts = [0]
-    for c in counts[:-1]:
-        starts.append(starts[-1] + c)
-    index = [[starts[i] + j if j < counts[i] else n_tok for j in range(kmax)] for i in range(b)]
-    index = torch.tensor(index, dtype=torch.int64, device=device)
-    uniform = torch.full((1, v), 1.0 / v, dtype=target_probs.dtype, device=device)
-
-    def pad(x):
-        return torch.cat([x, uniform.to(x.dtype)], dim=0)[index]  # [B, kmax, V]
-
-    ids = torch.cat([draft_token_ids.to(torch.int64), torch.zeros(1, dtype=torch.int64, device=device)])[
-        index
-    ]
-    if draft_probs is None:
-        p = torch.zeros((b, kmax, v), dtype=torch.float32, device=device)
-        p.scatter_(-1, ids[..., None], 1.0)
-    else:
-        p = pad(draft_probs)
-    q = pad(target_probs)
-    q = torch.cat([q, q[:, -1:]], dim=1)  # unused bonus slot
-    raw_q = None if raw_target_probs is None else pad(raw_target_probs)
-    raw_p = None if raw_draft_probs is None else pad(raw_draft_probs)
+    q, p, ids, raw_q, raw_p = _padded(draft_token_ids, probs, counts, kmax)
     k_row = torch.tensor(counts, dtype=torch.int64, device=device)
     res = sampler._verify(
         q,

@@ -344,18 +344,6 @@ def test_exact_spike_at_tokens_rounds_the_float64_root_down():
     assert rule.spike_at_tokens(torch.tensor([float("nan")]))[0] == 0.0
 
 
-def test_samples_from_spike_only_without_overrides():
-    """A subclass overriding an accept or recovery hook makes the sampler call the hooks."""
-    from cactus_theory.rules.cactus import CactusTaylor
-
-    class Custom(CactusTaylor):
-        def accept_probs_from_values(self, q_n, p_n):
-            return super().accept_probs_from_values(q_n, p_n)
-
-    assert get_rule("cactus-taylor").samples_from_spike
-    assert not Custom(0.5).samples_from_spike
-
-
 def test_row_sums_are_the_validation_sums():
     """forward reads q and p once for the sums: validate_sampler_entry's sums are what the
     accept path divides by (one read pass plus the minimum), and a negative entry anywhere

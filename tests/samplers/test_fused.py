@@ -12,6 +12,7 @@ import pytest
 import torch
 from rule_configs import FUSED_SHAPE, QUICK_GROUP, fused_params
 
+from cactus_theory.rules.registry import ElementwiseTargetRule, SpikeRule
 from cactus_theory.samplers import fused as fused_kernels
 from cactus_theory.samplers import make_sampler
 from cactus_theory.samplers.blocked import BlockWeights
@@ -115,11 +116,14 @@ def test_fused_recovery_weights_and_block_sums_equal_eager(name, knobs):
     w_f, fb, w_sums, fb_sums = fused.recovery_weights(q, p, ids, pos, state, sq, sp)
     lazy = isinstance(w_f, BlockWeights)
     # a row target: a spike, an elementwise target, or the rule's kernel (a point mass too)
+    kernels = fused.kernels
+    declined = kernels.declines(fused.rule)
     assert lazy == (
-        fused.kernels.recovery_target_from_rows is not None
-        or fused.kernels.recovery_token_from_rows is not None
-        or fused.rule.elementwise_target is not None
-        or getattr(fused.rule, "samples_from_spike", False)
+        any(
+            getattr(kernels, hook) is not None and hook not in declined
+            for hook in ("recovery_target_from_rows", "recovery_token_from_rows")
+        )
+        or isinstance(fused.rule, (ElementwiseTargetRule, SpikeRule))
     )
     if lazy:
         w_f, w_sums = w_f.dense(), w_f.block_sums

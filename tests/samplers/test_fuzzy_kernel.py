@@ -245,14 +245,19 @@ def test_exact_test_runs_on_the_undecided_rows_only(monkeypatch):
 
 
 def test_other_divergences_and_cuda_keep_the_exact_test():
-    """kl_div, kl_div_reversed and tv_div have no bounds (the hook returns None): every row
-    takes the exact test. The margin is positive and small next to the bounds' gap."""
+    """kl_div, kl_div_reversed and tv_div have no bounds (the kernel declines the hook for
+    them when a sampler is made): every row takes the exact test. The margin is positive and
+    small next to the bounds' gap."""
+    from cactus_theory.rules.fuzzy import FuzzySpeculative
+    from cactus_theory.samplers._kernels import KERNELS
+
     q, p, ids = _rows(seed=2)
     k = ids.shape[1]
-    for kind in ("kl_div", "kl_div_reversed", "tv_div"):
+    for kind in ("kl_div", "kl_div_reversed", "tv_div", "js_div"):
         rule = get_rule("fuzzy", fsd_div_type=kind)
-        assert (
-            fuzzy_kernels.accept_decided_from_rows(rule, q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1))
-            is None
-        )
+        declined = "accept_decided_from_rows" in KERNELS[FuzzySpeculative].declines(rule)
+        assert declined == (kind != "js_div")
+        program = make_sampler(rule, fused=True)._traced
+        decided = program.decide(q[:, :k], p, ids, q[:, :k].sum(-1), p.sum(-1))
+        assert (decided is None) == declined
     assert 0.0 < JS_BOUND_MARGIN < 0.01 * GAP

@@ -405,71 +405,58 @@ def test_make_sampler_is_a_module():
     assert s.rule.knobs["delta"] == 0.75 and math.isfinite(s.rule.knobs["delta"])
 
 
-def test_optional_accept_hook_agrees_with_plan_path():
-    """The Rule interface's fast accept paths give the plan path's outputs bit for bit, and the
-    sampler really uses them. Cactus-Taylor declares two: ``accept_probs_from_values`` (from
-    the drafted tokens' row-normalized q_n, p_n, [B, k]) and ``accept_probs_at`` (gamma at q_n
-    alone). Each is checked against the same rule with every hook removed (``Rule``'s default
-    ``accept_probs_at``: the whole plan); a counter proves the hook ran, and a hook scaled by
-    0.5 changes the output."""
-    from cactus_theory.rules.cactus import CactusTaylor
+def _plan_only(rule):
+    """The same configured rule as a plain ``Rule`` (the decision form: its plan alone), so
+    that its sampler takes the plan path on row-normalized copies."""
     from cactus_theory.rules.registry import Rule
+
+    class PlanOnly(Rule):
+        def plan(self, *args, **kwargs):
+            return rule.plan(*args, **kwargs)
+
+    out = PlanOnly()
+    out.spec, out.knobs = rule.spec, dict(rule.knobs)
+    return out
+
+
+@pytest.mark.parametrize("name", ["cactus-taylor", "sps"])
+def test_declared_accept_paths_agree_with_plan_path(name):
+    """A spike rule's path (gamma once, at the [B, k] drafted tokens) and an elementwise
+    target's (h at the drafted tokens' values) give the plan path's acceptances bit for bit
+    and the same outputs from the same seeds; for the spike rule a counter proves gamma was
+    evaluated once per call on the drafted tokens only, and a spike scaled by 0.5 is seen in
+    the output."""
+    from cactus_theory.rules.cactus import CactusTaylor
 
     calls = []
 
-    class PlanPathOnly(CactusTaylor):
-        accept_probs_from_values = None
-        accept_probs_at = Rule.accept_probs_at  # the interface's default: build the whole plan
-
-    class CountingAt(CactusTaylor):
-        accept_probs_from_values = None
+    class Counting(CactusTaylor):
         scale = 1.0
 
-        def accept_probs_at(self, target_probs, draft_probs, token_ids, **raw):
-            calls.append(("at", tuple(token_ids.shape)))
-            return self.scale * super().accept_probs_at(target_probs, draft_probs, token_ids, **raw)
+        def spike(self, q_n):
+            calls.append(tuple(q_n.shape))
+            return self.scale * super().spike(q_n)
 
-    class CountingValues(CactusTaylor):
-        scale = 1.0
-
-        def accept_probs_from_values(self, q_n, p_n):
-            calls.append(("values", tuple(q_n.shape)))
-            return self.scale * super().accept_probs_from_values(q_n, p_n)
-
-    base = get_rule("cactus-taylor", delta=0.3)
-
-    def configured(cls):
-        rule = cls(0.3)
-        rule.spec, rule.knobs = base.spec, dict(base.knobs)
-        return rule
-
+    base = get_rule(name, **({"delta": 0.3} if name == "cactus-taylor" else {}))
     q, bonus, p, ids = _batch(32, 5, 40, seed=8)
+    sq, sp = q[:, :5].sum(-1), p.sum(-1)
     gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(32)}  # noqa: E731
-    plan_path = make_sampler(configured(PlanPathOnly))(q, bonus, p, ids, seeded_seqs=gens())
-    for cls, kind in ((CountingAt, "at"), (CountingValues, "values")):
-        calls.clear()
-        hooked = configured(cls)
-        via_hook = make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens())
-        assert calls == [(kind, (32, 5))]  # the hook ran, on the drafted tokens only
-        assert torch.equal(plan_path, via_hook)
-        hooked.scale = 0.5  # a wrong hook is seen in the output
-        assert not torch.equal(plan_path, make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens()))
-
-
-def test_sps_fast_accept_path_equals_plan_path():
-    """SpS's ``accept_probs_from_values`` gives the plan path's outputs bit for bit (same seeds)."""
-    from cactus_theory.rules.sps import SpeculativeSampling
-
-    class PlanPathOnly(SpeculativeSampling):
-        accept_probs_from_values = None
-
-    base = get_rule("sps")
-    slow = PlanPathOnly()
-    slow.spec, slow.knobs = base.spec, dict(base.knobs)
-    q, bonus, p, ids = _batch(32, 5, 40, seed=3)
-    gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(32)}  # noqa: E731
-    fast_out = make_sampler(base)(q, bonus, p, ids, seeded_seqs=gens())
-    assert torch.equal(make_sampler(slow)(q, bonus, p, ids, seeded_seqs=gens()), fast_out)
+    plan = make_sampler(_plan_only(base))
+    plan_path = plan(q, bonus, p, ids, seeded_seqs=gens())
+    declared = make_sampler(base)
+    assert torch.equal(
+        plan.accept_probs_at_drafts(q[:, :5], p, ids, sq, sp)[0],
+        declared.accept_probs_at_drafts(q[:, :5], p, ids, sq, sp)[0],
+    )
+    assert torch.equal(declared(q, bonus, p, ids, seeded_seqs=gens()), plan_path)
+    if name != "cactus-taylor":
+        return
+    hooked = Counting(0.3)
+    hooked.spec, hooked.knobs = base.spec, dict(base.knobs)
+    assert torch.equal(make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens()), plan_path)
+    assert calls == [(32, 5)]  # once per call, on the drafted tokens only
+    hooked.scale = 0.5  # a wrong spike is seen in the output
+    assert not torch.equal(plan_path, make_sampler(hooked)(q, bonus, p, ids, seeded_seqs=gens()))
 
 
 @pytest.mark.parametrize("name, knobs", [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])

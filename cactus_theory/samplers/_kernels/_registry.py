@@ -16,12 +16,18 @@ def _always() -> bool:
     return True
 
 
+def _none(rule) -> tuple:
+    return ()
+
+
 @dataclass(frozen=True)
 class RuleKernels:
     """The torch speed paths of one rule class (each optional; see the module docstring).
 
-    ``guard()``: True when this torch can run them (checked at every lookup; False or an
-    exception: the derived path runs instead).
+    ``guard()``: True when this torch can run them (checked when a sampler is made; False or
+    an exception: the derived path runs instead). ``declines(rule)``: the names of the hooks
+    that do not apply to this configured rule (the derived path runs for those), read when a
+    sampler is made.
     """
 
     accept_from_rows: Callable | None = None
@@ -33,6 +39,7 @@ class RuleKernels:
     spike_at_tokens: Callable | None = None
     accept_from_row_target: bool = False
     guard: Callable[[], bool] = _always
+    declines: Callable[..., tuple] = _none
 
 
 #: Rule class -> its kernels.

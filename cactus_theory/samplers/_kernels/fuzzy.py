@@ -157,8 +157,8 @@ def js_bounds_in_sum_pass(target_rows, draft_rows, target_sums, draft_sums):
 
 def accept_decided_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
     r"""``js_div``: the decision :math:`1[JS \le T]` from bounds on JS where they clear
-    T by :data:`JS_BOUND_MARGIN` (relative), and the rows where they do not; other
-    divergences: None (no bound, the exact test on every row). The bounds are
+    T by :data:`JS_BOUND_MARGIN` (relative), and the rows where they do not; declined for
+    the other divergences (no bound, the exact test on every row). The bounds are
     :func:`js_bounds_in_sum_pass` (read with the row sums) when every row's sums are
     within :data:`JS_SUM_RATIO_TOL` of each other, else :func:`js_bounds_from_rows` (the
     normalized rows; ``torch.cond`` when compiled).
@@ -168,8 +168,6 @@ def accept_decided_from_rows(rule, target_rows, draft_rows, token_ids, target_su
     bound above :math:`T/(1 - \text{margin})` holds. The samplers call
     :func:`accept_from_rows` on the undecided rows.
     """
-    if _divergence_name(rule.fsd_div_type) != "js":
-        return None
     lo, hi, off = js_bounds_in_sum_pass(target_rows, draft_rows, target_sums, draft_sums)
     near = (off <= JS_SUM_RATIO_TOL).all()
 
@@ -232,6 +230,9 @@ register_kernels(
     RuleKernels(
         accept_from_rows=accept_from_rows,
         accept_decided_from_rows=accept_decided_from_rows,
+        declines=lambda rule: (
+            () if _divergence_name(rule.fsd_div_type) == "js" else ("accept_decided_from_rows",)
+        ),
         guard=lambda: hasattr(torch, "cond") and hasattr(torch.compiler, "is_compiling"),
     ),
 )

@@ -79,10 +79,8 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
 def recovery_token_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
     """``recovery="argmax"``: the verifier's argmax on the un-normalized rows (dividing by the
     positive row sum keeps the order; ties go to the lowest index, as ``torch.argmax``; in
-    two levels, :func:`._blocks.first_argmax`), the compiled samplers' recovered token;
-    ``"truncated"``: None."""
-    if rule.recovery != "argmax":
-        return None
+    two levels, :func:`._blocks.first_argmax`), the compiled samplers' recovered token
+    (declined for ``"truncated"``)."""
     return first_argmax(target_rows)
 
 
@@ -93,6 +91,9 @@ def _guard() -> bool:
 register_kernels(
     TypicalAcceptance,
     RuleKernels(
-        accept_from_rows=accept_from_rows, recovery_token_from_rows=recovery_token_from_rows, guard=_guard
+        accept_from_rows=accept_from_rows,
+        recovery_token_from_rows=recovery_token_from_rows,
+        guard=_guard,
+        declines=lambda rule: () if rule.recovery == "argmax" else ("recovery_token_from_rows",),
     ),
 )
