@@ -29,10 +29,11 @@ from . import (  # noqa: F401  (registration side effect)
 from .plans import DecisionPlan, Plan, SpikePlan, TargetPlan
 from .registry import (
     RULES,
+    ElementwiseTargetRule,
     Knob,
     Rule,
-    RuleRegistry,
     RuleSpec,
+    SpikeRule,
     get_rule,
     register,
     register_alias,
@@ -43,7 +44,8 @@ __all__ = [
     "RULES",
     "Knob",
     "Rule",
-    "RuleRegistry",
+    "ElementwiseTargetRule",
+    "SpikeRule",
     "RuleSpec",
     "get_rule",
     "register",

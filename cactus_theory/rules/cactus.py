@@ -101,11 +101,6 @@ register(
             ),
         ),
         sps_knobs={"delta": 0.0},
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
-        family="spike",
-        fast_accept=True,
         summary="Cactus, Corollary 5: gamma = min(1, q_n + sqrt(2 delta q_n (1 - q_n)))",
         reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Corollary 5",
     )
@@ -125,11 +120,6 @@ register(
             ),
         ),
         sps_knobs={"delta": 0.0},
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
-        family="spike",
-        fast_accept=True,
         summary="Cactus, Theorem 2: largest gamma with two-point divergence = delta",
         reference="Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 2",
     )

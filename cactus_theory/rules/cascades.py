@@ -44,7 +44,7 @@ from array_api_compat import array_namespace
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["CASCADE_RULES", "Cascade", "cascade_target"]
+__all__ = ["Cascade"]
 
 #: rule name -> (alpha range low, high, the alpha giving SpS, equation)
 CASCADE_RULES = {
@@ -146,8 +146,6 @@ for _kind, (_lo, _hi, _sps, _eq) in CASCADE_RULES.items():
                 ),
             ),
             sps_knobs={"alpha": _sps},
-            deterministic=False,
-            reads_draft=True,
             needs_raw=True,
             family="target",
             summary=f"speculative cascade, {_kind} deferral ({_eq}); emits its target pi exactly",

@@ -35,7 +35,7 @@ from ..divergences import get_divergence
 from .plans import DecisionPlan
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["FuzzySpeculative", "FSD_DIVERGENCES", "fsd_divergence"]
+__all__ = ["FuzzySpeculative"]
 
 #: fsd_div_type -> (our divergence name, whether D(p || q) is evaluated as D(first=p, second=q))
 FSD_DIVERGENCES = {
@@ -134,14 +134,11 @@ register(
                 doc="divergence between drafter and verifier (raw distributions unless *_processed)",
             ),
         ),
-        sps_knobs=None,
         sps_note="no threshold gives SpS: a rejection "
         "resamples from q, not from the SpS residual; T = 0 accepts only where Div = 0 (p = q)",
         deterministic=True,
-        reads_draft=True,
         needs_raw=True,
         family="decision",
-        fast_accept=True,
         summary="fuzzy SD: accept iff Div(p, q) <= T (JS on raw distributions); else sample q",
         reference="Holsman et al., Findings of ACL 2025 (arXiv 2502.20704), fsd_utils.py",
     )

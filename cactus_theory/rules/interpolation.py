@@ -55,10 +55,6 @@ register(
             Knob("alpha", 0.5, 0.0, 1.0, doc="weight of the drafter p in h (Cactus interp.py default 0.5)"),
         ),
         sps_knobs={"alpha": 0.0},
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
-        family="target",
         summary="interpolation: h = alpha p + (1 - alpha) q; TV(h, q) = alpha TV(p, q)",
         reference="Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/interp.py",
     )

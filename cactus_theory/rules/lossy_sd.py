@@ -84,11 +84,7 @@ register(
             ),
         ),
         sps_knobs={"alpha": 0.0},
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
         family="decision",
-        fast_accept=True,
         summary="lossy SD (beta = 1): accept min(1, q_n / ((1 - alpha) p_n)); recover from max(0, q - p)",
         reference="arXiv 2607.08690 vLLM overlay (mentored_dec); Narasimhan et al. ICLR 2025 Table 3",
     )

@@ -42,7 +42,7 @@ from array_api_compat import array_namespace
 from .plans import DecisionPlan, one_hot
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["MarginRelaxed", "top_two"]
+__all__ = ["MarginRelaxed"]
 
 
 def top_two(rq):
@@ -92,7 +92,6 @@ register(
                 "no published value verified)",
             ),
         ),
-        sps_knobs=None,
         sps_note="greedy acceptance: 0/1 decisions that ignore p and an argmax recovery; no "
         "theta gives SpS (theta = 0 is strict greedy acceptance up to ties)",
         deterministic=True,

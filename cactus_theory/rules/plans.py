@@ -42,20 +42,7 @@ from .._validation import token_ids_of
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..solvers._spike import spike_scale
 
-__all__ = [
-    "TargetPlan",
-    "SpikePlan",
-    "DecisionPlan",
-    "Plan",
-    "ratio_acceptance",
-    "residual_distribution",
-    "residual_weights",
-    "one_hot",
-    "gather",
-    "spike_target_at",
-    "spike_residual_weights",
-    "RowTarget",
-]
+__all__ = ["TargetPlan", "SpikePlan", "DecisionPlan", "Plan", "RowTarget"]
 
 
 def gather(x, token_ids):

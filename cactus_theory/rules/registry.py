@@ -30,19 +30,9 @@ from .plans import (
     spike_target_at,
 )
 
-__all__ = [
-    "Knob",
-    "RuleSpec",
-    "Rule",
-    "ElementwiseTargetRule",
-    "SpikeRule",
-    "RuleRegistry",
-    "RULES",
-    "register",
-    "register_alias",
-    "get_rule",
-    "rule_names",
-]
+#: The declaration forms (the registry's functions, RuleSpec and Knob are exported by the
+#: package, :mod:`cactus_theory.rules`).
+__all__ = ["Rule", "ElementwiseTargetRule", "SpikeRule"]
 
 
 @dataclass(frozen=True)
@@ -102,7 +92,9 @@ class Knob:
 
 @dataclass(frozen=True)
 class RuleSpec:
-    """A registry entry.
+    """A registry entry. A rule states its name, factory, summary and reference, and only the
+    fields that differ from the defaults (no knobs, no SpS value, a random acceptance that
+    reads p and the processed distributions, the form's family).
 
     Attributes
     ----------
@@ -123,14 +115,16 @@ class RuleSpec:
         The rule decides on the raw (temperature-1) distributions and acts on the processed
         ones; the raw ones are passed as ``raw_target_probs``/``raw_draft_probs``.
     family : str
-        ``"target"``, ``"spike"`` or ``"decision"``: the plan type it returns.
+        ``"target"``, ``"spike"`` or ``"decision"``: the plan type it returns (default: the
+        declaration form's, ``"spike"`` for a :class:`SpikeRule` and ``"target"`` for an
+        :class:`ElementwiseTargetRule`; the other rules state it).
     summary, reference, sps_note : str
         One line each.
     fast_accept : bool
         The rule overrides :meth:`Rule.accept_probs_at` with a path that evaluates the
         acceptance at the drafted tokens only (the samplers call that method; without an
-        override it builds the whole plan). The invariant battery checks the declaration
-        against the rule class and the override against the plan.
+        override it builds the whole plan). Default: read from the rule class. The invariant
+        battery checks the override against the plan.
     preset : mapping
         Knob values fixed by an alias (empty for a rule's own entry).
     alias_of : RuleSpec or None
@@ -141,21 +135,33 @@ class RuleSpec:
 
     name: str
     factory: Callable[..., Rule]
-    knobs: tuple[Knob, ...]
-    sps_knobs: Mapping[str, Any] | None
-    deterministic: bool
-    reads_draft: bool
-    needs_raw: bool
-    family: str
     summary: str
     reference: str
+    knobs: tuple[Knob, ...] = ()
+    sps_knobs: Mapping[str, Any] | None = None
+    deterministic: bool = False
+    reads_draft: bool = True
+    needs_raw: bool = False
+    family: str = ""
     sps_note: str = ""
-    fast_accept: bool = False
+    fast_accept: bool | None = None
     preset: Mapping[str, Any] = field(default_factory=dict)
     alias_of: RuleSpec | None = field(default=None, repr=False)
     defaults: Mapping[str, Any] = field(init=False)
 
     def __post_init__(self):
+        form = self.factory if isinstance(self.factory, type) else None
+        if not self.family:  # the declaration form's, for a rule class of one
+            family = next((f for cls, f in _FORM_FAMILIES.items() if form and issubclass(form, cls)), "")
+            if not family:
+                raise ValueError(
+                    f"family: rule {self.name!r} must state its family (target, spike or decision)"
+                )
+            object.__setattr__(self, "family", family)
+        if self.fast_accept is None:  # the class overrides Rule.accept_probs_at
+            object.__setattr__(
+                self, "fast_accept", form is not None and form.accept_probs_at is not Rule.accept_probs_at
+            )
         defaults = {k.name: k.default for k in self.knobs}
         unknown = set(self.preset) - set(defaults)
         if unknown:
@@ -217,20 +223,6 @@ class Rule:
         )
         return plan.accept_probs_at(token_ids)
 
-    #: Optional fast accept path: ``accept_probs_from_values(q_n, p_n)`` -> :math:`a_n` from the
-    #: drafted tokens' row-normalized probabilities alone ([B, k]), for rules whose acceptance
-    #: depends on nothing else (Cactus: :math:`\min(1, \gamma(q_n)/p_n)`). ``None``: the rule
-    #: needs whole rows, and the samplers call :meth:`accept_probs_at` on normalized copies.
-    accept_probs_from_values = None
-
-    #: Optional elementwise target (the target family's declaration):
-    #: ``elementwise_target(q, p)`` -> h, elementwise in the verifier and drafter entries with
-    #: no per-row constant (SpS: q;
-    #: interpolation: :math:`(1-\alpha) q + \alpha p`). ``None``: h needs whole rows. From it
-    #: :class:`ElementwiseTargetRule` derives the plan and :meth:`accept_probs_from_values`, and
-    #: the samplers the compiled recovery's row target (h at ``x / s_q``, ``y / s_p``).
-    elementwise_target = None
-
     def recovery_at(
         self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
     ):
@@ -252,18 +244,11 @@ class Rule:
 
         The samplers draw the recovered token from these weights by inverse CDF, so a rule can
         skip the normalizing division. Default: ``plan(...).recovery_weights_at(token_ids)``
-        (:func:`~cactus_theory.rules.plans.residual_weights` for target and spike plans), or
-        :meth:`recovery_at` itself when a subclass overrides that method alone. Weights must be
-        finite and non-negative with a positive sum for valid input.
+        (:func:`~cactus_theory.rules.plans.residual_weights` for target and spike plans). A rule
+        whose recovery has a cheaper form overrides this method (and :meth:`recovery_at` with
+        the same law). Weights must be finite and non-negative with a positive sum for valid
+        input.
         """
-        if type(self).recovery_at is not Rule.recovery_at:
-            return self.recovery_at(
-                target_probs,
-                draft_probs,
-                token_ids,
-                raw_target_probs=raw_target_probs,
-                raw_draft_probs=raw_draft_probs,
-            )
         plan = self.plan(
             target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
         )
@@ -308,9 +293,10 @@ class SpikeRule(Rule):
     Theorem 2's structure: :math:`h^{(n)}_n = \gamma_n`, :math:`h^{(n)}_i = c_n q_i` with
     :math:`c_n = (1-\gamma_n)/(1-q_n)`, :math:`a_n = \min(1, \gamma_n/p_n)`. Derived here:
     the plan (``SpikePlan``), the acceptance and the recovery at the drafted tokens from
-    gamma there alone; the samplers evaluate gamma once per call (:attr:`samples_from_spike`).
-    Subclasses set ``fast_accept=True`` in their :class:`RuleSpec` (this class overrides
-    :meth:`Rule.accept_probs_at`).
+    gamma there alone; the samplers evaluate gamma once per call at the drafted tokens
+    (:meth:`spike_at_tokens`) and reuse it for the recovery, so a subclass states its spike
+    and nothing else. Subclasses set ``fast_accept=True`` in their :class:`RuleSpec` (this
+    class overrides :meth:`Rule.accept_probs_at`).
     """
 
     #: False: the samplers' compiled core (``fused=True``) evaluates gamma outside its graphs
@@ -353,24 +339,6 @@ class SpikeRule(Rule):
         """
         return ratio_acceptance(self.spike_at_tokens(q_n), p_n)
 
-    @property
-    def samples_from_spike(self) -> bool:
-        r"""True when the samplers may evaluate gamma once per call and reuse it.
-
-        The samplers then call :meth:`spike_at_tokens` on the [B, k] drafted tokens, accept
-        with :math:`\min(1, \gamma_n/p_n)` and build the recovery from the recovery
-        position's gamma (one root evaluation per call instead of two).
-        False for a subclass that overrides an accept or recovery hook (the samplers then call
-        the hooks).
-        """
-        t = type(self)
-        return (
-            t.accept_probs_from_values is SpikeRule.accept_probs_from_values
-            and t.accept_probs_at is SpikeRule.accept_probs_at
-            and t.recovery_weights_at is SpikeRule.recovery_weights_at
-            and t.recovery_at is SpikeRule.recovery_at
-        )
-
     def recovery_at(
         self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
     ):
@@ -392,6 +360,10 @@ class SpikeRule(Rule):
         """
         gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
         return spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n)
+
+
+#: The declaration forms' families (:attr:`RuleSpec.family`'s default).
+_FORM_FAMILIES = {SpikeRule: "spike", ElementwiseTargetRule: "target"}
 
 
 class RuleRegistry(dict):

@@ -131,14 +131,12 @@ register(
                 doc="rho: accept if q~_n >= rho max q~ (vLLM #45229's logit test, 0.5 there)",
             ),
         ),
-        sps_knobs=None,
         sps_note="greedy acceptance: 0/1 decisions that ignore p and an argmax recovery; no knob "
         "value gives SpS (K = 1, delta = rho = 0 is strict greedy acceptance)",
         deterministic=True,
         reads_draft=False,
         needs_raw=True,
         family="decision",
-        fast_accept=True,
         summary="relaxed top-K greedy: accept iff n in top-K(q~) and q~_n >= max(max q~ - delta, "
         "rho max q~); recover argmax q",
         reference="TensorRT-LLM relaxed MTP acceptance (mtpRelaxedAcceptanceKernel); vLLM #45229",

@@ -43,7 +43,7 @@ from ..divergences import get_divergence
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["ReducibleFuzzy", "rfsd_divergence", "rfsd_target"]
+__all__ = ["ReducibleFuzzy"]
 
 
 def rfsd_divergence(fuzzy_divergence: str, target_probs, draft_probs):
@@ -108,9 +108,6 @@ register(
             ),
         ),
         sps_knobs={"fuzzy_threshold": 0.0},
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
         family="target",
         summary="reducible fuzzy SD: SpS against pi = p if D(q, p) <= T, else q; emits pi",
         reference="arXiv 2607.08690 vLLM overlay (relaxed_target_method='rfsd'); "

@@ -51,7 +51,7 @@ from array_api_compat import array_namespace
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["SpeculativeContrastive", "scd_target"]
+__all__ = ["SpeculativeContrastive"]
 
 
 def _safe_log(xp, x):
@@ -174,8 +174,6 @@ register(
             Knob("scd_alpha", 0.1, 0.0, 1.0, low_open=True, doc="alpha of the alpha gate (0 < alpha <= 1)"),
         ),
         sps_knobs={"scd_beta": 0.0, "gate": "expert_toppk"},
-        deterministic=False,
-        reads_draft=True,
         needs_raw=True,
         family="target",
         summary="speculative contrastive decoding: SpS against pi ~ q^(1+b) p~^(-b/T) on q's support",

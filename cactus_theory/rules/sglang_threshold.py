@@ -79,7 +79,7 @@ from ..conventions import EMPTY_RESIDUAL_MASS
 from .plans import DecisionPlan, gather
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
-__all__ = ["SGLangThreshold", "SamplerMatch", "sglang_acceptance"]
+__all__ = ["SGLangThreshold", "SamplerMatch"]
 
 #: The launcher's floor on ``threshold_acc`` (``fmaxf(threshold_acc, 1e-9f)``).
 SGLANG_MIN_THRESHOLD_ACC = 1e-9
@@ -174,14 +174,9 @@ register(
                 doc="t_single: accept any draft with q_n >= t (SGLang --speculative-accept-threshold-single)",
             ),
         ),
-        sps_knobs=None,
         sps_note="t_single = t_acc = 1 (SGLang's defaults) is lossless for every drafter but accepts "
         "sum_n p_n q_n, not sum min(p, q): it is SpS only for a one-hot draft",
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
         family="decision",
-        fast_accept=True,
         summary="SGLang target-only: accept iff u <= q_n / t_acc or q_n >= t_single; else sample q without n",
         reference="sgl-project/sglang sgl-kernel speculative_sampling.cuh (TreeSpeculativeSamplingTargetOnly)",
     )
@@ -191,15 +186,9 @@ register(
     RuleSpec(
         name="sampler-match",
         factory=SamplerMatch,
-        knobs=(),
-        sps_knobs=None,
         sps_note="lossless for every drafter, but accepts sum_n p_n q_n <= sum min(p, q); equal to "
         "SpS only for a one-hot draft",
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
         family="decision",
-        fast_accept=True,
         summary="accept iff the draft equals the verifier's own sample (a_n = q_n); else sample q "
         "without n; lossless",
         reference="vLLM rejection_sampler.py NO_DRAFT_PROBS; SGLang's kernel at thresholds 1",

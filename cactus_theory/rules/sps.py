@@ -26,12 +26,7 @@ register(
     RuleSpec(
         name="sps",
         factory=SpeculativeSampling,
-        knobs=(),
         sps_knobs={},
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
-        family="target",
         summary="standard speculative sampling: accept min(1, q_n/p_n), emits q exactly",
         reference="Leviathan et al. 2023 (arXiv 2211.17192); Chen et al. 2023 (arXiv 2302.01318)",
     )

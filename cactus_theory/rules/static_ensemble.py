@@ -74,10 +74,6 @@ register(
             ),
         ),
         sps_knobs={"assistant_ensemble_weight": 1.0},
-        deterministic=False,
-        reads_draft=True,
-        needs_raw=False,
-        family="target",
         summary="static ensemble: h = w q + (1 - w) p, = interpolation with alpha = 1 - w",
         reference="DIVERSED, AISTATS 2026 (arXiv 2604.07622); transformers #45979 assistant_ensemble_weight",
     )

@@ -37,7 +37,7 @@ from array_api_compat import array_namespace
 from .plans import DecisionPlan, one_hot
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["TypicalAcceptance", "tas_threshold"]
+__all__ = ["TypicalAcceptance"]
 
 #: The constant inside vLLM's and Medusa's entropy, ``log(q + 1e-5)``.
 VLLM_ENTROPY_EPS = 1e-5
@@ -153,12 +153,10 @@ register(
                 doc="on rejection: vLLM's argmax q, or Medusa's q truncated to {q >= threshold}",
             ),
         ),
-        sps_knobs=None,
         sps_note="no knob value gives SpS: the 0/1 acceptance ignores p and the recovery is not "
         "the SpS residual (posterior_threshold = 0 accepts every token with q_n > 0)",
         deterministic=True,
         reads_draft=False,
-        needs_raw=False,
         family="decision",
         summary="typical acceptance: accept iff q_n > min(eps, alpha exp(-H(q))); recover argmax q",
         reference="Cai et al., MEDUSA, ICML 2024 (arXiv 2401.10774) Sec. 3.3; vLLM V0 "

@@ -28,7 +28,7 @@ from array_api_compat import array_namespace
 from .plans import TargetPlan, gather
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__ = ["TopKAcceptance", "topk_indicator"]
+__all__ = ["TopKAcceptance"]
 
 
 def topk_indicator(target_probs, topk: int):
@@ -100,13 +100,9 @@ register(
                 doc="k: accept drafted tokens in the verifier's top-k (Cactus spec.py default 5)",
             ),
         ),
-        sps_knobs=None,
         sps_note="no k gives SpS: acceptance is 0/1 and the recovery ignores q's values",
         deterministic=True,
-        reads_draft=True,
-        needs_raw=False,
         family="target",
-        fast_accept=True,
         summary="top-k acceptance: accept iff q_n >= k-th largest q; recover normalize(1[top-k] - p)",
         reference="Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/topk.py",
     )

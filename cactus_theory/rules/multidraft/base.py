@@ -35,19 +35,7 @@ import numpy as np
 from ...drafts import DRAFTING, DrawnTree, drafting_law
 from ..registry import Knob
 
-__all__ = [
-    "NodeLaw",
-    "PathLaw",
-    "VerifierSpec",
-    "MultiDraftVerifier",
-    "NodeVerifier",
-    "VerifierRegistry",
-    "VERIFIERS",
-    "register_verifier",
-    "get_verifier",
-    "verifier_names",
-    "normalize_residual",
-]
+__all__ = ["MultiDraftVerifier", "NodeVerifier"]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import numpy as np
 from ...drafts import DrawnTree, drafting_law
 from .base import MultiDraftVerifier, PathLaw, VerifierSpec, normalize_residual, register_verifier
 
-__all__ = ["BlockVerification", "block_weights"]
+__all__ = ["BlockVerification"]
 
 
 def block_weights(tree: DrawnTree):

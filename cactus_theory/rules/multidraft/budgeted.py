@@ -57,7 +57,7 @@ from .base import NodeLaw, NodeVerifier, VerifierSpec, register_verifier
 from .optimal import MAX_SUPPORT, OptimalCoupling
 from .rrs import RecursiveRejection
 
-__all__ = ["BudgetedOptimal", "MultiplierOptimal", "CactusRRS", "draft_set_target"]
+__all__ = ["BudgetedOptimal", "MultiplierOptimal", "CactusRRS"]
 
 _CACHE_SIZE = 4096
 

@@ -27,7 +27,7 @@ from ...drafts import draft_set_law
 from ...solvers._draft_coupling import SetCoupling, optimal_set_coupling
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
-__all__ = ["OptimalCoupling", "MAX_SUPPORT"]
+__all__ = ["OptimalCoupling"]
 
 #: Largest drafter support the LP is built for.
 MAX_SUPPORT = 64

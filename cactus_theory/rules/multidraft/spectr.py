@@ -24,7 +24,7 @@ import numpy as np
 
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
-__all__ = ["KSequential", "division_factor"]
+__all__ = ["KSequential"]
 
 _GRID = 257  # points of the scan of [1, k] for the first feasible division factor
 _BISECT = 60  # bisection steps after it (interval below 2^-60 of k)
