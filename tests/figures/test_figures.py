@@ -295,12 +295,6 @@ def test_register_figure_rejects_taken_names():
         F.register_figure("bad name", lambda seed=0: None)
 
 
-def test_plots_module_reexports():
-    from cactus_theory import plots
-
-    assert plots.write_figures is F.write_figures and plots.FIGURES is F.FIGURES
-
-
 def test_figure_data_errors_name_the_argument():
     with pytest.raises(ValueError, match="draft_probs"):
         F.figure_per_draft_vs_emitted(np.ones((2, 3)) / 3, np.ones((2, 4)) / 4)
