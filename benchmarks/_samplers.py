@@ -74,7 +74,7 @@ def _validation_rows(x: _Rows, repeats: int) -> list:
     clamp-and-flag check every call runs), eager and fused, reported: the floor under every rule."""
     import torch
 
-    from cactus_theory.samplers.base import validate_sampler_entry
+    from cactus_theory.samplers.entry import validate_sampler_entry
 
     q, p, ids, bonus, k = x.q, x.p, x.ids, x.bonus, x.k
     val = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True)  # noqa: E731
