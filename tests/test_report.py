@@ -57,7 +57,6 @@ def test_console_script_runs():
     assert res.returncode == 0 and "Corollary 6 holds" in res.stdout
 
 
-
 def test_claims_from_a_checkout_and_without_one(capsys, monkeypatch):
     """The claims section loads the checkout's paper_checks/; an installed copy (no checkout)
     leaves it out of the default sections and, asked for by name, exits 2 with one line."""
@@ -71,6 +70,7 @@ def test_claims_from_a_checkout_and_without_one(capsys, monkeypatch):
     assert main(["report", "--sections", "claims", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sections: claims needs a checkout of the repository" in err[0], err
+
 
 # --------------------------------------------------------------------------- report as data
 
