@@ -357,6 +357,8 @@ def _wrap_mrv1_sample(orig):
         *args,
         **kwargs,
     ):
+        given = (draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                 target_logits, bonus_token_ids, sampling_metadata)  # fmt: skip
         rule = _ACTIVE.get()
         if (
             rule is not None
@@ -364,33 +366,9 @@ def _wrap_mrv1_sample(orig):
             and target_logits.shape[0] > 0
             and not is_sps(rule)
         ):
-            out, draft_probs = _mrv1_rejection_sample(
-                rule,
-                _raw_logits(rule),
-                draft_token_ids,
-                num_draft_tokens,
-                max_spec_len,
-                cu_num_draft_tokens,
-                draft_probs,
-                target_logits,
-                bonus_token_ids,
-                sampling_metadata,
-                *args,
-                **kwargs,
-            )
+            out, draft_probs = _mrv1_rejection_sample(rule, _raw_logits(rule), *given, *args, **kwargs)
         else:
-            out = orig(
-                draft_token_ids,
-                num_draft_tokens,
-                max_spec_len,
-                cu_num_draft_tokens,
-                draft_probs,
-                target_logits,
-                bonus_token_ids,
-                sampling_metadata,
-                *args,
-                **kwargs,
-            )
+            out = orig(*given, *args, **kwargs)
         recorder = _RECORDER.get()
         if recorder is not None and not sampling_metadata.all_greedy and target_logits.shape[0] > 0:
             _record_mrv1(recorder, target_logits, draft_probs, draft_token_ids, num_draft_tokens,
@@ -435,21 +413,9 @@ def _wrap_mrv2_sample(orig):
                 in_place=True,
             )
         try:
-            return orig(
-                target_logits,
-                draft_logits,
-                draft_sampled,
-                cu_num_logits,
-                pos,
-                idx_mapping,
-                expanded_idx_mapping,
-                expanded_local_pos,
-                temperature,
-                seed,
-                num_speculative_steps,
-                *args,
-                **kwargs,
-            )
+            return orig(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                        expanded_idx_mapping, expanded_local_pos, temperature, seed,
+                        num_speculative_steps, *args, **kwargs)  # fmt: skip
         finally:
             if undo is not None:
                 undo()  # the engine's processed logits (and logprobs) are q again
