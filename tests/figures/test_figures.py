@@ -119,7 +119,7 @@ def test_figure_renders_in_the_style(name):
         small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < 8]
         assert small == [], f"{name}: text below 8 pt"
         # readable as rendered: no overlapping or cut text, no note or legend over a series or a
-        # bar, no series hidden under another (figures.layout reads the renderer's boxes)
+        # bar, no series hidden under another (figures._layout reads the renderer's boxes)
         from cactus_theory.figures._layout import layout_problems
 
         assert layout_problems(fig) == [], name
