@@ -44,11 +44,7 @@ import numpy as np
 from .analysis._runners import ArrayRows, RowChunk, RowSource
 
 __all__ = [
-    "RECORDING_KEYS",
-    "SHARD_SUFFIXES",
-    "ArrayRows",
     "FileRows",
-    "RowChunk",
     "RowSource",
     "ShardRows",
     "as_row_source",
