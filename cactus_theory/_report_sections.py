@@ -370,8 +370,8 @@ def chain_rows(trajectories, m: int, rules=None) -> list[dict]:
     lower and upper bounds and the naive per-step sum (teacher-forced).
     """
     from .rules import get_rule
-    from .simulate.exact import exact_chain, sequence_divergence
-    from .simulate.metrics import compute_metrics, pool_totals
+    from .simulate._exact import exact_chain, sequence_divergence
+    from .simulate._metrics import compute_metrics, pool_totals
 
     rules = CHAIN_RULES if rules is None else rules
     if rules[0][0] != "sps":
@@ -405,7 +405,7 @@ def chain_rows(trajectories, m: int, rules=None) -> list[dict]:
 
 def section_chain(seed: int = 0, m: int = 20, length: int = 200, trajectories: int = 4) -> Section:
     """Exact chain expectations (dynamic programme over round starts) at the paper's m = 20."""
-    from .simulate.synthetic import synthetic_trajectory
+    from .simulate._synthetic import synthetic_trajectory
 
     rng = np.random.default_rng(seed)
     trajs = [
@@ -427,7 +427,7 @@ def section_chain(seed: int = 0, m: int = 20, length: int = 200, trajectories: i
 
 
 def sequence_budget_table(res, name: str = "sequence") -> Table:
-    """A :class:`~cactus_theory.simulate.sequence_budget.SequenceBudgetComparison` as a Table:
+    """A :class:`~cactus_theory.simulate._sequence_budget.SequenceBudgetComparison` as a Table:
     one row per method (acceptance, KL per token, worst trajectory, AL_m per m, the chain's KL
     upper bound at the largest m, the calibrated knob)."""
     ms = res.draft_lengths
@@ -450,7 +450,7 @@ def sequence_budget_table(res, name: str = "sequence") -> Table:
 
 def format_sequence_budget(result) -> str:
     """Plain-text table of a
-    :class:`~cactus_theory.simulate.sequence_budget.SequenceBudgetComparison` (one row per
+    :class:`~cactus_theory.simulate._sequence_budget.SequenceBudgetComparison` (one row per
     method), printed by :func:`format_table`."""
     return format_table(sequence_budget_table(result), "text")
 
@@ -464,7 +464,7 @@ def default_corpora(seed: int = 0, real: bool = True) -> list:
     drafter recording with at least two positions.
     """
     from .logits import load_dump, shipped_dumps
-    from .simulate.synthetic import synthetic_trajectory
+    from .simulate._synthetic import synthetic_trajectory
 
     truncation = dict(temperature=0.6, top_k=20, top_p=0.95)
     rng = np.random.default_rng(seed)
@@ -479,7 +479,7 @@ def default_corpora(seed: int = 0, real: bool = True) -> list:
 
 def section_sequence_budget(seed: int = 0, eps: float = 0.1) -> Section:
     """Methods at equal sequence-level KL: AL at m = 2, 4, 8, 20 (synthetic and real trajectories)."""
-    from .simulate.sequence_budget import compare_sequence_budget
+    from .simulate._sequence_budget import compare_sequence_budget
 
     corpora = default_corpora(seed)
     blocks = [

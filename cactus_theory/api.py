@@ -394,8 +394,8 @@ def analyze_rules(
 def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
     r"""Exact expected speculative-decoding metrics of a rule over a teacher-forced trajectory.
 
-    Wraps :func:`cactus_theory.simulate.exact.exact_chain` (the dynamic programme over round
-    starts) and :func:`cactus_theory.simulate.metrics.compute_metrics`.
+    Wraps :func:`cactus_theory.simulate._exact.exact_chain` (the dynamic programme over round
+    starts) and :func:`cactus_theory.simulate._metrics.compute_metrics`.
 
     Parameters
     ----------
@@ -416,10 +416,10 @@ def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 (AL_m); Leviathan et al. 2023.
     """
     from .rules import get_rule
-    from .simulate.chain import Trajectory
-    from .simulate.exact import exact_chain as _exact_chain
-    from .simulate.exact import sequence_divergence
-    from .simulate.metrics import compute_metrics
+    from .simulate._chain import Trajectory
+    from .simulate._exact import exact_chain as _exact_chain
+    from .simulate._exact import sequence_divergence
+    from .simulate._metrics import compute_metrics
 
     if not isinstance(trajectory, Trajectory):
         if isinstance(trajectory, (tuple, list)) and len(trajectory) == 2:

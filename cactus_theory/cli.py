@@ -418,8 +418,8 @@ SUBCOMMANDS = {
     ),
     "simulate": Subcommand(
         "simulate a rule over synthetic trajectories (teacher-forced) beside exact",
-        "cactus_theory.simulate.cli:add_arguments",
-        "cactus_theory.simulate.cli:run",
+        "cactus_theory.simulate._cli:add_arguments",
+        "cactus_theory.simulate._cli:run",
     ),
     "figures": Subcommand("write the figures (PDF and PNG)", _args_figures, _cmd_figures),
     "benchmark": Subcommand("speed goals as medians and ratios", _args_benchmark, _cmd_benchmark),

@@ -14,7 +14,7 @@ Usage::
 Core formulas covered (module -> tests): Theorem 2's root and Corollary 5's point
 (``solvers/_spike.py``), the rule plans (``rules/plans.py``), the emitted distribution
 (``analysis/one_step.py``), the optimal frontier (``solvers/_frontier.py``) and the chain
-dynamic programme (``simulate/exact.py``). Docstrings, comments, error messages, imports and
+dynamic programme (``simulate/_exact.py``). Docstrings, comments, error messages, imports and
 signatures are never mutated. With ``--per-file N`` a seeded sample of N mutants per module is
 run (the full list is large; on two shared cores each survivor costs a full test-file run).
 """
@@ -41,7 +41,7 @@ TARGETS = {
     "cactus_theory/rules/plans.py": ["tests/analysis/test_one_step.py", "tests/rules/test_rule_invariants.py"],
     "cactus_theory/analysis/one_step.py": ["tests/analysis/test_one_step.py"],
     "cactus_theory/solvers/_frontier.py": ["tests/analysis/test_frontier.py"],
-    "cactus_theory/simulate/exact.py": ["tests/simulate/test_simulate.py"],
+    "cactus_theory/simulate/_exact.py": ["tests/simulate/test_simulate.py"],
 }
 
 _SWAPS = [

@@ -24,7 +24,7 @@ from cactus_theory.logits import _loader as loader
 from cactus_theory.logits._runner import SamplingParams, processed_dense, processed_sparse
 from cactus_theory.rules import RULES, Rule, get_rule, rule_names
 from cactus_theory.samplers import RuleSampler
-from cactus_theory.simulate.exact import brute_force_chain
+from cactus_theory.simulate._exact import brute_force_chain
 from cactus_theory.solvers._cvx_frontier import max_acceptance_cvxpy
 from cactus_theory.solvers._frontier import frontier, frontier_curve
 from cactus_theory.solvers._spike import exact_spike, taylor_spike

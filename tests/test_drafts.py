@@ -19,7 +19,7 @@ from cactus_theory.drafts import (
     draft_set_law,
     drafting_law,
 )
-from cactus_theory.simulate.trees import synthetic_chain, synthetic_multidraft, synthetic_tree
+from cactus_theory.simulate._trees import synthetic_chain, synthetic_multidraft, synthetic_tree
 
 Q = np.array([0.5, 0.3, 0.2, 0.0])
 P = np.array([0.4, 0.4, 0.1, 0.1])

@@ -7,8 +7,8 @@ import pytest
 
 from cactus_theory.cli import main
 from cactus_theory.simulate import exact_chain, simulate_chain, synthetic_trajectory
-from cactus_theory.simulate.chain import position_laws
-from cactus_theory.simulate.exact import sequence_log_prob
+from cactus_theory.simulate._chain import position_laws
+from cactus_theory.simulate._exact import sequence_log_prob
 from cactus_theory.solvers._cvx import max_draft_probability_cvxpy
 
 T = 10
@@ -46,7 +46,7 @@ def test_a_draft_length_beyond_the_trajectory_allocates_nothing_of_its_size(traj
 
 def test_pooled_totals_of_trajectories_of_different_lengths(trajectory):
     """A short trajectory's totals stop at its longest round; pooling pads them with zeros."""
-    from cactus_theory.simulate.metrics import pool_totals
+    from cactus_theory.simulate._metrics import pool_totals
 
     short = synthetic_trajectory("dirichlet", 4, 8, 1)
     a = exact_chain("sps", trajectory, 6).totals

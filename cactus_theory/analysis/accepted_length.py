@@ -14,7 +14,7 @@ increments :math:`A_k - A_{k-1} = S_k \in [0, 1]`, and :math:`S_k` is nonincreas
 (:math:`\{N \ge k+1\} \subset \{N \ge k\}`): its increments never rise. An engine's
 per-position counters (the number of rounds that accepted position j, out of the rounds that
 drafted it) estimate :math:`S_j`; each is a binomial count, compared with the exact survival
-(:func:`cactus_theory.simulate.survival.survival_probabilities` on the recorded rows) by a
+(:func:`cactus_theory.simulate._survival.survival_probabilities` on the recorded rows) by a
 Clopper-Pearson interval.
 
 Symbols: N accepted drafts of a round, k drafts per round, :math:`S_j` survival.

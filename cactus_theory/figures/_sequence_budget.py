@@ -3,7 +3,7 @@ r"""Figure: AL against draft length for the methods compared at one sequence-lev
 y is each method's :math:`AL_m` relative to Cactus-Taylor with one delta (in %), so the
 small differences between methods at equal divergence are visible.
 
-One line per method of :mod:`cactus_theory.simulate.sequence_budget` (Cactus with one delta,
+One line per method of :mod:`cactus_theory.simulate._sequence_budget` (Cactus with one delta,
 Cactus and Mentored decoding per position, the offline optimum, the sequence-budget rule with
 one multiplier and online with a budget account), each calibrated to the same mean per-token
 emitted KL :math:`\epsilon`; y is the exact teacher-forced :math:`AL_m` (bonus not counted).
@@ -36,7 +36,7 @@ def plot_sequence_budget(result, ax=None):
     Parameters
     ----------
     result : SequenceBudgetComparison
-        From :func:`cactus_theory.simulate.sequence_budget.compare_sequence_budget`.
+        From :func:`cactus_theory.simulate._sequence_budget.compare_sequence_budget`.
     ax : matplotlib Axes, optional
         Where to draw (default: a new Figure with one Axes; pyplot is not used).
 
@@ -79,7 +79,7 @@ def figure_sequence_budget(trajectories=None, eps: float = 0.1, *, seed: int = 0
     (:func:`cactus_theory.report.default_corpora`): 8 noisy-copy trajectories, V = 64, T = 64,
     truncated, drawn with ``seed`` (:func:`~cactus_theory.figures._data.synthetic_trajectories`).
     """
-    from ..simulate.sequence_budget import compare_sequence_budget
+    from ..simulate._sequence_budget import compare_sequence_budget
     from ._data import synthetic_trajectories
 
     if trajectories is None:

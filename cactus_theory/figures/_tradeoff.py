@@ -3,7 +3,7 @@ r"""The paper's main trade-off: acceptance and accepted length against delta, fo
 Acceptance of one draft :math:`\alpha = \sum_n p_n \min(1, \gamma_n/p_n)` (exact, averaged
 over positions) and the expected accepted length per round :math:`AL_m` (bonus not counted,
 the paper's convention) from the exact dynamic programme over round starts
-(:func:`cactus_theory.simulate.exact.exact_chain`, teacher-forced).
+(:func:`cactus_theory.simulate._exact.exact_chain`, teacher-forced).
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
 :math:`\delta` budget, m draft length. Reference: Hao & Mou, ICLR 2026 (arXiv 2604.04987),
@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..rules import get_rule
-from ..simulate.chain import position_laws
-from ..simulate.exact import exact_chain
-from ..simulate.metrics import compute_metrics, pool_totals
+from ..simulate._chain import position_laws
+from ..simulate._exact import exact_chain
+from ..simulate._metrics import compute_metrics, pool_totals
 from ._data import synthetic_trajectories
 from ._notes import record_rules
 from ._style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, legend_above, new_axes, new_axes_row, styled
@@ -46,7 +46,7 @@ def expected_al(rule, trajectories, ms):
     Parameters
     ----------
     rule : str or Rule
-    trajectories : list of :class:`cactus_theory.simulate.chain.Trajectory`
+    trajectories : list of :class:`cactus_theory.simulate._chain.Trajectory`
     ms : sequence of int
         Draft lengths.
 
@@ -216,7 +216,7 @@ def tradeoff_table(target_probs, draft_probs, delta, m, *, raw_target_probs=None
         :math:`\mathrm{KL}(h_{\mathrm{alg}}\|q)` over positions.
     """
     from ..analysis.frontier import operating_points
-    from ..simulate.chain import Trajectory
+    from ..simulate._chain import Trajectory
 
     traj = Trajectory(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     rows = []

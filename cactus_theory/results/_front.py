@@ -337,7 +337,7 @@ class ChainResult(_Result):
     length : int
         Trajectory positions T.
     metrics : dict of str to float
-        Every ratio metric of :mod:`cactus_theory.simulate.metrics` (``al_paper``,
+        Every ratio metric of :mod:`cactus_theory.simulate._metrics` (``al_paper``,
         ``tokens_per_call``, ``v0_acceptance_rate``, ``prefix_acceptance_rate``,
         ``v0_system_efficiency``, ``rejected_per_token``), exact (ratios of expected totals).
     pos_marginal, pos_conditional : list of float, length m
@@ -346,7 +346,7 @@ class ChainResult(_Result):
         :math:`P(N = i)` per round.
     sequence_kl_upper : float
         Upper bound on the KL of the emitted text from the verifier's
-        (:func:`cactus_theory.simulate.exact.sequence_divergence`).
+        (:func:`cactus_theory.simulate._exact.sequence_divergence`).
     chain : ExactChain
         The underlying dynamic programme (not exported).
     """

@@ -5,54 +5,37 @@ not depend on the emitted text. Symbols: q verifier (``target_probs``), p drafte
 (``draft_probs``), n drafted token, m draft length.
 """
 
-from .chain import ChainRun, PositionLaws, Trajectory, position_laws, simulate_chain
-from .exact import (
-    ExactChain,
-    SequenceDivergence,
-    brute_force_chain,
-    exact_chain,
-    sequence_divergence,
-    sequence_kl_brute_force,
-    sequence_kl_monte_carlo,
-    sequence_log_prob,
-)
-from .metrics import (
-    METRIC_LABELS,
-    ChainTotals,
-    Estimate,
-    compute_metrics,
-    pool_totals,
-    ratio_estimate,
-    rej_relative,
-)
-from .synthetic import synthetic_trajectory
-from .trees import TreeSimulation, simulate_tree, synthetic_chain, synthetic_multidraft, synthetic_tree
+from ._bonus import relaxed_bonus_chain
+from ._chain import PositionLaws, Trajectory, position_laws, simulate_chain
+from ._exact import exact_chain, sequence_divergence, sequence_kl_brute_force, sequence_kl_monte_carlo
+from ._fly import fly_exact_chain, simulate_fly
+from ._metrics import compute_metrics, pool_totals
+from ._sequence_budget import compare_sequence_budget
+from ._survival import best_verify_length, realised_acceptance, survival_probabilities
+from ._synthetic import synthetic_trajectory
+from ._trees import simulate_tree, synthetic_chain, synthetic_multidraft, synthetic_tree
 
 __all__ = [
     "Trajectory",
     "PositionLaws",
     "position_laws",
-    "ChainRun",
     "simulate_chain",
-    "ExactChain",
     "exact_chain",
-    "brute_force_chain",
-    "SequenceDivergence",
     "sequence_divergence",
-    "sequence_log_prob",
     "sequence_kl_monte_carlo",
     "sequence_kl_brute_force",
-    "ChainTotals",
-    "Estimate",
     "compute_metrics",
     "pool_totals",
-    "ratio_estimate",
-    "rej_relative",
-    "METRIC_LABELS",
     "synthetic_trajectory",
+    "synthetic_tree",
     "synthetic_multidraft",
     "synthetic_chain",
-    "synthetic_tree",
     "simulate_tree",
-    "TreeSimulation",
+    "compare_sequence_budget",
+    "fly_exact_chain",
+    "simulate_fly",
+    "relaxed_bonus_chain",
+    "survival_probabilities",
+    "realised_acceptance",
+    "best_verify_length",
 ]

@@ -1,7 +1,7 @@
 r"""The rows an audit runs on (:class:`AuditCorpus`): from recorded trajectories or from arrays.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``); a trajectory is replayed
-teacher-forced (:class:`cactus_theory.simulate.chain.Trajectory`).
+teacher-forced (:class:`cactus_theory.simulate._chain.Trajectory`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 
 from .._validation import as_prob_pair, choice, positive_int
-from .chain import Trajectory
+from ._chain import Trajectory
 
 #: Which rows of a recording are audited.
 ROWS = ("processed", "raw")
@@ -67,7 +67,7 @@ class AuditCorpus:
 def corpus_from_dump(dump, *, rows="processed", max_positions=None, eos_token_id=None) -> AuditCorpus:
     r"""An :class:`AuditCorpus` from a recording: a loaded dump (:class:`cactus_theory.logits.Dump`),
     or any object with its ``trajectories()`` (each a
-    :class:`~cactus_theory.simulate.chain.Trajectory` with its ``columns``), ``name`` and
+    :class:`~cactus_theory.simulate._chain.Trajectory` with its ``columns``), ``name`` and
     ``meta["transforms"]``.
 
     ``rows="processed"``: the recorded sampling transforms (the shipped ones: temperature 0.6,

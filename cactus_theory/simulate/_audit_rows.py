@@ -4,8 +4,8 @@ Two evaluators with one interface (``statistic``, ``columns``, ``sps_acceptance`
 ``result_fields``, ``frontier_line``), used by :func:`cactus_theory.simulate.audit.audit`:
 
 * :class:`CorpusRows`: an :class:`~._audit_corpus.AuditCorpus` in memory. The rule's exact
-  per-position laws (:func:`cactus_theory.simulate.chain.position_laws`; Theorem 3), the
-  teacher-forced exact chain per trajectory (:func:`cactus_theory.simulate.exact.exact_chain`)
+  per-position laws (:func:`cactus_theory.simulate._chain.position_laws`; Theorem 3), the
+  teacher-forced exact chain per trajectory (:func:`cactus_theory.simulate._exact.exact_chain`)
   for the accepted length :math:`AL_m` and the sequence bound
   :math:`\frac1N\sum_t (1-b_t) KL(h_t\|q_t)` (:func:`~.exact.sequence_divergence`), the
   end-of-sequence shift, and the corpus-mean frontier line
@@ -31,9 +31,9 @@ from ..analysis.frontier import CORPUS_FRONTIER_DIVERGENCES, corpus_frontier, ga
 from ..analysis.one_step import emitted_distribution, make_plan
 from ..divergences import get_divergence
 from ..rules import get_rule
-from .chain import PositionLaws, position_laws
-from .exact import exact_chain, sequence_divergence
-from .metrics import compute_metrics, pool_totals
+from ._chain import PositionLaws, position_laws
+from ._exact import exact_chain, sequence_divergence
+from ._metrics import compute_metrics, pool_totals
 
 _KL, _TV = get_divergence("kl"), get_divergence("tv")
 

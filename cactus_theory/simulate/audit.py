@@ -9,7 +9,7 @@ meets one target :math:`\epsilon`, then reports side by side what it buys and wh
   :func:`cactus_theory.analysis.one_step.emitted_distribution`); per sequence
   (``per="sequence"``), the chain's exact upper bound on the KL of the emitted text per token,
   :math:`\frac1N\sum_{\text{traj}}\sum_t (1-b_t) KL(h_t\|q_t)` at draft length
-  ``sequence_m`` (:func:`cactus_theory.simulate.exact.sequence_divergence`; :math:`b_t` the
+  ``sequence_m`` (:func:`cactus_theory.simulate._exact.sequence_divergence`; :math:`b_t` the
   probability that t is a bonus position);
 * the knob: a monotone bisection within the rule's published range
   (:class:`cactus_theory.rules.registry.Knob`) from its lossless end (SpS's value where it has

@@ -12,7 +12,7 @@ from cactus_theory.analysis.accepted_length import (
     curve_from_survival,
     survival_from_curve,
 )
-from cactus_theory.simulate.survival import survival_probabilities
+from cactus_theory.simulate._survival import survival_probabilities
 
 
 def test_conventions_differ_by_the_extra_token():

@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from cactus_theory.analysis.tree_budget import tree_constant_budget, tree_sequence_budget
-from cactus_theory.simulate.trees import synthetic_tree
+from cactus_theory.simulate._trees import synthetic_tree
 
 
 @pytest.fixture(scope="module")

@@ -848,7 +848,7 @@ def test_recorded_engine_counters_against_the_exact_survival(vllm_mods, monkeypa
     counts per position (as vLLM's metrics count them, from the recorded outcomes) lie within
     their Clopper-Pearson intervals of the exact survival computed from the recorded rows."""
     from cactus_theory.analysis.accepted_length import compare_position_counts
-    from cactus_theory.simulate.survival import realised_acceptance, survival_probabilities
+    from cactus_theory.simulate._survival import realised_acceptance, survival_probabilities
 
     knobs = {"delta": 0.3}
     rule_cfg = {"rule": "cactus-taylor", **knobs, "record": {"folder": str(tmp_path), "max_bytes": 10**8}}

@@ -30,7 +30,7 @@ from cactus_theory.divergences import DIVERGENCES, divergence
 from cactus_theory.drafts import MultiDraft
 from cactus_theory.rules.multidraft import get_verifier, verifier_names
 from cactus_theory.rules.multidraft.budgeted import draft_set_target
-from cactus_theory.simulate.trees import synthetic_tree
+from cactus_theory.simulate._trees import synthetic_tree
 from cactus_theory.solvers._multidraft import min_cut_acceptance, multidraft_frontier, multidraft_target
 
 # The optimal verifier's node law comes from a HiGHS LP (primal feasibility tolerance 1e-7).

@@ -31,7 +31,7 @@ from cactus_theory.drafts import MultiDraft
 from cactus_theory.rules import get_rule
 from cactus_theory.rules.multidraft import VERIFIERS, get_verifier
 from cactus_theory.samplers.multidraft import TreeSampler
-from cactus_theory.simulate.trees import simulate_tree, synthetic_chain, synthetic_multidraft, synthetic_tree
+from cactus_theory.simulate._trees import simulate_tree, synthetic_chain, synthetic_multidraft, synthetic_tree
 
 # Lossless by enumeration: the emitted law is a sum of at most a few thousand float64 products;
 # SpecTr's division factor is feasible to a relative 1e-12 (its residual is clipped there).

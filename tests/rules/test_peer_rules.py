@@ -25,10 +25,10 @@ from cactus_theory.analysis.one_step import (
 )
 from cactus_theory.divergences import get_divergence
 from cactus_theory.rules import get_rule
-from cactus_theory.simulate.bonus import relaxed_bonus_chain, simulate_relaxed_bonus
-from cactus_theory.simulate.chain import Trajectory
-from cactus_theory.simulate.exact import exact_chain
-from cactus_theory.simulate.fly import fly_brute_force, fly_exact_chain, fly_gate, fly_keep, simulate_fly
+from cactus_theory.simulate._bonus import relaxed_bonus_chain, simulate_relaxed_bonus
+from cactus_theory.simulate._chain import Trajectory
+from cactus_theory.simulate._exact import exact_chain
+from cactus_theory.simulate._fly import fly_brute_force, fly_exact_chain, fly_gate, fly_keep, simulate_fly
 
 # float64 sums of <= 32 terms of size <= 1
 ATOL = 1e-12

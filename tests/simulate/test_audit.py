@@ -77,8 +77,8 @@ def test_each_calibrated_rule_emits_the_target_exactly():
 
 
 def test_sequence_calibration_meets_the_chain_bound():
-    from cactus_theory.simulate.chain import Trajectory
-    from cactus_theory.simulate.exact import exact_chain, sequence_divergence
+    from cactus_theory.simulate._chain import Trajectory
+    from cactus_theory.simulate._exact import exact_chain, sequence_divergence
 
     q, p = _rows(40)
     res = ct.audit(q, p, eps=0.04, rules=["cactus-exact"], per="sequence", sequence_m=3, draft_lengths=(3,))

@@ -14,21 +14,19 @@ from rule_configs import CONFIGS  # every rule at its defaults and halfway to Sp
 
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.simulate import (
-    Estimate,
     Trajectory,
-    brute_force_chain,
-    cli,
     compute_metrics,
     exact_chain,
     position_laws,
-    rej_relative,
     sequence_divergence,
     sequence_kl_brute_force,
     sequence_kl_monte_carlo,
-    sequence_log_prob,
     simulate_chain,
     synthetic_trajectory,
 )
+from cactus_theory.simulate import _cli as cli
+from cactus_theory.simulate._exact import brute_force_chain, sequence_log_prob
+from cactus_theory.simulate._metrics import Estimate, rej_relative
 
 ALL_RULES = list(RULES.all_names())  # every rule, and every alias
 

@@ -10,7 +10,7 @@ import pytest
 from cactus_theory.analysis.one_step import acceptance_probabilities, acceptance_rate
 from cactus_theory.rules import get_rule
 from cactus_theory.simulate import Trajectory, exact_chain, position_laws
-from cactus_theory.simulate.survival import (
+from cactus_theory.simulate._survival import (
     best_verify_length,
     expected_round_tokens,
     realised_acceptance,

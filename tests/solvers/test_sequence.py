@@ -13,12 +13,12 @@ from cactus_theory._report_sections import format_sequence_budget
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.divergences import get_divergence
 from cactus_theory.rules import RULES, get_rule
-from cactus_theory.simulate.chain import Trajectory
-from cactus_theory.simulate.sequence_budget import (
+from cactus_theory.simulate._chain import Trajectory
+from cactus_theory.simulate._sequence_budget import (
     METHODS,
     compare_sequence_budget,
 )
-from cactus_theory.simulate.synthetic import synthetic_trajectory
+from cactus_theory.simulate._synthetic import synthetic_trajectory
 from cactus_theory.solvers._mentored import solve_mentored
 from cactus_theory.solvers._sequence import (
     budget_account,

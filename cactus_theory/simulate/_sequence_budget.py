@@ -27,7 +27,7 @@ The per-position methods cap every position at one level (set so that the mean i
 sequence-level ones spend the budget where it buys most acceptance. Every method's acceptance
 is at most the pooled optimum's (Theorem 1 bounds each position by the frontier at its own
 divergence, and the pooled optimum maximises the sum of frontiers within N eps). AL at draft length m is the exact
-teacher-forced expectation (:func:`cactus_theory.simulate.exact.exact_chain`, bonus not
+teacher-forced expectation (:func:`cactus_theory.simulate._exact.exact_chain`, bonus not
 counted); with m-token drafts the bonus positions are emitted from q, so the chain's exact
 upper bound :math:`\sum_t(1-b_t)KL(h_t\|q_t)` on the sequence KL is reported too.
 
@@ -54,9 +54,9 @@ from ..rules import SpikePlan
 from ..solvers._frontier import LARGEST_FINITE, saturation_budget
 from ..solvers._mentored import solve_mentored
 from ..solvers._sequence import budget_account, solve_sequence_budget
-from .chain import PositionLaws, Trajectory
-from .exact import exact_chain, sequence_divergence
-from .metrics import compute_metrics, pool_totals
+from ._chain import PositionLaws, Trajectory
+from ._exact import exact_chain, sequence_divergence
+from ._metrics import compute_metrics, pool_totals
 
 __all__ = ["SequenceBudgetComparison", "compare_sequence_budget", "target_laws", "METHODS", "DRAFT_LENGTHS"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..distributions import FAMILIES, synthetic_pairs, truncate
-from .chain import Trajectory, _positive_int
+from ._chain import Trajectory, _positive_int
 
 __all__ = ["synthetic_trajectory", "FAMILIES"]
 

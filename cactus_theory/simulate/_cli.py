@@ -20,10 +20,10 @@ import math
 import numpy as np
 
 from ..rules import RULES, get_rule
-from .chain import position_laws, simulate_chain
-from .exact import exact_chain, sequence_divergence, sequence_kl_monte_carlo
-from .metrics import METRIC_LABELS, compute_metrics, pool_totals, rej_relative
-from .synthetic import FAMILIES, synthetic_trajectory
+from ._chain import position_laws, simulate_chain
+from ._exact import exact_chain, sequence_divergence, sequence_kl_monte_carlo
+from ._metrics import METRIC_LABELS, compute_metrics, pool_totals, rej_relative
+from ._synthetic import FAMILIES, synthetic_trajectory
 
 __all__ = ["add_arguments", "add_parser", "run", "simulate_data", "format_simulation", "simulate_table"]
 

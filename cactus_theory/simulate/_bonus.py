@@ -44,8 +44,8 @@ from .._validation import positive_int, random_generator
 from ..analysis.one_step import make_plan
 from ..divergences import get_divergence
 from ..rules import get_rule
-from .chain import PositionLaws, Trajectory, position_laws
-from .exact import ExactChain, exact_chain
+from ._chain import PositionLaws, Trajectory, position_laws
+from ._exact import ExactChain, exact_chain
 
 __all__ = ["RelaxedBonusChain", "relaxed_bonus_chain", "simulate_relaxed_bonus"]
 
@@ -96,7 +96,7 @@ def relaxed_bonus_chain(rule, trajectory: Trajectory, m: int, *, laws: PositionL
     m : int
         Draft length >= 1 (the bonus draft comes on top).
     laws : PositionLaws, optional
-        Precomputed :func:`~cactus_theory.simulate.chain.position_laws`.
+        Precomputed :func:`~cactus_theory.simulate._chain.position_laws`.
 
     Returns
     -------

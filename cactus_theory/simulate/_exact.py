@@ -60,8 +60,8 @@ import numpy as np
 
 from ..divergences import get_divergence
 from ..rules import get_rule
-from .chain import PositionLaws, Trajectory, _positive_int, longest_round, position_laws
-from .metrics import ChainTotals, Estimate
+from ._chain import PositionLaws, Trajectory, _positive_int, longest_round, position_laws
+from ._metrics import ChainTotals, Estimate
 
 __all__ = [
     "ExactChain",
@@ -314,7 +314,7 @@ def sequence_log_prob(laws: PositionLaws, m: int, tokens) -> np.ndarray:
     Parameters
     ----------
     laws : PositionLaws
-        From :func:`~cactus_theory.simulate.chain.position_laws`.
+        From :func:`~cactus_theory.simulate._chain.position_laws`.
     m : int
         Draft length.
     tokens : array_like of int, shape (R, T)

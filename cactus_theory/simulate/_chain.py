@@ -40,7 +40,7 @@ import numpy as np
 from .._validation import as_int_array, as_matching_probs, as_prob_pair, positive_int, random_generator
 from ..analysis.one_step import emitted_distribution, make_plan
 from ..rules import get_rule
-from .metrics import ChainTotals
+from ._metrics import ChainTotals
 
 __all__ = ["Trajectory", "PositionLaws", "position_laws", "ChainRun", "simulate_chain"]
 
@@ -50,7 +50,7 @@ class Trajectory:
     r"""A recorded trajectory of (q_t, p_t) pairs, replayed teacher-forced.
 
     The toolkit's one trajectory type: synthetic trajectories
-    (:func:`cactus_theory.simulate.synthetic.synthetic_trajectory`) fill the distributions,
+    (:func:`cactus_theory.simulate._synthetic.synthetic_trajectory`) fill the distributions,
     the real-logit dumps (:meth:`cactus_theory.logits._loader.Dump.trajectories`) also the
     columns, tokens and prompt.
 
@@ -264,7 +264,7 @@ class ChainRun:
         return self.round_drafts - self.round_accepted
 
     def totals(self) -> ChainTotals:
-        """Per-run totals for :func:`~cactus_theory.simulate.metrics.compute_metrics`."""
+        """Per-run totals for :func:`~cactus_theory.simulate._metrics.compute_metrics`."""
         n, m = self.n_runs, longest_round(self.m, self.length)
         run = self.round_run
         add = lambda w: np.bincount(run, weights=w, minlength=n).astype(np.float64)  # noqa: E731

@@ -75,7 +75,7 @@ import numpy as np
 
 from .._validation import positive_int, random_generator
 from ..rules import get_rule
-from .chain import PositionLaws, Trajectory, position_laws
+from ._chain import PositionLaws, Trajectory, position_laws
 
 __all__ = [
     "FLY_WIN_LEN",
