@@ -63,10 +63,7 @@ class TokenTree:
     _children: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
-        drafting = _drafting(self.drafting)
-        parents, tokens, q, p = _node_arrays(
-            self.parents, self.token_ids, self.target_probs, self.draft_probs
-        )
+        drafting, parents, tokens, q, p = _node_arrays(self)
         n, v = parents.size, q.shape[1]
         widths = _int_vector(self.widths, "widths", n)
         idx = np.arange(n)
@@ -251,10 +248,7 @@ class DrawnTree:
     _children: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
-        drafting = _drafting(self.drafting)
-        parents, tokens, q, p = _node_arrays(
-            self.parents, self.token_ids, self.target_probs, self.draft_probs
-        )
+        drafting, parents, tokens, q, p = _node_arrays(self)
         m, v = parents.size, q.shape[1]
         if m > 1 and (np.any(tokens[1:] < 0) or np.any(tokens[1:] >= v)):
             raise ValueError(f"token_ids: drafted tokens must lie in [0, {v})")
@@ -320,11 +314,15 @@ class DrawnTree:
         return out[::-1]
 
 
-def _node_arrays(parents, token_ids, target_probs, draft_probs):
-    """The validated node arrays of a tree: ``parents`` and ``token_ids`` as integer vectors
-    of one length N >= 1 with node 0 the root (both -1 there), and the rows ``target_probs``,
-    ``draft_probs`` of shape (N, V); each error a ValueError naming the argument."""
-    parents = _int_vector(parents, "parents")
+def _node_arrays(tree):
+    """The validated scheme and node arrays of a tree (a :class:`TokenTree` or
+    :class:`DrawnTree` being built): ``drafting``, ``parents`` and ``token_ids`` as integer
+    vectors of one length N >= 1 with node 0 the root (both -1 there), and the rows
+    ``target_probs``, ``draft_probs`` of shape (N, V); each error a ValueError naming the
+    argument."""
+    drafting = _drafting(tree.drafting)
+    token_ids, target_probs, draft_probs = tree.token_ids, tree.target_probs, tree.draft_probs
+    parents = _int_vector(tree.parents, "parents")
     n = parents.size
     if n == 0:
         raise ValueError("parents: a tree has at least its root")
@@ -338,7 +336,7 @@ def _node_arrays(parents, token_ids, target_probs, draft_probs):
         raise ValueError(f"draft_probs: shape {p.shape} does not match target_probs' shape {q.shape}")
     if parents[0] != -1 or tokens[0] != -1:
         raise ValueError("parents: node 0 is the root: parents[0] and token_ids[0] must be -1")
-    return parents, tokens, q, p
+    return drafting, parents, tokens, q, p
 
 
 def _int_vector(x, name: str, size: int | None = None) -> np.ndarray:

@@ -41,10 +41,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import positive_int, random_generator
-from ..analysis.one_step import make_plan
 from ..divergences import get_divergence
 from ..rules import get_rule
-from ._chain import PositionLaws, Trajectory, position_laws
+from ._chain import PositionLaws, Trajectory, position_laws, trajectory_plan
 from ._exact import ExactChain, exact_chain
 
 __all__ = ["RelaxedBonusChain", "relaxed_bonus_chain", "simulate_relaxed_bonus"]
@@ -139,14 +138,7 @@ def simulate_relaxed_bonus(rule, trajectory: Trajectory, m: int, *, n_runs: int 
     m = positive_int(m, "m")
     n_runs = positive_int(n_runs, "n_runs")
     rng = random_generator(rng, "rng")
-    rule = get_rule(rule)
-    plan = make_plan(
-        rule,
-        trajectory.target_probs,
-        trajectory.draft_probs,
-        raw_target_probs=trajectory.raw_target_probs,
-        raw_draft_probs=trajectory.raw_draft_probs,
-    )
+    plan = trajectory_plan(rule, trajectory)
     q, p = np.asarray(plan.target_probs), np.asarray(plan.draft_probs)
     T, V = q.shape
     a = np.clip(np.asarray(plan.accept_probs()), 0.0, 1.0)

@@ -159,6 +159,19 @@ class PositionLaws:
     target_probs: np.ndarray
 
 
+def trajectory_plan(rule, trajectory: Trajectory, **options):
+    """The rule's plan (:func:`cactus_theory.analysis.one_step.make_plan`) on a trajectory's rows,
+    its raw rows included (for rules that decide on them); ``options`` go to ``make_plan``."""
+    return make_plan(
+        get_rule(rule),
+        trajectory.target_probs,
+        trajectory.draft_probs,
+        raw_target_probs=trajectory.raw_target_probs,
+        raw_draft_probs=trajectory.raw_draft_probs,
+        **options,
+    )
+
+
 def position_laws(
     rule, trajectory: Trajectory, *, drafting: str = "sample", draft_top_k=None
 ) -> PositionLaws:
@@ -192,16 +205,7 @@ def position_laws(
     ----------
     Hao & Mou, ICLR 2026, Theorem 3.
     """
-    rule = get_rule(rule)
-    plan = make_plan(
-        rule,
-        trajectory.target_probs,
-        trajectory.draft_probs,
-        raw_target_probs=trajectory.raw_target_probs,
-        raw_draft_probs=trajectory.raw_draft_probs,
-        drafting=drafting,
-        draft_top_k=draft_top_k,
-    )
+    plan = trajectory_plan(rule, trajectory, drafting=drafting, draft_top_k=draft_top_k)
     a = np.clip(np.asarray(plan.accept_probs(), dtype=np.float64), 0.0, 1.0)
     p = np.asarray(plan.draft_probs, dtype=np.float64)  # rows renormalized by make_plan
     acc = p * a

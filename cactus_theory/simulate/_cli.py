@@ -332,18 +332,7 @@ def format_simulation(data: dict) -> str:
 
 
 def simulate_table(args) -> str:
-    """Run the simulation described by ``args`` and return the report as text.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        As parsed by the parser of :func:`add_arguments`.
-
-    Returns
-    -------
-    str
-        :func:`format_simulation` of :func:`simulate_data`.
-    """
+    """The report as text: :func:`format_simulation` of :func:`simulate_data` (``args`` as there)."""
     return format_simulation(simulate_data(args))
 
 

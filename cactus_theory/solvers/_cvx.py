@@ -186,7 +186,6 @@ def max_draft_probability_cvxpy(
     ValueError
         For invalid q, token id, delta or divergence.
     """
-    import cvxpy as cp
 
     q = as_probs(target_probs, "target_probs")
     if q.ndim != 1:
@@ -199,25 +198,46 @@ def max_draft_probability_cvxpy(
     if delta == 0:
         # D(h || q) = 0 iff h = q for every divergence here (f strictly convex at 1, or TV).
         return CvxResult(float(q[n]), q.copy(), 0.0, "optimal", "none (delta = 0 forces h = q)", ())
-    h = cp.Variable(V, nonneg=True)
-    cons = [cp.sum(h) == 1] + _constraint(cp, h, q, name, min(delta, 1e6))
-    prob = cp.Problem(cp.Maximize(h[n]), cons)
-
-    x, div, status, solver, attempts = solve_verified(
-        prob,
-        h,
+    x, div, status, solver, attempts = solve_budgeted(
         q,
         d,
+        name,
         delta,
+        lambda h: h[n],
         tol=tol,
         solvers=solvers,
         context=f"token {n}, delta={delta}, {name}",
         dual=lambda lam0, nu0: draft_bound(q, n, delta, name, lam0, nu0),
         value=lambda x: float(x[n]),
         recover=lambda mult: recover_draft(q, n, name, *mult),
-        multipliers=(cons[-1], cons[0]),
     )
     return CvxResult(float(x[n]), x, div, status, solver, attempts)
+
+
+def solve_budgeted(q, d, name, budget, objective, *, tol, solvers, context, dual, value, recover):
+    r"""Maximise the concave ``objective(h)`` over distributions h with
+    :math:`D(h \| q) \le` ``budget`` in cvxpy, answered by :func:`solve_verified` (the
+    certificate of ``dual``, the candidates of ``recover``; the budget's multiplier and the
+    simplex's are the multipliers). Returns :func:`solve_verified`'s tuple."""
+    import cvxpy as cp
+
+    h = cp.Variable(q.shape[0], nonneg=True)
+    cons = [cp.sum(h) == 1] + _constraint(cp, h, q, name, min(budget, 1e6))
+    prob = cp.Problem(cp.Maximize(objective(h)), cons)
+    return solve_verified(
+        prob,
+        h,
+        q,
+        d,
+        budget,
+        tol=tol,
+        solvers=solvers,
+        context=context,
+        dual=dual,
+        value=value,
+        recover=recover,
+        multipliers=(cons[-1], cons[0]),
+    )
 
 
 def solve_verified(

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._validation import as_budget, as_prob_pair, choice
 from ..divergences import get_divergence
-from ._cvx import CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint, solve_verified  # noqa: F401
+from ._cvx import CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint, solve_budgeted, solve_verified  # noqa: F401
 from ._cvx_certificate import frontier_bound, recover_frontier
 
 __all__ = ["FrontierCvxResult", "max_acceptance_cvxpy"]
@@ -103,22 +103,17 @@ def max_acceptance_cvxpy(
         return FrontierCvxResult(
             float(np.minimum(p, q).sum()), q.copy(), 0.0, "optimal", "none (budget 0 forces pi = q)", ()
         )
-    V = q.shape[0]
-    pi = cp.Variable(V, nonneg=True)
-    cons = [cp.sum(pi) == 1] + _constraint(cp, pi, q, name, min(eps, 1e6))
-    prob = cp.Problem(cp.Maximize(cp.sum(cp.minimum(pi, p))), cons)
-    x, div, status, solver, attempts = solve_verified(
-        prob,
-        pi,
+    x, div, status, solver, attempts = solve_budgeted(
         q,
         d,
+        name,
         eps,
+        lambda pi: cp.sum(cp.minimum(pi, p)),
         tol=tol,
         solvers=solvers,
         context=f"the frontier, budget={eps}, {name}",
         dual=lambda lam0, nu0: frontier_bound(q, p, eps, name, lam0, nu0),
         value=lambda x: float(np.minimum(p, x).sum()),
         recover=lambda mult: recover_frontier(q, p, name, *mult),
-        multipliers=(cons[-1], cons[0]),
     )
     return FrontierCvxResult(float(np.minimum(p, x).sum()), x, div, status, solver, attempts)
