@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from .._search import illinois
 from .._validation import as_budget, choice
 from ..divergences import get_divergence
 from ..drafts import MultiDraft, TokenTree
@@ -110,47 +111,37 @@ def _calibrate(make, budget, cap):
     """Largest knob in [0, cap] with spend <= budget (the spend grows with the knob).
 
     The bracket's top doubles from 1/16 until its spend exceeds the budget (or reaches
-    ``cap``: the budget is then never binding); then the Illinois variant of regula falsi on
-    ``spend - budget`` until the spend is within :data:`SPEND_RTOL` of the budget or
-    :data:`CALIBRATION_STEPS` steps, keeping the feasible end. Returns (knob, its spend
-    record, status): ``"calibrated"`` within :data:`SPEND_RTOL`, ``"range-end"`` where the
-    budget is not binding up to ``cap``, ``"above"`` where even 0 spends more, ``"step"``
-    where the steps ran out short of the budget (the spend jumps over it).
+    ``cap``: the budget is then never binding); then the Illinois variant of regula falsi
+    (:func:`cactus_theory._search.illinois`) on ``spend - budget`` until the spend is within
+    :data:`SPEND_RTOL` of the budget or :data:`CALIBRATION_STEPS` steps, keeping the feasible
+    end. Returns (knob, its spend record, status): ``"calibrated"`` within
+    :data:`SPEND_RTOL`, ``"range-end"`` where the budget is not binding up to ``cap``,
+    ``"above"`` where even 0 spends more, ``"step"`` where the steps ran out short of the
+    budget (the spend jumps over it).
     """
     best, lo, hi = make(0.0), 0.0, 1.0 / 16.0
-    f_lo = best.spend - budget
-    if f_lo > 0:
+    if best.spend > budget:
         return 0.0, best, "above"
     while True:
         s = make(hi)
-        f_hi = s.spend - budget
-        if f_hi > 0:
+        if s.spend > budget:
             break
-        lo, best, f_lo = hi, s, f_hi
+        lo, best = hi, s
         if hi >= cap:
             return lo, best, "range-end"
         hi = min(cap, 2.0 * hi)
-    side = 0
     tol = SPEND_RTOL * max(budget, 1e-300)
-    for _ in range(CALIBRATION_STEPS):
-        if -f_lo <= tol:
-            break
-        mid = hi - f_hi * (hi - lo) / (f_hi - f_lo)
-        if not lo < mid < hi:
-            mid = 0.5 * (lo + hi)
-        s = make(mid)
-        f_mid = s.spend - budget
-        if f_mid <= 0:
-            lo, f_lo, best = mid, f_mid, s
-            if side == -1:
-                f_hi *= 0.5
-            side = -1
-        else:
-            hi, f_hi = mid, f_mid
-            if side == 1:
-                f_lo *= 0.5
-            side = 1
-    return lo, best, "calibrated" if -f_lo <= tol else "step"
+    seen = {lo: best, hi: s}
+
+    def excess(x):
+        x = float(x[0])
+        if x not in seen:
+            seen[x] = make(x)
+        return np.array([seen[x].spend - budget])
+
+    lo_a, _ = illinois(excess, np.array([lo]), np.array([hi]), steps=CALIBRATION_STEPS, tol=tol)
+    lo = float(lo_a[0])
+    return lo, seen[lo], "calibrated" if budget - seen[lo].spend <= tol else "step"
 
 
 def tree_sequence_budget(structure, budget, divergence="kl") -> TreeBudgetResult:
@@ -183,7 +174,13 @@ def tree_sequence_budget(structure, budget, divergence="kl") -> TreeBudgetResult
 
     t, s, status = _calibrate(make, B, 1e6)
     return TreeBudgetResult(
-        "optimal-multiplier", "lam", math.inf if t == 0 else 1.0 / t, s.spend, s.expected_accepted, d.name, status
+        "optimal-multiplier",
+        "lam",
+        math.inf if t == 0 else 1.0 / t,
+        s.spend,
+        s.expected_accepted,
+        d.name,
+        status,
     )
 
 
