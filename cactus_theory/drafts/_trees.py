@@ -16,8 +16,31 @@ from ._laws import _check_width, _drafting, _draw_children, draftable_tokens, dr
 MAX_TRIE_NODES = 200_000
 
 
+class _Nodes:
+    """What a token tree and a drawn tree share: their node count and vocabulary width."""
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.parents.size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.target_probs.shape[1])
+
+
+def _set_nodes(tree, drafting, parents, tokens, q, p, children) -> None:
+    """Store a frozen tree's validated fields (the integer arrays read-only)."""
+    for name, val in (("parents", parents), ("token_ids", tokens)):
+        val.setflags(write=False)
+        object.__setattr__(tree, name, val)
+    object.__setattr__(tree, "target_probs", q)
+    object.__setattr__(tree, "draft_probs", p)
+    object.__setattr__(tree, "drafting", drafting)
+    object.__setattr__(tree, "_children", children)
+
+
 @dataclass(frozen=True, eq=False)
-class TokenTree:
+class TokenTree(_Nodes):
     r"""A draft tree's law as a trie of contexts.
 
     Node 0 is the root (the current context); node i > 0 is the context extended by the
@@ -95,21 +118,9 @@ class TokenTree:
                     f"token_ids: node {i} has child token(s) {sorted(extra)[:5]} that its "
                     f"{w} {drafting} drafts can never produce"
                 )
-        for name, val in (("parents", parents), ("token_ids", tokens), ("widths", widths)):
-            val.setflags(write=False)
-            object.__setattr__(self, name, val)
-        object.__setattr__(self, "target_probs", q)
-        object.__setattr__(self, "draft_probs", p)
-        object.__setattr__(self, "drafting", drafting)
-        object.__setattr__(self, "_children", tuple(children))
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.parents.size)
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.target_probs.shape[1])
+        widths.setflags(write=False)
+        object.__setattr__(self, "widths", widths)
+        _set_nodes(self, drafting, parents, tokens, q, p, tuple(children))
 
     @property
     def depths(self) -> np.ndarray:
@@ -220,7 +231,7 @@ class TokenTree:
 
 
 @dataclass(frozen=True, eq=False)
-class DrawnTree:
+class DrawnTree(_Nodes):
     r"""One drawn draft tree: what a verifier reads.
 
     Nodes are in depth-first preorder (every subtree is a contiguous range starting at its
@@ -276,23 +287,9 @@ class DrawnTree:
                             f"token_ids: node {i}'s child {j} (token {tok}) has probability 0 "
                             f"under {drafting} drafting from draft_probs[{i}]"
                         )
-        for name, val in (("parents", parents), ("token_ids", tokens)):
-            val.setflags(write=False)
-            object.__setattr__(self, name, val)
         if self.trie_nodes is not None:
             object.__setattr__(self, "trie_nodes", _int_vector(self.trie_nodes, "trie_nodes", m))
-        object.__setattr__(self, "target_probs", q)
-        object.__setattr__(self, "draft_probs", p)
-        object.__setattr__(self, "drafting", drafting)
-        object.__setattr__(self, "_children", tuple(tuple(c) for c in children))
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.parents.size)
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.target_probs.shape[1])
+        _set_nodes(self, drafting, parents, tokens, q, p, tuple(tuple(c) for c in children))
 
     def children(self, node: int) -> tuple:
         """The drawn children of ``node``, in drafted order."""
