@@ -290,7 +290,9 @@ def solve_sequence_budget(target_probs, draft_probs, eps) -> SequenceBudgetSolut
     a_lo, a_hi = np.zeros(shape), np.ones(shape)
 
     def spend(c, lo, hi):
-        o, lo, hi = _band_newton(q, p, math.exp(c), lo, hi)
+        # past c = 700 the band is infinitely wide, as in _band (e^c overflows float64 past
+        # 709.78, and the search's bracket on c can reach 1024)
+        o, lo, hi = _band_newton(q, p, math.exp(c) if c <= 700.0 else math.inf, lo, hi)
         return float(_kl_rows(np, o, q).sum()), lo, hi
 
     lo_c, hi_c = 0.0, 1.0

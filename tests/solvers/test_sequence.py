@@ -111,6 +111,22 @@ def test_fixed_multiplier_spends_its_budget_optimally_per_trajectory(traj, lam, 
         assert best.total_acceptance == pytest.approx(A.sum(), abs=1e-7)
 
 
+def test_a_saturating_budget_with_a_root_past_c_700_is_solved():
+    """A counterexample hypothesis found (the property above): q with a 3e-16 token p never
+    drafts, at lambda = 0.125's spend. The multiplier search's bracket on c = 1/lambda grew to
+    1024 and exp(c) overflowed (OverflowError); past c = 700 the band is infinitely wide."""
+    q = np.array([[1.0, 2.96296296e-16]])
+    q /= q.sum(-1, keepdims=True)
+    p = np.array([[1.0, 0.0]])
+    o = multiplier_step(q, p, 0.125)
+    total = float(_kl(o, q).sum())
+    best = solve_sequence_budget(q, p, total)
+    # the budget is 2.2e-16 nats: the KL of a 3e-16 perturbation is computed to within an
+    # epsilon absolute, and the solution overspends by 8e-19 (not within 1e-12 relative)
+    assert float(best.divergence.sum()) <= total + np.finfo(float).eps
+    assert best.total_acceptance == pytest.approx(float(np.minimum(p, o).sum()), abs=1e-7)
+
+
 @settings(max_examples=30)
 @given(trajectories(max_T=6), st.floats(0.01, 3.0), st.floats(1e-3, 0.5))
 def test_account_never_overspends_teacher_forced(traj, lam, eps):
