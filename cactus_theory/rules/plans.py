@@ -164,16 +164,27 @@ class RowTarget:
         )
 
 
-def spike_target_at(target_probs, token_ids, gamma_n):
+def spike_row_scale(target_probs, token_ids, gamma_n, target_sums=None):
+    r"""Theorem 2's factor of the verifier off the spike, :math:`c_n / s_q` with
+    :math:`c_n = (1-\gamma_n)/(1-q_n)`, on rows ``target_probs`` = q s_q (``target_sums``
+    s_q of shape ``token_ids.shape``; None: normalized rows, s_q = 1). The one definition the
+    spike's per-draft targets (here and in the samplers' kernels) scale q by."""
+    ts = 1.0 if target_sums is None else target_sums
+    return spike_scale(gather(target_probs, token_ids) / ts, gamma_n) / ts
+
+
+def spike_target_at(target_probs, token_ids, gamma_n, target_sums=None):
     r"""Theorem 2's per-draft target for the drafted tokens from their :math:`\gamma_n` alone.
 
     :math:`h^{(n)}_n = \gamma_n`, :math:`h^{(n)}_i = c_n q_i` with
-    :math:`c_n = (1-\gamma_n)/(1-q_n)`; ``gamma_n`` has shape ``token_ids.shape``. Lets a
-    sampler build the recovery of the drafted token without gamma for every candidate.
+    :math:`c_n = (1-\gamma_n)/(1-q_n)` (:func:`spike_row_scale`); ``gamma_n`` has shape
+    ``token_ids.shape``. With ``target_sums`` the rows are un-normalized (q = ``target_probs
+    / target_sums``, the division folded into :math:`c_n`). Lets a sampler build the recovery
+    of the drafted token without gamma for every candidate.
     """
     xp = array_namespace(target_probs)
     q = target_probs
-    c = spike_scale(gather(q, token_ids), gamma_n)
+    c = spike_row_scale(q, token_ids, gamma_n, target_sums)
     mask = one_hot(token_ids, q.shape[-1], q)
     return xp.where(mask > 0, gamma_n[..., None], c[..., None] * q)
 
@@ -183,17 +194,13 @@ def spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target
     :math:`\gamma_n` (:func:`residual_weights` of :func:`spike_target_at`'s target).
 
     With ``target_sums`` / ``draft_sums`` (shape ``token_ids.shape``) the rows are
-    un-normalized: q = ``target_probs / target_sums``, p = ``draft_probs / draft_sums`` (the
-    division of q folded into :math:`c_n`). Where the residual is empty, :math:`h^{(n)}`
-    itself (convention 3). Array-agnostic; the samplers' torch kernels compute the same
-    weights in place.
+    un-normalized: q = ``target_probs / target_sums``, p = ``draft_probs / draft_sums``. Where
+    the residual is empty, :math:`h^{(n)}` itself (convention 3). Array-agnostic; the
+    samplers' torch kernel computes the same weights in place.
     """
     xp = array_namespace(target_probs, draft_probs)
-    ts = 1.0 if target_sums is None else target_sums
-    q_n = gather(target_probs, token_ids) / ts
-    scale = spike_scale(q_n, gamma_n) / ts
-    mask = one_hot(token_ids, target_probs.shape[-1], target_probs)
-    h = xp.where(mask > 0, xp.astype(gamma_n, target_probs.dtype)[..., None], scale[..., None] * target_probs)
+    gamma_n = xp.astype(gamma_n, target_probs.dtype)
+    h = spike_target_at(target_probs, token_ids, gamma_n, target_sums)
     p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
     return residual_weights(h, p)
 

@@ -435,8 +435,7 @@ def _parts(rule, kernels: RuleKernels) -> _Parts:
         hook = getattr(kernels, name)
         return None if hook is None or name in declined else functools.partial(hook, rule)
 
-    # the forms that state their acceptance from the drafted tokens' values (a subclass may
-    # set it to None to take the plan path)
+    # the forms that state their acceptance from the drafted tokens' values
     forms = (ElementwiseTargetRule, SpikeRule)
     spike_weights = bound("spike_recovery_weights")
     return _Parts(
@@ -448,11 +447,7 @@ def _parts(rule, kernels: RuleKernels) -> _Parts:
         decided=bound("accept_decided_from_rows"),
         token=bound("recovery_token_from_rows"),
         weights=_weights_fn(rule, kernels, declined),
-        spike_weights=(
-            functools.partial(spike_weights, overwrite=True)
-            if spike_weights is not None
-            else (lambda x, y, ids, gamma, sx, sy: spike_residual_weights(x, y, ids, gamma, sx, sy))
-        ),
+        spike_weights=spike_residual_weights if spike_weights is None else spike_weights,
         elementwise=rule.elementwise_target if isinstance(rule, ElementwiseTargetRule) else None,
     )
 

@@ -27,8 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..conventions import EMPTY_RESIDUAL_MASS
-from ..rules.plans import RowTarget
-from ..solvers._spike import spike_scale
+from ..rules.plans import RowTarget, spike_row_scale
 from .fused import CDF_BLOCK, block_sums
 
 __all__ = ["BlockWeights"]
@@ -155,12 +154,9 @@ def spike_row_target(target_rows, token_ids, target_sums, gamma) -> RowTarget:
     gamma : Tensor, shape (B,)
         :math:`\gamma_n`.
     """
-    ts = target_sums[..., None]
-    ids = token_ids[..., None]
-    g = gamma[..., None].to(torch.float32)
-    q_n = torch.gather(target_rows, -1, ids).to(torch.float32) / ts
-    scale = spike_scale(q_n, g) / ts
-    return RowTarget(_scaled, (scale,), ids, g)
+    g = gamma.to(torch.float32)
+    scale = spike_row_scale(target_rows, token_ids, g, target_sums)[..., None]
+    return RowTarget(_scaled, (scale,), token_ids[..., None], g[..., None])
 
 
 def point_mass_weights(token_ids: torch.Tensor, vocab_size: int, blk: int = CDF_BLOCK) -> BlockWeights:

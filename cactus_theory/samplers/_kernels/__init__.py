@@ -8,8 +8,9 @@ class, torch code that computes the same quantities faster on the samplers' un-n
 rows (entropy expansions, divergence bounds, blocked sums and maxima, in-place recovery
 weights), and registers it with :func:`register_kernels`.
 
-The samplers look a rule's kernels up with :func:`kernels_for` (the first registered class
-in the rule's method resolution order). When none is registered, or its ``guard`` returns
+A sampler looks its rule's kernels up with :func:`kernels_for` (the first registered class
+in the rule's method resolution order) and binds them into its program when it is made
+(:mod:`.._program`); ``declines(rule)`` names the hooks that do not apply to a configuration. When none is registered, or its ``guard`` returns
 False or raises (a torch version without a feature the kernel uses), the derived path runs
 instead: the same law, as the tests check by removing and breaking each entry.
 
@@ -32,10 +33,10 @@ positive float32 row sums, q = ``x / s_q`` and p = ``y / s_p``:
 ``recovery_weights(rule, q, p, ids)``
     Un-normalized recovery weights on normalized torch rows, proportional to
     ``Rule.recovery_weights_at``, or None (then the rule's own).
-``spike_recovery_weights(rule, x, y, ids, gamma, s_q, s_p, overwrite)``
+``spike_recovery_weights(rule, x, y, ids, gamma, s_q, s_p)``
     A spike rule's :math:`\max(0, h^{(n)} - p)` from the drafted tokens' gamma
-    (:func:`~cactus_theory.rules.plans.spike_residual_weights`), in place when
-    ``overwrite`` (``x`` and ``y`` are copies the sampler owns).
+    (:func:`~cactus_theory.rules.plans.spike_residual_weights`), in place (``x`` and ``y``
+    are copies the sampler owns).
 ``spike_at_tokens(rule, q_n)``
     A spike rule's :math:`\gamma_n` at the drafted tokens' verifier probabilities ``q_n``
     ([B, k]), equal to ``rule.spike_at_tokens(q_n)``, or None (then the rule's own).
