@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from ._validation import as_prob_pair
+from .rows import _KEYS  # the array names a file of pairs may use (one definition)
 
 __all__ = ["load_pairs", "shipped_pair_names", "parse_probs"]
 
-_KEYS = (("target_probs", "draft_probs"), ("q", "p"))
 _PREFIX = "smollm2-135m_"
 
 
