@@ -139,7 +139,7 @@ def calibrate_knob(
         return result(1.0, 1.0, "range-end")
     k = int(over[0])
     lo, hi = grid[k - 1], grid[k]
-    if integer:  # bisection on the integers between the bracket's ends
+    if integer:  # bisection on the integers between the bracket's ends ((a + b) // 2: _search's halve floats)
         a, b = knob(lo), knob(hi)
         while b - a > 1:
             mid = (a + b) // 2

@@ -66,7 +66,7 @@ __all__ = [
 #: How gamma is computed from delta: Corollary 5 (the paper's rule) or Theorem 2's root.
 BASES = ("taylor", "exact")
 
-#: Grid points of the first-crossing scan and bisection steps of its refinement.
+#: Grid points of the first-crossing scan and the most Illinois steps of its refinement.
 GRID_POINTS = 24
 REFINE_STEPS = 60
 #: Lower end of the geometric delta grid (below it, gamma - q_n < 1e-4 q_n-ish: no crossing

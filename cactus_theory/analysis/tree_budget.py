@@ -20,7 +20,7 @@ k-draft frontier) separates with one multiplier: every node maximises
 :math:`F_u(e) - \lambda e`, the weights cancel, and by Lagrangian sufficiency (Everett 1963)
 the allocation is optimal for the spend it produces; this is the ``optimal-multiplier``
 verifier, the tree analogue of ``sequence-budget-kl`` on a chain.
-:func:`tree_sequence_budget` calibrates :math:`\lambda` (bisection on :math:`1/\lambda`) so
+:func:`tree_sequence_budget` calibrates :math:`\lambda` (regula falsi on :math:`1/\lambda`) so
 that the *exact* spend, with the reach the targets themselves produce, meets B, and
 :func:`tree_constant_budget` calibrates a per-node budget :math:`\delta` (``optimal-budget``
 or ``cactus-rrs``) to the same spend: the comparison at equal sequence divergence. The
