@@ -52,9 +52,6 @@ from ._validation import as_probs, as_temperature, as_top_k, as_top_p, choice, r
 __all__ = [
     "FAMILIES",
     "synthetic_pairs",
-    "apply_temperature",
-    "apply_top_k",
-    "apply_top_p",
     "sampling_transform",
     "top_candidates",
     "process_sorted_logits",
@@ -220,7 +217,7 @@ def _log_probs(q):
         return np.where(q > 0, np.log(np.where(q > 0, q, 1.0)), -np.inf)
 
 
-def apply_temperature(probs, t: float) -> np.ndarray:
+def _apply_temperature(probs, t: float) -> np.ndarray:
     r"""Temperature transform :math:`\mathrm{normalize}(q^{1/t})`; ``t > 0``.
 
     Zero-probability tokens stay at zero. Equivalent to softmax(logits / t)
@@ -230,7 +227,7 @@ def apply_temperature(probs, t: float) -> np.ndarray:
     return sampling_transform(_log_probs(q), temperature=as_temperature(t, "t"))
 
 
-def apply_top_k(probs, k: int) -> np.ndarray:
+def _apply_top_k(probs, k: int) -> np.ndarray:
     """Keep the ``k`` most probable tokens of each row and renormalize (ties: lower token id).
 
     ``k >= V`` leaves the rows unchanged (:func:`sampling_transform`'s tie rule).
@@ -242,7 +239,7 @@ def apply_top_k(probs, k: int) -> np.ndarray:
     return sampling_transform(_log_probs(q), top_k=k)
 
 
-def apply_top_p(probs, p: float) -> np.ndarray:
+def _apply_top_p(probs, p: float) -> np.ndarray:
     """Nucleus truncation: the smallest set of most probable tokens with mass >= ``p``.
 
     As in vLLM/transformers, a token is kept when the mass strictly before it (in

@@ -11,7 +11,7 @@ Hellinger, total variation and Jensen-Shannon. All logarithms are natural (nats)
 
 Symbols: q verifier (``target_probs``), h the distribution compared with it (a target, or
 the emitted distribution), p drafter. The first argument is always h and the second q:
-``kl(h, q) = KL(h || q) = sum h log(h / q)``.
+``divergence(h, q, "kl") = KL(h || q) = sum h log(h / q)``.
 
 The elementwise terms are written once against the array API (numpy and torch share them);
 the public functions take and return float64 numpy arrays and reduce over the last axis.
@@ -40,13 +40,6 @@ __all__ = [
     "divergence",
     "two_point_divergence",
     "kl_two_point",
-    "kl",
-    "reverse_kl",
-    "chi2",
-    "neyman_chi2",
-    "squared_hellinger",
-    "total_variation",
-    "jensen_shannon",
     "f_divergence",
 ]
 
@@ -415,42 +408,3 @@ def two_point_divergence(gamma, s, name="kl") -> np.ndarray:
         raise ValueError("s: must lie in [0, 1]")
     g, s = np.broadcast_arrays(g, s)
     return get_divergence(name).two_point(g, s)
-
-
-def _make(name):
-    d = DIVERGENCES[name]
-
-    def fn(h, q, axis: int = -1):
-        return d(h, q, axis=axis)
-
-    fn.__name__ = name
-    fn.__doc__ = f"""``D(h || q)`` for ``{name!r}``, over ``axis`` (the last by default).
-
-    ``{d.convention}``
-
-    Parameters
-    ----------
-    h, q : array_like, shape (..., V)
-        Probability rows (validated; NaN, negative or un-normalized rows raise ValueError).
-    axis : int
-        The vocabulary axis.
-
-    Returns
-    -------
-    ndarray, shape (...)
-        Finite, or ``+inf`` where the divergence is infinite (never NaN).
-
-    See Also
-    --------
-    divergence : the same for any divergence by name.
-    """
-    return fn
-
-
-kl = _make("kl")
-reverse_kl = _make("reverse_kl")
-chi2 = _make("chi2")
-neyman_chi2 = _make("neyman_chi2")
-squared_hellinger = _make("hellinger")
-total_variation = _make("tv")
-jensen_shannon = _make("js")
