@@ -17,7 +17,7 @@ MAX_TRIE_NODES = 200_000
 
 
 class _Nodes:
-    """What a token tree and a drawn tree share: their node count and vocabulary width."""
+    """What a token tree and a drawn tree share: their node count, vocabulary width and depths."""
 
     @property
     def num_nodes(self) -> int:
@@ -26,6 +26,14 @@ class _Nodes:
     @property
     def vocab_size(self) -> int:
         return int(self.target_probs.shape[1])
+
+    @property
+    def depths(self) -> np.ndarray:
+        """Depth of every node (root 0)."""
+        d = np.zeros(self.num_nodes, dtype=np.int64)
+        for i in range(1, self.num_nodes):
+            d[i] = d[self.parents[i]] + 1
+        return d
 
 
 def _set_nodes(tree, drafting, parents, tokens, q, p, children) -> None:
@@ -121,14 +129,6 @@ class TokenTree(_Nodes):
         widths.setflags(write=False)
         object.__setattr__(self, "widths", widths)
         _set_nodes(self, drafting, parents, tokens, q, p, tuple(children))
-
-    @property
-    def depths(self) -> np.ndarray:
-        """Depth of every node (root 0)."""
-        d = np.zeros(self.num_nodes, dtype=np.int64)
-        for i in range(1, self.num_nodes):
-            d[i] = d[self.parents[i]] + 1
-        return d
 
     @property
     def is_chain(self) -> bool:
@@ -294,13 +294,6 @@ class DrawnTree(_Nodes):
     def children(self, node: int) -> tuple:
         """The drawn children of ``node``, in drafted order."""
         return self._children[node]
-
-    @property
-    def depths(self) -> np.ndarray:
-        d = np.zeros(self.num_nodes, dtype=np.int64)
-        for i in range(1, self.num_nodes):
-            d[i] = d[self.parents[i]] + 1
-        return d
 
     def path(self, node: int) -> list[int]:
         """The drafted tokens from the root to ``node`` (root excluded)."""

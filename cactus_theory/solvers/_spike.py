@@ -31,12 +31,7 @@ from __future__ import annotations
 import numpy as np
 from array_api_compat import array_namespace
 
-from .._validation import (
-    _is_torch,
-    as_count,
-    as_unit_interval,
-    spike_arguments,
-)
+from .._validation import _is_torch, as_count, as_unit_interval, spike_arguments
 from ..divergences import DIVERGENCES, get_divergence
 from ._spike_batch import _bisect, _exact_numpy
 from ._spike_closed import _as_xp, taylor_spike
