@@ -25,13 +25,13 @@ import warnings
 import numpy as np
 
 from cactus_theory.divergences import DIVERGENCES
-from cactus_theory.solvers._multidraft import min_cut_acceptance, multidraft_frontier
-from cactus_theory.solvers._multidraft_cvx import (
+from cactus_theory.solvers import (
     all_subsets,
-    certify_multidraft,
-    coupling_acceptance_lp,
+    min_cut_acceptance,
+    multidraft_frontier,
     multidraft_frontier_cvxpy,
 )
+from cactus_theory.solvers._multidraft_cvx import certify_multidraft, coupling_acceptance_lp
 
 
 def _summary(gaps, tol):

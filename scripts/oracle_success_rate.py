@@ -39,14 +39,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_theory.solvers._cvx import (
-    CVX_DIVERGENCES,
-    SolverFailure,  # noqa: E402
+from cactus_theory.solvers import (  # noqa: E402
+    SolverFailure,
+    exact_spike,
+    max_acceptance,
+    max_acceptance_cvxpy,
     max_draft_probability_cvxpy,
 )
-from cactus_theory.solvers._cvx_frontier import max_acceptance_cvxpy  # noqa: E402
-from cactus_theory.solvers._mentored import max_acceptance  # noqa: E402
-from cactus_theory.solvers._spike import exact_spike  # noqa: E402
+from cactus_theory.solvers._cvx import CVX_DIVERGENCES  # noqa: E402
 
 FAMILIES = ("dirichlet", "near_zero_q", "one_hot_p", "truncated")
 TOL = 1e-7
