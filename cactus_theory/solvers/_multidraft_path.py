@@ -206,6 +206,8 @@ class _Path:
         if n == 0:
             return None
 
+        # an index search on the hull's points (not a root of a real function: _search's
+        # bisections take floats)
         def first(better):  # the first j where the next point is no better
             lo, hi = 0, n - 1
             while lo < hi:

@@ -1,6 +1,10 @@
 r"""The spike root of torch tensors: the numpy root for CPU tensors, the same certified
 iteration in torch operations with fixed counts off the CPU (nothing reads the device), and
 the rounding of a float64 root to the input's dtype, feasible as computed there.
+
+Its bisection (:func:`_bisect_floats_torch`, on the floats' bit patterns) is not
+:func:`cactus_theory._search.bisect_elementwise`: it closes brackets to adjacent floats of the
+input's dtype (the certificate), in the dtype's bit count of steps, with no host read.
 """
 
 from __future__ import annotations
