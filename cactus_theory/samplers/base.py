@@ -231,25 +231,21 @@ class RuleSampler(torch.nn.Module):
             raise ValueError(f"draft_token_ids: expected shape {(b, k)}, got {tuple(draft_ids.shape)}")
         if tuple(bonus.shape) != (b, 1):
             raise ValueError(f"bonus_token_ids: expected shape {(b, 1)}, got {tuple(bonus.shape)}")
-        for name, t in (
-            ("target_with_bonus_probs", target),
-            ("draft_probs", draft_probs),
-            ("raw_target_probs", raw_target),
-            ("raw_draft_probs", raw_draft),
+        for name, t, floating in (
+            ("target_with_bonus_probs", target, True),
+            ("draft_probs", draft_probs, True),
+            ("draft_token_ids", draft_ids, False),
+            ("bonus_token_ids", bonus, False),
+            ("raw_target_probs", raw_target, True),
+            ("raw_draft_probs", raw_draft, True),
         ):
-            if t is not None and not t.is_floating_point():
+            if t is None:
+                continue
+            if floating and not t.is_floating_point():
                 raise ValueError(f"{name}: must be a floating tensor, got {t.dtype}")
-        for name, t in (("draft_token_ids", draft_ids), ("bonus_token_ids", bonus)):
-            if t.dtype not in (torch.int64, torch.int32):
+            if not floating and t.dtype not in (torch.int64, torch.int32):
                 raise ValueError(f"{name}: must be int64 (or int32), got {t.dtype}")
-        for name, t in (
-            ("draft_probs", draft_probs),
-            ("draft_token_ids", draft_ids),
-            ("bonus_token_ids", bonus),
-            ("raw_target_probs", raw_target),
-            ("raw_draft_probs", raw_draft),
-        ):
-            if t is not None and t.device != target.device:
+            if t.device != target.device:
                 raise ValueError(f"{name}: on {t.device}, target_with_bonus_probs on {target.device}")
         if raw_target is not None and (
             raw_target.dim() != 3

@@ -166,17 +166,8 @@ class TreeSampler:
             depth[i] = depth[par[i]] + 1
         q = _rows(target_probs)
         p = _rows(draft_probs)
-        structures = self.verifier.spec.structures
         is_chain = all(len(c) <= 1 for c in children)
-        is_star = all(not children[i] for i in range(1, m))
-        if not (
-            "tree" in structures
-            or ("chain" in structures and is_chain)
-            or ("multi" in structures and is_star)
-        ):
-            raise ValueError(
-                f"parents: verifier {self.verifier.name!r} verifies {' and '.join(structures)} only"
-            )
+        self.verifier.check_structure(is_chain, all(not children[i] for i in range(1, m)), "parents")
         g = generator
         if isinstance(self.verifier, NodeVerifier):
             end, weights = self._nodewise(q, p, token_ids, children, drafting, g)

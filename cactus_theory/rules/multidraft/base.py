@@ -151,16 +151,20 @@ class MultiDraftVerifier:
                 f"drafting: verifier {self.name!r} verifies {', '.join(self.spec.drafting)} drafts, "
                 f"not {tree.drafting!r}"
             )
-        structures = self.spec.structures
         is_chain = all(len(tree.children(i)) <= 1 for i in range(tree.num_nodes))
-        is_star = tree.num_nodes == 1 + len(tree.children(0))
+        self.check_structure(is_chain, tree.num_nodes == 1 + len(tree.children(0)), "tree")
+
+    def check_structure(self, is_chain: bool, is_star: bool, argument: str) -> None:
+        """ValueError naming ``argument`` unless the verifier's structures include a tree, or a
+        chain (``is_chain``), or k drafts at one position (``is_star``) as the drafts are."""
+        structures = self.spec.structures
         if not (
             "tree" in structures
             or ("chain" in structures and is_chain)
             or ("multi" in structures and is_star)
         ):
             raise ValueError(
-                f"tree: verifier {self.name!r} verifies {' and '.join(structures)} structures only"
+                f"{argument}: verifier {self.name!r} verifies {' and '.join(structures)} structures only"
             )
 
     def tree_law(self, tree: DrawnTree) -> PathLaw:
