@@ -48,7 +48,7 @@ positive float32 row sums, q = ``x / s_q`` and p = ``y / s_p``:
 
 from __future__ import annotations
 
-from . import cactus, cascades, fuzzy, interpolation, tas, topk  # noqa: F401  (registration)
+from . import cactus, cascades, fuzzy, tas, topk  # noqa: F401  (registration)
 from ._registry import KERNELS, NO_KERNELS, RuleKernels, kernels_for, register_kernels
 
 __all__ = ["RuleKernels", "KERNELS", "NO_KERNELS", "register_kernels", "kernels_for"]
