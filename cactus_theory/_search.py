@@ -125,16 +125,20 @@ def bisect_elementwise(xp, lower, lo, hi, steps: int, stop=None):
     return lo, hi
 
 
-def brent_root(fn: Callable[[float], float], lo: float, hi: float, *, xtol: float, rtol: float) -> float:
+def brent_root(
+    fn: Callable[[float], float], lo: float, hi: float, *, xtol: float, rtol: float, maxiter: int = 100
+) -> float:
     """A root of ``fn`` in [lo, hi] by Brent's method (:func:`scipy.optimize.brentq`).
 
     ``fn(lo)`` and ``fn(hi)`` must differ in sign (ValueError otherwise). The returned x is
     within ``xtol + rtol * |x|`` of a sign change of ``fn`` as computed (``rtol`` at least
-    4 float64 epsilons, scipy's floor).
+    4 float64 epsilons, scipy's floor), or is a point where ``fn`` is exactly 0; RuntimeError
+    after ``maxiter`` iterations (Brent's bisection fallback bounds them by about the square
+    of the bisection count where ``fn`` is noisy near its root).
     """
     from scipy.optimize import brentq
 
-    return float(brentq(fn, lo, hi, xtol=xtol, rtol=rtol))
+    return float(brentq(fn, lo, hi, xtol=xtol, rtol=rtol, maxiter=maxiter))
 
 
 def golden_section(

@@ -27,8 +27,8 @@ Per step at multiplier lambda (closed form). From the KKT conditions of the fron
 (0 off supp(q_t)): :math:`\lambda = \infty` gives :math:`o = q` (SpS), :math:`\lambda = 0` the
 saturation point :math:`\max(p, aq)` (the frontier's largest finite-budget value). The total
 spend :math:`\sum_t KL(o_t(\lambda)\|q_t)` is continuous and nonincreasing in lambda (each
-:math:`A_t` is strictly concave below its saturation budget), so a bracketed root (Brent, on
-:math:`1/\lambda`) meets :math:`T\epsilon` exactly; by Lagrangian sufficiency (Everett 1963) the
+:math:`A_t` is strictly concave below its saturation budget), so bisection on
+:math:`1/\lambda` meets :math:`T\epsilon` exactly; by Lagrangian sufficiency (Everett 1963) the
 result is the optimum of the problem, and *every* lambda is optimal for the budget it spends.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o (or :math:`\pi`) the
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace
 
-from .._search import bisect_elementwise, brent_root
+from .._search import bisect_elementwise
 from .._validation import as_budget, as_prob_pair
 from ..divergences import get_divergence
 from ._mentored import solve_mentored
@@ -66,6 +66,8 @@ __all__ = [
 
 #: Bisection steps on the lower clip factor a in [0, 1]: 2**-64 is below float64's resolution.
 _BAND_STEPS = 64
+#: Bisection steps on the band width 1/lambda of the sequence problem.
+MULTIPLIER_STEPS = 100
 
 
 def multiplier_step(target_probs, draft_probs, lam):
@@ -262,29 +264,47 @@ def solve_sequence_budget(target_probs, draft_probs, eps) -> SequenceBudgetSolut
         o, lo, hi = _band(np, q, p, 1.0 / c if c > 0 else math.inf, lo, hi, _BAND_STEPS, early_stop=True)
         return float(_kl_rows(np, o, q).sum()), lo, hi
 
-    # the bracket on c = 1/lambda (the spend is continuous and nondecreasing in c, 0 at c = 0):
-    # doubled until the spend exceeds the budget (it does by c = 1024 at the latest, where the
-    # band is saturated: the saturated spend exceeds the budget, tested above)
-    state = {"lo": 0.0, "hi": math.inf, "a_lo": a_lo, "a_hi": a_hi}
-
-    def over(c):
-        """spend(c) - budget; records the largest feasible c and the smallest infeasible one,
-        with the band roots there (they bracket the band root at every c between)."""
-        val, l_, h_ = spend(c, state["a_lo"], state["a_hi"])
-        if val <= budget:
-            if c > state["lo"]:
-                state["lo"], state["a_hi"] = c, h_
-        elif c < state["hi"]:
-            state["hi"], state["a_lo"] = c, l_
-        return val - budget
-
-    hi_c = 1.0
-    while over(hi_c) <= 0 and hi_c < 1024.0:
+    lo_c, hi_c = 0.0, 1.0
+    f_lo = -budget  # spend(0) = 0: the band of width 1 emits q
+    while True:
+        val, l_, h_ = spend(hi_c, a_lo, a_hi)
+        if val > budget:
+            a_lo, f_hi = l_, val - budget
+            break
+        lo_c, a_hi, f_lo = hi_c, h_, val - budget
         hi_c *= 2.0
-    if state["hi"] < math.inf:
-        # Brent's root of spend(c) - budget to 1e-13 of c; the feasible end is kept
-        brent_root(over, state["lo"], state["hi"], xtol=1e-300, rtol=1e-13)
-    lo_c = state["lo"]
+        if hi_c > 700:  # e^700 is near float64's largest: the band is saturated beyond it
+            f_hi = val - budget
+            break
+    # Why a root search of its own and not _search.brent_root: where the budget is at rounding
+    # level (1e-16 nats: the audit's corpus frontier on shipped dumps) the computed spend is
+    # flat and noisy near c = 0 and Brent does not converge to a relative tolerance on c;
+    # this loop also stops on the spend (within 1e-13 of the budget).
+    # Illinois (regula falsi with halving of the stale end's value) on spend(c) - budget: the
+    # spend is continuous and nondecreasing in c = 1/lambda; the feasible end lo_c is kept
+    # (a bisection step whenever two steps did not halve the bracket: where the spend is flat
+    # at the budget up to rounding, e.g. a saturated band whose divergence is the budget, the
+    # false-position point stays at the infeasible end for dozens of steps)
+    side = 0
+    widths = [math.inf, math.inf]
+    for _ in range(MULTIPLIER_STEPS):
+        if hi_c - lo_c <= 1e-13 * hi_c or -f_lo <= 1e-13 * budget:
+            break
+        mid = (lo_c * f_hi - hi_c * f_lo) / (f_hi - f_lo) if f_hi > f_lo else 0.5 * (lo_c + hi_c)
+        if not lo_c < mid < hi_c or hi_c - lo_c > 0.5 * widths[0]:
+            mid = 0.5 * (lo_c + hi_c)
+        widths = [widths[1], hi_c - lo_c]
+        val, l_, h_ = spend(mid, a_lo, a_hi)
+        if val <= budget:
+            lo_c, a_hi, f_lo = mid, h_, val - budget
+            if side == -1:
+                f_hi *= 0.5
+            side = -1
+        else:
+            hi_c, a_lo, f_hi = mid, l_, val - budget
+            if side == 1:
+                f_lo *= 0.5
+            side = 1
     lam = 1.0 / lo_c if lo_c > 0 else math.inf
     o = multiplier_step(q, p, lam)
     A, D = _evaluate(q, p, o)
