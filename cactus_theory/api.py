@@ -46,8 +46,8 @@ from .results import (
     SpikeSolution,
     TaylorExactComparison,
 )
+from .simulate._audit_corpus import corpus_from_dump
 from .simulate.audit import audit as _audit
-from .simulate.audit import corpus_from_dump
 
 __all__ = [
     "solve_spike",
@@ -510,7 +510,7 @@ def audit(
         Drafter rows p (with arrays).
     eps, rules, per, divergence
         The target on the emitted divergence, the rules (default: every registered rule but
-        :data:`cactus_theory.simulate.audit.AUDIT_EXCLUDED`), ``"token"`` or ``"sequence"``, D.
+        :data:`cactus_theory.simulate._audit_calibrate.AUDIT_EXCLUDED`), ``"token"`` or ``"sequence"``, D.
     rows : {"processed", "raw"}
         A dump's processed rows (its sampling transforms) or its raw temperature-1 rows.
     max_positions : int, optional

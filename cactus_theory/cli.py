@@ -349,7 +349,8 @@ def _cmd_audit(args) -> int:
     else:
         results = [(None, _audit_input(args.input, args, kw))]
     if args.figure is not None:
-        from .figures import figure_audit, save_figure
+        from .figures import figure_audit
+        from .figures._style import save_figure
 
         stem = Path(args.figure)
         save_figure(figure_audit(results[0][1]), stem.with_suffix(""), (stem.suffix.lower()[1:],))

@@ -93,4 +93,6 @@ def tolerance(dtype) -> float:
     return 4.0 * eps**0.5
 
 
-__all__ = ["EMPTY_RESIDUAL_MASS", "normalization_tolerance", "tolerance"]
+__all__ = [
+    "tolerance",
+]

@@ -52,9 +52,6 @@ from ._validation import as_probs, as_temperature, as_top_k, as_top_p, choice, r
 __all__ = [
     "FAMILIES",
     "synthetic_pairs",
-    "sampling_transform",
-    "top_candidates",
-    "process_sorted_logits",
     "truncate",
     "softmax",
     "PAPER_TRUNCATION",

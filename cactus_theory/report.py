@@ -41,13 +41,9 @@ from ._tables import Column, Table, format_table
 from .analysis.comparison import taylor_vs_exact_pairs
 
 __all__ = [
-    "Report",
-    "Section",
     "SECTIONS",
     "compute_report",
-    "build_report",
     "format_report",
-    "format_table",
 ]
 
 # --------------------------------------------------------------------------- data objects
@@ -223,7 +219,8 @@ AUDIT_EPS = 0.1
 def section_audit(seed: int = 0, eps: float = AUDIT_EPS, positions: int = AUDIT_POSITIONS) -> Section:
     """Every rule calibrated to one true emitted KL on the shipped recordings (ct.audit)."""
     from .logits import eos_token_id, load_dump, shipped_dumps
-    from .simulate.audit import audit, audit_table, corpus_from_dump
+    from .simulate._audit_corpus import corpus_from_dump
+    from .simulate.audit import audit, audit_table
 
     heading = "The audit: every rule at the same true emitted divergence (shipped recordings)"
     files = shipped_dumps()

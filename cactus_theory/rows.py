@@ -44,9 +44,7 @@ import numpy as np
 from .analysis._runners import ArrayRows, RowChunk, RowSource
 
 __all__ = [
-    "FileRows",
     "RowSource",
-    "ShardRows",
     "as_row_source",
     "recordings",
     "shard_files",

@@ -11,14 +11,8 @@ import pytest
 from scipy import stats
 
 from cactus_theory.analysis.multidraft import drawn_trees, expected_accepted_length
-from cactus_theory.drafts import (
-    DraftChain,
-    DrawnTree,
-    MultiDraft,
-    TokenTree,
-    draft_set_law,
-    drafting_law,
-)
+from cactus_theory.drafts import DraftChain, DrawnTree, MultiDraft, TokenTree, drafting_law
+from cactus_theory.drafts._laws import draft_set_law
 from cactus_theory.simulate._trees import synthetic_chain, synthetic_multidraft, synthetic_tree
 
 Q = np.array([0.5, 0.3, 0.2, 0.0])
@@ -158,7 +152,7 @@ def _tiny_pair():
     pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from cactus_theory.logits import LoadedModel
+    from cactus_theory.logits._models import LoadedModel
 
     class Tok:
         chat_template = None

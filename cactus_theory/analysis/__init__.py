@@ -14,8 +14,7 @@ Importing it registers the ``cactus-calibrated`` rule
 from . import _calibrated_rule  # noqa: F401  (registers cactus-calibrated)
 from ._certificates import acceptance_certificate, accepted_set, certificate_rules
 from ._knob import calibrate_knob
-from ._lengths import geometric_length_ratio
-from .calibration import compare_with_mentored, emitted_divergence_curve, global_delta
+from .calibration import compare_with_mentored, global_delta
 from .one_step import (
     acceptance_probabilities,
     acceptance_rate,
@@ -35,8 +34,6 @@ __all__ = [
     "certificate_rules",
     "compare_with_mentored",
     "emitted_distribution",
-    "emitted_divergence_curve",
-    "geometric_length_ratio",
     "global_delta",
     "make_plan",
     "per_draft_divergence",

@@ -30,13 +30,10 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
-    "CONVENTIONS",
     "convert_accepted_length",
     "survival_from_curve",
     "curve_from_survival",
-    "CurveCheck",
     "check_accepted_length_curve",
-    "PositionComparison",
     "compare_position_counts",
 ]
 

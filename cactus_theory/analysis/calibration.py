@@ -58,7 +58,6 @@ from .one_step import emitted_distribution
 
 __all__ = [
     "emitted_divergence_curve",
-    "corpus_divergence_distribution",
     "global_delta",
     "compare_with_mentored",
 ]

@@ -26,7 +26,11 @@ from ..divergences import get_divergence
 from ..rules import RULES, get_rule
 from .one_step import acceptance_rate, emitted_distribution, make_plan
 
-__all__ = ["EngineSetting", "ENGINE_SETTINGS", "NOT_TABULATED", "all_settings", "setting_costs"]
+__all__ = [
+    "ENGINE_SETTINGS",
+    "all_settings",
+    "setting_costs",
+]
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,6 @@ __all__ = [
     "acceptance_probabilities",
     "acceptance_rate",
     "per_draft_divergence",
-    "drafting_distribution",
 ]
 
 DEFAULT_DIVERGENCES = ("kl", "reverse_kl", "tv")

@@ -56,7 +56,6 @@ __all__ = [
     "tree_sequence_budget",
     "tree_constant_budget",
     "tree_budget_rows",
-    "top_chain",
 ]
 
 #: Most regula-falsi steps on the calibrated knob (1/lambda, or delta).
@@ -269,7 +268,7 @@ def top_chain(structure) -> TokenTree:
 
     Symbols: q verifier, p drafter. Source: Hao & Mou, ICLR 2026, Theorem 2.
     """
-    from ..drafts import top_k_tokens
+    from ..drafts._laws import top_k_tokens
 
     tree = as_token_tree(structure)
     path, u = [0], 0

@@ -36,17 +36,13 @@ The structures:
 """
 
 from ._chains import DraftChain, MultiDraft
-from ._laws import DRAFTING, draft_set_law, draftable_tokens, drafting_law, top_k_tokens
+from ._laws import drafting_law
 from ._trees import DrawnTree, TokenTree
 
 __all__ = [
-    "DRAFTING",
     "MultiDraft",
     "TokenTree",
     "DraftChain",
     "DrawnTree",
     "drafting_law",
-    "draft_set_law",
-    "draftable_tokens",
-    "top_k_tokens",
 ]

@@ -45,7 +45,7 @@ from ._frontier import figure_frontier, pooled_frontier
 from ._layout import layout_problems
 from ._multidraft import figure_multidraft_frontier, figure_tree_budget
 from ._real import figure_acceptance_by_category
-from ._style import FORMATS, figure_style, save_figure
+from ._style import FORMATS, save_figure
 from ._taylor import figure_gamma, figure_taylor_exact_acceptance, figure_taylor_overshoot
 from ._tradeoff import figure_acceptance_vs_delta, figure_al_by_m
 from .audit import figure_audit
@@ -65,14 +65,9 @@ __all__ = [
     "figure_audit",
     "figure_multidraft_frontier",
     "figure_tree_budget",
-    "FIGURES",
-    "DUMP_FIGURES",
     "load_dumps",
-    "register_figure",
     "write_dump_figures",
     "write_figures",
-    "figure_style",
-    "save_figure",
     "synthetic_data",
     "synthetic_trajectories",
     "real_data",

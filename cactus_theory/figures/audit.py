@@ -22,7 +22,9 @@ import numpy as np
 from ._notes import NOTE_GID, record_rules
 from ._style import DOUBLE_COLUMN, PALETTE, legend_above, new_axes_row, styled
 
-__all__ = ["figure_audit", "STATUS_COLOURS"]
+__all__ = [
+    "figure_audit",
+]
 
 #: Bar colour per calibration status (legend entries: at most these).
 STATUS_COLOURS = {

@@ -6,35 +6,29 @@ not import torch or transformers; the model-backed public modules (:mod:`.dump`,
 :mod:`.tree_dump`) do.
 """
 
-from ._format import TAIL_ID, DumpFormatError, eos_token_id
+from ._format import DumpFormatError, eos_token_id
 from ._loader import (
     Dump,
-    Pairs,
     Trajectory,
     load_dump,
     load_full_vocab,
     load_full_vocab_sample,
     shipped_dumps,
 )
-from ._models import LoadedModel, ModelNotAvailable, load_hf, load_smollm2, models_available
+from ._models import ModelNotAvailable, load_smollm2
 from ._prompts import Prompt, load_prompts
 
 __all__ = [
     "Dump",
     "DumpFormatError",
-    "LoadedModel",
     "ModelNotAvailable",
-    "Pairs",
     "Prompt",
-    "TAIL_ID",
     "Trajectory",
     "eos_token_id",
     "load_dump",
     "load_full_vocab",
     "load_full_vocab_sample",
-    "load_hf",
     "load_prompts",
     "load_smollm2",
-    "models_available",
     "shipped_dumps",
 ]

@@ -6,10 +6,13 @@ Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), m draft len
 ``python -m cactus_theory.logits.decode`` runs the ``decode`` subcommand.
 """
 
-from ._bench import BenchConfig, run_benchmark
 from ._decode import DecodeResult, speculative_decode, verifier_decode
 
-__all__ = ["BenchConfig", "DecodeResult", "run_benchmark", "speculative_decode", "verifier_decode"]
+__all__ = [
+    "DecodeResult",
+    "speculative_decode",
+    "verifier_decode",
+]
 
 
 if __name__ == "__main__":  # python -m cactus_theory.logits.decode [args]: the ``decode`` subcommand

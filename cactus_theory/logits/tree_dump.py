@@ -53,7 +53,11 @@ from ._prompts import Prompt, benchmark_mix, chat_ids
 from ._runner import SamplingParams, processed_sparse
 from ._torch import torch
 
-__all__ = ["TreeDump", "TreeDumpConfig", "dump_trees", "load_tree_dump"]
+__all__ = [
+    "TreeDump",
+    "dump_trees",
+    "load_tree_dump",
+]
 
 TREE_FORMAT = "cactus_theory.tree_dump/1"
 SHIPPED_TREE_PATH = REAL_DIR / "trees" / "smollm2-135m_requant-4_tree.npz"

@@ -6,10 +6,10 @@ not depend on the emitted text. Symbols: q verifier (``target_probs``), p drafte
 """
 
 from ._bonus import relaxed_bonus_chain
-from ._chain import PositionLaws, Trajectory, position_laws, simulate_chain
+from ._chain import Trajectory, position_laws, simulate_chain
 from ._exact import exact_chain, sequence_divergence, sequence_kl_brute_force, sequence_kl_monte_carlo
 from ._fly import fly_exact_chain, simulate_fly
-from ._metrics import compute_metrics, pool_totals
+from ._metrics import compute_metrics
 from ._sequence_budget import compare_sequence_budget
 from ._survival import best_verify_length, realised_acceptance, survival_probabilities
 from ._synthetic import synthetic_trajectory
@@ -17,7 +17,6 @@ from ._trees import simulate_tree, synthetic_chain, synthetic_multidraft, synthe
 
 __all__ = [
     "Trajectory",
-    "PositionLaws",
     "position_laws",
     "simulate_chain",
     "exact_chain",
@@ -25,7 +24,6 @@ __all__ = [
     "sequence_kl_monte_carlo",
     "sequence_kl_brute_force",
     "compute_metrics",
-    "pool_totals",
     "synthetic_trajectory",
     "synthetic_tree",
     "synthetic_multidraft",

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from .._validation import as_prob_pair
-from ..analysis import geometric_length_ratio
+from ..analysis._lengths import geometric_length_ratio
 from ..analysis._runners import runner_for
 from ..analysis.frontier import CORPUS_FRONTIER_DIVERGENCES, corpus_frontier, gap_to_frontier
 from ..analysis.one_step import emitted_distribution, make_plan

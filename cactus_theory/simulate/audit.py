@@ -61,18 +61,15 @@ from .._validation import as_budget, choice, positive_int
 from ..analysis._runners import RowSource
 from ..divergences import get_divergence
 from ..results import AuditResult
-from ._audit_calibrate import AUDIT_EXCLUDED, audit_rule, check_rules
-from ._audit_corpus import ROWS, AuditCorpus, corpus_from_arrays, corpus_from_dump
+from ._audit_calibrate import audit_rule, check_rules
+from ._audit_corpus import ROWS, AuditCorpus, corpus_from_arrays
 from ._audit_format import audit_table, format_audit
 from ._audit_rows import ChunkedRows, CorpusRows
 
 __all__ = [
     "audit",
-    "AuditCorpus",
-    "corpus_from_dump",
     "audit_table",
     "format_audit",
-    "AUDIT_EXCLUDED",
 ]
 
 #: Draft lengths m of the accepted-length columns.

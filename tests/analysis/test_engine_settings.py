@@ -27,7 +27,7 @@ from cactus_theory.analysis.one_step import (
     make_plan,
 )
 from cactus_theory.divergences import get_divergence
-from cactus_theory.drafts import top_k_tokens
+from cactus_theory.drafts._laws import top_k_tokens
 from cactus_theory.rules import RULES, get_rule
 
 # float64 sums of <= 64 terms of size <= 1

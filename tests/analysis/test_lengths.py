@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cactus_theory.analysis import geometric_length_ratio
+from cactus_theory.analysis._lengths import geometric_length_ratio
 
 
 def test_ratio_of_the_mean_stop_probabilities():

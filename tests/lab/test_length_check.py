@@ -95,7 +95,7 @@ def test_bad_arguments_exit_2_or_name_the_argument(capsys):
 
 @pytest.mark.model
 def test_script_end_to_end_on_the_shipped_model(tmp_path):
-    from cactus_theory.logits import models_available
+    from cactus_theory.logits._models import models_available
 
     if not models_available().get("smollm2"):
         pytest.skip("SmolLM2 not installed")

@@ -6,11 +6,12 @@ import zipfile
 import numpy as np
 import pytest
 
-from cactus_theory.logits import TAIL_ID, DumpFormatError, load_dump, load_full_vocab, shipped_dumps
+from cactus_theory.logits import DumpFormatError, load_dump, load_full_vocab, shipped_dumps
 from cactus_theory.logits._format import (
     COMPACT_REQUIRED,
     FORMAT,
     FULL_VOCAB_FORMAT,
+    TAIL_ID,
     compact_columns,
     read_arrays,
     write_arrays,

@@ -135,7 +135,7 @@ def test_calibration_meets_the_spend_and_one_multiplier_wins_at_fixed_reach():
     inner = [u for u in range(tree.num_nodes) if tree.widths[u]]
     r = s.reach[inner]
     delta = s.spend / r.sum()
-    from cactus_theory.drafts import top_k_tokens
+    from cactus_theory.drafts._laws import top_k_tokens
     from cactus_theory.solvers._spike import exact_spike
 
     def node_frontier(u, e):  # top-k children: one set S, F_u(e) = Theorem 2's root at q_u(S)
@@ -156,7 +156,7 @@ def test_top_k_children_take_theorem_2_on_the_set_and_the_kl_multiplier_closed_f
     gamma(q(S)) (exact_spike), and the KL multiplier's closed-form set mass beats every gamma
     on a fine grid (1e-12: rounding of the two-point KL)."""
     from cactus_theory.divergences import two_point_divergence
-    from cactus_theory.drafts import top_k_tokens
+    from cactus_theory.drafts._laws import top_k_tokens
     from cactus_theory.solvers._spike import exact_spike
 
     md = _md(5, 6, 2)

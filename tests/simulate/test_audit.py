@@ -22,7 +22,8 @@ from cactus_theory.cli import main
 from cactus_theory.divergences import get_divergence
 from cactus_theory.inputs import shipped_pair_names
 from cactus_theory.logits import eos_token_id, load_dump, shipped_dumps
-from cactus_theory.simulate.audit import corpus_from_dump, format_audit
+from cactus_theory.simulate._audit_corpus import corpus_from_dump
+from cactus_theory.simulate.audit import format_audit
 
 #: Positions per shipped dump in these tests (whole trajectories: one of 48 tokens or more).
 POSITIONS = 40

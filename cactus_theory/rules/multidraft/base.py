@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ...drafts import DRAFTING, DrawnTree, drafting_law
+from ...drafts import DrawnTree, drafting_law
+from ...drafts._laws import DRAFTING
 from ..registry import Knob
 
 __all__ = ["MultiDraftVerifier", "NodeVerifier"]

@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from ...divergences import DIVERGENCES, get_divergence
-from ...drafts import top_k_tokens
+from ...drafts._laws import top_k_tokens
 from ...solvers._multidraft import multidraft_multiplier_target, multidraft_target
 from ...solvers._spike import exact_spike
 from ..registry import Knob

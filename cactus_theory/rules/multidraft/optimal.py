@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...drafts import draft_set_law
+from ...drafts._laws import draft_set_law
 from ...solvers._draft_coupling import SetCoupling, optimal_set_coupling
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
