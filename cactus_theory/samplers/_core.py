@@ -156,9 +156,22 @@ def verify_core(program: Program, inputs: CoreInputs) -> CoreOutput:
     b, k = draft_ids.shape
     device = target.device
     sq, sp, bad_rows = _core_sums(program, inputs, k)
-    a, state = core_accept(
-        program, target[:, :k], draft_probs, draft_ids, inputs.raw_target, inputs.raw_draft, sq, sp
-    )
+    raw = inputs.raw_target is not None or inputs.raw_draft is not None  # (the call's inputs)
+    # core_accept's steps, written here: the compiled core breaks its graph around the host
+    # root and the exact test of the undecided rows, and a break in a frame it inlines would
+    # split both frames (four graphs instead of two; measured slower for fuzzy SD)
+    if raw:
+        a, state = program.accept_raw(
+            target[:, :k], draft_probs, draft_ids, inputs.raw_target, inputs.raw_draft
+        )
+    else:
+        decided = program.decide(target[:, :k], draft_probs, draft_ids, sq, sp)
+        if decided is not None:  # (CPU tensors; None where the bounds do not apply)
+            a = accept_undecided_rows(program.exact_rows, *decided, draft_ids, sq, sp)
+            state = AcceptState()
+        else:
+            gamma = program.pre_spike(target[:, :k], draft_ids, sq)
+            a, state = program.accept(target[:, :k], draft_probs, draft_ids, sq, sp, gamma)
     # the eager core draws its uniforms here (callables); the compiled core takes tensors
     u_acc = inputs.u_acc() if callable(inputs.u_acc) else inputs.u_acc
     accepted = program.accepted(a, u_acc)
@@ -171,7 +184,6 @@ def verify_core(program: Program, inputs: CoreInputs) -> CoreOutput:
 
     # Recovery: only at the first rejected position of each row, [B, V].
     pos = torch.minimum(n_acc, (k_row - 1).clamp_min(0))
-    raw = inputs.raw_target is not None or inputs.raw_draft is not None  # (the call's inputs)
     recover = program.recover_raw if raw else program.recover
     rec, fallback, rec_sums, fb_sums = recover(target, draft_probs, draft_ids, pos, state, sq, sp)
     u_rec = inputs.u_rec() if callable(inputs.u_rec) else inputs.u_rec
