@@ -28,7 +28,7 @@ import numpy as np
 from ._validation import as_prob_pair
 from .rows import _KEYS  # the array names a file of pairs may use (one definition)
 
-__all__ = ["load_pairs", "shipped_pair_names", "parse_probs"]
+__all__: list[str] = []  # the command line's readers: users pass arrays, dumps or row sources
 
 _PREFIX = "smollm2-135m_"
 

@@ -30,7 +30,7 @@ from ..conventions import EMPTY_RESIDUAL_MASS
 from ..rules.plans import RowTarget, spike_row_scale
 from .fused import CDF_BLOCK, block_sums
 
-__all__ = ["BlockWeights"]
+__all__: list[str] = []  # the samplers' machinery: users call make_sampler
 
 
 class BlockWeights:
