@@ -38,7 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Core module -> the test files that must kill its mutants.
 TARGETS = {
     "cactus_theory/solvers/_spike.py": ["tests/solvers/test_cvx.py"],
-    "cactus_theory/rules/plans.py": ["tests/analysis/test_one_step.py", "tests/rules/test_rule_invariants.py"],
+    "cactus_theory/rules/plans.py": [
+        "tests/analysis/test_one_step.py",
+        "tests/rules/test_rule_invariants.py",
+    ],
     "cactus_theory/analysis/one_step.py": ["tests/analysis/test_one_step.py"],
     "cactus_theory/solvers/_frontier.py": ["tests/analysis/test_frontier.py"],
     "cactus_theory/simulate/_exact.py": ["tests/simulate/test_simulate.py"],
