@@ -8,11 +8,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from cactus_theory.logits import (  # noqa: E402
-    LoadedModel,
     Prompt,
     load_dump,  # noqa: E402
 )
 from cactus_theory.logits import _dump as dump_mod  # noqa: E402
+from cactus_theory.logits._models import LoadedModel  # noqa: E402
 from cactus_theory.logits._runner import SamplingParams  # noqa: E402
 from cactus_theory.logits.dump import DumpConfig, dump_pairs  # noqa: E402
 

@@ -47,6 +47,23 @@ def test_ratio_acceptance_subnormal_draft():
     assert a[0] == 1.0
 
 
+def test_the_frontier_treats_a_q_below_its_ratio_limit_as_zero():
+    """Found by this battery: q with a subnormal entry (6.6e-310, p uniform over 9). The frontier
+    solver treats q_x < ~4.5e-308 p_x as q_x = 0 (its stated departure, _OVERFLOW_NOTE: p/q is
+    not representable), so its KL frontier stays at 8/9 for every budget, while cascade-opt at
+    alpha = 0.5 emits p itself (acceptance 1) at a finite KL of 78.75 nats. The yardstick is
+    below a feasible point there; the battery's pairs are drawn without such entries."""
+    q = np.full(9, 0.125)
+    q[6] = 6.60501939e-310
+    p = np.full(9, 1 / 9)
+    plan = make_plan(get_rule("cascade-opt", alpha=0.5), q, p)
+    D = float(get_divergence("kl").unchecked(emitted_distribution(plan), q))
+    assert float(acceptance_rate(plan)) == pytest.approx(1.0, abs=1e-12)
+    assert D == pytest.approx(78.7527, abs=1e-4)  # (1/9) log((1/9)/q_6) + (8/9) log(8/9)
+    F = float(frontier(q, p, 2 * D, "kl").acceptance[0])
+    assert F == pytest.approx(8 / 9, abs=1e-12)  # the token is off supp(q) for the solver
+
+
 def _raw(q, p, seed):
     """Raw (temperature-1) rows for needs_raw rules: a flatter version of the processed ones
     on the same support plus mass elsewhere (raw rows have full support in practice)."""
