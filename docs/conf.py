@@ -100,6 +100,9 @@ nb_ipywidgets_js = {}
 nb_merge_streams = True
 
 # ---- the API reference: autosummary pages, numpydoc docstrings ----
+# The pages are written anew on every build: a page of a module that has since moved or become
+# private would otherwise stay in the ignored generated/ folder and fail the build.
+shutil.rmtree(pathlib.Path(__file__).with_name("generated"), ignore_errors=True)
 autosummary_generate = True
 autosummary_ignore_module_all = False  # each subpackage's __all__ is its public API
 autodoc_typehints = "none"  # numpydoc's Parameters sections carry the types
