@@ -115,6 +115,8 @@ SUBPACKAGES = [
     "solvers",
     "samplers",
     "simulate",
+    "drafts",
+    "results",
     "divergences",
     "distributions",
     "figures",

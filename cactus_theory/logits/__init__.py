@@ -9,7 +9,6 @@ not import torch or transformers; the model-backed public modules (:mod:`.dump`,
 from ._format import DumpFormatError, eos_token_id
 from ._loader import (
     Dump,
-    Trajectory,
     load_dump,
     load_full_vocab,
     load_full_vocab_sample,
@@ -23,7 +22,6 @@ __all__ = [
     "DumpFormatError",
     "ModelNotAvailable",
     "Prompt",
-    "Trajectory",
     "eos_token_id",
     "load_dump",
     "load_full_vocab",

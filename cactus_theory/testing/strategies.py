@@ -3,19 +3,17 @@ r"""Hypothesis strategies: (q, p) probability rows and draft batches in the engi
 Rows (:func:`pairs`, float64, each row sums to 1) come in the kinds a rejection sampler meets
 (:data:`PAIR_KINDS`):
 
-``"dirichlet"``     q, p i.i.d. Dirichlet(c), c drawn in [0.05, 2] (small c: peaked rows);
-``"noisy_copy"``    :math:`p \propto \exp(\log q + \sigma \xi)`: a drafter that is a noisy
-                    copy of the verifier (:func:`cactus_theory.distributions.synthetic_pairs`);
-``"truncated"``     a noisy-copy pair through temperature, top-k and top-p, in vLLM's order
-                    (:func:`cactus_theory.distributions.truncate`): zeros in both rows;
-``"near_zero_q"``   verifier mass :math:`10^{-12}`..:math:`10^{-6}` on tokens the drafter
-                    proposes often;
-``"one_hot_p"``     the drafter is a point mass (n-gram and greedy drafters);
-``"disjoint"``      q and p on disjoint supports (acceptance 0 for lossless rules);
-``"half"``          rows rounded to the float16 or bfloat16 grid (multiples of
-                    :math:`2^{-10}` or :math:`2^{-7}`) and summing to 1 exactly in both
-                    (half-precision engines);
-``"large_vocab"``   a noisy-copy pair on :math:`V \in [2^{12}, 2^{15}]`.
+- ``"dirichlet"``: q, p i.i.d. Dirichlet(c), c drawn in [0.05, 2] (small c: peaked rows);
+- ``"noisy_copy"``: :math:`p \propto \exp(\log q + \sigma \xi)`: a drafter that is a noisy copy of the verifier
+  (:func:`cactus_theory.distributions.synthetic_pairs`);
+- ``"truncated"``: a noisy-copy pair through temperature, top-k and top-p, in vLLM's order
+  (:func:`cactus_theory.distributions.truncate`): zeros in both rows;
+- ``"near_zero_q"``: verifier mass :math:`10^{-12}`..:math:`10^{-6}` on tokens the drafter proposes often;
+- ``"one_hot_p"``: the drafter is a point mass (n-gram and greedy drafters);
+- ``"disjoint"``: q and p on disjoint supports (acceptance 0 for lossless rules);
+- ``"half"``: rows rounded to the float16 or bfloat16 grid (multiples of :math:`2^{-10}` or
+  :math:`2^{-7}`) and summing to 1 exactly in both (half-precision engines);
+- ``"large_vocab"``: a noisy-copy pair on :math:`V \in [2^{12}, 2^{15}]`.
 
 The bulk of each row comes from a numpy generator seeded by Hypothesis, so an example is
 reproducible and the drawn parameters (kind, V, concentration, temperature, ...) shrink.
