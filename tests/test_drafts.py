@@ -148,40 +148,16 @@ def test_generators_are_seeded_and_complete():
 
 
 def _tiny_pair():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tiny_models import CharTokenizer, tiny_llama
 
     from cactus_theory.logits._models import LoadedModel
 
-    class Tok:
-        chat_template = None
-        pad_token_id = 0
-        eos_token_id = None
-
-        def __call__(self, text, add_special_tokens=True):
-            class R:
-                pass
-
-            r = R()
-            r.input_ids = [1 + (ord(c) % 39) for c in text]
-            return r
-
     def model(seed):
-        torch.manual_seed(seed)
-        cfg = LlamaConfig(
-            vocab_size=40,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=512,
-            initializer_range=0.3,
-        )
-        return LlamaForCausalLM(cfg).eval()
+        return tiny_llama(40, seed=seed, max_positions=512, init=0.3)
 
-    return LoadedModel(model(0), Tok(), "tiny", "random"), model(1)
+    return LoadedModel(model(0), CharTokenizer(40), "tiny", "random"), model(1)
 
 
 def test_tree_dump_end_to_end_on_a_tiny_model(tmp_path):

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from scipy import stats  # noqa: E402
+from tiny_models import tiny_llama as _tiny_llama  # noqa: E402
 
 from cactus_theory.logits._decode import expected_accepted, records_to_dump  # noqa: E402
 from cactus_theory.logits._runner import SamplingParams  # noqa: E402
@@ -23,21 +24,7 @@ PLAIN = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)  # full support: eve
 
 
 def tiny_llama(seed):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=V,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        initializer_range=0.1,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return _tiny_llama(V, seed=seed)
 
 
 def local_sps(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, seeded_seqs=None):

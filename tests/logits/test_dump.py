@@ -7,6 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tiny_models import CharTokenizer, tiny_llama  # noqa: E402
+
 from cactus_theory.logits import (  # noqa: E402
     Prompt,
     load_dump,  # noqa: E402
@@ -19,38 +21,10 @@ from cactus_theory.logits.dump import DumpConfig, dump_pairs  # noqa: E402
 V = 50
 
 
-class StubTokenizer:
-    """Characters -> ids mod V; no chat template; no EOS (so every row runs to new_tokens)."""
-
-    chat_template = None
-    pad_token_id = 0
-    eos_token_id = None
-
-    def __call__(self, text, add_special_tokens=True):
-        class R:
-            pass
-
-        r = R()
-        r.input_ids = [1 + (ord(c) % (V - 1)) for c in text]
-        return r
-
-
 def tiny_lm():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=V,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=128,
-        initializer_range=0.3,
-        tie_word_embeddings=False,
+    return LoadedModel(
+        tiny_llama(V, seed=0, layers=2, max_positions=128, init=0.3), CharTokenizer(V), "tiny", "random"
     )
-    return LoadedModel(LlamaForCausalLM(cfg).eval(), StubTokenizer(), "tiny", "random")
 
 
 PROMPTS = [Prompt(f"user/{i}", "user", "cat" + str(i % 2), f"prompt number {i}" + "x" * i) for i in range(5)]
