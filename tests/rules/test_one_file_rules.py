@@ -15,7 +15,7 @@ import pytest
 import test_rule_invariants as invariants
 import torch
 from array_api_compat import array_namespace
-from test_kernels import _chisquare_ok, _pair
+from test_kernels import _chisquare_ok, _emitted_counts, _pair
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.integrations.vllm._rows import target_rows
@@ -137,18 +137,12 @@ def test_the_samplers_emit_the_analysis_law(name, fused):
     kernel is registered for these rules (the spike rule finds the kernel of every spike
     rule, Theorem 2's in-place weights)."""
     q, p = _pair(9)
-    V, N = len(q), 20_000
+    N = 20_000
     rule = get_rule(name)
     s = make_sampler(rule, fused=fused)
     assert s.kernels is (KERNELS[SpikeRule] if isinstance(rule, SpikeRule) else NO_KERNELS)
     h = emitted_distribution(rule, q, p)
-    g = torch.Generator().manual_seed(11)
-    qt = torch.tensor(q * 2.5, dtype=torch.float32).expand(N, 2, V)
-    pt = torch.tensor(p * 0.4, dtype=torch.float32).expand(N, 1, V)
-    ids = torch.multinomial(torch.tensor(p).expand(N, V), 1, replacement=True, generator=g)
-    torch.manual_seed(12)
-    out = s(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
-    counts = np.bincount(out[:, 0].numpy(), minlength=V).astype(float)
+    counts = _emitted_counts(s, q, p, N)
     assert _chisquare_ok(counts, h, N), f"{name}: {counts} vs {N * h}"
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from rule_configs import FAST_IDS, FAST_RULES, FUSED_SHAPE, fused_params
-from scipy import stats
+from test_kernels import _chisquare_ok, _emitted_counts, _pair  # chi-square at test_kernels.ALPHA
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
@@ -19,28 +19,11 @@ from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.samplers._kernels import kernels_for
 from cactus_theory.solvers._spike import exact_spike
 
-#: False-alarm rate of each chi-square test (seeds fixed: deterministic outcome; a correct
-#: sampler with an arbitrary seed fails at this rate).
-ALPHA = 1e-3
-
 #: Every fast path both eager and through the compiled kernels of samplers/fused.py.
 FUSED = pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _chisquare_ok(counts, expected_probs, n):
-    """Chi-square with cells of expected count < 5 pooled; zero-probability cells never hit."""
-    assert counts[expected_probs == 0].sum() == 0, (counts, expected_probs)
-    exp = n * expected_probs
-    big = exp >= 5
-    obs_c = np.append(counts[big], counts[~big].sum())
-    exp_c = np.append(exp[big], exp[~big].sum())
-    keep = exp_c > 0
-    if keep.sum() < 2:  # a point mass: every draw on it
-        return obs_c[keep].sum() == n
-    return stats.chisquare(obs_c[keep], exp_c[keep] * obs_c[keep].sum() / exp_c[keep].sum()).pvalue > ALPHA
 
 
 # --- inverse CDF ------------------------------------------------------------------------------
@@ -130,11 +113,6 @@ def test_inverse_cdf_sample_seeded_rows():
 # --- the recovery draw of the sampler against the exact analysis ------------------------------
 
 
-def _pair(seed, V=6, conc=0.8):
-    rng = np.random.default_rng(seed)
-    return rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
-
-
 @FUSED
 @pytest.mark.parametrize("name, knobs", FAST_RULES, ids=FAST_IDS)
 def test_recovery_draw_law_matches_exact_analysis(name, knobs, fused):
@@ -167,16 +145,10 @@ def test_emitted_law_fast_paths(name, knobs):
     float32 rows: the emitted token follows h_alg of the float64 analysis (chi-square,
     n = 20,000, ALPHA). The eager sampler; the compiled one in test_fused_emitted_law."""
     q, p = _pair(9)
-    V, N = len(q), 20_000
+    N = 20_000
     rule = get_rule(name, **knobs)
     h = emitted_distribution(rule, q, p)
-    g = torch.Generator().manual_seed(11)
-    qt = torch.tensor(q * 2.5, dtype=torch.float32).expand(N, 2, V)
-    pt = torch.tensor(p * 0.4, dtype=torch.float32).expand(N, 1, V)
-    ids = torch.multinomial(torch.tensor(p).expand(N, V), 1, replacement=True, generator=g)
-    torch.manual_seed(12)
-    out = make_sampler(rule)(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
-    counts = np.bincount(out[:, 0].numpy(), minlength=V).astype(float)
+    counts = _emitted_counts(make_sampler(rule), q, p, N)
     assert _chisquare_ok(counts, h, N), f"{name}: {counts} vs {N * h}"
 
 

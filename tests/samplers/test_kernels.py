@@ -14,7 +14,8 @@ from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import _kernels, make_sampler
 from cactus_theory.samplers._kernels import NO_KERNELS, RuleKernels, kernels_for
 
-#: False alarm rate of each chi-square test.
+#: False-alarm rate of each chi-square test (seeds fixed: deterministic outcome; a correct
+#: sampler with an arbitrary seed fails at this rate).
 ALPHA = 1e-3
 
 
@@ -34,6 +35,19 @@ def _chisquare_ok(counts, expected_probs, n):
 def _pair(seed, V=6, conc=0.8):
     rng = np.random.default_rng(seed)
     return rng.dirichlet(np.full(V, conc)), rng.dirichlet(np.full(V, conc))
+
+
+def _emitted_counts(sampler, q, p, n):
+    """Counts of the emitted token over n one-position calls on un-normalized float32 rows (q
+    scaled by 2.5, p by 0.4; drafts n ~ p, seeded), as a float array of length V."""
+    V = len(q)
+    g = torch.Generator().manual_seed(11)
+    qt = torch.tensor(q * 2.5, dtype=torch.float32).expand(n, 2, V)
+    pt = torch.tensor(p * 0.4, dtype=torch.float32).expand(n, 1, V)
+    ids = torch.multinomial(torch.tensor(p).expand(n, V), 1, replacement=True, generator=g)
+    torch.manual_seed(12)
+    out = sampler(qt, torch.zeros(n, 1, dtype=torch.int64), pt, ids)
+    return np.bincount(out[:, 0].numpy(), minlength=V).astype(float)
 
 
 def _rows(B=12, k=3, V=60, seed=0):
@@ -102,18 +116,12 @@ def test_emitted_law_without_kernels(monkeypatch, name, knobs):
     with the kernels (test_fast_paths.test_emitted_law_fast_paths)."""
     monkeypatch.setattr(_kernels._registry, "KERNELS", {})
     q, p = _pair(9)
-    V, N = len(q), 20_000
+    N = 20_000
     rule = get_rule(name, **knobs)
     s = make_sampler(rule)
     assert s.kernels is NO_KERNELS
     h = emitted_distribution(rule, q, p)
-    g = torch.Generator().manual_seed(11)
-    qt = torch.tensor(q * 2.5, dtype=torch.float32).expand(N, 2, V)
-    pt = torch.tensor(p * 0.4, dtype=torch.float32).expand(N, 1, V)
-    ids = torch.multinomial(torch.tensor(p).expand(N, V), 1, replacement=True, generator=g)
-    torch.manual_seed(12)
-    out = s(qt, torch.zeros(N, 1, dtype=torch.int64), pt, ids)
-    counts = np.bincount(out[:, 0].numpy(), minlength=V).astype(float)
+    counts = _emitted_counts(s, q, p, N)
     assert _chisquare_ok(counts, h, N), f"{name}: {counts} vs {N * h}"
 
 
