@@ -102,14 +102,23 @@ def check_output_path(path, name: str = "output", folder: bool = False) -> None:
         raise ValueError(f"{name}: folder {parent!r} is not writable ({exc.strerror or exc})") from None
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
+def _int_at_least(minimum: int, what: str = "an integer"):
+    """An argparse type: an integer >= ``minimum`` (argparse then names the option in its message)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{what} must be >= {minimum}, got {v}")
+        return v
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_seed = _int_at_least(0, "a seed")
 
 
 def add_output(
@@ -127,17 +136,6 @@ def add_output(
             g.add_argument("--json", action="store_true", help="print the results as JSON data")
         if csv_flag:
             g.add_argument("--csv", action="store_true", help="print the tables as CSV")
-
-
-def _seed(text: str) -> int:
-    """A non-negative integer seed (argparse then names ``--seed`` in its message)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"a seed must be >= 0, got {v}")
-    return v
 
 
 def add_seed(p, help="seed of every random draw"):

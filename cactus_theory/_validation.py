@@ -91,14 +91,26 @@ def token_ids_of(rows, token_ids, name: str = "token_ids"):
     return token_ids
 
 
+def as_real(value, name: str, expected: str = "must be a real number") -> float:
+    """A Python float from ``value``; ValueError naming ``name`` for a non-number or NaN.
+
+    ``expected`` completes the message for a value that is not a number at all
+    (``"{name}: {expected}, got {value!r}"``); bools are rejected.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: {expected}, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {expected}, got {value!r}") from None
+    if math.isnan(v):
+        raise ValueError(f"{name}: is NaN")
+    return v
+
+
 def as_budget(delta, name: str = "delta") -> float:
     """Validate a scalar divergence budget: finite or +inf, and >= 0."""
-    try:
-        value = float(delta)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: must be a real number, got {delta!r}") from None
-    if math.isnan(value):
-        raise ValueError(f"{name}: is NaN")
+    value = as_real(delta, name)
     if value < 0:
         raise ValueError(f"{name}: must be >= 0, got {value}")
     return value
@@ -186,10 +198,7 @@ def token_id(token, vocab_size: int, name: str = "token") -> int:
 
 def as_temperature(t, name: str = "temperature") -> float:
     """A sampling temperature: a positive finite number."""
-    try:
-        v = float(t)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: must be a positive finite number, got {t!r}") from None
+    v = as_real(t, name, "must be a positive finite number")
     if not v > 0 or not math.isfinite(v):
         raise ValueError(f"{name}: must be a positive finite number, got {t!r}")
     return v
@@ -202,10 +211,7 @@ def as_top_k(k, name: str = "top_k") -> int:
 
 def as_top_p(p, name: str = "top_p") -> float:
     """A nucleus mass in (0, 1]."""
-    try:
-        v = float(p)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: must lie in (0, 1], got {p!r}") from None
+    v = as_real(p, name, "must lie in (0, 1]")
     if not 0 < v <= 1:
         raise ValueError(f"{name}: must lie in (0, 1], got {p!r}")
     return v

@@ -45,6 +45,7 @@ from .._validation import (
     as_prob_pair,
     as_probs,
     as_probs_or_tensor,
+    as_real,
     choice,
 )
 from ..divergences import get_divergence
@@ -348,10 +349,7 @@ def _as_statistic(statistic):
     """``"mean"``, or a quantile level in (0, 1] as a float (ValueError naming ``statistic``)."""
     if statistic == "mean":
         return statistic
-    try:
-        lv = float(statistic)
-    except (TypeError, ValueError):
-        raise ValueError(f"statistic: 'mean' or a quantile level in (0, 1], got {statistic!r}") from None
+    lv = as_real(statistic, "statistic", "'mean' or a quantile level in (0, 1]")
     if not 0 < lv <= 1:
         raise ValueError(f"statistic: quantile level must lie in (0, 1], got {statistic!r}")
     return lv

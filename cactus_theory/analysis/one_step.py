@@ -30,7 +30,7 @@ import functools
 import numpy as np
 from array_api_compat import array_namespace
 
-from .._validation import as_prob_pair, as_probs, choice
+from .._validation import as_count, as_prob_pair, as_probs, choice
 from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
 from ..results import OneStepResult
@@ -155,16 +155,9 @@ def drafting_distribution(draft_probs, drafting: str = "sample", draft_top_k=Non
     if drafting == "argmax":
         k = 1
     else:
-        if draft_top_k is None or isinstance(draft_top_k, bool):
-            raise ValueError(
-                f"draft_top_k: an integer k >= 1 is required with drafting='top_k', got {draft_top_k!r}"
-            )
-        try:
-            k = int(draft_top_k)
-        except (TypeError, ValueError):
-            raise ValueError(f"draft_top_k: must be an integer k >= 1, got {draft_top_k!r}") from None
-        if k != draft_top_k or k < 1:
-            raise ValueError(f"draft_top_k: must be an integer k >= 1, got {draft_top_k!r}")
+        if draft_top_k is None:
+            raise ValueError("draft_top_k: an integer k >= 1 is required with drafting='top_k', got None")
+        k = as_count(draft_top_k, "draft_top_k", minimum=1)
         k = min(k, V)
     if k == 1:
         return one_hot(xp.argmax(p, axis=-1), V, p)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._validation import as_budget, choice
+from .._validation import as_budget, as_real, choice
 from .plans import (
     SpikePlan,
     TargetPlan,
@@ -69,14 +69,7 @@ class Knob:
         """Return ``value`` checked against the knob's range; ValueError naming the knob."""
         if self.choices is not None:
             return choice(value, self.choices, self.name)
-        if isinstance(value, bool):
-            raise ValueError(f"{self.name}: must be a number, got {value!r}")
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{self.name}: must be a number, got {value!r}") from None
-        if math.isnan(v):
-            raise ValueError(f"{self.name}: is NaN")
+        v = as_real(value, self.name, "must be a number")
         if self.integer:
             if not float(v).is_integer():
                 raise ValueError(f"{self.name}: must be an integer, got {value!r}")
