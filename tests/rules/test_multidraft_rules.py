@@ -27,6 +27,7 @@ from cactus_theory.analysis.multidraft import (
     multidraft_emitted,
     tree_outcomes,
 )
+from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.drafts import MultiDraft
 from cactus_theory.rules import get_rule
 from cactus_theory.rules.multidraft import VERIFIERS, get_verifier
@@ -116,25 +117,33 @@ def test_one_position_acceptance_equals_enumeration(name):
 
 @pytest.mark.parametrize("name", list(VERIFIERS))
 def test_k1_is_sps(name):
-    """At one draft, every verifier accepts min(1, q_n/p_n) and recovers normalize(max(0, q - p))."""
+    """At one draft, every verifier is its declared per-position rule (``single_draft``; SpS for
+    most: accept min(1, q_n/p_n), recover normalize(max(0, q - p))): the acceptance at each
+    drafted token, and the emitted law averaged over the draft. A rule whose plan recovers
+    from one mixed row (``sglang-threshold``) is compared per draft on the acceptance only."""
     spec = VERIFIERS[name]
     verifier = get_verifier(name)
-    sps = get_rule("sps")
+    # a lossy verifier is SpS at its default knobs; a named rule takes the verifier's knobs
+    rule = get_rule(spec.single_draft, **({} if spec.single_draft == "sps" else verifier.knobs))
     rng = np.random.default_rng(4)
     q, p = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
-    plan = sps.plan(q[None], p[None])
+    plan = rule.plan(q[None], p[None])
     schemes = [d for d in spec.drafting if d != "top_k"]
     assert schemes, "every verifier verifies a random scheme"
     for drafting in schemes:
         tree = MultiDraft(q, p, 1, drafting).as_tree()
-        for _, drawn in drawn_trees(tree):
+        emitted = np.zeros_like(q)
+        for prob, drawn in drawn_trees(tree):
             n = int(drawn.token_ids[1])
             law = verifier.tree_law(drawn)
             want = float(plan.accept_probs_at(np.array([n]))[0])
             assert law.end_probs[1] == pytest.approx(want, abs=1e-12)
-            if want < 1:
+            emitted += prob * (law.end_probs[1] * np.eye(q.size)[n] + law.end_probs[0] * law.residuals[0])
+            if want < 1 and spec.single_draft == "sps":
                 recovery = plan.recovery_at(np.array([n]))[0]
                 np.testing.assert_allclose(law.residuals[0], recovery, atol=1e-12)
+        # sums of five float64 products
+        np.testing.assert_allclose(emitted, emitted_distribution(rule, q[None], p[None])[0], atol=1e-12)
 
 
 def test_block_never_below_tokenwise_and_optimal_on_top():

@@ -2,11 +2,12 @@
 
 Importing it registers ``rrs``, ``rrs-without-replacement``, ``spectr``, ``optimal``,
 ``block`` and ``traversal`` in :data:`VERIFIERS` (:mod:`.base`), and the lossy
-``optimal-budget``, ``optimal-multiplier`` and ``cactus-rrs`` (:mod:`.budgeted`). Every registered verifier goes
+``optimal-budget``, ``optimal-multiplier`` and ``cactus-rrs`` (:mod:`.budgeted`) and SGLang's
+``sglang-tree`` (:mod:`.sglang_tree`). Every registered verifier goes
 through the family's invariant battery (``tests/rules/test_multidraft_rules.py``).
 """
 
-from . import block, budgeted, optimal, rrs, spectr, traversal  # noqa: F401  (registration side effect)
+from . import block, budgeted, optimal, rrs, sglang_tree, spectr, traversal  # noqa: F401  (registration side effect)
 from .base import (
     VERIFIERS,
     MultiDraftVerifier,

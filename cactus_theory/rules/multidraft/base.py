@@ -102,6 +102,9 @@ class VerifierSpec:
     max_vocab : int or None
         Largest vocabulary (support) its exact law is computed for (None: no limit beyond the
         enumerations').
+    single_draft : str
+        The registered per-position rule it is at one draft, with the same knob values
+        (``"sps"`` for most; the battery checks it).
     summary, reference : str
         One line each.
     """
@@ -116,6 +119,7 @@ class VerifierSpec:
     summary: str
     reference: str
     max_vocab: int | None = None
+    single_draft: str = "sps"
 
     def make(self, **knobs) -> MultiDraftVerifier:
         """The verifier with validated knobs (unknown names raise ValueError)."""
