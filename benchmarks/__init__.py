@@ -31,7 +31,7 @@ q and p are softmaxes of correlated Gumbel logits, delta = 0.1):
   numpy vs torch (CPU, and CUDA where available), rows per second (checked: same numbers).
 * ``sampler/<rule>/<shape>``: each rule's batched torch sampler over one read pass of p and q
   (``q.sum(-1), p.sum(-1)``), float32, on ``threads`` threads (:data:`SAMPLER_THREADS`): the
-  fused sampler (``fused=True``, the compiled kernels of :mod:`cactus_theory.samplers.fused`)
+  fused sampler (``fused=True``, the compiled kernels of :mod:`cactus_theory.samplers._fused`)
   at most 3, the eager one (the default) reported (checked, for each: the accept
   probabilities of the path forward takes, on the un-normalized rows, and the recovery
   weights the inverse CDF draws from, normalized, equal the full plan's to 1e-5, the

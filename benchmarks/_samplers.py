@@ -74,7 +74,7 @@ def _validation_rows(x: _Rows, repeats: int) -> list:
     clamp-and-flag check every call runs), eager and fused, reported: the floor under every rule."""
     import torch
 
-    from cactus_theory.samplers.entry import validate_sampler_entry
+    from cactus_theory.samplers._entry import validate_sampler_entry
 
     q, p, ids, bonus, k = x.q, x.p, x.ids, x.bonus, x.k
     val = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True)  # noqa: E731
@@ -138,8 +138,8 @@ def _recovery_diff(s, x: _Rows, state) -> float:
     the block sums the fused draw reads, against the full plan's recovery distribution."""
     import torch
 
-    from cactus_theory.samplers.blocked import BlockWeights
-    from cactus_theory.samplers.fused import block_sums
+    from cactus_theory.samplers._blocked import BlockWeights
+    from cactus_theory.samplers._fused import block_sums
 
     w = s.recovery_weights(x.q, x.p, x.ids, x.pos, state, x.sq, x.sp)[0]
     bs_diff = 0.0

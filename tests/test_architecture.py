@@ -253,7 +253,7 @@ def _uses_outside(names: set) -> list:
 
 def test_the_privacy_scan_finds_a_planted_use():
     methods, module_level = _sampler_private_names()
-    planted = "from cactus_theory.samplers.fused import _secret\ns._accept_path(q, p)\nx.public()\n"
+    planted = "from cactus_theory.samplers._fused import _secret\ns._accept_path(q, p)\nx.public()\n"
     assert _uses(planted, {"_accept_path", "_secret"}) == [(1, "_secret"), (2, "_accept_path")]
     assert methods and module_level  # the scan reads the samplers (a sampler has private helpers)
 

@@ -119,7 +119,7 @@ class RowTarget:
     samplers' compiled core evaluates it at the drafted entries (the acceptance
     :math:`\min(1, h_n/p_n)`), reads the recovery rows once for the block sums of
     :math:`\max(0, h - p)` and h, and evaluates h again at the 256 columns of the block it
-    draws from (:func:`~cactus_theory.samplers.blocked.residual_block_weights`).
+    draws from (:func:`~cactus_theory.samplers._blocked.residual_block_weights`).
 
     Attributes
     ----------

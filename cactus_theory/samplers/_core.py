@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import fused as fused_kernels
+from . import _fused as fused_kernels
 from ._program import AcceptState, Program
 from .draws import inverse_cdf_sample
 

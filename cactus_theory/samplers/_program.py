@@ -36,10 +36,10 @@ import torch
 from ..rules import Rule
 from ..rules.plans import RowTarget, SpikePlan, TargetPlan, ratio_acceptance, spike_residual_weights
 from ..rules.registry import ElementwiseTargetRule, SpikeRule
-from . import fused as fused_kernels
+from . import _fused as fused_kernels
+from ._blocked import point_mass_weights, residual_block_weights, spike_row_target
 from ._kernels import RuleKernels
 from ._kernels._residual import residual_weights_
-from .blocked import point_mass_weights, residual_block_weights, spike_row_target
 
 __all__ = ["AcceptState", "Program", "build_program", "as_float32", "rows_at", "float32_rows"]
 

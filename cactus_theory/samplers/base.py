@@ -93,12 +93,12 @@ import numbers
 import torch
 
 from ..rules import Rule, get_rule
-from . import fused as fused_kernels
+from . import _fused as fused_kernels
 from ._core import CoreInputs, core_accept, verify_core
+from ._entry import validate_sampler_entry
 from ._kernels import RuleKernels, kernels_for
 from ._program import as_float32, build_program, compiles_whole
 from .draws import _row_uniforms, _uniforms
-from .entry import validate_sampler_entry
 
 __all__ = ["RuleSampler"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from . import fused as fused_kernels
-from .blocked import BlockWeights
+from . import _fused as fused_kernels
+from ._blocked import BlockWeights
 
 __all__ = ["exponential_race", "inverse_cdf_sample"]
 

@@ -1,4 +1,4 @@
-"""Recovery weights by blocks (samplers/blocked.py): block sums in one read, the spike's block
+"""Recovery weights by blocks (samplers/_blocked.py): block sums in one read, the spike's block
 summed again, the formula at one block's columns.
 
 Checked against the dense residual (``residual_weights`` of the dense h with its spike) on
@@ -14,8 +14,8 @@ import torch
 
 from cactus_theory.rules.plans import RowTarget, residual_weights
 from cactus_theory.samplers import inverse_cdf_sample
-from cactus_theory.samplers.blocked import BlockWeights, point_mass_weights, residual_block_weights
-from cactus_theory.samplers.fused import block_sums as _block_sums
+from cactus_theory.samplers._blocked import BlockWeights, point_mass_weights, residual_block_weights
+from cactus_theory.samplers._fused import block_sums as _block_sums
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -19,7 +19,7 @@ from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.samplers._kernels import kernels_for
 from cactus_theory.solvers._spike import exact_spike
 
-#: Every fast path both eager and through the compiled kernels of samplers/fused.py.
+#: Every fast path both eager and through the compiled kernels of samplers/_fused.py.
 FUSED = pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
 
 
@@ -391,8 +391,8 @@ def test_first_argmax_equals_torch_argmax(V, compiled):
     the row maximum, the first entry of it equal to it), is torch.argmax's index exactly,
     eager and compiled: many ties (integers 0..4, the lowest index wins), continuous rows,
     the maximum in the tail block, a maximum tied across two blocks, leading batch axes."""
+    from cactus_theory.samplers._fused import INDUCTOR_OPTIONS
     from cactus_theory.samplers._kernels._blocks import first_argmax
-    from cactus_theory.samplers.fused import INDUCTOR_OPTIONS
 
     fn = torch.compile(first_argmax, dynamic=False, options=INDUCTOR_OPTIONS) if compiled else first_argmax
     g = torch.Generator().manual_seed(V)
@@ -434,8 +434,8 @@ def test_split_blocks_and_block_reduce(V):
     maximum of each block (the tail its own, shorter block), equal to a reduction of each
     slice of the row taken one at a time (max exactly; sums of the same entries in
     torch's order within a block, so equal up to float32 rounding of 256 terms)."""
+    from cactus_theory.samplers._fused import block_sums
     from cactus_theory.samplers._kernels._blocks import block_reduce, split_blocks
-    from cactus_theory.samplers.fused import block_sums
 
     g = torch.Generator().manual_seed(V)
     x = torch.rand(2, 3, V, generator=g)
@@ -498,9 +498,9 @@ def test_masked_sum_by_blocks_equals_the_full_masked_sum(V, compiled):
     bound). Thresholds: (1 - alpha) max for alpha = 0.5 (few blocks: the gathered path), 0.999
     (most blocks reach it: the full sum), a negative one (every entry), and a row whose set
     spans more than 16 blocks beside rows that need few; the tail block holds a set entry."""
+    from cactus_theory.samplers._fused import INDUCTOR_OPTIONS
     from cactus_theory.samplers._kernels._blocks import block_maxima
     from cactus_theory.samplers._kernels.cascades import masked_sum_by_blocks
-    from cactus_theory.samplers.fused import INDUCTOR_OPTIONS
 
     g = torch.Generator().manual_seed(V)
     z = torch.softmax(3.0 * torch.randn(4, 3, V, generator=g), -1)

@@ -1,4 +1,4 @@
-"""The samplers' fused kernels (``fused=True``, samplers/fused.py, compiled by torch.compile).
+"""The samplers' fused kernels (``fused=True``, samplers/_fused.py, compiled by torch.compile).
 
 Checked against the eager paths on the same inputs: the row sums against float64 sums, the
 bad-row flags against the eager validation, the recovery weights and block sums against the
@@ -13,11 +13,11 @@ import torch
 from rule_configs import FUSED_SHAPE, QUICK_GROUP, fused_params
 
 from cactus_theory.rules.registry import ElementwiseTargetRule, SpikeRule
-from cactus_theory.samplers import fused as fused_kernels
+from cactus_theory.samplers import _fused as fused_kernels
 from cactus_theory.samplers import make_sampler
-from cactus_theory.samplers.blocked import BlockWeights
-from cactus_theory.samplers.entry import eager_row_stats
-from cactus_theory.samplers.fused import block_sums as _block_sums
+from cactus_theory.samplers._blocked import BlockWeights
+from cactus_theory.samplers._entry import eager_row_stats
+from cactus_theory.samplers._fused import block_sums as _block_sums
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -208,7 +208,7 @@ def test_exact_test_runs_on_the_undecided_rows_only(monkeypatch):
     The fused core runs uncompiled here (the selection runs between its two graphs, in
     Python, either way; the compiled core's decisions are tested above): three thresholds
     would be three compiles."""
-    from cactus_theory.samplers import fused as fused_kernels
+    from cactus_theory.samplers import _fused as fused_kernels
 
     monkeypatch.setattr(fused_kernels, "compiled_for", lambda rule, fn, *key: fn)
     q, p, ids = _rows(seed=1)

@@ -27,7 +27,7 @@ positive float32 row sums, q = ``x / s_q`` and p = ``y / s_p``:
 ``recovery_target_from_rows(rule, x, y, ids, s_q, s_p)``
     The rule's target h on these rows as a :class:`~cactus_theory.rules.plans.RowTarget`
     (elementwise with per-row constants), or None: the compiled samplers' blocked recovery
-    (:mod:`..blocked`).
+    (:mod:`.._blocked`).
 ``recovery_token_from_rows(rule, x, y, ids, s_q, s_p)``
     The recovered token ([B] int64) when the recovery is a point mass, or None.
 ``recovery_weights(rule, q, p, ids)``

@@ -3,7 +3,7 @@ r"""Blocked row passes of the samplers' speed paths (torch): sums, maxima and th
 
 The loop shape of every blocked row pass of the samplers (row sums, block sums and maxima, the
 divergence bounds' moments): a compiled kernel reads passes of the same shape in one loop. Used
-by the rule kernels of :mod:`cactus_theory.samplers._kernels` and by :mod:`..fused`.
+by the rule kernels of :mod:`cactus_theory.samplers._kernels` and by :mod:`.._fused`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def two_level_sum(x, fn=None, blk: int = ARGMAX_BLOCK):
     """Row sums of ``fn(x)`` (elementwise; None: x) over the last axis, taken in two levels:
     float32 sums of consecutive ``blk``-entry blocks (the last block may be shorter), then
     their sum. The loop shape of the samplers' row sums
-    (:func:`~cactus_theory.samplers.fused.stats`), so that a compiled kernel reads such a
+    (:func:`~cactus_theory.samplers._fused.stats`), so that a compiled kernel reads such a
     row pass in the same loop (``fn`` is applied to the blocked views of x: a blocked view
     of a computed tensor would be stored first); a sum of terms of one sign errs by at most
     about (blk + V / blk) float32 eps, relative."""

@@ -94,7 +94,7 @@ JS_SUM_RATIO_TOL = 1e-3
 def _moments(y, x):
     """The sums of :math:`2 m u^2, 2 m u^4, 2 m u^6` of :func:`js_bounds_from_rows` on the
     rows as given (un-normalized), blocked as the samplers' row sums
-    (:func:`~cactus_theory.samplers.fused.stats`: sums of 256-entry blocks in the rows'
+    (:func:`~cactus_theory.samplers._fused.stats`: sums of 256-entry blocks in the rows'
     dtype, then a float64 sum of those, rounded to that dtype), so that a compiled kernel
     reads them in the loop of the row sums."""
 

@@ -28,9 +28,7 @@ import torch
 
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..rules.plans import RowTarget, spike_row_scale
-from .fused import CDF_BLOCK, block_sums
-
-__all__: list[str] = []  # the samplers' machinery: users call make_sampler
+from ._fused import CDF_BLOCK, block_sums
 
 
 class BlockWeights:

@@ -56,8 +56,6 @@ import torch
 
 from ._kernels._blocks import block_reduce, split_blocks
 
-__all__: list[str] = []  # the samplers' machinery: users call make_sampler
-
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
 CDF_BLOCK = 256
 
