@@ -25,6 +25,14 @@ The SpS end of each knob is its own: alpha = 0 is **not** SpS for Chow when p is
 holds the verifier's argmax). Any alpha < 0 gives SpS for Chow and Token-V3; alpha = -1 does
 for Diff, Token-V1 and Token-V2 (their tests need a probability above max q + 1 > 1).
 
+**Ties.** The sets A keep every token that passes the test, ties included: at alpha = 0,
+Token-V2/V3's A is every token tied at :math:`\max\tilde q`. The arXiv 2607.08690 vLLM
+overlay (``spec_cascade_tok3_top_mask_from_logits``) special-cases alpha = 0 as
+``argmax``, which keeps only the first tied token (lowest id), while at 0 < alpha < 1 its
+threshold test keeps all ties as here. This module keeps eq. 15 as written at alpha = 0 too:
+the set is then the limit of the sets at alpha > 0 (the overlay's jumps there on a tied row,
+and depends on the token order). The two agree wherever the top raw verifier entry is unique.
+
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
 alpha the lenience (the paper's alpha; the notebook calls it ``lenience``).
 

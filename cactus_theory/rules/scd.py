@@ -21,11 +21,23 @@ top-k/top-p set): on G, q is the temperature-T row renormalized, so
 raw row, so it can hold tokens outside a truncated q (then KL(h || q) is infinite).
 
 :math:`\beta = 0` with the top-p/top-k gate is SpS exactly (:math:`\pi = q`). Without raw rows
-the processed ones stand in. Where the drafter's raw row is 0 on G (its logit is
-:math:`-\infty`) the contrastive score is :math:`+\infty`: :math:`\pi` is then the limit
-:math:`\tilde p \to 0` of those tokens, :math:`\propto q^{1+\beta}` (or
-:math:`\tilde q^{(1+\beta)/T}`) on them (the source rejects such rows; raw rows have full
-support in practice).
+the processed ones stand in.
+
+**A drafter's raw probability of 0 on G (a stated limit).** There the amateur logit is
+:math:`-\infty` and the contrastive score :math:`+\infty`. The overlay raises a ValueError
+("SCD amateur logits must be finite on the gate support"); this rule takes the limit
+:math:`\tilde p_x \to 0` of those entries, the other logits fixed: :math:`\pi` puts all its
+mass on :math:`Z = G \cap \{\tilde p = 0\}`, :math:`\pi \propto q^{1+\beta}` (or
+:math:`\tilde q^{(1+\beta)/T}`) on Z. It is the overlay's :math:`\pi` in the limit of a
+finite, falling amateur logit, so the rule stays defined (and continuous) on every row. Where
+the processed drafter p is 0 on Z too (a zero raw row stays zero under temperature and
+truncation), the acceptance :math:`\sum_x \min(\pi_x, p_x)` is **0** and the step emits
+:math:`\pi`. Recorded rows can hold such zeros (a drafter that never proposes a token, or a
+probability below the storage format's smallest value): the shipped distilled recording has
+them on G at about a quarter of its positions (``docs/engines.md`` gives the count), where
+SCD with :math:`\beta > 0` accepts nothing. A caller that wants the overlay's behaviour drops
+the rows whose raw drafter row is 0 somewhere on G (for the default gate,
+``((raw_draft_probs <= 0) & (target_probs > 0)).any(-1)``).
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
 :math:`\beta` = ``scd_beta``, T = ``scd_temperature``, :math:`\alpha` = ``scd_alpha``.
