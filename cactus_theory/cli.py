@@ -382,9 +382,9 @@ def _resolve(target):
 
 
 def _report_epilog():
-    from .report import SECTION_SUMMARIES
+    from .report import _SECTION_SUMMARIES
 
-    return "sections:\n" + "\n".join(f"  {k:<12} {v}" for k, v in SECTION_SUMMARIES.items())
+    return "sections:\n" + "\n".join(f"  {k:<12} {v}" for k, v in _SECTION_SUMMARIES.items())
 
 
 #: The subcommand table: name -> :class:`Subcommand`.

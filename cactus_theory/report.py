@@ -41,6 +41,7 @@ from ._tables import Column, Table, format_table
 from .analysis.comparison import taylor_vs_exact_pairs
 
 __all__ = [
+    "Report",
     "SECTIONS",
     "compute_report",
     "format_report",
@@ -72,7 +73,7 @@ class Report:
 # --------------------------------------------------------------------------- the formatter
 
 
-def format_section(section: Section, style: str = "text", figures_dir: str | None = None) -> str:
+def _format_section(section: Section, style: str = "text", figures_dir: str | None = None) -> str:
     """Print a :class:`Section`: heading, notes and tables in order (tables fenced in Markdown).
 
     ``figures_dir`` (Markdown only): the folder holding the figures, linked relative to it.
@@ -98,8 +99,8 @@ def format_section(section: Section, style: str = "text", figures_dir: str | Non
     return sep.join(parts)
 
 
-REPORT_TITLE = "# cactus_theory report"
-REPORT_INTRO = (
+_REPORT_TITLE = "# cactus_theory report"
+_REPORT_INTRO = (
     "Exact one-step analysis (float64). q = verifier, p = drafter, n = drafted token, "
     "delta = per-draft budget, eps = target emitted divergence."
 )
@@ -115,15 +116,15 @@ def format_report(report: Report, style: str = "text", figures_dir: str | None =
             "\n\n".join(f"# {t.name}\n{format_table(t, 'csv')}" for s in report.sections for t in s.tables)
             + "\n"
         )
-    head = f"{REPORT_TITLE}\n{REPORT_INTRO}" + (f" Seed {report.seed}." if style == "markdown" else "")
-    return "\n\n".join([head] + [format_section(s, style, figures_dir) for s in report.sections]) + "\n"
+    head = f"{_REPORT_TITLE}\n{_REPORT_INTRO}" + (f" Seed {report.seed}." if style == "markdown" else "")
+    return "\n\n".join([head] + [_format_section(s, style, figures_dir) for s in report.sections]) + "\n"
 
 
 # --------------------------------------------------------------------------- sections
 
 
 #: Rules of the real-data chain tables.
-REAL_CHAIN_RULES = (
+_REAL_CHAIN_RULES = (
     ("sps", {}),
     ("tas", {}),
     ("cactus-taylor", {"delta": 0.75}),
@@ -133,7 +134,7 @@ REAL_CHAIN_RULES = (
 )
 
 
-def section_real(seed: int = 0, m: int = 8) -> Section:
+def _section_real(seed: int = 0, m: int = 8) -> Section:
     """The same analyses on the shipped real distributions (SmolLM2-135M and its drafters)."""
     from .analysis.rule_table import rule_table
     from .logits import load_dump, load_full_vocab_sample, shipped_dumps
@@ -166,7 +167,7 @@ def section_real(seed: int = 0, m: int = 8) -> Section:
                 f"real/{name}/chain",
                 f"[drafter {name}: exact chains, m = {m}]",
                 CHAIN_COLUMNS,
-                tuple(chain_rows(trajs, m, REAL_CHAIN_RULES)),
+                tuple(chain_rows(trajs, m, _REAL_CHAIN_RULES)),
             )
         )
     if "distilled" in dumps:
@@ -212,11 +213,11 @@ def section_real(seed: int = 0, m: int = 8) -> Section:
 
 #: Positions per shipped recording in the report's audit (whole trajectories: the first one or
 #: two prompts), and its target: mean per-token KL(h_alg||q) in nats.
-AUDIT_POSITIONS = 48
-AUDIT_EPS = 0.1
+_AUDIT_POSITIONS = 48
+_AUDIT_EPS = 0.1
 
 
-def section_audit(seed: int = 0, eps: float = AUDIT_EPS, positions: int = AUDIT_POSITIONS) -> Section:
+def _section_audit(seed: int = 0, eps: float = _AUDIT_EPS, positions: int = _AUDIT_POSITIONS) -> Section:
     """Every rule calibrated to one true emitted KL on the shipped recordings (ct.audit)."""
     from .logits import eos_token_id, load_dump, shipped_dumps
     from .simulate._audit_corpus import corpus_from_dump
@@ -248,11 +249,11 @@ def section_audit(seed: int = 0, eps: float = AUDIT_EPS, positions: int = AUDIT_
 
 
 #: The report's trees section: the spend per verification and the budgets of the root frontier.
-TREE_BUDGET = 0.1
-TREE_FRONTIER_EPS = (0.0, 0.01, 0.1)
+_TREE_BUDGET = 0.1
+_TREE_FRONTIER_EPS = (0.0, 0.01, 0.1)
 
 
-def section_trees(seed: int = 0, budget: float = TREE_BUDGET) -> Section:
+def _section_trees(seed: int = 0, budget: float = _TREE_BUDGET) -> Section:
     """Many drafts and trees: the k-draft frontier and trees at one sequence KL (shipped real trees)."""
     from .analysis.tree_budget import top_chain, tree_budget_rows
     from .logits.tree_dump import load_tree_dump
@@ -268,21 +269,21 @@ def section_trees(seed: int = 0, budget: float = TREE_BUDGET) -> Section:
     for k in (1, 2, 4, 8):
         acc = np.mean(
             [
-                multidraft_frontier(t.target_probs[0], t.draft_probs[0], k, TREE_FRONTIER_EPS).acceptance
+                multidraft_frontier(t.target_probs[0], t.draft_probs[0], k, _TREE_FRONTIER_EPS).acceptance
                 for t in trees
             ],
             axis=0,
         )
-        row = {"k": k, **{f"F_{e:g}": float(a) for e, a in zip(TREE_FRONTIER_EPS, acc, strict=True)}}
+        row = {"k": k, **{f"F_{e:g}": float(a) for e, a in zip(_TREE_FRONTIER_EPS, acc, strict=True)}}
         if k == 1:  # the single-draft frontier, for comparison
             single = np.mean(
-                [frontier(t.target_probs[0], t.draft_probs[0], TREE_FRONTIER_EPS).acceptance for t in trees],
+                [frontier(t.target_probs[0], t.draft_probs[0], _TREE_FRONTIER_EPS).acceptance for t in trees],
                 0,
             )
             row["single_draft_max_gap"] = float(np.max(np.abs(acc - single)))
         rows.append(row)
     cols = (Column("k", "k", "d"),) + tuple(
-        Column(f"F_{e:g}", f"F_k(KL {e:g})", ".4f") for e in TREE_FRONTIER_EPS
+        Column(f"F_{e:g}", f"F_k(KL {e:g})", ".4f") for e in _TREE_FRONTIER_EPS
     )
     frontier_table = Table(
         "trees/frontier",
@@ -329,7 +330,7 @@ def section_trees(seed: int = 0, budget: float = TREE_BUDGET) -> Section:
     return Section("trees", heading, (notes[0], frontier_table, notes[1], budget_table))
 
 
-def section_claims(seed: int = 0) -> Section:
+def _section_claims(seed: int = 0) -> Section:
     """Verdicts with numbers on the paper's checkable claims (a checkout's paper_checks/).
 
     Raises ValueError naming ``sections`` without a checkout of the repository (an installed
@@ -354,21 +355,21 @@ def section_claims(seed: int = 0) -> Section:
 
 
 SECTIONS = {
-    "claims": section_claims,
+    "claims": _section_claims,
     "taylor": section_taylor,
     "families": section_families,
     "rules": section_rules,
     "frontier": section_frontier,
     "calibration": section_calibration,
     "chain": section_chain,
-    "real": section_real,
+    "real": _section_real,
     "sequence": section_sequence_budget,
-    "audit": section_audit,
-    "trees": section_trees,
+    "audit": _section_audit,
+    "trees": _section_trees,
 }
 
 #: One line per section (its function's summary), for ``cactus-theory report --help``.
-SECTION_SUMMARIES = {name: fn.__doc__.strip().splitlines()[0] for name, fn in SECTIONS.items()}
+_SECTION_SUMMARIES = {name: fn.__doc__.strip().splitlines()[0] for name, fn in SECTIONS.items()}
 
 
 def _check_sections(sections) -> list:
@@ -407,8 +408,3 @@ def compute_report(sections=None, seed: int = 0, progress: bool = False) -> Repo
             bar.set_postfix_str(name)
             out.append(SECTIONS[name](seed=seed))
     return Report(seed=seed, sections=tuple(out))
-
-
-def build_report(sections=None, seed: int = 0) -> str:
-    """The report as plain text: :func:`format_report` of :func:`compute_report` (same arguments)."""
-    return format_report(compute_report(sections, seed=seed), "text")

@@ -7,18 +7,18 @@ import pytest
 
 from cactus_theory._cli import write_atomic
 from cactus_theory.cli import main
-from cactus_theory.report import build_report
+from cactus_theory.report import compute_report, format_report
 
 
 def test_report_sections_build():
-    text = build_report(["taylor", "families"], seed=0)
+    text = format_report(compute_report(["taylor", "families"], seed=0))
     assert "Taylor point (Corollary 5) vs exact root" in text
     assert "kl(h_alg||q)" in text
 
 
 def test_report_unknown_section_is_valueerror():
     with pytest.raises(ValueError, match="sections"):
-        build_report(["nope"])
+        compute_report(["nope"])
 
 
 def test_cli_bad_argument_exits_2_with_one_line(capsys):

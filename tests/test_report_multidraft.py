@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cactus_theory.report import TREE_BUDGET, TREE_FRONTIER_EPS, compute_report, format_report
+from cactus_theory.report import _TREE_BUDGET, _TREE_FRONTIER_EPS, compute_report, format_report
 
 
 def test_trees_section_runs_and_states_what_is_true():
@@ -12,7 +12,7 @@ def test_trees_section_runs_and_states_what_is_true():
     text = format_report(rep, "text")
     assert "Many drafts and trees" in text
     front = rep.table("trees/frontier").rows
-    F = np.array([[r[f"F_{e:g}"] for e in TREE_FRONTIER_EPS] for r in front])
+    F = np.array([[r[f"F_{e:g}"] for e in _TREE_FRONTIER_EPS] for r in front])
     # k = 1 is the single-draft frontier: two exact solvers, float resolution of the acceptance
     assert front[0]["k"] == 1 and front[0]["single_draft_max_gap"] <= 1e-12
     assert np.all(np.diff(F, axis=0) >= -1e-12) and np.all(np.diff(F, axis=1) >= -1e-12)  # rounding
@@ -22,14 +22,14 @@ def test_trees_section_runs_and_states_what_is_true():
     # for a deterministic set; the family's DP and enumeration agree to 1e-12
     assert abs(rows["traversal"]["gain"]) <= 1e-12 and abs(rows["rrs-without-replacement"]["gain"]) <= 1e-12
     for name in ("optimal-budget", "optimal-multiplier"):
-        assert 0 < rows[name]["spend"] <= TREE_BUDGET * (1 + 1e-12)
+        assert 0 < rows[name]["spend"] <= _TREE_BUDGET * (1 + 1e-12)
         assert rows[name]["gain"] > 0
     # the chain of top-1 drafts is a subtree whose nodes accept q_u(x) <= q_u(S_u) losslessly
     chain = rows["top-1 chain: SpS"]
     assert (
         chain["spend"] == 0.0 and chain["expected_accepted"] <= rows["optimal"]["expected_accepted"] + 1e-12
     )
-    assert rows["top-1 chain: Cactus (exact)"]["spend"] <= TREE_BUDGET * (1 + 1e-12)
+    assert rows["top-1 chain: Cactus (exact)"]["spend"] <= _TREE_BUDGET * (1 + 1e-12)
 
 
 def test_multidraft_figures_record_their_verifiers_and_keep_legends_short():
