@@ -9,6 +9,13 @@ from .._validation import choice
 #: Formats of :func:`format_audit`.
 FORMATS = ("text", "markdown", "csv")
 
+#: The counting conventions of the audit's acceptance and accepted-length columns, printed in
+#: the table's title: acceptance per drafted token, :math:`\sum_n p_n a_n` averaged over the
+#: positions, and :math:`AL_m` the paper's accepted drafts per verification round of m drafts
+#: (``al_paper`` of :mod:`cactus_theory.simulate._metrics`); the bonus token is counted in
+#: neither (vLLM V1's and Spec-Bench's mean acceptance length is :math:`AL_m + 1`).
+COUNTING = "accept: drafts accepted / drafted; AL_m: drafts accepted / round of m; bonus token not counted (tokens / call = AL_m + 1)"
+
 
 def audit_table(result, name: str = "audit") -> Table:
     """The side-by-side table of an audit (:class:`cactus_theory.results.AuditResult`)."""
@@ -33,7 +40,7 @@ def audit_table(result, name: str = "audit") -> Table:
     )
     title = (
         f"[{result.label}; every rule at {result.per} {result.divergence} = {result.eps:g}; "
-        f"SpS acceptance {result.sps_acceptance:.4f}{line}]"
+        f"SpS acceptance {result.sps_acceptance:.4f}{line}; {COUNTING}]"
     )
     return Table(name, title, tuple(cols), tuple(result.rows()))
 

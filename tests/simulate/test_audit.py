@@ -226,6 +226,23 @@ def test_the_audit_prints_its_table_then_one_note_per_rule_not_calibrated():
         format_audit(res, "html")
 
 
+def test_the_audit_states_its_counting_conventions_and_they_hold():
+    """The title says acceptance and AL_m count drafts only (no bonus token); on one pair
+    repeated (SpS acceptance alpha = 0.7) AL_m is alpha (1 - alpha^m) / (1 - alpha), not that + 1."""
+    from cactus_theory.simulate._audit_format import COUNTING
+
+    q, p = np.tile([0.5, 0.3, 0.2], (400, 1)), np.tile([0.2, 0.5, 0.3], (400, 1))
+    res = ct.audit(q, p, eps=0.05, rules=["sps"], draft_lengths=(1, 3))
+    for style in ("text", "markdown"):
+        assert COUNTING in format_audit(res, style).splitlines()[0]
+    assert "bonus token not counted" in COUNTING
+    row, alpha = res.row("sps"), 0.7
+    assert row["acceptance"] == pytest.approx(alpha, abs=1e-12)
+    for m in (1, 3):
+        # the trajectory's last rounds are cut short at its end: an O(m / T) shortfall (0.007 at m = 3, T = 400)
+        assert row[f"al_{m}"] == pytest.approx(alpha * (1 - alpha**m) / (1 - alpha), abs=0.01)
+
+
 def test_audit_figure_names_every_rule():
     import matplotlib.pyplot as plt
 
