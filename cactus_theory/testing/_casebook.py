@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._reference import REFERENCE_RULES, _race, _Reference
+from ._reference import REFERENCE_RULES, _BlockReference, _race, _Reference
 from ._torch import torch
 
 
@@ -35,7 +35,8 @@ class Defect:
     source : str
         One public report of a real sampler with this class of bug (repository and number).
     rule : str
-        The rule the mutant claims (``"sps"``, or ``"cactus-taylor"`` for Cactus's own).
+        The rule the mutant claims (``"sps"``, ``"cactus-taylor"`` for Cactus's own, ``"block"``
+        for block verification's).
     bonus : str
         The mutant's bonus contract (``"given"`` or ``"drawn"``).
     shown_by : str
@@ -349,6 +350,54 @@ class _BonusWrongRow(_Reference):
         return s.rows[:, s.k - 1]
 
 
+class _BlockTokenwiseResidual(_BlockReference):
+    """vllm-project/vllm-ascend #7807: block verification's thresholds, but the token after the kept drafts drawn from the token-wise residual max(q - p, 0) instead of the block residual max(P_tau q - p, 0)."""
+
+    defect = Defect(
+        "block-tokenwise-residual",
+        "block verification's thresholds, but the token after the kept drafts drawn from the token-wise residual max(q - p, 0) instead of the block residual max(P_tau q - p, 0)",
+        "vllm-project/vllm-ascend #7807 (fixed by #7808: its block verify drew the recovered token as token-wise verification does)",
+        "block",
+        "given",
+        "the block case low-joint-ratio: stops after a kept draft whose cumulative ratio P_tau is about 2/9",
+    )
+
+    def recovery(self, s, block):
+        return torch.clamp(s.q - s.p, min=0)
+
+
+class _BlockOneHotFallback(_BlockReference):
+    """vllm-project/vllm-ascend #7603: block verification without the drafter's probabilities, on one-hot drafter rows at the drafted tokens (p_n = 1), while the drafts come from a sampling drafter: the law stays the verifier's (a point-mass drafter is lossless for any draft), the acceptance falls."""
+
+    defect = Defect(
+        "block-onehot-fallback",
+        "block verification without the drafter's probabilities, on one-hot drafter rows at the drafted tokens (p_n = 1), while the drafts come from a sampling drafter: the law stays the verifier's, the acceptance falls",
+        "vllm-project/vllm-ascend #7603 (backport #7839: block verify disabled where draft_probs is None)",
+        "block",
+        "given",
+        "the acceptance of every case whose drafter rows are not one-hot",
+    )
+
+    def drafter(self, s):
+        return torch.zeros_like(s.p).scatter(-1, s.n, 1.0)
+
+
+class _BlockIgnored(_Reference):
+    """vllm-project/vllm-ascend #15673: block verification requested and silently not done: token-wise verification (lossless, lower acceptance) where block verification is claimed."""
+
+    defect = Defect(
+        "block-ignored",
+        "block verification requested and silently not done: token-wise verification (lossless, lower acceptance) where block verification is claimed",
+        "vllm-project/vllm-ascend #15673 (rejection_sample_method='block' ignored on the NPU's newer model runner)",
+        "block",
+        "given",
+        "the acceptance after the first position, where the block keeps more drafts",
+    )
+
+    def __init__(self, bonus: str):
+        super().__init__("sps", None, bonus)
+
+
 #: The mutants, in the casebook's order.
 _MUTANTS = (
     _RecoveryFromQ,
@@ -368,11 +417,16 @@ _MUTANTS = (
     _SameTokenOrRatio,
     _NegativeIndex,
     _BonusWrongRow,
+    _BlockTokenwiseResidual,
+    _BlockOneHotFallback,
+    _BlockIgnored,
 )
 
 CASEBOOK = {m.defect.name: m.defect for m in _MUTANTS}
 DEFECTS = tuple(CASEBOOK)
 _BY_NAME = {m.defect.name: m for m in _MUTANTS}
+#: The rules :func:`reference_sampler` implements.
+RULES = (*REFERENCE_RULES, "block")
 
 
 def reference_sampler(
@@ -382,7 +436,9 @@ def reference_sampler(
 
     Parameters
     ----------
-    rule : {"sps", "cactus-taylor"}
+    rule : {"sps", "cactus-taylor", "block"}
+        ``"block"``: block verification (Sun et al., Algorithm 2), checked with
+        ``rule="block"``; its defects are the casebook's entries of rule ``"block"``.
     delta : float, optional
         Cactus's per-draft budget :math:`\delta > 0` (required for ``"cactus-taylor"``).
     defect : str, optional
@@ -411,10 +467,12 @@ def reference_sampler(
     >>> check_sampler_law(reference_sampler("sps", defect="swapped-ratio"), "sps").passed
     False
     """
-    if rule not in REFERENCE_RULES:
-        raise ValueError(f"rule: expected one of {REFERENCE_RULES}, got {rule!r}")
+    if rule not in RULES:
+        raise ValueError(f"rule: expected one of {RULES}, got {rule!r}")
     if defect is not None and defect not in DEFECTS:
         raise ValueError(f"defect: expected one of {DEFECTS} or None, got {defect!r}")
+    if defect is not None and (rule == "block") != (CASEBOOK[defect].rule == "block"):
+        raise ValueError(f"defect: {defect!r} is a defect of rule {CASEBOOK[defect].rule!r}, not {rule!r}")
     if defect == "cactus-no-rescale" and rule != "cactus-taylor":
         raise ValueError("defect: 'cactus-no-rescale' needs rule='cactus-taylor'")
     if bonus is None:
@@ -427,6 +485,9 @@ def reference_sampler(
         if delta is None or not float(delta) > 0:
             raise ValueError(f"delta: expected a positive budget for cactus-taylor, got {delta!r}")
         delta = float(delta)
-    sampler = (_BY_NAME[defect] if defect else _Reference)(rule, delta, bonus)
+    if rule == "block":
+        sampler = (_BY_NAME[defect] if defect else _BlockReference)(bonus)
+    else:
+        sampler = (_BY_NAME[defect] if defect else _Reference)(rule, delta, bonus)
     sampler.__name__ = f"reference_{rule}" + (f"_{defect}" if defect else "")
     return sampler

@@ -57,8 +57,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..rules import get_rule
 from ._adapters import SamplerAdapter, _declared_bonus, _declares, as_adapter
+from ._block import _is_block, resolve_rule
 from ._cases import _resolve_cases
 from ._draws import PLACEHOLDER, _draw_cases, _pad
 from ._exact import exact_law
@@ -154,11 +154,15 @@ def check_sampler_law(
         :func:`v1_adapter`, :func:`callable_adapter`, :func:`padded_adapter` to choose).
     rule : str or Rule
         The rule the sampler claims to implement (a registry name, or a configured rule
-        from :func:`cactus_theory.get_rule`, e.g. ``get_rule("cactus-taylor", delta=0.5)``).
+        from :func:`cactus_theory.get_rule`, e.g. ``get_rule("cactus-taylor", delta=0.5)``), or
+        ``"block"``: block verification (Sun et al.), lossless, its acceptance exact by
+        enumeration of the draft sequences (:func:`exact_law`).
     target_probs, draft_probs : array_like, optional
         The cases: ``(k+1, V)`` and ``(k, V)``, or stacked ``(cases, k+1, V)`` and
         ``(cases, k, V)``, or lists of such pairs (cases may differ in k and V). Default:
-        :func:`default_cases` (with :func:`default_raw_rows` for a sampler that takes raw rows).
+        :func:`default_cases` (with :func:`default_raw_rows` for a sampler that takes raw rows;
+        for ``rule="block"`` also the case ``"low-joint-ratio"``, where the block residual
+        matters).
     num_samples : int
         Draws per case (default :data:`DEFAULT_NUM_SAMPLES`).
     alpha : float
@@ -208,9 +212,9 @@ def check_sampler_law(
     num_samples, seed = _validated(num_samples, seed, alpha, min_expected, power, tv_goal)
     adapter: SamplerAdapter = as_adapter(sampler)
     bonus_mode = _declared_bonus(sampler, bonus)
-    rule = get_rule(rule)
+    rule = resolve_rule(rule)
     cases, raws, names = _resolve_cases(
-        target_probs, draft_probs, raw_target_probs, raw_draft_probs, adapter, case_names
+        target_probs, draft_probs, raw_target_probs, raw_draft_probs, adapter, case_names, _is_block(rule)
     )
     laws = [
         exact_law(rule, q, p, **({} if r is None else {"raw_target_probs": r[0], "raw_draft_probs": r[1]}))
@@ -245,7 +249,7 @@ def check_sampler_law(
         power=float(power),
         tv_goal=float(tv_goal),
         bonus=bonus_mode,
-        diagnosis=tuple(_diagnose(checks, laws, bonus_mode)),
+        diagnosis=tuple(_diagnose(checks, laws, bonus_mode, _is_block(rule))),
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis import acceptance_probabilities, acceptance_rate, emitted_distribution
-from ..rules import get_rule
+from ._block import _is_block, block_law, resolve_rule
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,9 @@ def exact_law(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_dra
     Parameters
     ----------
     rule : str or Rule
-        A registry name (default knobs) or a configured rule (:func:`cactus_theory.get_rule`).
+        A registry name (default knobs) or a configured rule (:func:`cactus_theory.get_rule`),
+        or ``"block"``: block verification (Sun et al.), whose law is computed by enumerating
+        the draft sequences (:mod:`._block`; its acceptance depends on the whole block).
     target_probs : array_like, shape (k + 1, V)
         Verifier rows q at the k draft positions and the bonus position (the bonus row is
         not read).
@@ -97,7 +99,7 @@ def exact_law(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_dra
     >>> law.acceptance.tolist(), law.emitted.tolist()
     ([0.5], [[0.5, 0.5]])
     """
-    rule = get_rule(rule)
+    rule = resolve_rule(rule)
     q = np.asarray(target_probs, dtype=np.float64)
     p = np.asarray(draft_probs, dtype=np.float64)
     if p.ndim != 2 or p.shape[0] < 1:
@@ -119,6 +121,14 @@ def exact_law(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_dra
         if rp.shape != p.shape:
             raise ValueError(f"raw_draft_probs: expected shape {p.shape} (as draft_probs), got {rp.shape}")
         raw["raw_draft_probs"] = rp
+    if _is_block(rule):  # decides on the processed rows: raw rows not read
+        law = block_law(q, p)
+        return ExactLaw(
+            acceptance=law["acceptance"],
+            emitted=law["emitted"],
+            accepted_mass=law["accepted_mass"],
+            reach=law["reach"],
+        )
     acc = np.asarray(acceptance_rate(rule, qk, p, **raw), dtype=np.float64).reshape(k)
     a = np.asarray(acceptance_probabilities(rule, qk, p, **raw), dtype=np.float64).reshape(k, v)
     h = np.asarray(emitted_distribution(rule, qk, p, **raw), dtype=np.float64).reshape(k, v)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis import acceptance_probabilities
+from ._block import _is_block, block_greedy_on_one_hot
 from ._draws import PLACEHOLDER, _call, _draw
 from ._exact import exact_law
 from ._results import _exact, _record
@@ -148,6 +149,8 @@ def _greedy_expected(argmax: np.ndarray, drafts: np.ndarray, bonus: np.ndarray) 
 def _is_greedy_on_one_hot(rule, q_one_hot, p, argmax) -> bool:
     """The rule's law on one-hot verifier rows is greedy verification (emits the argmax, accepts
     exactly the argmax where the drafter proposes)."""
+    if _is_block(rule):
+        return block_greedy_on_one_hot(q_one_hot, p)
     k, v = p.shape
     law = exact_law(rule, q_one_hot, p)
     a = np.asarray(acceptance_probabilities(rule, q_one_hot[:k], p)).reshape(k, v)

@@ -177,3 +177,89 @@ class _Reference:
     def bonus_row(self, s):
         """The row a sampler that draws its own bonus token draws it from."""
         return s.rows[:, s.k]
+
+
+class _BlockReference(_Reference):
+    r"""Block verification (Sun et al., Algorithm 2), step by step; the steps and conventions of
+    :mod:`._block` (whose :func:`~._block.block_law` is its exact law). With :math:`P_0 = 1`,
+    :math:`P_i = \min(1, P_{i-1} q_i(n_i) / p_i(n_i))` and the block residual
+    :math:`r_i = \max(P_{i-1} q_i - p_i, 0)`, it keeps :math:`\tau = \max\{i : u_i < \eta_i\}`
+    drafts, :math:`\eta_i = Z_{i+1} / (Z_{i+1} + 1 - P_i)` with :math:`Z_{i+1} = \sum r_{i+1}`
+    (:math:`\eta_k = P_k`), then emits a token of :math:`r_{\tau+1}` (or the bonus token).
+
+    A placeholder draft -1 ends the block, as in vLLM's kernel: its ratio is 0 and its drafter
+    row is read as zero, so the threshold before it is :math:`P_i` and its residual is q.
+    """
+
+    def __init__(self, bonus: str):
+        super().__init__("block", None, bonus)
+
+    def __call__(
+        self,
+        target_probs,
+        draft_probs,
+        draft_token_ids,
+        bonus_token_ids,
+        seeded_seqs=None,
+        raw_target_probs=None,
+        raw_draft_probs=None,
+        uniform_samples=None,
+    ):
+        b, k = draft_token_ids.shape
+        s = types.SimpleNamespace(b=b, k=k, v=target_probs.shape[-1])
+        s.raw_q, s.raw_p = raw_target_probs, raw_draft_probs
+        s.rows = target_probs.to(torch.float32)
+        s.q = s.rows[:, :k]
+        ids = draft_token_ids.to(torch.int64)
+        s.placeholder = torch.cumsum((ids < 0).to(torch.int64), 1) > 0  # at or after a -1
+        s.n = ids.clamp(min=0)[..., None]
+        s.p = draft_probs.to(torch.float32)
+        s.p = self.drafter(s)
+        s.p = torch.where(s.placeholder[..., None], torch.zeros_like(s.p), s.p)
+        cum = self.cumulative(s)
+        block = self.block_residual(s, cum)
+        eta = self.thresholds(s, cum, block.sum(-1))
+        residual = self.recovery(s, block)
+        total = residual.sum(-1, keepdim=True)
+        residual = torch.where(total > 0, residual, s.q)  # empty: the block never stops there
+        u, e, e_bonus, _extra = self.noise(s, seeded_seqs, uniform_samples)
+        passed = u < eta
+        pos = torch.arange(1, k + 1)[None, :]
+        tau = torch.where(passed, pos, torch.zeros_like(pos)).amax(1)
+        kept = torch.arange(k)[None, :] < tau[:, None]
+        recovered = _race(residual, e)
+        if self.draws_bonus_token:
+            bonus_ids = _race(self.bonus_row(s), e_bonus)
+        else:
+            bonus_ids = bonus_token_ids[:, 0].to(torch.int64)
+        return _assemble(draft_token_ids, kept, recovered, bonus_ids)
+
+    def drafter(self, s):
+        """The drafter rows the ratios, thresholds and residuals use."""
+        return s.p
+
+    def cumulative(self, s):
+        """``[B, k+1]``: :math:`P_0 = 1` and the clipped cumulative ratios (0 from a -1 on)."""
+        q_n, p_n = s.q.gather(-1, s.n)[..., 0], s.p.gather(-1, s.n)[..., 0]
+        ratio = torch.where(p_n > 0, q_n / torch.where(p_n > 0, p_n, 1.0), (q_n > 0).to(q_n.dtype))
+        ratio = torch.where(s.placeholder, torch.zeros_like(ratio), ratio)
+        cum = [torch.ones(s.b)]
+        for i in range(s.k):
+            cum.append(torch.clamp(cum[-1] * ratio[:, i], max=1.0))
+        return torch.stack(cum, 1)
+
+    def block_residual(self, s, cum):
+        """``[B, k, V]``: :math:`\\max(P_{i-1} q_i - p_i, 0)` at each position."""
+        return torch.clamp(cum[:, : s.k, None] * s.q - s.p, min=0)
+
+    def recovery(self, s, block):
+        """The weights of the token emitted after the kept drafts: the block residual."""
+        return block
+
+    def thresholds(self, s, cum, mass):
+        """``[B, k]``: :math:`\\eta_i = Z_{i+1} / (Z_{i+1} + 1 - P_i)` (1 where that is 0/0),
+        :math:`\\eta_k = P_k`; ``mass`` [B, k] holds :math:`Z_i`."""
+        z, c = mass[:, 1:], cum[:, 1 : s.k]
+        denom = z + 1.0 - c
+        eta = torch.where(denom > 0, z / torch.where(denom > 0, denom, 1.0), torch.ones_like(z))
+        return torch.cat([eta, cum[:, s.k :]], 1)

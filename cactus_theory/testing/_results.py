@@ -255,10 +255,33 @@ class SamplerLawResult:
         }
 
 
-def _diagnose(checks, laws, bonus_mode) -> list[str]:
-    """Patterns of the failed checks, and what each points to."""
-    fails = [c for c in checks if not c.passed]
+def _diagnose_block(fails) -> list[str]:
+    """Block verification's patterns: a law off after kept drafts, an acceptance off alone."""
+    law = [c for c in fails if c.name == "law"]
+    acc = [c for c in fails if c.name == "acceptance"]
     out = []
+    if law and all(c.position > 0 for c in law):
+        out.append(
+            "block verification: the law is off only after kept drafts: the token after them is to be "
+            "drawn from the block residual max(P_tau q - p, 0) (P_tau the kept drafts' clipped "
+            "cumulative ratio), not the token-wise max(q - p, 0)"
+        )
+    if acc and not law:
+        out.append(
+            "block verification: the acceptance is off and the law is right: the thresholds read "
+            "other drafter rows than the drafts came from (one-hot rows at the drafts, a fallback "
+            "where the drafter's probabilities are absent, keep the law and lower the acceptance), "
+            "or the sampler verifies token by token"
+        )
+    return out
+
+
+def _diagnose(checks, laws, bonus_mode, block: bool = False) -> list[str]:
+    """Patterns of the failed checks, and what each points to (``block``: the sampler claims
+    block verification)."""
+    fails = [c for c in checks if not c.passed]
+    out = _diagnose_block(fails) if block else []
+    block_named = bool(out)  # then later positions' failures are the block's pattern
     zero = [c for c in fails if "exact probability is 0" in c.detail or c.name == "zero-uniform"]
     if zero:
         where = ", ".join(sorted({c.where() for c in zero}))
@@ -287,7 +310,7 @@ def _diagnose(checks, laws, bonus_mode) -> list[str]:
         if c.name in ("law", "acceptance") and c.case is not None:
             by_case.setdefault(c.case_name, set()).add(c.position)
     later = sorted(name for name, pos in by_case.items() if 0 not in pos)
-    if later:
+    if later and not block_named:
         out.append(
             f"position 0 is right and later positions are wrong (case {', '.join(map(repr, later))}): "
             "indexing (rows or drafts read at another position) or randomness shared across positions"

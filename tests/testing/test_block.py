@@ -1,0 +1,127 @@
+"""Block verification in cactus_theory.testing: its exact law, its reference sampler, its mutants.
+
+False-failure probability: the check_sampler_law calls on correct samplers run at the default
+alpha = 1e-6 (family-wise), three calls here; seeds are fixed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from cactus_theory.testing import check_sampler_law, exact_law, reference_sampler
+from cactus_theory.testing._block import MAX_SEQUENCES, block_law
+from cactus_theory.testing._cases import BLOCK_CASE_NAME, block_case
+
+TOL = 1e-12  # float64 sums over at most a few thousand draft sequences
+
+
+def _rows(rng, k, v, concentration=0.5):
+    q = rng.dirichlet(np.full(v, concentration), size=k + 1)
+    p = rng.dirichlet(np.full(v, concentration), size=k)
+    q[q < 0.04] = 0.0  # zeros in both rows: drafts of verifier probability 0, unreachable tokens
+    p[p < 0.04] = 0.0
+    return q / q.sum(-1, keepdims=True), p / p.sum(-1, keepdims=True)
+
+
+def _simulate(q, p, size, rng):
+    """Algorithm 2 of Sun et al. transcribed loop by loop (1-based as in the paper), one step
+    per draw: an oracle independent of block_law's vectorized enumeration."""
+    k, v = p.shape
+    out = np.full((size, k + 1), -1)
+    for r in range(size):
+        x = [rng.choice(v, p=p[i]) for i in range(k)]
+        eta = rng.random(k)
+        big_p, tau = [1.0], 0
+        for i in range(1, k + 1):
+            big_p.append(min(big_p[i - 1] * q[i - 1, x[i - 1]] / p[i - 1, x[i - 1]], 1.0))
+            if i < k:
+                z = np.maximum(big_p[i] * q[i] - p[i], 0).sum()
+                h = z / (z + 1 - big_p[i]) if z + 1 - big_p[i] > 0 else 1.0
+            else:
+                h = big_p[k]
+            if eta[i - 1] < h:
+                tau = i
+        out[r, :tau] = x[:tau]
+        if tau == k:
+            out[r, k] = rng.choice(v, p=q[k])
+        else:
+            res = np.maximum(big_p[tau] * q[tau] - p[tau], 0)
+            out[r, tau] = rng.choice(v, p=res / res.sum())
+    return out
+
+
+def test_block_law_is_lossless_and_keeps_at_least_token_wise_drafts():
+    """Theorem 1 (each reached position emits its verifier row) and Theorem 2 (expected kept
+    drafts at least token-wise verification's) on random rows with zeros; one draft is
+    token-wise verification exactly."""
+    rng = np.random.default_rng(46)
+    for _ in range(40):
+        k, v = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+        q, p = _rows(rng, k, v)
+        law, sps = exact_law("block", q, p), exact_law("sps", q, p)
+        reached = law.reach[:k] > 0
+        assert np.abs(law.emitted - q[:k])[reached].max(initial=0.0) < TOL
+        assert law.expected_accepted_prefix >= sps.expected_accepted_prefix - TOL
+        assert np.allclose(law.reach, np.concatenate([[1.0], np.cumprod(law.acceptance)]), atol=TOL)
+        if k == 1:
+            assert np.allclose(law.acceptance, sps.acceptance, atol=TOL)
+
+
+def test_block_law_matches_the_algorithm_run_draw_by_draw():
+    """The enumeration's reach probabilities against Algorithm 2 run 4,000 times: each count
+    within 5 binomial standard deviations (a false failure below 1e-5 over the four counts), and
+    each reached position's tokens by a chi-square test at 1e-6."""
+    q, p = block_case()
+    law = block_law(q, p)
+    size = 4000
+    out = _simulate(q, p, size, np.random.default_rng(7))
+    counts = (out != -1).sum(0)
+    sd = np.sqrt(size * law["reach"] * (1 - law["reach"]))
+    assert np.all(np.abs(counts - size * law["reach"]) <= 5 * sd + 1e-9), (counts, size * law["reach"])
+    for i in range(3):  # each reached position's tokens against the enumerated law (chi-square)
+        tokens = out[out[:, i] != -1, i]
+        expected = law["emitted"][i] * len(tokens)
+        observed = np.bincount(tokens, minlength=q.shape[1])
+        assert stats.chisquare(observed[expected > 0], expected[expected > 0]).pvalue > 1e-6
+
+
+def test_the_block_case_shows_what_its_docstring_states():
+    q, p = block_case()
+    ratio = q[0, 0] / p[0, 0]
+    assert abs(ratio - 2 / 9) < 1e-5  # dyadic rows: 2/9 to 2^-20
+    block, token = np.maximum(ratio * q[1] - p[1], 0), np.maximum(q[1] - p[1], 0)
+    assert round(0.5 * np.abs(block / block.sum() - token / token.sum()).sum(), 2) == 0.41
+    assert round(exact_law("block", q, p).reach[2] / exact_law("sps", q, p).reach[2], 1) == 2.8
+
+
+def test_the_block_reference_passes_with_every_exact_check():
+    res = check_sampler_law(reference_sampler("block"), "block", seed=3)
+    assert res.passed and res.rule == "block", res.report()
+    assert not res.skipped[1:]  # only the counters are skipped: greedy, seeded, zero-uniform, placeholder ran
+    assert {c.case_name for c in res.checks if c.case is not None} >= {BLOCK_CASE_NAME, "generic"}
+
+
+@pytest.mark.parametrize(
+    "defect, diagnosis",
+    [
+        ("block-tokenwise-residual", "block verification: the law is off only after kept drafts"),
+        ("block-onehot-fallback", "block verification: the acceptance is off and the law is right"),
+    ],
+)
+def test_block_mutants_are_diagnosed(defect, diagnosis):
+    res = check_sampler_law(reference_sampler("block", defect=defect), "block", seed=2, num_samples=5000)
+    assert res.outcome == "failed" and res.diagnosis[0].startswith(diagnosis), res.diagnosis
+    assert not any("indexing" in d for d in res.diagnosis)
+
+
+def test_block_arguments_are_checked():
+    with pytest.raises(ValueError, match="defect"):
+        reference_sampler("sps", defect="block-tokenwise-residual")
+    with pytest.raises(ValueError, match="defect"):
+        reference_sampler("block", defect="swapped-ratio")
+    v = 40  # 40**4 draft sequences > MAX_SEQUENCES
+    assert v**4 > MAX_SEQUENCES
+    with pytest.raises(ValueError, match="draft_probs"):
+        exact_law("block", np.full((5, v), 1 / v), np.full((4, v), 1 / v))
