@@ -147,9 +147,9 @@ def section_families(seed: int = 0, n_pairs: int = 400, vocab_size: int = 64) ->
 
 
 def rules_table(rows, name: str, title: str, show_knobs: bool) -> Table:
-    from .analysis.rule_table import COLUMNS
+    from .analysis.rule_table import _COLUMNS
 
-    cols = (Column("rule", "rule", "s"),) + tuple(Column(k, h) for k, h in COLUMNS)
+    cols = (Column("rule", "rule", "s"),) + tuple(Column(k, h) for k, h in _COLUMNS)
     if show_knobs:
         cols += (Column("knobs", "knobs", "knobs"),)
     return Table(name, title, cols, tuple(dict(r) for r in rows))

@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 #: Methods of :func:`solve_spike`.
-SPIKE_METHODS = ("exact", "taylor", "cvxpy")
+_SPIKE_METHODS = ("exact", "taylor", "cvxpy")
 
 
 def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", method="exact") -> SpikeSolution:
@@ -108,7 +108,7 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", met
     one_row(q, "target_probs")
     n = token_id(token, q.shape[0], "token")
     delta = as_budget(delta, "delta")
-    method = choice(method, SPIKE_METHODS, "method")
+    method = choice(method, _SPIKE_METHODS, "method")
     d = get_divergence(divergence)
     q_n, p_n = np.float64(q[n]), np.float64(p[n])
     if method == "cvxpy":

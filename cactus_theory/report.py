@@ -255,7 +255,7 @@ _TREE_FRONTIER_EPS = (0.0, 0.01, 0.1)
 
 def _section_trees(seed: int = 0, budget: float = _TREE_BUDGET) -> Section:
     """Many drafts and trees: the k-draft frontier and trees at one sequence KL (shipped real trees)."""
-    from .analysis.tree_budget import top_chain, tree_budget_rows
+    from .analysis.tree_budget import _top_chain, tree_budget_rows
     from .logits.tree_dump import load_tree_dump
     from .solvers._frontier import frontier
     from .solvers._multidraft import multidraft_frontier
@@ -293,7 +293,7 @@ def _section_trees(seed: int = 0, budget: float = _TREE_BUDGET) -> Section:
     )
     lossless = ("optimal", "traversal", "rrs-without-replacement")
     brows = tree_budget_rows(trees, budget, "kl", lossless=lossless)
-    chains = [top_chain(t) for t in trees]
+    chains = [_top_chain(t) for t in trees]
     for r in tree_budget_rows(chains, budget, "kl"):  # the single-chain baseline: SpS and Cactus
         label = {"optimal": "top-1 chain: SpS", "optimal-budget": "top-1 chain: Cactus (exact)"}
         if r["verifier"] in label:

@@ -30,15 +30,15 @@ from ..rules.plans import SpikePlan
 from ..rules.registry import Knob, Rule, RuleSpec, register
 from ..solvers import _spike
 from .calibration import (
-    BASES,
-    CHUNK_ELEMENTS,
-    DELTA_CAP,
-    DELTA_MIN,
-    GRID_POINTS,
-    REFINE_STEPS,
+    _BASES,
+    _CHUNK_ELEMENTS,
+    _DELTA_CAP,
+    _DELTA_MIN,
+    _GRID_POINTS,
+    _REFINE_STEPS,
     _calibrate_rows,
     _saturation,
-    spike_for,
+    _spike_for,
 )
 from .one_step import emitted_distribution
 
@@ -55,9 +55,9 @@ def calibrate_delta_device(target_probs, draft_probs, eps, base="taylor", diverg
     r""":func:`~cactus_theory.analysis.calibration._calibrate_rows`' delta on torch rows where they live, without a host read.
 
     The same first crossing in float64 on the rows' device: the geometric grid of
-    :data:`GRID_POINTS` deltas up to each row's saturation delta (rows in chunks of at most
-    :data:`CHUNK_ELEMENTS` grid entries, a count fixed by the shape), the first grid point
-    whose :math:`\Gamma` exceeds eps, then exactly :data:`REFINE_STEPS` Illinois steps on
+    :data:`_GRID_POINTS` deltas up to each row's saturation delta (rows in chunks of at most
+    :data:`_CHUNK_ELEMENTS` grid entries, a count fixed by the shape), the first grid point
+    whose :math:`\Gamma` exceeds eps, then exactly :data:`_REFINE_STEPS` Illinois steps on
     every row (converged rows stay as they are, so each row gets the floats of numpy's
     early-stopping loop up to the rounding of the two libraries' sorts and sums). eps is a
     Python float (a knob): eps = 0 gives delta = 0 (SpS), as in numpy. Inputs are not
@@ -66,7 +66,7 @@ def calibrate_delta_device(target_probs, draft_probs, eps, base="taylor", diverg
     Returns
     -------
     Tensor, shape batch
-        The calibrated delta, float64 (``DELTA_CAP`` where the row never crosses and never
+        The calibrated delta, float64 (``_DELTA_CAP`` where the row never crosses and never
         saturates).
     """
     import torch
@@ -84,19 +84,19 @@ def calibrate_delta_device(target_probs, draft_probs, eps, base="taylor", diverg
         return torch.zeros(batch, dtype=torch.float64, device=q.device)
     sat = _saturation(qf, base, d)
     finite_sat = torch.isfinite(sat)
-    sat_val = torch.where(finite_sat, sat, torch.full_like(sat, DELTA_CAP))
-    top = torch.clamp(sat_val, min=DELTA_MIN * 10)
-    # the grid: 0, then geometric from DELTA_MIN to top (numpy's geomspace, in logarithms)
-    frac = torch.arange(GRID_POINTS - 1, dtype=torch.float64, device=q.device) / (GRID_POINTS - 2)
-    geo = torch.exp(math.log(DELTA_MIN) + frac * (torch.log(top)[:, None] - math.log(DELTA_MIN)))
-    geo[:, 0].fill_(DELTA_MIN)  # the ends exactly, as geomspace gives them
+    sat_val = torch.where(finite_sat, sat, torch.full_like(sat, _DELTA_CAP))
+    top = torch.clamp(sat_val, min=_DELTA_MIN * 10)
+    # the grid: 0, then geometric from _DELTA_MIN to top (numpy's geomspace, in logarithms)
+    frac = torch.arange(_GRID_POINTS - 1, dtype=torch.float64, device=q.device) / (_GRID_POINTS - 2)
+    geo = torch.exp(math.log(_DELTA_MIN) + frac * (torch.log(top)[:, None] - math.log(_DELTA_MIN)))
+    geo[:, 0].fill_(_DELTA_MIN)  # the ends exactly, as geomspace gives them
     geo[:, -1] = top
     grids = torch.cat([torch.zeros_like(top)[:, None], geo], dim=-1)  # (N, G)
-    chunk = max(1, int(CHUNK_ELEMENTS // (GRID_POINTS * V)))
+    chunk = max(1, int(_CHUNK_ELEMENTS // (_GRID_POINTS * V)))
     over = torch.empty(grids.shape, dtype=torch.bool, device=q.device)
     for start in range(0, N, chunk):
         sl = slice(start, min(N, start + chunk))
-        shape = (sl.stop - sl.start, GRID_POINTS, V)
+        shape = (sl.stop - sl.start, _GRID_POINTS, V)
         qb, pb = qf[sl, None, :].expand(shape), pf[sl, None, :].expand(shape)
         over[sl] = _divergence_at(qb, pb, grids[sl, :, None], base, d, m) > eps
     anyover = over.any(dim=-1)
@@ -110,15 +110,15 @@ def calibrate_delta_device(target_probs, draft_probs, eps, base="taylor", diverg
     def excess(x):
         return _divergence_at(qf, pf, x[:, None], base, d, m) - eps
 
-    lo, _ = illinois(excess, lo, hi, steps=REFINE_STEPS)
-    lo = torch.where(torch.isfinite(lo), lo, torch.full_like(lo, DELTA_CAP))
+    lo, _ = illinois(excess, lo, hi, steps=_REFINE_STEPS)
+    lo = torch.where(torch.isfinite(lo), lo, torch.full_like(lo, _DELTA_CAP))
     return lo.reshape(batch)
 
 
 def _divergence_at(q, p, delta, base, d, m):
     r""":math:`\Gamma(\delta) = D(h_{alg}(\delta)\|q)` of rows q, p (array-agnostic; delta
     broadcast against q's last axis as gamma's budget)."""
-    gamma = spike_for(q, delta, base, d.name)
+    gamma = _spike_for(q, delta, base, d.name)
     return m.unchecked(emitted_distribution(SpikePlan(q, p, gamma)), q)
 
 
@@ -147,16 +147,16 @@ class CalibratedCactus(Rule):
             delta = calibrate_delta_device(target_probs, draft_probs, self.eps, self.base, self.divergence)
             dt = xp.astype(delta[..., None], target_probs.dtype)
             return SpikePlan(
-                target_probs, draft_probs, spike_for(target_probs, dt, self.base, self.divergence)
+                target_probs, draft_probs, _spike_for(target_probs, dt, self.base, self.divergence)
             )
         to_np = lambda x: np.asarray(to_device(xp.astype(x, xp.float64), "cpu"))  # noqa: E731
         qn, pn = to_np(target_probs), to_np(draft_probs)
         qn = qn / qn.sum(-1, keepdims=True)
         pn = pn / pn.sum(-1, keepdims=True)
         delta = _calibrate_rows(qn, pn, self.eps, base=self.base, divergence=self.divergence).delta
-        delta = np.where(np.isfinite(delta), delta, DELTA_CAP)
+        delta = np.where(np.isfinite(delta), delta, _DELTA_CAP)
         dt = xp.asarray(delta[..., None], dtype=target_probs.dtype, device=array_device(target_probs))
-        return SpikePlan(target_probs, draft_probs, spike_for(target_probs, dt, self.base, self.divergence))
+        return SpikePlan(target_probs, draft_probs, _spike_for(target_probs, dt, self.base, self.divergence))
 
 
 register(
@@ -165,7 +165,7 @@ register(
         factory=CalibratedCactus,
         knobs=(
             Knob("eps", 0.1, 0.0, math.inf, doc="budget on D(h_alg || q) of the emitted distribution"),
-            Knob("base", "taylor", choices=BASES, doc="gamma from delta: Corollary 5 or Theorem 2"),
+            Knob("base", "taylor", choices=_BASES, doc="gamma from delta: Corollary 5 or Theorem 2"),
             Knob(
                 "divergence",
                 "kl",

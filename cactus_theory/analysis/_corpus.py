@@ -29,7 +29,7 @@ from ..rules.registry import rule_knobs
 from ..solvers._frontier import frontier, saturation_budget
 from ._knob import corpus_delta
 from ._runners import ArrayRows, as_rows, runner_for
-from .calibration import BASES, _calibrate_rows
+from .calibration import _BASES, _calibrate_rows
 from .frontier import gap_to_frontier
 from .one_step import emitted_distribution, make_plan, per_draft_divergence
 
@@ -228,7 +228,7 @@ def calibrate_over(
     divergence. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
 
-    rule = choice(rule, tuple(f"cactus-{b}" for b in BASES), "rule")
+    rule = choice(rule, tuple(f"cactus-{b}" for b in _BASES), "rule")
     eps = as_budget(eps, "eps")
     d = get_divergence(divergence)
     if per == "corpus":

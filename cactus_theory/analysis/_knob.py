@@ -25,7 +25,7 @@ from .._validation import as_budget
 from ..divergences import get_divergence
 from ..results import KnobCalibration
 from ..rules import get_rule
-from .calibration import REFINE_STEPS
+from .calibration import _REFINE_STEPS
 from .one_step import acceptance_rate, emitted_distribution, make_plan
 
 #: Grid points of :func:`calibrate_knob`'s first-crossing scan (on the mapped knob u in [0, 1]).
@@ -61,7 +61,7 @@ def calibrate_knob(
     integer=False,
     grid_points=KNOB_GRID_POINTS,
     rtol=KNOB_RTOL,
-    steps=REFINE_STEPS,
+    steps=_REFINE_STEPS,
 ) -> KnobCalibration:
     r"""Monotone bisection of one knob: the knob on the path ``start -> end`` where a corpus
     statistic (an emitted divergence) first reaches ``target``.

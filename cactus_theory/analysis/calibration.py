@@ -64,22 +64,22 @@ __all__ = [
 ]
 
 #: How gamma is computed from delta: Corollary 5 (the paper's rule) or Theorem 2's root.
-BASES = ("taylor", "exact")
+_BASES = ("taylor", "exact")
 
 #: Grid points of the first-crossing scan and the most Illinois steps of its refinement.
-GRID_POINTS = 24
-REFINE_STEPS = 60
+_GRID_POINTS = 24
+_REFINE_STEPS = 60
 #: Lower end of the geometric delta grid (below it, gamma - q_n < 1e-4 q_n-ish: no crossing
 #: of a practical eps is missed there).
-DELTA_MIN = 1e-8
+_DELTA_MIN = 1e-8
 #: Rows x grid points x V processed at once in the grid scan (memory bound).
-CHUNK_ELEMENTS = 4_000_000
+_CHUNK_ELEMENTS = 4_000_000
 #: Upper end of the scan when the base never saturates (exact rules with a finite cost off
-#: supp(q)); such a row that stays within eps up to it is reported saturated at DELTA_CAP.
-DELTA_CAP = 1e4
+#: supp(q)); such a row that stays within eps up to it is reported saturated at _DELTA_CAP.
+_DELTA_CAP = 1e4
 
 
-def spike_for(target_probs, delta, base="taylor", divergence="kl"):
+def _spike_for(target_probs, delta, base="taylor", divergence="kl"):
     r"""Cactus's :math:`\gamma_n` for every candidate n at budget(s) ``delta`` (array-agnostic).
 
     ``base="taylor"``: Corollary 5, :math:`\min(1, q_n + \sqrt{2\delta q_n(1-q_n)/f''(1)})`
@@ -98,7 +98,7 @@ def spike_for(target_probs, delta, base="taylor", divergence="kl"):
 
 
 def _check(base, divergence):
-    choice(base, BASES, "base")
+    choice(base, _BASES, "base")
     return get_divergence(divergence)
 
 
@@ -114,7 +114,7 @@ def emitted_divergence_curve(
     deltas : array_like, shape (G,)
         Cactus budgets >= 0.
     base : {"taylor", "exact"}
-        How gamma follows from delta (:func:`spike_for`).
+        How gamma follows from delta (:func:`_spike_for`).
     divergence : str
         The per-draft divergence of the rule (Taylor: its expansion; exact: its two-point form).
     measure : str, optional
@@ -145,7 +145,7 @@ def _curve(q, p, g, base, div, m):
     qb = np.broadcast_to(q[..., None, :], q.shape[:-1] + (g.size, q.shape[-1]))
     pb = np.broadcast_to(p[..., None, :], qb.shape)
     delta = np.broadcast_to(g[:, None], qb.shape[:-1] + (1,))
-    gamma = spike_for(qb, delta, base, div)
+    gamma = _spike_for(qb, delta, base, div)
     plan = SpikePlan(qb, pb, gamma)
     h = emitted_distribution(plan)
     a = np.sum(pb * np.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
@@ -156,20 +156,20 @@ def _curve_grid(q, p, grids, base, div, m):
     """Rows (n, V) with a grid per row (n, G): D(h_alg || q), shape (n, G)."""
     qb = np.broadcast_to(q[:, None, :], (q.shape[0], grids.shape[1], q.shape[1]))
     pb = np.broadcast_to(p[:, None, :], qb.shape)
-    gamma = spike_for(qb, grids[..., None], base, div)
+    gamma = _spike_for(qb, grids[..., None], base, div)
     return m.unchecked(emitted_distribution(SpikePlan(qb, pb, gamma)), qb)
 
 
 def _curve_rows(q, p, delta_rows, base, div, m):
     """Per-row delta (shape batch): (D [...], acceptance [...], emitted [..., V])."""
-    gamma = spike_for(q, delta_rows[..., None], base, div)
+    gamma = _spike_for(q, delta_rows[..., None], base, div)
     plan = SpikePlan(q, p, gamma)
     h = emitted_distribution(plan)
     a = np.sum(p * np.clip(plan.accept_probs(), 0.0, 1.0), axis=-1)
     return m.unchecked(h, q), a, h
 
 
-def saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray:
+def _saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray:
     r"""The least delta at which every :math:`\gamma_n` with :math:`0 < q_n < 1` reaches 1.
 
     Taylor: :math:`\max_n f''(1)(1-q_n)/(2q_n)`; exact: :math:`\max_n` of the two-point
@@ -186,7 +186,7 @@ def saturation_delta(target_probs, base="taylor", divergence="kl") -> np.ndarray
 
 
 def _saturation(q, base, d):
-    """:func:`saturation_delta` on validated rows (array-agnostic; ``d`` resolved)."""
+    """:func:`_saturation_delta` on validated rows (array-agnostic; ``d`` resolved)."""
     xp = array_namespace(q)
     mid = (q > 0) & (q < 1)
     zero, one = xp.zeros_like(q), xp.ones_like(q)
@@ -206,12 +206,12 @@ def _saturation(q, base, d):
 
 
 def _grids(tops):
-    """Per row, 0 and a geometric grid of ``GRID_POINTS - 1`` deltas from ``DELTA_MIN`` up to
-    the row's top (``DELTA_CAP`` where infinite, at least ``10 DELTA_MIN``), shape (n, G);
+    """Per row, 0 and a geometric grid of ``_GRID_POINTS - 1`` deltas from ``_DELTA_MIN`` up to
+    the row's top (``_DELTA_CAP`` where infinite, at least ``10 _DELTA_MIN``), shape (n, G);
     one vectorized ``geomspace`` (the same floats as a call per row)."""
-    top = np.maximum(np.where(np.isfinite(tops), tops, DELTA_CAP), DELTA_MIN * 10)
+    top = np.maximum(np.where(np.isfinite(tops), tops, _DELTA_CAP), _DELTA_MIN * 10)
     return np.concatenate(
-        [np.zeros((top.shape[0], 1)), np.geomspace(DELTA_MIN, top, GRID_POINTS - 1, axis=-1)], axis=-1
+        [np.zeros((top.shape[0], 1)), np.geomspace(_DELTA_MIN, top, _GRID_POINTS - 1, axis=-1)], axis=-1
     )
 
 
@@ -240,9 +240,9 @@ def _calibrate_rows(
 
     Notes
     -----
-    A geometric grid of :data:`GRID_POINTS` deltas up to the saturation delta is scanned
+    A geometric grid of :data:`_GRID_POINTS` deltas up to the saturation delta is scanned
     for the first grid point above eps, then the bracket is refined by at most
-    :data:`REFINE_STEPS` Illinois (regula falsi) steps, keeping the feasible end.
+    :data:`_REFINE_STEPS` Illinois (regula falsi) steps, keeping the feasible end.
     eps = 0 gives delta = 0 (SpS) exactly.
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
@@ -254,12 +254,12 @@ def _calibrate_rows(
     eps = as_budget(eps, "eps")
     batch = q.shape[:-1]
     qf, pf = q.reshape(-1, q.shape[-1]), p.reshape(-1, p.shape[-1])
-    sat = np.broadcast_to(saturation_delta(qf, base, d.name), (qf.shape[0],))
+    sat = np.broadcast_to(_saturation_delta(qf, base, d.name), (qf.shape[0],))
     lo = np.zeros(qf.shape[0])
     hi = np.zeros(qf.shape[0])
     saturated = np.zeros(qf.shape[0], dtype=bool)
     N, V = qf.shape
-    chunk = max(1, int(CHUNK_ELEMENTS // (GRID_POINTS * V)))
+    chunk = max(1, int(_CHUNK_ELEMENTS // (_GRID_POINTS * V)))
     for start in range(0, N if eps > 0 else 0, chunk):
         sl = slice(start, min(N, start + chunk))
         grids = _grids(sat[sl])  # (n, G)
@@ -270,8 +270,8 @@ def _calibrate_rows(
         rows = np.arange(grids.shape[0])
         lo_c = np.where(k > 0, grids[rows, np.maximum(k - 1, 0)], 0.0)
         hi_c = grids[rows, k]
-        # no crossing up to the saturation delta (or, if it never saturates, up to DELTA_CAP)
-        sat_val = np.where(np.isfinite(sat[sl]), sat[sl], DELTA_CAP)
+        # no crossing up to the saturation delta (or, if it never saturates, up to _DELTA_CAP)
+        sat_val = np.where(np.isfinite(sat[sl]), sat[sl], _DELTA_CAP)
         saturated[sl] = ~anyover
         lo[sl] = np.where(anyover, lo_c, sat_val)
         hi[sl] = np.where(anyover, hi_c, sat_val)
@@ -282,8 +282,8 @@ def _calibrate_rows(
         def excess(x):
             return _curve_rows(qf[idx], pf[idx], x, base, d.name, m)[0] - eps
 
-        lo[idx], hi[idx] = illinois(excess, lo[idx], hi[idx], steps=REFINE_STEPS)
-    delta_eval = np.where(np.isfinite(lo), lo, DELTA_CAP)
+        lo[idx], hi[idx] = illinois(excess, lo[idx], hi[idx], steps=_REFINE_STEPS)
+    delta_eval = np.where(np.isfinite(lo), lo, _DELTA_CAP)
     D, a, _ = _curve_rows(qf, pf, delta_eval, base, d.name, m)
     return CalibrationResult(
         rule=f"cactus-{base}",
@@ -297,7 +297,7 @@ def _calibrate_rows(
     )
 
 
-def corpus_divergence_distribution(
+def _corpus_divergence_distribution(
     target_probs,
     draft_probs,
     deltas,
@@ -363,7 +363,7 @@ def _stat(D, statistic):
 
 def _saturation_kernel(chunk, base, divergence):
     q, _ = as_prob_pair(chunk.target_probs, chunk.draft_probs)
-    return np.asarray(saturation_delta(q, base, divergence)).reshape(-1)
+    return np.asarray(_saturation_delta(q, base, divergence)).reshape(-1)
 
 
 def _grid_kernel(chunk, grid, base, divergence, measure):
@@ -419,8 +419,8 @@ def global_delta(
     Notes
     -----
     Passes over the rows: one for the saturation delta (the grid's top), one for the grid
-    (:data:`GRID_POINTS` deltas per row), one per refinement step (at most
-    :data:`REFINE_STEPS` Illinois steps, plus two for the bracket's ends), one for the
+    (:data:`_GRID_POINTS` deltas per row), one per refinement step (at most
+    :data:`_REFINE_STEPS` Illinois steps, plus two for the bracket's ends), one for the
     result. Each statistic is taken over all N per-row values (exact,
     ``numpy.quantile(..., method="higher")``). Dask collections are computed once per pass:
     ``persist()`` them first where they fit in the cluster's memory.
@@ -462,7 +462,7 @@ def global_delta(
             def excess(x):
                 return np.array([_stat(at(float(x[0]))[0], statistic) - eps])
 
-            lo_a, _ = illinois(excess, np.array([lo]), np.array([hi]), steps=REFINE_STEPS)
+            lo_a, _ = illinois(excess, np.array([lo]), np.array([hi]), steps=_REFINE_STEPS)
             lo = float(lo_a[0])
     D, a = at(lo)
     return GlobalDelta(float(lo), statistic, _stat(D, statistic), D, a, status)

@@ -159,7 +159,7 @@ def taylor_vs_exact_pairs(target_probs, draft_probs, deltas, divergence="kl") ->
     return FamilyComparison(rows, d.name, q.shape[0])
 
 
-def format_family_comparison(result: FamilyComparison, title: str = "") -> str:
+def _format_family_comparison(result: FamilyComparison, title: str = "") -> str:
     """Plain-text table of a :class:`FamilyComparison` (for the report)."""
     d = result.divergence
     head = (

@@ -48,7 +48,7 @@ class EngineSetting:
     knobs : mapping
         The rule's knobs at this setting (empty: the registry defaults).
     drafting : str
-        The drafting policy (:func:`~cactus_theory.analysis.one_step.drafting_distribution`).
+        The drafting policy (:func:`~cactus_theory.analysis.one_step._drafting_distribution`).
     """
 
     engine: str

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: Divergences for which :func:`corpus_frontier` is exact.
-CORPUS_FRONTIER_DIVERGENCES = ("kl", "tv")
+_CORPUS_FRONTIER_DIVERGENCES = ("kl", "tv")
 
 _FRONTIER_DIVERGENCES = ("kl", "reverse_kl", "tv")
 
@@ -246,7 +246,7 @@ def corpus_frontier(target_probs, draft_probs, eps, divergence="kl") -> float:
     """
     q, p = as_prob_pair(target_probs, draft_probs)
     eps = as_budget(eps, "eps")
-    name = choice(get_divergence(divergence).name, CORPUS_FRONTIER_DIVERGENCES, "divergence")
+    name = choice(get_divergence(divergence).name, _CORPUS_FRONTIER_DIVERGENCES, "divergence")
     V = q.shape[-1]
     q, p = q.reshape(-1, V), p.reshape(-1, V)
     if name == "tv":

@@ -9,7 +9,7 @@ For a verifier of :data:`cactus_theory.rules.multidraft.VERIFIERS` and a draft s
   (:meth:`~cactus_theory.rules.multidraft.MultiDraftVerifier.tree_law`) over them: the law of
   the emitted token sequence and of the accepted length;
 * :func:`lossless_error` compares that law with the verifier's own sequence law on the
-  events every trie context decides (:func:`boundary_sequences`): 0 for a lossless verifier;
+  events every trie context decides (:func:`_boundary_sequences`): 0 for a lossless verifier;
 * :func:`expected_accepted_length` computes :math:`E[\text{accepted drafts}]` by a dynamic
   programme over the trie's nodes (node-wise verifiers:
   :math:`E_v = \sum_x A_v(x)(1 + E_{c(v,x)})` with :math:`A_v` the node's accepted-token law;
@@ -39,10 +39,10 @@ __all__ = [
 ]
 
 #: Largest number of drawn trees :func:`drawn_trees` enumerates.
-MAX_DRAWN_TREES = 200_000
+_MAX_DRAWN_TREES = 200_000
 
 
-def as_token_tree(structure) -> TokenTree:
+def _as_token_tree(structure) -> TokenTree:
     """A :class:`TokenTree` for a TokenTree, a one-row MultiDraft or a one-row DraftChain."""
     if isinstance(structure, TokenTree):
         return structure
@@ -73,8 +73,8 @@ def _subtree_draws(tree: TokenTree, node: int, budget: list):
                     )
             parts = merged
             budget[0] += len(parts)
-            if budget[0] > MAX_DRAWN_TREES:
-                raise ValueError(f"structure: more than {MAX_DRAWN_TREES} drawn trees to enumerate")
+            if budget[0] > _MAX_DRAWN_TREES:
+                raise ValueError(f"structure: more than {_MAX_DRAWN_TREES} drawn trees to enumerate")
         out.extend(parts)
     return out
 
@@ -85,16 +85,16 @@ def drawn_trees(structure) -> list[tuple[float, DrawnTree]]:
     Raises
     ------
     ValueError
-        Naming ``structure`` beyond :data:`MAX_DRAWN_TREES` draws.
+        Naming ``structure`` beyond :data:`_MAX_DRAWN_TREES` draws.
     """
-    tree = as_token_tree(structure)
+    tree = _as_token_tree(structure)
     return [(prob, tree.drawn(nodes, parents)) for prob, nodes, parents in _subtree_draws(tree, 0, [0])]
 
 
 def tree_outcomes(verifier, structure) -> TreeOutcomes:
     """The exact emitted law and accepted-length law by enumeration of the drawn trees."""
     verifier = get_verifier(verifier)
-    tree = as_token_tree(structure)
+    tree = _as_token_tree(structure)
     depth = int(tree.depths.max())
     emitted: dict = {}
     lengths = np.zeros(depth + 1)
@@ -112,7 +112,7 @@ def tree_outcomes(verifier, structure) -> TreeOutcomes:
     return TreeOutcomes(emitted, lengths)
 
 
-def boundary_sequences(tree: TokenTree):
+def _boundary_sequences(tree: TokenTree):
     """The sequences at which reading tokens from the root first leaves the trie.
 
     Reading a sequence token by token from the root, it stops at the first token y after
@@ -138,14 +138,14 @@ def lossless_error(verifier, structure) -> float:
     r"""Largest :math:`|P_{\text{emit}}(b) - P_q(b)|` over the boundary sequences b.
 
     :math:`P_{\text{emit}}(b)` is the probability that the emitted tuple, continued with the
-    verifier's own next-token laws, starts with b (:func:`boundary_sequences`);
+    verifier's own next-token laws, starts with b (:func:`_boundary_sequences`);
     :math:`P_q(b) = \prod_t q(b_t \mid b_{<t})`. A lossless verifier has error 0 (up to
     float64 rounding).
     """
-    tree = as_token_tree(structure)
+    tree = _as_token_tree(structure)
     out = tree_outcomes(verifier, tree)
     worst = 0.0
-    for tokens, nodes in boundary_sequences(tree):
+    for tokens, nodes in _boundary_sequences(tree):
         q_steps = np.array([tree.target_probs[n][t] for n, t in zip(nodes, tokens)])
         target = float(np.prod(q_steps))
         emit = 0.0
@@ -231,7 +231,7 @@ def expected_accepted_length(verifier, structure, method: str = "dp") -> float:
     """
     choice(method, ("dp", "enumerate"), "method")
     verifier = get_verifier(verifier)
-    tree = as_token_tree(structure)
+    tree = _as_token_tree(structure)
     if method == "enumerate":
         return tree_outcomes(verifier, tree).expected_accepted
     if isinstance(verifier, NodeVerifier):

@@ -49,11 +49,11 @@ __all__ = [
     "per_draft_divergence",
 ]
 
-DEFAULT_DIVERGENCES = ("kl", "reverse_kl", "tv")
-EMIT_METHODS = ("fast", "dense")
+_DEFAULT_DIVERGENCES = ("kl", "reverse_kl", "tv")
+_EMIT_METHODS = ("fast", "dense")
 
-#: Drafting policies of one drafted token (:func:`drafting_distribution`).
-DRAFTING = ("sample", "argmax", "top_k")
+#: Drafting policies of one drafted token (:func:`_drafting_distribution`).
+_DRAFTING = ("sample", "argmax", "top_k")
 
 
 def _overflow_is_inf(fn):
@@ -118,7 +118,7 @@ def _as_pair(target_probs, draft_probs):
     return q, p
 
 
-def drafting_distribution(draft_probs, drafting: str = "sample", draft_top_k=None):
+def _drafting_distribution(draft_probs, drafting: str = "sample", draft_top_k=None):
     r"""The law the drafted token is drawn from under a drafting policy (array-agnostic).
 
     ``"sample"``: p itself (the default everywhere). ``"argmax"``: the point mass at the
@@ -146,7 +146,7 @@ def drafting_distribution(draft_probs, drafting: str = "sample", draft_top_k=Non
 
     Symbols: p drafter (``draft_probs``), n drafted token.
     """
-    choice(drafting, DRAFTING, "drafting")
+    choice(drafting, _DRAFTING, "drafting")
     if drafting == "sample":
         return draft_probs
     xp = array_namespace(draft_probs)
@@ -194,7 +194,7 @@ def make_plan(
         Raw (temperature-1) distributions for rules that decide on them; default: the
         processed ones.
     drafting : {"sample", "argmax", "top_k"}
-        How the drafted token is drawn (:func:`drafting_distribution`): the rule is given
+        How the drafted token is drawn (:func:`_drafting_distribution`): the rule is given
         that law as its drafter row. A rule that reads the raw drafter row still reads the
         drafter's own (``raw_draft_probs``, default the processed p before the policy).
     draft_top_k : int, optional
@@ -208,7 +208,7 @@ def make_plan(
     for name, arr in (("raw_target_probs", raw_q), ("raw_draft_probs", raw_p)):
         if tuple(arr.shape) != tuple(q.shape):
             raise ValueError(f"{name}: shape {tuple(arr.shape)} does not match target_probs' {q.shape}")
-    p = drafting_distribution(p, drafting, draft_top_k)
+    p = _drafting_distribution(p, drafting, draft_top_k)
     return rule.plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p)
 
 
@@ -258,7 +258,7 @@ def acceptance_probabilities(
     target_probs, draft_probs : array_like, shape (..., V)
         Verifier q and drafter p.
     drafting : {"sample", "argmax", "top_k"}
-        How the drafted token is drawn (:func:`drafting_distribution`; default: from p).
+        How the drafted token is drawn (:func:`_drafting_distribution`; default: from p).
     draft_top_k : int, optional
         k for ``drafting="top_k"``.
 
@@ -336,7 +336,7 @@ def emitted_distribution(
         ``"fast"``: O(V log V) per row (spike plans) or O(V) (target and decision plans).
         ``"dense"``: enumerate every draft's recovery (O(V^2)); for testing at small V.
     drafting : {"sample", "argmax", "top_k"}
-        How the drafted token is drawn (:func:`drafting_distribution`; default: from p).
+        How the drafted token is drawn (:func:`_drafting_distribution`; default: from p).
     draft_top_k : int, optional
         k for ``drafting="top_k"``.
     chunk_rows, max_memory, progress, runner
@@ -361,7 +361,7 @@ def emitted_distribution(
     ----------
     Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 3.
     """
-    choice(method, EMIT_METHODS, "method")
+    choice(method, _EMIT_METHODS, "method")
     is_plan = isinstance(rule, (TargetPlan, SpikePlan, DecisionPlan))
     if not is_plan and target_probs is not None and runner != "local" and is_dask(target_probs):
         return emitted_on_dask(_emitted_rows, get_rule(rule), target_probs, draft_probs, method)
@@ -432,7 +432,7 @@ def _analyze_block(
     *,
     raw_target_probs=None,
     raw_draft_probs=None,
-    divergences=DEFAULT_DIVERGENCES,
+    divergences=_DEFAULT_DIVERGENCES,
     drafting: str = "sample",
     draft_top_k=None,
 ) -> OneStepResult:
@@ -509,7 +509,7 @@ def analyze(
         arrays, False for a row source or Dask arrays). False returns them as None and holds
         only per-row values.
     drafting : {"sample", "argmax", "top_k"}
-        How the drafted token is drawn (:func:`drafting_distribution`; default: from p).
+        How the drafted token is drawn (:func:`_drafting_distribution`; default: from p).
     draft_top_k : int, optional
         k for ``drafting="top_k"``.
     chunk_rows, max_memory : optional
@@ -531,7 +531,7 @@ def analyze(
     (arXiv 2604.04987), Theorem 3.
     """
     rule = get_rule(rule)
-    divergences = tuple(DEFAULT_DIVERGENCES if divergences is None else divergences)
+    divergences = tuple(_DEFAULT_DIVERGENCES if divergences is None else divergences)
     if (
         runner is None
         and per_token is not False

@@ -25,7 +25,7 @@ from .one_step import emitted_distribution, make_plan
 __all__ = ["rule_table", "format_rule_table"]
 
 #: (key, header) of the table's numeric columns.
-COLUMNS = (
+_COLUMNS = (
     ("acceptance", "accept"),
     ("kl", "KL(h||q)"),
     ("reverse_kl", "KL(q||h)"),
@@ -104,10 +104,10 @@ def format_rule_table(rows, *, title: str | None = None, show_knobs: bool = True
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
-    head = ["rule"] + [h for _, h in COLUMNS] + (["knobs"] if show_knobs else [])
+    head = ["rule"] + [h for _, h in _COLUMNS] + (["knobs"] if show_knobs else [])
     body = []
     for r in rows:
-        line = [r["rule"]] + [_fmt(r[k]) for k, _ in COLUMNS]
+        line = [r["rule"]] + [_fmt(r[k]) for k, _ in _COLUMNS]
         if show_knobs:
             line.append(", ".join(f"{k}={_knob(v)}" for k, v in r["knobs"].items()))
         body.append(line)

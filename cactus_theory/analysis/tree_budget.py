@@ -49,7 +49,7 @@ from ..drafts import MultiDraft, TokenTree
 from ..results import TreeBudgetResult, TreeSpend
 from ..rules.multidraft import get_verifier
 from ..rules.multidraft.base import NodeVerifier
-from .multidraft import as_token_tree, multidraft_emitted
+from .multidraft import _as_token_tree, multidraft_emitted
 
 __all__ = [
     "tree_spend",
@@ -59,9 +59,9 @@ __all__ = [
 ]
 
 #: Most regula-falsi steps on the calibrated knob (1/lambda, or delta).
-CALIBRATION_STEPS = 40
+_CALIBRATION_STEPS = 40
 #: The calibration stops once the spend is within this fraction of the budget (below it).
-SPEND_RTOL = 1e-7
+_SPEND_RTOL = 1e-7
 
 
 def tree_spend(verifier, structure, divergence="kl") -> TreeSpend:
@@ -83,7 +83,7 @@ def tree_spend(verifier, structure, divergence="kl") -> TreeSpend:
     ver = get_verifier(verifier)
     if not isinstance(ver, NodeVerifier):
         raise ValueError(f"verifier: {ver.name!r} is not node-wise; the reach recursion needs node laws")
-    tree: TokenTree = as_token_tree(structure)
+    tree: TokenTree = _as_token_tree(structure)
     d = get_divergence(divergence)
     n = tree.num_nodes
     reach = np.zeros(n)
@@ -112,9 +112,9 @@ def _calibrate(make, budget, cap):
     The bracket's top doubles from 1/16 until its spend exceeds the budget (or reaches
     ``cap``: the budget is then never binding); then the Illinois variant of regula falsi
     (:func:`cactus_theory._search.illinois`) on ``spend - budget`` until the spend is within
-    :data:`SPEND_RTOL` of the budget or :data:`CALIBRATION_STEPS` steps, keeping the feasible
+    :data:`_SPEND_RTOL` of the budget or :data:`_CALIBRATION_STEPS` steps, keeping the feasible
     end. Returns (knob, its spend record, status): ``"calibrated"`` within
-    :data:`SPEND_RTOL`, ``"range-end"`` where the budget is not binding up to ``cap``,
+    :data:`_SPEND_RTOL`, ``"range-end"`` where the budget is not binding up to ``cap``,
     ``"above"`` where even 0 spends more, ``"step"`` where the steps ran out short of the
     budget (the spend jumps over it).
     """
@@ -129,7 +129,7 @@ def _calibrate(make, budget, cap):
         if hi >= cap:
             return lo, best, "range-end"
         hi = min(cap, 2.0 * hi)
-    tol = SPEND_RTOL * max(budget, 1e-300)
+    tol = _SPEND_RTOL * max(budget, 1e-300)
     seen = {lo: best, hi: s}
 
     def excess(x):
@@ -138,7 +138,7 @@ def _calibrate(make, budget, cap):
             seen[x] = make(x)
         return np.array([seen[x].spend - budget])
 
-    lo_a, _ = illinois(excess, np.array([lo]), np.array([hi]), steps=CALIBRATION_STEPS, tol=tol)
+    lo_a, _ = illinois(excess, np.array([lo]), np.array([hi]), steps=_CALIBRATION_STEPS, tol=tol)
     lo = float(lo_a[0])
     return lo, seen[lo], "calibrated" if budget - seen[lo].spend <= tol else "step"
 
@@ -165,7 +165,7 @@ def tree_sequence_budget(structure, budget, divergence="kl") -> TreeBudgetResult
     """
     B = as_budget(budget, "budget")
     d = get_divergence(divergence)
-    tree = as_token_tree(structure)
+    tree = _as_token_tree(structure)
 
     def make(t):
         lam = math.inf if t == 0 else 1.0 / t
@@ -202,7 +202,7 @@ def tree_constant_budget(structure, budget, divergence="kl", verifier="optimal-b
     B = as_budget(budget, "budget")
     d = get_divergence(divergence)
     name = choice(verifier, ("optimal-budget", "cactus-rrs"), "verifier")
-    tree = as_token_tree(structure)
+    tree = _as_token_tree(structure)
 
     def make(delta):
         return tree_spend(get_verifier(name, delta=delta, divergence=d.name), tree, d.name)
@@ -226,7 +226,7 @@ def tree_budget_rows(trees, budget, divergence="kl", lossless=("optimal",)) -> l
     """
     from .multidraft import expected_accepted_length
 
-    trees = [as_token_tree(t) for t in trees]
+    trees = [_as_token_tree(t) for t in trees]
     if not trees:
         raise ValueError("trees: empty; give at least one tree")
     B = as_budget(budget, "budget")
@@ -258,7 +258,7 @@ def tree_budget_rows(trees, budget, divergence="kl", lossless=("optimal",)) -> l
     return rows
 
 
-def top_chain(structure) -> TokenTree:
+def _top_chain(structure) -> TokenTree:
     r"""The chain of a tree's most likely drafts: from the root, the child of the drafter's top-1
     token, until a leaf (one draft per node, ``drafting="top_k"``).
 
@@ -270,7 +270,7 @@ def top_chain(structure) -> TokenTree:
     """
     from ..drafts._laws import top_k_tokens
 
-    tree = as_token_tree(structure)
+    tree = _as_token_tree(structure)
     path, u = [0], 0
     while int(tree.widths[u]) > 0:
         x = int(top_k_tokens(tree.draft_probs[u], 1)[0])

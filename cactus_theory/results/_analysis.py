@@ -53,7 +53,7 @@ class GlobalDelta:
     status : str
         ``"calibrated"``: the statistic crosses eps at ``delta``; ``"saturated"``: it stays
         within eps up to the saturation delta (``delta`` is the scan's top: the saturation
-        delta, or :data:`~cactus_theory.analysis.calibration.DELTA_CAP` where the base never
+        delta, or :data:`~cactus_theory.analysis.calibration._DELTA_CAP` where the base never
         saturates).
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.

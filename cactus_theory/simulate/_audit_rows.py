@@ -27,7 +27,7 @@ import numpy as np
 from .._validation import as_prob_pair
 from ..analysis._lengths import geometric_length_ratio
 from ..analysis._runners import runner_for
-from ..analysis.frontier import CORPUS_FRONTIER_DIVERGENCES, corpus_frontier, gap_to_frontier
+from ..analysis.frontier import _CORPUS_FRONTIER_DIVERGENCES, corpus_frontier, gap_to_frontier
 from ..analysis.one_step import emitted_distribution, make_plan
 from ..divergences import get_divergence
 from ..rules import get_rule
@@ -139,7 +139,7 @@ class CorpusRows:
         """
         q, p, d = self.c.target_probs, self.c.draft_probs, self.d
         at_eps = None
-        if self.per == "token" and d.name in CORPUS_FRONTIER_DIVERGENCES:
+        if self.per == "token" and d.name in _CORPUS_FRONTIER_DIVERGENCES:
             at_eps = corpus_frontier(q, p, eps, d.name)
         cache = {}
         for row in table:

@@ -191,7 +191,7 @@ def position_laws(
         Its raw distributions are passed to rules that decide on them.
     drafting : {"sample", "argmax", "top_k"}
         How each position's draft is drawn from its drafter row
-        (:func:`cactus_theory.analysis.one_step.drafting_distribution`); the laws' p is the
+        (:func:`cactus_theory.analysis.one_step._drafting_distribution`); the laws' p is the
         drafting law. Pass the result as ``laws`` to :func:`~.exact.exact_chain` for the
         chain under that policy.
     draft_top_k : int, optional

@@ -48,7 +48,7 @@ import numpy as np
 
 from .._search import bisect_interval
 from .._validation import as_budget
-from ..analysis.calibration import DELTA_CAP, _calibrate_rows, global_delta, saturation_delta, spike_for
+from ..analysis.calibration import _DELTA_CAP, _calibrate_rows, _saturation_delta, _spike_for, global_delta
 from ..analysis.one_step import emitted_distribution
 from ..rules import SpikePlan
 from ..solvers._frontier import LARGEST_FINITE, saturation_budget
@@ -287,16 +287,16 @@ def _cactus_laws(Q, P, eps, bounds, laws, knobs):
     corpus, and a delta per position meeting a common level (filled into ``laws``, ``knobs``)."""
     # Cactus-Taylor, one delta for the corpus
     gd = global_delta(Q, P, eps, statistic="mean", base="taylor")
-    laws[METHODS[0]] = _split(_plan_laws(SpikePlan(Q, P, spike_for(Q, gd.delta))), bounds)
+    laws[METHODS[0]] = _split(_plan_laws(SpikePlan(Q, P, _spike_for(Q, gd.delta))), bounds)
     knobs[METHODS[0]] = f"delta = {gd.delta:.4g}"
     # Cactus-Taylor, delta per position meeting a common level L
-    sat = saturation_delta(Q, "taylor")
-    sat = np.where(np.isfinite(sat), sat, DELTA_CAP)
-    top = _kl(_plan_laws(SpikePlan(Q, P, spike_for(Q, sat[:, None]))).emitted, Q)
+    sat = _saturation_delta(Q, "taylor")
+    sat = np.where(np.isfinite(sat), sat, _DELTA_CAP)
+    top = _kl(_plan_laws(SpikePlan(Q, P, _spike_for(Q, sat[:, None]))).emitted, Q)
     level = _level_for_mean(top, eps)
     cal = _calibrate_rows(Q, P, min(level, float(np.max(top))), base="taylor").delta
-    cal = np.where(np.isfinite(cal), cal, DELTA_CAP)
-    laws[METHODS[1]] = _split(_plan_laws(SpikePlan(Q, P, spike_for(Q, cal[:, None]))), bounds)
+    cal = np.where(np.isfinite(cal), cal, _DELTA_CAP)
+    laws[METHODS[1]] = _split(_plan_laws(SpikePlan(Q, P, _spike_for(Q, cal[:, None]))), bounds)
     knobs[METHODS[1]] = f"KL(h_alg||q) <= {level:.4g} per position"
 
 

@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 from strategies import pairs
 
 from cactus_theory.analysis.calibration import (
-    DELTA_CAP,
+    _DELTA_CAP,
+    _corpus_divergence_distribution,
+    _saturation_delta,
     compare_with_mentored,
-    corpus_divergence_distribution,
     emitted_divergence_curve,
     global_delta,
-    saturation_delta,
 )
 from cactus_theory.analysis.calibration import _calibrate_rows as calibrate_delta
 from cactus_theory.analysis.one_step import analyze
@@ -60,9 +60,9 @@ def test_calibrated_delta_meets_eps_at_its_first_crossing(pair, eps):
         D_above, _ = emitted_divergence_curve(q, p, [float(res.delta) * (1 + 1e-6) + 1e-15])
         assert D_above[0] > eps - 1e-9  # just above the crossing: over (or at) eps
     else:
-        # the scan reaches the saturation delta, or DELTA_CAP where that is infinite (it
+        # the scan reaches the saturation delta, or _DELTA_CAP where that is infinite (it
         # overflows for a subnormal q_n, or never saturates)
-        assert res.delta >= min(float(saturation_delta(q)), DELTA_CAP) - 1e-12
+        assert res.delta >= min(float(_saturation_delta(q)), _DELTA_CAP) - 1e-12
 
 
 @given(pair=pairs(1, 24))
@@ -76,14 +76,14 @@ def test_zero_eps_is_sps(pair):
 
 def test_grids_of_all_rows_are_the_per_row_grids():
     """The calibration's delta grids, built for all rows in one ``geomspace``: the same floats
-    as one ``geomspace`` per row (0, then DELTA_MIN up to the row's saturation delta, capped
-    at DELTA_CAP where infinite, at least 10 DELTA_MIN), ties and extremes included."""
-    from cactus_theory.analysis.calibration import DELTA_MIN, GRID_POINTS, _grids
+    as one ``geomspace`` per row (0, then _DELTA_MIN up to the row's saturation delta, capped
+    at _DELTA_CAP where infinite, at least 10 _DELTA_MIN), ties and extremes included."""
+    from cactus_theory.analysis.calibration import _DELTA_MIN, _GRID_POINTS, _grids
 
     tops = np.concatenate(
         [
             10.0 ** np.random.default_rng(1).uniform(-9, 5, 200),
-            [np.inf, 0.0, 1e-9, 10 * DELTA_MIN, DELTA_CAP, 2 * DELTA_CAP],
+            [np.inf, 0.0, 1e-9, 10 * _DELTA_MIN, _DELTA_CAP, 2 * _DELTA_CAP],
         ]
     )
     want = [
@@ -91,7 +91,7 @@ def test_grids_of_all_rows_are_the_per_row_grids():
             [
                 [0.0],
                 np.geomspace(
-                    DELTA_MIN, max(t if np.isfinite(t) else DELTA_CAP, 10 * DELTA_MIN), GRID_POINTS - 1
+                    _DELTA_MIN, max(t if np.isfinite(t) else _DELTA_CAP, 10 * _DELTA_MIN), _GRID_POINTS - 1
                 ),
             ]
         )
@@ -137,7 +137,7 @@ def test_corpus_distribution_with_truncated_q():
     q, p = synthetic_pairs("logits", 30, 200, 4)
     qt = truncate(q, temperature=0.6, top_k=20, top_p=0.95)
     pt = truncate(p, temperature=0.6, top_k=20, top_p=0.95)
-    out = corpus_divergence_distribution(qt, pt, [0.0, 0.1, 1.0])
+    out = _corpus_divergence_distribution(qt, pt, [0.0, 0.1, 1.0])
     assert out["divergences"].shape == (30, 3)
     assert not np.any(np.isnan(out["divergences"]))
     # delta = 0 emits q; the fast emitted path's prefix sums leave ~1e-16 of rounding

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from strategies import pairs
 
 from cactus_theory.analysis.one_step import (
+    _drafting_distribution,
     acceptance_probabilities,
     acceptance_rate,
     analyze,
-    drafting_distribution,
     emitted_distribution,
     make_plan,
 )
@@ -252,7 +252,7 @@ def test_top_k_drafting_law_and_losslessness(pair, k):
     (ties to the lower id), renormalized; SpS verifying it emits q, with acceptance
     sum min(p_k, q)."""
     q, p = pair
-    law = np.asarray(drafting_distribution(p, "top_k", k))
+    law = np.asarray(_drafting_distribution(p, "top_k", k))
     keep = top_k_tokens(p, min(k, len(p)))
     expect = np.zeros_like(p)
     expect[keep] = p[keep]
