@@ -10,13 +10,16 @@ and ``<!-- END sampler-power -->`` markers) from JSON records in docs/records/:
     the checks that failed, the false-alarm and underpowered counts (sampler_power.json).
 ``conformance``
     A real library's sampler installed in this Python (``--library transformers`` or
-    ``vllm``) checked against the SpS law at ``--num-samples`` draws per case: one row of
+    ``vllm``) checked against the SpS law at ``--num-samples`` draws per case, or
+    transformers' full assisted generation (``--library transformers-generate``): the first
+    tokens of ``--num-samples`` generations against the target's joint law; one row of
     sampler_conformance.json (library, version, function, layout, draws, result).
 ``render``
     Rewrites the blocks from the JSON records; ``--check`` exits 1 when a block differs.
 
     .venv/bin/python scripts/sampler_power.py power --seeds 10 --runs 100 --jobs 2
     .venv/bin/python scripts/sampler_power.py conformance --library transformers
+    .venv/bin/python scripts/sampler_power.py conformance --library transformers-generate --num-samples 10000
     .venv-vllm/bin/python scripts/sampler_power.py conformance --library vllm
     .venv-vllm/bin/python scripts/sampler_power.py conformance --library transformers
 """
@@ -238,6 +241,54 @@ def transformers_sampler():
     return sample
 
 
+#: The full assisted-generation path: tiny random Llamas (tests/tiny_models.py), their vocabulary,
+#: the prompt and the number of generated tokens whose joint law is checked.
+GEN_VOCAB, GEN_PROMPT, GEN_TOKENS = 8, (1, 2, 3), 3
+GEN_TARGET = {"seed": 1, "layers": 2, "init": 0.3}  # target and draft differ: rejections frequent
+GEN_DRAFT = {"seed": 2, "layers": 1, "init": 0.3}
+
+
+def tiny_generation_models():
+    """(target, draft): the tiny random Llamas of the full-path check, without an EOS token (every
+    generation runs to its length)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiny_models import tiny_llama
+
+    models = tiny_llama(GEN_VOCAB, **GEN_TARGET), tiny_llama(GEN_VOCAB, **GEN_DRAFT)
+    for m in models:
+        m.generation_config.eos_token_id = None
+        m.generation_config.pad_token_id = 0
+    return models
+
+
+def transformers_generate_law(num_samples: int, seed: int = 0) -> tuple[dict, object]:
+    """``generate(..., assistant_model=draft, do_sample=True)`` run ``num_samples`` times (torch
+    seed per run), its first GEN_TOKENS tokens against the target's own joint law by
+    enumeration (:mod:`cactus_theory.testing._generation`): (sequence_law's result, joint law)."""
+    import torch
+
+    from cactus_theory.testing._check import DEFAULT_ALPHA
+    from cactus_theory.testing._generation import sequence_law, target_joint_law
+
+    torch.set_num_threads(1)
+    target, draft = tiny_generation_models()
+
+    @torch.no_grad()
+    def next_probs(ids):
+        logits = target(torch.tensor([ids])).logits[0, -1].to(torch.float64)
+        return torch.softmax(logits, -1).numpy()
+
+    joint = target_joint_law(next_probs, GEN_PROMPT, GEN_VOCAB, GEN_TOKENS)
+    prompt = torch.tensor([GEN_PROMPT])
+    out = np.empty((num_samples, GEN_TOKENS), dtype=np.int64)
+    with torch.random.fork_rng():
+        for r in range(num_samples):
+            torch.manual_seed(seed * 1_000_003 + r)
+            ids = target.generate(prompt, assistant_model=draft, do_sample=True, max_new_tokens=GEN_TOKENS)
+            out[r] = ids[0, len(GEN_PROMPT) :].numpy()
+    return sequence_law(out, joint, alpha=DEFAULT_ALPHA), joint
+
+
 def vllm_rejection_sample():
     import inspect
 
@@ -275,8 +326,30 @@ def conformance_row(library: str, num_samples: int | None = None, seed: int = 0)
             "function": "vllm.v1.sample.rejection_sampler.rejection_sample (MRV1, CPU kernels)",
             "layout": "flat: draft ids [T], cu_num_draft_tokens, target logits [T, V], bonus ids given",
         }
+    elif library == "transformers-generate":
+        law, _joint = transformers_generate_law(n, seed)
+        row = {
+            "library": "transformers",
+            "version": importlib.metadata.version("transformers"),
+            "function": "generate(assistant_model=draft, do_sample=True) (the full assisted-generation path)",
+            "layout": (
+                f"tiny random Llamas (V = {GEN_VOCAB}; target {GEN_TARGET['layers']} layers, draft "
+                f"{GEN_DRAFT['layers']}), prompt {list(GEN_PROMPT)}: the first {GEN_TOKENS} generated "
+                "tokens' joint law against the target's by enumeration"
+            ),
+            "draws": n,
+            "seed": seed,
+            "result": "passed" if law["passed"] else "failed",
+            "failed_checks": [] if law["passed"] else ["sequence-law"],
+            "skipped": [],
+            "p_value": law["p_value"],
+            "detectable_tv": law["detectable_tv"],
+        }
+        return row, law
     else:
-        raise ValueError(f"library: expected 'transformers' or 'vllm', got {library!r}")
+        raise ValueError(
+            f"library: expected 'transformers', 'transformers-generate' or 'vllm', got {library!r}"
+        )
     row.update(
         {
             "draws": n,
@@ -314,6 +387,13 @@ MRV2_ROW = {
 }
 
 
+def _power_note(row: dict) -> str:
+    """A whole-generation row's p-value and the smallest total variation it detects."""
+    if "p_value" not in row:
+        return ""
+    return f" (p = {row['p_value']:.2g}; detects TV >= {row['detectable_tv']:.3f} with probability 0.9)"
+
+
 def render_conformance(rows: list) -> str:
     lines = [
         "| library | version | function | layout | draws per case | result | failed checks | skipped checks |",
@@ -322,7 +402,8 @@ def render_conformance(rows: list) -> str:
     for r in sorted(rows, key=lambda r: (r["library"], r["version"], r["function"])):
         lines.append(
             f"| {r['library']} | {r['version']} | `{r['function']}` | {r['layout']} | {r['draws']:,} | "
-            f"{r['result']} | {', '.join(r['failed_checks']) or '-'} | {', '.join(r['skipped']) or '-'} |"
+            f"{r['result']}{_power_note(r)} | {', '.join(r['failed_checks']) or '-'} | "
+            f"{', '.join(r['skipped']) or '-'} |"
         )
     lines.append(
         f"| {MRV2_ROW['library']} | (same) | `{MRV2_ROW['function']}` | {MRV2_ROW['layout']} | - | "
@@ -383,7 +464,7 @@ def main(argv=None) -> int:
     pw.add_argument("--runs", type=int, default=100)
     pw.add_argument("--jobs", type=int, default=1)
     cf = sub.add_parser("conformance")
-    cf.add_argument("--library", required=True, choices=["transformers", "vllm"])
+    cf.add_argument("--library", required=True, choices=["transformers", "transformers-generate", "vllm"])
     cf.add_argument("--num-samples", type=int, default=None)
     rd = sub.add_parser("render")
     rd.add_argument("--check", action="store_true")
@@ -395,7 +476,7 @@ def main(argv=None) -> int:
         _atomic_write(POWER_JSON, json.dumps(rec, indent=1) + "\n")
     elif args.cmd == "conformance":
         row, res = conformance_row(args.library, args.num_samples)
-        print(res.report())
+        print(res if isinstance(res, dict) else res.report())
         rows = json.loads(CONFORMANCE_JSON.read_text()) if CONFORMANCE_JSON.exists() else []
         rows = [
             r

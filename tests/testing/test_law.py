@@ -180,10 +180,10 @@ def test_each_planted_defect_is_caught(defect):
     the mutants that only they can show (u = 0 never occurs in ordinary draws; the ordinary
     draws hold no placeholder draft)."""
     entry = CASEBOOK[defect]
-    rule, sampler = {
-        "cactus-taylor": (CACTUS, reference_sampler("cactus-taylor", delta=DELTA, defect=defect)),
-        "block": ("block", reference_sampler("block", defect=defect)),
-    }.get(entry.rule, (SPS, reference_sampler("sps", defect=defect)))
+    rule = {"cactus-taylor": CACTUS, "block": "block"}.get(entry.rule, SPS)
+    sampler = reference_sampler(
+        entry.rule, delta=DELTA if entry.rule == "cactus-taylor" else None, defect=defect
+    )
     n = DEFAULT_NUM_SAMPLES if defect == "cactus-no-rescale" else 5000
     exact = defect in ("inclusive-comparison", "negative-index")
     res = check_sampler_law(sampler, rule, seed=11, num_samples=n, invariants=exact)
