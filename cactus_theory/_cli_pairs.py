@@ -28,17 +28,17 @@ def add_pair_input(p):
 
 
 def pairs(args):
-    from .inputs import load_pairs, parse_probs
+    from .inputs import _load_pairs, _parse_probs
 
     if args.input is not None:
         if args.q is not None or args.p is not None:
             raise ValueError("input: give either --input or --q and --p, not both")
-        return load_pairs(args.input)
+        return _load_pairs(args.input)
     if args.q is None or args.p is None:
         raise ValueError("q: give --q and --p (comma-separated rows) or --input FILE")
     from ._validation import as_prob_pair
 
-    q, p = as_prob_pair(parse_probs(args.q, "q"), parse_probs(args.p, "p"), target_name="q", draft_name="p")
+    q, p = as_prob_pair(_parse_probs(args.q, "q"), _parse_probs(args.p, "p"), target_name="q", draft_name="p")
     return q[None, :], p[None, :]
 
 

@@ -1,6 +1,6 @@
 """The ``cactus-theory`` command line: one table of thin subcommands over library functions.
 
-Every subcommand is declared once in :data:`SUBCOMMANDS` (its arguments and its handler) and shares
+Every subcommand is declared once in :data:`_SUBCOMMANDS` (its arguments and its handler) and shares
 the same flags where they apply: ``-o/--output`` (written atomically; its folder is checked before
 any work starts), ``--json`` (the same numbers as data), ``--csv`` (tables), ``--seed``,
 ``-m/--draft-length`` and ``--knob NAME=VALUE`` (one parser, :func:`parse_knobs`). Defaults are
@@ -219,7 +219,7 @@ def _cmd_benchmark(args) -> int:
 
 
 @dataclass(frozen=True)
-class Subcommand:
+class _Subcommand:
     """One row of the subcommand table: help line, argument builder and handler.
 
     ``arguments`` and ``handler`` are callables or ``"module:function"`` strings imported when
@@ -298,7 +298,7 @@ def _audit_input(source, args, kw):
     from pathlib import Path
 
     from .api import audit
-    from .inputs import load_pairs, shipped_pair_names
+    from .inputs import _load_pairs, shipped_pair_names
 
     progress = not args.no_progress
     if Path(source).is_dir():  # a folder of shards, read chunk by chunk
@@ -313,7 +313,7 @@ def _audit_input(source, args, kw):
         raise ValueError("raw: needs a dump (its raw rows); --input holds (q, p) rows only")
     if args.positions is not None:
         raise ValueError("positions: applies to dumps only")
-    q, p = load_pairs(source)
+    q, p = _load_pairs(source)
     return audit(q, p, progress=progress, **kw)
 
 
@@ -387,54 +387,54 @@ def _report_epilog():
     return "sections:\n" + "\n".join(f"  {k:<12} {v}" for k, v in _SECTION_SUMMARIES.items())
 
 
-#: The subcommand table: name -> :class:`Subcommand`.
-SUBCOMMANDS = {
-    "report": Subcommand(
+#: The subcommand table: name -> :class:`_Subcommand`.
+_SUBCOMMANDS = {
+    "report": _Subcommand(
         "the main job: exact results on embedded defaults (text, Markdown, JSON, CSV)",
         _args_report,
         _cmd_report,
     ),
-    "rules": Subcommand("list every registered rule with its knobs", _args_rules, _cmd_rules),
-    "solve": Subcommand(
+    "rules": _Subcommand("list every registered rule with its knobs", _args_rules, _cmd_rules),
+    "solve": _Subcommand(
         "one (q, p, n, delta): Taylor point, exact root and cvxpy oracle side by side",
         solve_arguments,
         run_solve,
     ),
-    "analyze": Subcommand(
+    "analyze": _Subcommand(
         "rules on a set of (q, p) rows: acceptance, per-draft and emitted divergences, frontier gap",
         analyze_arguments,
         run_analyze,
     ),
-    "frontier": Subcommand(
+    "frontier": _Subcommand(
         "the optimal acceptance at each target emitted divergence eps", frontier_arguments, run_frontier
     ),
-    "calibrate": Subcommand(
+    "calibrate": _Subcommand(
         "the delta whose emitted divergence meets a target eps", calibrate_arguments, run_calibrate
     ),
-    "audit": Subcommand(
+    "audit": _Subcommand(
         "every rule calibrated to one true emitted divergence on a dump: acceptance, AL_m, "
         "KL/TV, frontier gap, EOS shift",
         _args_audit,
         _cmd_audit,
     ),
-    "simulate": Subcommand(
+    "simulate": _Subcommand(
         "simulate a rule over synthetic trajectories (teacher-forced) beside exact",
         "cactus_theory.simulate._cli:add_arguments",
         "cactus_theory.simulate._cli:run",
     ),
-    "figures": Subcommand("write the figures (PDF and PNG)", _args_figures, _cmd_figures),
-    "benchmark": Subcommand("speed goals as medians and ratios", _args_benchmark, _cmd_benchmark),
-    "models": Subcommand(
+    "figures": _Subcommand("write the figures (PDF and PNG)", _args_figures, _cmd_figures),
+    "benchmark": _Subcommand("speed goals as medians and ratios", _args_benchmark, _cmd_benchmark),
+    "models": _Subcommand(
         "list the offline models and drafters; --prepare builds the local cache",
         "cactus_theory.logits._commands:add_models_arguments",
         "cactus_theory.logits._commands:run_models",
     ),
-    "dump": Subcommand(
+    "dump": _Subcommand(
         "record verifier/drafter next-token distributions (real models)",
-        "cactus_theory.logits._commands:add_dump_arguments",
-        "cactus_theory.logits._commands:run_dump",
+        "cactus_theory.integrations.vllm._dump:add_dump_arguments",
+        "cactus_theory.integrations.vllm._dump:run_dump",
     ),
-    "decode": Subcommand(
+    "decode": _Subcommand(
         "real speculative decoding vs verifier-only decoding (real models)",
         "cactus_theory.logits._commands:add_decode_arguments",
         "cactus_theory.logits._commands:run_decode",
@@ -462,12 +462,12 @@ def _missing_extra_handler(exc: MissingExtraError):
     return handler
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``cactus-theory`` parser, built from :data:`SUBCOMMANDS`."""
+def _build_parser() -> argparse.ArgumentParser:
+    """The full ``cactus-theory`` parser, built from :data:`_SUBCOMMANDS`."""
     parser = _Parser(prog="cactus-theory", description=__doc__.split("\n\n")[0], formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    for name, sc in SUBCOMMANDS.items():
+    for name, sc in _SUBCOMMANDS.items():
         epilog = _report_epilog() if name == "report" else None
         p = sub.add_parser(
             name,
@@ -491,7 +491,7 @@ def main(argv=None) -> int:
 
     Returns the exit status (argparse's own exits, such as ``--help`` and bad flags, included).
     """
-    parser = build_parser()
+    parser = _build_parser()
     try:
         args, unknown = parser.parse_known_args(argv)
         # a subcommand whose extra is missing has no options to parse: its one line, not argparse's

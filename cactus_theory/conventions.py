@@ -95,4 +95,6 @@ def tolerance(dtype) -> float:
 
 __all__ = [
     "tolerance",
+    "normalization_tolerance",
+    "EMPTY_RESIDUAL_MASS",
 ]

@@ -25,7 +25,7 @@ vLLM's order; the paper's setting is ``truncate(x, temperature=0.6, top_k=20, to
 
 The sampling transform (one for the whole toolkit)
 --------------------------------------------------
-:func:`sampling_transform` (dense) and :func:`top_candidates` + :func:`process_sorted_logits`
+:func:`sampling_transform` (dense) and :func:`_top_candidates` + :func:`_process_sorted_logits`
 (sparse) are the only implementation of temperature / top-k / top-p: :func:`truncate` and the
 ``apply_*`` helpers here, the real-logit loader
 (:func:`cactus_theory.logits._loader.apply_transforms`) and the decoding loop and dump tool
@@ -77,7 +77,7 @@ def _is_torch(x) -> bool:
     return hasattr(x, "detach") and hasattr(x, "dtype") and not isinstance(x, np.ndarray)
 
 
-def top_candidates(logits, k=None):
+def _top_candidates(logits, k=None):
     """The first ``k`` tokens of each row in the transform's order, and their logits.
 
     The order is decreasing logit, equal logits by increasing token id (the module's tie
@@ -122,13 +122,13 @@ def top_candidates(logits, k=None):
     return order.astype(np.int64), np.take_along_axis(z, order, axis=-1)
 
 
-def process_sorted_logits(values, *, temperature=1.0, top_p=None):
+def _process_sorted_logits(values, *, temperature=1.0, top_p=None):
     """Steps 2, 4, 5 of the transform on logits already in the transform's order.
 
     Parameters
     ----------
     values : ndarray or Tensor, shape (..., K)
-        From :func:`top_candidates` (decreasing; the top-k cut already made).
+        From :func:`_top_candidates` (decreasing; the top-k cut already made).
     temperature : float
         >= 0; 0 is greedy.
     top_p : float, optional
@@ -197,8 +197,8 @@ def sampling_transform(logits, *, temperature=1.0, top_k=None, top_p=None):
     array([0.4286, 0.    , 0.5714])
     """
     k = top_k if top_k is not None and top_k > 0 else None
-    ids, values = top_candidates(logits, k)
-    pr = process_sorted_logits(values, temperature=temperature, top_p=top_p)
+    ids, values = _top_candidates(logits, k)
+    pr = _process_sorted_logits(values, temperature=temperature, top_p=top_p)
     if _is_torch(logits):
         import torch
 

@@ -153,29 +153,29 @@ class Divergence:
 
 
 #: Below this q_n the ratio (gamma - s)/s could overflow: log(gamma) - log(s) is used instead.
-KL_RATIO_FLOOR = 1e-280
+_KL_RATIO_FLOOR = 1e-280
 
 
 def _ratio_floor(x) -> float:
     """Below this, a ratio 1/x could overflow in x's dtype (1e8 below its largest float; the
-    float64 floor is :data:`KL_RATIO_FLOOR`; float16, whose largest float is 65504, always
+    float64 floor is :data:`_KL_RATIO_FLOOR`; float16, whose largest float is 65504, always
     takes the difference of logarithms)."""
     name = str(x.dtype)
     if "float64" in name:
-        return KL_RATIO_FLOOR
+        return _KL_RATIO_FLOOR
     if "float16" in name and "bfloat16" not in name:
         return 2.0
     return 3e-31  # float32 and bfloat16: largest float 3.4e38
 
 
-def kl_log_ratios(xp, gamma, s):
+def _kl_log_ratios(xp, gamma, s):
     r"""The two logarithms of the two-point KL, each to a few ulps.
 
     Returns :math:`A = \log(\gamma/s)` and :math:`B = \log((1-\gamma)/(1-s))` for
     :math:`0 < s < 1`, :math:`0 < \gamma < 1`:
 
     * ``A = log1p((gamma - s)/s)`` for gamma >= s/2 (the ratio near 1), ``log(gamma/s)``
-      below, and ``log(gamma) - log(s)`` where s or gamma is below :data:`KL_RATIO_FLOOR`
+      below, and ``log(gamma) - log(s)`` where s or gamma is below :data:`_KL_RATIO_FLOOR`
       (3e-31 in float32; always in float16): the ratio could overflow or lose digits as a
       subnormal, and the value is large there;
     * ``B = log1p((s - gamma)/(1 - s))`` while that argument is >= -1/2 (log1p is well
@@ -210,13 +210,13 @@ def kl_log_ratios(xp, gamma, s):
 def kl_two_point(xp, gamma, s):
     r"""The two-point KL :math:`\gamma\log(\gamma/s) + (1-\gamma)\log((1-\gamma)/(1-s))`.
 
-    Accurate to a few ulps of each term (:func:`kl_log_ratios`), with the conventions of
+    Accurate to a few ulps of each term (:func:`_kl_log_ratios`), with the conventions of
     :func:`_xlogy_ratio`: a zero weight gives 0, a positive weight on a zero reference gives
     ``+inf``. Theorem 2's equation for the boosted probability gamma of a token with
     verifier probability s (Hao & Mou, ICLR 2026).
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        a, b = kl_log_ratios(xp, gamma, s)
+        a, b = _kl_log_ratios(xp, gamma, s)
         first = xp.where(gamma > 0, gamma * a, xp.zeros_like(a))
         first = xp.where((s > 0) | (gamma <= 0), first, xp.full_like(a, math.inf))
         second = xp.where(gamma < 1, (1.0 - gamma) * b, xp.zeros_like(b))

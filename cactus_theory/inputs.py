@@ -1,4 +1,4 @@
-"""Load a set of (q, p) rows from a file or a shipped recording: one entry point, :func:`load_pairs`.
+"""Load a set of (q, p) rows from a file or a shipped recording: one entry point, :func:`_load_pairs`.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), V vocabulary size (last axis),
 N rows. Accepted sources:
@@ -34,13 +34,13 @@ _PREFIX = "smollm2-135m_"
 
 
 def shipped_pair_names() -> list[str]:
-    """Names of the shipped recordings accepted by :func:`load_pairs` (e.g. ``"distilled"``)."""
+    """Names of the shipped recordings accepted by :func:`_load_pairs` (e.g. ``"distilled"``)."""
     from .logits._loader import shipped_dumps
 
     return [f.stem.replace(_PREFIX, "") for f in shipped_dumps()]
 
 
-def parse_probs(text: str, name: str) -> np.ndarray:
+def _parse_probs(text: str, name: str) -> np.ndarray:
     """A comma-separated probability row (``"0.5,0.3,0.2"``) as float64; ValueError naming ``name``."""
     try:
         vals = [float(x) for x in str(text).replace(" ", "").split(",") if x != ""]
@@ -110,7 +110,7 @@ def _read_npy(path: Path):
     return arr[0], arr[1]
 
 
-def load_pairs(source) -> tuple[np.ndarray, np.ndarray]:
+def _load_pairs(source) -> tuple[np.ndarray, np.ndarray]:
     """Load (target_probs, draft_probs) rows from a file or a shipped recording.
 
     Parameters

@@ -51,11 +51,11 @@ __all__ = [
 ]
 
 #: File types a folder of shards may hold (others are ignored).
-SHARD_SUFFIXES = (".npy", ".npz")
+_SHARD_SUFFIXES = (".npy", ".npz")
 _KEYS = (("target_probs", "draft_probs"), ("q", "p"))
 #: The metadata of a dump that names its recording: files that differ in any of them are
 #: different recordings (different q or p), never shards of one.
-RECORDING_KEYS = ("verifier", "drafter", "drafter_spec", "transforms", "kind")
+_RECORDING_KEYS = ("verifier", "drafter", "drafter_spec", "transforms", "kind")
 
 
 def _dump_meta(path: Path) -> dict | None:
@@ -78,7 +78,7 @@ def shard_files(folder) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"source: {str(folder)!r} is not a folder")
-    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in SHARD_SUFFIXES)
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in _SHARD_SUFFIXES)
     if not files:
         raise ValueError(f"source: {folder}: no .npy or .npz shards in this folder")
     return files
@@ -87,17 +87,17 @@ def shard_files(folder) -> list[Path]:
 def recordings(files) -> dict:
     """Group files by recording: ``{description: [files]}``, in the files' order.
 
-    A dump's recording is its :data:`RECORDING_KEYS` metadata; the description names the keys
+    A dump's recording is its :data:`_RECORDING_KEYS` metadata; the description names the keys
     in which the groups differ (e.g. ``"drafter SmolLM2-135M-Instruct/distilled"``). Files
     without metadata (plain arrays) are one group, ``"(q, p) arrays"``.
     """
     metas = {}
     for f in map(Path, files):
         meta = _dump_meta(f)
-        key = None if meta is None else tuple(repr(meta.get(k)) for k in RECORDING_KEYS)
+        key = None if meta is None else tuple(repr(meta.get(k)) for k in _RECORDING_KEYS)
         metas.setdefault(key, (meta, []))[1].append(f)
     dumps = [m for m, _ in metas.values() if m is not None]
-    varying = [k for k in RECORDING_KEYS if len({repr(m.get(k)) for m in dumps}) > 1]
+    varying = [k for k in _RECORDING_KEYS if len({repr(m.get(k)) for m in dumps}) > 1]
     out = {}
     for meta, fs in metas.values():
         if meta is None:
@@ -154,7 +154,7 @@ def _npz_rows_count(path: Path, kind: str) -> tuple[int, int | None]:
     )
 
 
-class FileRows(RowSource):
+class _FileRows(RowSource):
     """The rows of one file (``.npy``, ``.npz`` arrays, compact or full-vocabulary dump).
 
     Parameters
@@ -167,7 +167,7 @@ class FileRows(RowSource):
         if not self.path.is_file():
             raise ValueError(f"source: {str(path)!r} is not an existing file")
         suffix = self.path.suffix.lower()
-        if suffix not in SHARD_SUFFIXES:
+        if suffix not in _SHARD_SUFFIXES:
             raise ValueError(f"{self.path}: unknown file type {suffix or '(none)'!r}; expected .npy or .npz")
         self.kind = "npy" if suffix == ".npy" else _npz_kind(self.path)
         if self.kind == "npy":
@@ -177,7 +177,7 @@ class FileRows(RowSource):
             self._n, self._V = _npz_rows_count(self.path, self.kind)
 
     def __repr__(self) -> str:
-        return f"FileRows({str(self.path)!r}, kind={self.kind!r}, n_rows={self._n})"
+        return f"_FileRows({str(self.path)!r}, kind={self.kind!r}, n_rows={self._n})"
 
     @property
     def n_rows(self) -> int:
@@ -262,7 +262,7 @@ class FileRows(RowSource):
 
 
 class ShardRows(RowSource):
-    """A folder of shards (``.npy``/``.npz`` files of :class:`FileRows`), in name order.
+    """A folder of shards (``.npy``/``.npz`` files of :class:`_FileRows`), in name order.
 
     Parameters
     ----------
@@ -279,7 +279,7 @@ class ShardRows(RowSource):
                 f"source: {self.folder} holds {len(groups)} different recordings, not shards of one "
                 f"({listed}); give one file, or analyse each file apart (--per-file)"
             )
-        self.shards = [FileRows(f) for f in files]
+        self.shards = [_FileRows(f) for f in files]
 
     def __repr__(self) -> str:
         return f"ShardRows({str(self.folder)!r}, {len(self.shards)} shards, n_rows={self.n_rows})"
@@ -336,7 +336,7 @@ def as_row_source(target_probs, draft_probs=None, raw_target_probs=None, raw_dra
             return ShardRows(path)
         if not path.exists():
             raise ValueError(f"source: {str(target_probs)!r} is neither an existing file nor a folder")
-        return FileRows(path)
+        return _FileRows(path)
     if draft_probs is None:
         raise ValueError("draft_probs: required with a target_probs array")
     return ArrayRows(target_probs, draft_probs, raw_target_probs, raw_draft_probs)

@@ -18,7 +18,7 @@ from cactus_theory.analysis.calibration import _calibrate_rows as calibrate_raw
 from cactus_theory.analysis.comparison import taylor_vs_exact_pairs
 from cactus_theory.analysis.one_step import acceptance_rate, analyze, emitted_distribution
 from cactus_theory.analysis.rule_table import rule_table
-from cactus_theory.distributions import process_sorted_logits, sampling_transform, top_candidates, truncate
+from cactus_theory.distributions import _process_sorted_logits, _top_candidates, sampling_transform, truncate
 from cactus_theory.divergences import get_divergence
 from cactus_theory.logits import _loader as loader
 from cactus_theory.logits._runner import SamplingParams, processed_dense, processed_sparse
@@ -440,11 +440,11 @@ def test_one_transform_everywhere_with_ties_by_lower_id(t, k, p):
 
 def test_torch_topk_ties_resolved_by_lower_id():
     z = torch.tensor([[0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5]])
-    ids, vals = top_candidates(z, 2)
+    ids, vals = _top_candidates(z, 2)
     assert ids.tolist() == [[1, 2]]
-    ids, vals = top_candidates(z.numpy(), 2)
+    ids, vals = _top_candidates(z.numpy(), 2)
     assert ids.tolist() == [[1, 2]]
-    assert process_sorted_logits(np.array([[2.0, 1.0]]), temperature=0).tolist() == [[1.0, 0.0]]
+    assert _process_sorted_logits(np.array([[2.0, 1.0]]), temperature=0).tolist() == [[1.0, 0.0]]
 
 
 def test_one_trajectory_type():

@@ -14,8 +14,8 @@ from rule_configs import FUSED_SHAPE, QUICK_GROUP
 
 from cactus_theory import cli
 from cactus_theory._cli import parse_knobs
-from cactus_theory.cli import SUBCOMMANDS, main
-from cactus_theory.inputs import load_pairs
+from cactus_theory.cli import _SUBCOMMANDS, main
+from cactus_theory.inputs import _load_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,8 +42,8 @@ def run_json(capsys, *argv):
 
 
 def test_every_subcommand_has_a_handler_and_help_shows_defaults(capsys):
-    parser = cli.build_parser()
-    for name in SUBCOMMANDS:
+    parser = cli._build_parser()
+    for name in _SUBCOMMANDS:
         with pytest.raises(SystemExit) as exc:
             parser.parse_args([name, "--help"])
         assert exc.value.code == 0
@@ -51,7 +51,7 @@ def test_every_subcommand_has_a_handler_and_help_shows_defaults(capsys):
         assert "usage: cactus-theory " + name in text
         assert "(default:" in text, name  # ArgumentDefaultsHelpFormatter
     sub = parser._subparsers._group_actions[0]
-    assert set(sub.choices) == set(SUBCOMMANDS)
+    assert set(sub.choices) == set(_SUBCOMMANDS)
     for name, p in sub.choices.items():
         assert callable(cli._resolve(p.get_default("handler"))), name
 
@@ -122,7 +122,7 @@ def test_analyze_text_and_json(tmp_path, capsys):
 
 
 def test_analyze_reads_files_and_shipped_recordings(tmp_path, capsys):
-    q, p = load_pairs("distilled")
+    q, p = _load_pairs("distilled")
     np.save(tmp_path / "pairs.npy", np.stack([q[:5], p[:5]]))
     a = run_json(capsys, "analyze", "--input", str(tmp_path / "pairs.npy"), "--rules", "sps")
     (tmp_path / "pairs.json").write_text(json.dumps({"q": q[:5].tolist(), "p": p[:5].tolist()}))
@@ -359,7 +359,7 @@ def test_bad_files_name_the_file(tmp_path, bad, what):
     else:
         path.write_text("0.5 0.5")
     with pytest.raises(ValueError, match=what) as exc:
-        load_pairs(path)
+        _load_pairs(path)
     assert str(path) in str(exc.value)
 
 
@@ -370,10 +370,10 @@ def test_load_pairs_layouts_agree(tmp_path):
     np.savez(tmp_path / "b.npz", target_probs=q, draft_probs=p)
     (tmp_path / "c.json").write_text(json.dumps([{"q": a.tolist(), "p": b.tolist()} for a, b in zip(q, p)]))
     for name in ("a.npy", "b.npz", "c.json"):
-        lq, lp = load_pairs(tmp_path / name)
+        lq, lp = _load_pairs(tmp_path / name)
         np.testing.assert_array_equal(lq, q)  # these rows sum to 1 exactly: renormalizing is exact
         np.testing.assert_array_equal(lp, p)
-    sq, sp = load_pairs("smollm2-135m_distilled")
+    sq, sp = _load_pairs("smollm2-135m_distilled")
     assert sq.shape == sp.shape and sq.shape[0] > 100
 
 
@@ -602,7 +602,7 @@ def test_the_model_cache_is_the_user_cache_folder_an_env_variable_or_the_flag(tm
     finally:
         use_cache_dir(None)
     for command in ("models", "dump", "decode"):
-        parser = cli.build_parser()
+        parser = cli._build_parser()
         sub = parser._subparsers._group_actions[0].choices[command]
         assert any("--cache-dir" in a.option_strings for a in sub._actions), command
 
@@ -628,7 +628,7 @@ def test_a_drafter_the_verifier_cannot_give_is_refused_before_loading(capsys, tm
 def test_every_option_of_every_subcommand_has_help_text():
     import argparse
 
-    parser = cli.build_parser()
+    parser = cli._build_parser()
     for name, sub in parser._subparsers._group_actions[0].choices.items():
         bare = [
             a.option_strings or a.dest

@@ -182,9 +182,9 @@ def test_tree_dump_end_to_end_on_a_tiny_model(tmp_path):
 
 
 def test_shipped_smollm2_trees():
-    from cactus_theory.logits.tree_dump import SHIPPED_TREE_PATH, load_tree_dump
+    from cactus_theory.logits.tree_dump import _SHIPPED_TREE_PATH, load_tree_dump
 
-    assert SHIPPED_TREE_PATH.stat().st_size < 400_000  # small enough to ship
+    assert _SHIPPED_TREE_PATH.stat().st_size < 400_000  # small enough to ship
     dump = load_tree_dump()
     assert dump.meta["verifier"].lower().startswith("smollm2") and dump.meta["command"]
     assert len(dump.trees) >= 4 and max(int(t.depths.max()) for t in dump.trees) == 3
@@ -211,7 +211,7 @@ def test_tree_dump_command_end_to_end(tmp_path, monkeypatch):
     out = tmp_path / "trees.npz"
     assert tree_dump.main(["--shipped", "--out", str(out), "--threads", "1"]) == 0
     dump = tree_dump.load_tree_dump(out)
-    assert len(dump.trees) == 4 * 3 and dump.meta["command"] == tree_dump.SHIPPED_COMMAND
+    assert len(dump.trees) == 4 * 3 and dump.meta["command"] == tree_dump._SHIPPED_COMMAND
     assert max(int(t.depths.max()) for t in dump.trees) == 3
     with pytest.raises(SystemExit) as exc:
         tree_dump.main(["--shipped"])

@@ -197,14 +197,14 @@ def test_command_line_examples_of_the_readme_run(capsys):
 
 
 def test_the_readme_command_table_lists_every_subcommand():
-    from cactus_theory.cli import SUBCOMMANDS
+    from cactus_theory.cli import _SUBCOMMANDS
 
     section = _section((ROOT / "README.md").read_text(), "## The command line")
     listed = set()
     for row in section.splitlines():
         if row.startswith("| `"):
             listed |= set(re.findall(r"`([\w-]+)`", row.split("|")[1]))
-    assert listed == set(SUBCOMMANDS)
+    assert listed == set(_SUBCOMMANDS)
 
 
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

@@ -310,7 +310,7 @@ class RowChunk:
 
 
 class RowSource:
-    """Rows of (q, p) read chunk by chunk (subclasses: :class:`ArrayRows`, :class:`FileRows`,
+    """Rows of (q, p) read chunk by chunk (subclasses: :class:`ArrayRows`, :class:`_FileRows`,
     :class:`ShardRows`).
 
     Attributes

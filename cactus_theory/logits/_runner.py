@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..distributions import process_sorted_logits, top_candidates
+from ..distributions import _process_sorted_logits, _top_candidates
 from ._torch import torch
 
 
@@ -61,8 +61,8 @@ def processed_sparse(logits: torch.Tensor, sp: SamplingParams, support_cap: int 
         float64.
     """
     k = sp.top_k if sp.top_k and sp.top_k > 0 else support_cap
-    ids, vals = top_candidates(logits, k)
-    return ids, process_sorted_logits(vals, temperature=sp.temperature, top_p=sp.top_p)
+    ids, vals = _top_candidates(logits, k)
+    return ids, _process_sorted_logits(vals, temperature=sp.temperature, top_p=sp.top_p)
 
 
 def processed_dense(logits: torch.Tensor, sp: SamplingParams) -> torch.Tensor:

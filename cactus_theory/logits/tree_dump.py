@@ -55,13 +55,14 @@ from ._torch import torch
 
 __all__ = [
     "TreeDump",
+    "TreeDumpConfig",
     "dump_trees",
     "load_tree_dump",
 ]
 
-TREE_FORMAT = "cactus_theory.tree_dump/1"
-SHIPPED_TREE_PATH = REAL_DIR / "trees" / "smollm2-135m_requant-4_tree.npz"
-SHIPPED_COMMAND = "python -m cactus_theory.logits.tree_dump --shipped --overwrite-shipped"
+_TREE_FORMAT = "cactus_theory.tree_dump/1"
+_SHIPPED_TREE_PATH = REAL_DIR / "trees" / "smollm2-135m_requant-4_tree.npz"
+_SHIPPED_COMMAND = "python -m cactus_theory.logits.tree_dump --shipped --overwrite-shipped"
 
 #: A tree dump's arrays: a compact dump's (trees in place of trajectories) and the trees' shape.
 _REQUIRED = {
@@ -239,7 +240,7 @@ def dump_trees(
 def _tree_meta(verifier_lm, cfg, drafter_name, command, vocab, trees_meta) -> dict:
     """The metadata of a tree dump (how the trees were grown and from what)."""
     return {
-        "format": TREE_FORMAT,
+        "format": _TREE_FORMAT,
         "kind": "tree",
         "verifier": verifier_lm.name,
         "verifier_source": verifier_lm.source,
@@ -286,10 +287,10 @@ def load_tree_dump(path=None) -> TreeDump:
     is the file's. Raises :class:`~.format.DumpFormatError` (a ValueError naming the file)
     for a corrupted or inconsistent file.
     """
-    path = Path(path) if path is not None else SHIPPED_TREE_PATH
+    path = Path(path) if path is not None else _SHIPPED_TREE_PATH
     arrays, meta = read_arrays(path, _REQUIRED)
-    if meta.get("format") != TREE_FORMAT:
-        raise DumpFormatError(f"{path}: format {meta.get('format')!r} is not {TREE_FORMAT!r}")
+    if meta.get("format") != _TREE_FORMAT:
+        raise DumpFormatError(f"{path}: format {meta.get('format')!r} is not {_TREE_FORMAT!r}")
     to, ro = arrays["tree_offsets"], arrays["row_offsets"]
     n = int(to[-1]) if to.size else 0
     if (
@@ -334,10 +335,10 @@ def load_tree_dump(path=None) -> TreeDump:
     return TreeDump(trees, vocab_ids, meta)
 
 
-SHIPPED_TREE_CATEGORIES = ("gsm8k", "coding", "writing", "translation")
+_SHIPPED_TREE_CATEGORIES = ("gsm8k", "coding", "writing", "translation")
 
 
-def regenerate_shipped_trees(out_path=None, threads: int | None = None) -> Path:
+def _regenerate_shipped_trees(out_path=None, threads: int | None = None) -> Path:
     """Regenerate the shipped tree dump (SmolLM2-135M verifier, its 4-bit re-quantization drafter,
     one prompt from each of four categories, widths (3, 2, 1), roots at positions 0, 8, 16)."""
     from ._drafters import make_drafter
@@ -348,15 +349,15 @@ def regenerate_shipped_trees(out_path=None, threads: int | None = None) -> Path:
     lm = load_smollm2(device="cpu")
     drafter, name = make_drafter("requant:4", lm, device="cpu")
     drafter.eval()
-    prompts = [p for p in benchmark_mix(1) if p.category in SHIPPED_TREE_CATEGORIES]
+    prompts = [p for p in benchmark_mix(1) if p.category in _SHIPPED_TREE_CATEGORIES]
     return dump_trees(
         lm,
         drafter,
         prompts,
-        out_path or SHIPPED_TREE_PATH,
+        out_path or _SHIPPED_TREE_PATH,
         TreeDumpConfig(),
         drafter_name=name,
-        command=SHIPPED_COMMAND,
+        command=_SHIPPED_COMMAND,
     )
 
 
@@ -376,8 +377,8 @@ def main(argv=None) -> int:
         ap.error("--shipped is the only recipe")
     if not args.overwrite_shipped and not args.out:
         ap.error("give --out PATH, or --overwrite-shipped to write into the package")
-    out = SHIPPED_TREE_PATH if args.overwrite_shipped else Path(args.out)
-    print(regenerate_shipped_trees(out, threads=args.threads))
+    out = _SHIPPED_TREE_PATH if args.overwrite_shipped else Path(args.out)
+    print(_regenerate_shipped_trees(out, threads=args.threads))
     return 0
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._search import bisect_elementwise
 from .._threads import in_chunks
-from ..divergences import DIVERGENCES, KL_RATIO_FLOOR
+from ..divergences import _KL_RATIO_FLOOR, DIVERGENCES
 from ._spike_forms import _derivative, _generic_form
 from ._spike_kl import _KL_FORM, _forms, _kl_at_one
 
@@ -88,7 +88,7 @@ def _root_numpy(d, s, delta):
     form = _forms(d)
     if form is not _KL_FORM:
         return _certified_numpy(form, s, delta)
-    ok = s >= KL_RATIO_FLOOR
+    ok = s >= _KL_RATIO_FLOOR
     if bool(np.all(ok)):
         return _certified_numpy(form, s, delta)
     out = np.empty_like(s)

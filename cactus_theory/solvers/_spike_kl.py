@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..divergences import DIVERGENCES, KL_RATIO_FLOOR, kl_log_ratios
+from ..divergences import _KL_RATIO_FLOOR, DIVERGENCES, _kl_log_ratios
 from ._spike_closed import lambert_w
 from ._spike_forms import _derivative, _Form, _generic_form
 
@@ -44,7 +44,7 @@ def _kl_at_one(s):
     """``kl_two_point(1, s)`` bit for bit (numpy): ``log1p((1 - s)/s)`` = log(1/s) for
     s >= 1e-280, the generic form below."""
     shape, s = np.shape(s), np.atleast_1d(s)
-    normal = s >= KL_RATIO_FLOOR
+    normal = s >= _KL_RATIO_FLOOR
     if bool(np.all(normal)):
         return np.log1p((1.0 - s) / s).reshape(shape)
     out = np.log1p((1.0 - s) / np.where(normal, s, 1.0))
@@ -109,7 +109,7 @@ def _kl_better_start(xp, s, delta, x):
     y = _kl_start_near_one(xp, s, delta)
     out = []
     for pt in (x, y):
-        a, b = kl_log_ratios(xp, pt, s)
+        a, b = _kl_log_ratios(xp, pt, s)
         out.append(xp.abs((pt * a + (1.0 - pt) * b - delta) / (a - b)))
     return xp.where(out[1] < out[0], y, x)
 
@@ -163,11 +163,11 @@ def _halley_in_log_complement(xp, f, slope, x, one_x):
 
 def _kl_evaluate(xp, x, s):
     """g, g' and 1 - x for the two-point KL: :func:`_kl_interior` (numpy; 1e-280 <= s < 1)
-    or :func:`cactus_theory.divergences.kl_log_ratios` (torch; 0 < s < 1): both the floats
+    or :func:`cactus_theory.divergences._kl_log_ratios` (torch; 0 < s < 1): both the floats
     of ``kl_two_point`` on their domain."""
     if isinstance(x, np.ndarray):
         return _kl_interior(x, s)
-    a, b = kl_log_ratios(xp, x, s)
+    a, b = _kl_log_ratios(xp, x, s)
     one_x = 1.0 - x
     return x * a + one_x * b, a - b, one_x
 
