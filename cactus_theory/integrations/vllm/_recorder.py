@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +43,11 @@ from ..._io import atomic_write_bytes
 from ...logits._format import FORMAT, checksum, compact_columns, pack_compact
 from ._config import RECORD_KEY
 
-__all__ = ["Recorder", "RECORD_KEY", "recorder_from_config"]
+__all__ = ["Recorder", "RECORD_KEY", "recorder_from_config", "flush_all"]
 
 logger = logging.getLogger("vllm.cactus_theory")
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # the recorders of this process (flush_all)
 
 
 class Recorder:
@@ -211,7 +214,15 @@ def recorder_from_config(settings, meta=None):
     if not settings:
         return None
     rec = Recorder.from_config(dict(settings), meta=meta)
+    _LIVE.add(rec)
     import atexit
 
     atexit.register(rec.flush)
     return rec
+
+
+def flush_all() -> int:
+    """Flush every recorder of this process (an engine running in it); the shards written so far."""
+    for rec in list(_LIVE):
+        rec.flush()
+    return sum(rec.shards_written for rec in list(_LIVE))
