@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cactus_theory.testing import check_sampler_law, exact_law, reference_sampler
+from cactus_theory.testing import CASEBOOK, check_sampler_law, exact_law, reference_sampler
 from cactus_theory.testing._block import MAX_SEQUENCES, block_law
 from cactus_theory.testing._cases import BLOCK_CASE_NAME, block_case
 
@@ -96,13 +96,6 @@ def test_the_block_case_shows_what_its_docstring_states():
     assert round(exact_law("block", q, p).reach[2] / exact_law("sps", q, p).reach[2], 1) == 2.8
 
 
-def test_the_block_reference_passes_with_every_exact_check():
-    res = check_sampler_law(reference_sampler("block"), "block", seed=3)
-    assert res.passed and res.rule == "block", res.report()
-    assert not res.skipped[1:]  # only the counters are skipped: greedy, seeded, zero-uniform, placeholder ran
-    assert {c.case_name for c in res.checks if c.case is not None} >= {BLOCK_CASE_NAME, "generic"}
-
-
 @pytest.mark.parametrize(
     "defect, diagnosis",
     [
@@ -125,3 +118,25 @@ def test_block_arguments_are_checked():
     assert v**4 > MAX_SEQUENCES
     with pytest.raises(ValueError, match="draft_probs"):
         exact_law("block", np.full((5, v), 1 / v), np.full((4, v), 1 / v))
+
+
+def test_the_docs_block_example_runs_and_the_reference_passes_with_every_exact_check():
+    import contextlib
+    import io
+    import pathlib
+
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    code = text.split("<!-- example: block -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    out, ns = io.StringIO(), {"__name__": "__docs__"}
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/testing.md block example", "exec"), ns)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "passed"
+    assert lines[1].startswith("failed block verification: the law is off only after kept drafts")
+    assert "(up to two million)" in text and MAX_SEQUENCES == 2_000_000
+    assert "Three defects of the casebook are block verification's" in text
+    assert sum(d.rule == "block" for d in CASEBOOK.values()) == 3
+    ok = ns["ok"]  # the block reference at the default size, seed 0, every exact check
+    assert ok.passed and ok.rule == "block", ok.report()
+    assert not ok.skipped[1:]  # only the counters are skipped: greedy, seeded, zero-uniform, placeholder ran
+    assert {c.case_name for c in ok.checks if c.case is not None} >= {BLOCK_CASE_NAME, "generic"}
