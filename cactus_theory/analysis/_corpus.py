@@ -25,7 +25,7 @@ from .._validation import as_budget, as_budget_array, as_prob_pair, choice
 from ..divergences import get_divergence
 from ..results import CalibrationResult, FrontierResult, RuleTable
 from ..rules import get_rule
-from ..rules.registry import rule_knobs
+from ..rules.registry import _rule_knobs
 from ..solvers._frontier import frontier, saturation_budget
 from ._knob import corpus_delta
 from ._runners import ArrayRows, as_rows, runner_for
@@ -93,7 +93,7 @@ def rule_table_over(
     Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
 
-    names, per_rule = rule_knobs(rules, delta, knobs)
+    names, per_rule = _rule_knobs(rules, delta, knobs)
     source, run = _runner(target_probs, draft_probs, "rules", chunk_rows, max_memory, progress, runner)
     parts = run.map(_rules_kernel, names, per_rule)
     if not parts:

@@ -32,7 +32,18 @@ from .plans import (
 
 #: The declaration forms (the registry's functions, RuleSpec and Knob are exported by the
 #: package, :mod:`cactus_theory.rules`).
-__all__ = ["Rule", "ElementwiseTargetRule", "SpikeRule"]
+__all__ = [
+    "Rule",
+    "ElementwiseTargetRule",
+    "SpikeRule",
+    "Knob",
+    "RuleSpec",
+    "register",
+    "register_alias",
+    "get_rule",
+    "rule_names",
+    "RULES",
+]
 
 
 @dataclass(frozen=True)
@@ -359,7 +370,7 @@ class SpikeRule(Rule):
 _FORM_FAMILIES = {SpikeRule: "spike", ElementwiseTargetRule: "target"}
 
 
-class RuleRegistry(dict):
+class _RuleRegistry(dict):
     """Rule name -> :class:`RuleSpec`; lookups also resolve aliases.
 
     Iteration, ``len``, ``keys``/``items``/``values`` see each rule once (its own name);
@@ -394,7 +405,7 @@ class RuleRegistry(dict):
         return tuple(dict.keys(self)) + tuple(self.aliases)
 
 
-RULES: RuleRegistry = RuleRegistry()
+RULES: _RuleRegistry = _RuleRegistry()
 
 
 def register(spec: RuleSpec) -> RuleSpec:
@@ -463,7 +474,7 @@ def rule_names(*, aliases: bool = False) -> list[str]:
     return list(RULES.all_names() if aliases else RULES)
 
 
-def rule_knobs(rules=None, delta=None, knobs=None) -> tuple[list[str], dict[str, dict]]:
+def _rule_knobs(rules=None, delta=None, knobs=None) -> tuple[list[str], dict[str, dict]]:
     """The rule names and each one's knobs for a comparison of several rules.
 
     ``rules``: a name, a sequence of names (aliases allowed) or None (every rule); ``delta``:

@@ -36,7 +36,17 @@ from ...drafts import DrawnTree, drafting_law
 from ...drafts._laws import DRAFTING
 from ..registry import Knob
 
-__all__ = ["MultiDraftVerifier", "NodeVerifier"]
+__all__ = [
+    "MultiDraftVerifier",
+    "NodeVerifier",
+    "NodeLaw",
+    "PathLaw",
+    "VerifierSpec",
+    "register_verifier",
+    "get_verifier",
+    "verifier_names",
+    "VERIFIERS",
+]
 
 
 @dataclass(frozen=True)
