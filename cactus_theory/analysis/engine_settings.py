@@ -112,6 +112,21 @@ ENGINE_SETTINGS = (
     EngineSetting("arXiv 2607.08690 overlay", "scd_beta 1.0", "scd", {"scd_beta": 1.0}),
     EngineSetting("arXiv 2607.08690 overlay", "mentored_dec, alpha 0.35 (no default there)", "lossy-sd"),
     EngineSetting("Cactus code", "delta (default)", "cactus-taylor"),
+    EngineSetting(
+        "vllm-ascend",
+        "enable_entropy_verify, posterior_threshold 0.95, posterior_alpha 0.4 (defaults)",
+        "entropy-verify",
+    ),
+    EngineSetting(
+        "Modular MAX",
+        "relaxed thinking acceptance, relaxed_topk 10, relaxed_delta 0.6, argmax drafts",
+        "relaxed-topk",
+        {"relaxed_topk": 10, "relaxed_delta": 0.6},
+        drafting="argmax",
+    ),
+    EngineSetting(
+        "hipfire", "cactus_delta 1.0 (opt-in; 0 = SpS by default)", "cactus-taylor", {"delta": 1.0}
+    ),
 )
 
 #: Registered rules left out of :func:`all_settings`, and why.

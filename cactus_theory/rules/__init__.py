@@ -10,6 +10,7 @@ needs the emitted-distribution analysis, is registered by
 from . import (  # noqa: F401  (registration side effect)
     cactus,
     cascades,
+    entropy_verify,
     fuzzy,
     interpolation,
     lossy_sd,

@@ -175,6 +175,14 @@ def test_one_child_is_the_chain_rule_at_its_knobs():
         assert length == pytest.approx(float(res.acceptance), abs=EXACT_TOL)
 
 
+def test_the_floor_on_threshold_acc_is_the_chain_rules():
+    from cactus_theory.rules import sglang_threshold
+    from cactus_theory.rules.multidraft import sglang_tree
+
+    assert sglang_tree.SGLANG_MIN_THRESHOLD_ACC == sglang_threshold.SGLANG_MIN_THRESHOLD_ACC
+    assert get_verifier("sglang-tree", threshold_acc=0.0).threshold_acc == 1e-9
+
+
 def test_repeated_children_are_not_declared():
     with pytest.raises(ValueError, match="drafting"):
         tree = synthetic_tree("dirichlet", (2,), vocab_size=3, rng=7, drafting="iid")

@@ -54,10 +54,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import Knob
-from ..sglang_threshold import SGLANG_MIN_THRESHOLD_ACC
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
 __all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
+
+#: The launcher's floor on ``threshold_acc`` (``fmaxf(threshold_acc, 1e-9f)``), as the chain
+#: rule's; not imported from it, so that importing this family does not register the chain
+#: rules ahead of the registry's order.
+SGLANG_MIN_THRESHOLD_ACC = 1e-9
 
 
 class SGLangTree(NodeVerifier):
