@@ -16,7 +16,7 @@ require("torch", "cactus_theory.samplers")
 from .base import RuleSampler  # noqa: E402
 from .draws import exponential_race, inverse_cdf_sample  # noqa: E402
 from .multidraft import TreeSample, TreeSampler, make_tree_sampler  # noqa: E402
-from .v1 import V1Stats, parse_output, ragged_forward  # noqa: E402
+from .v1 import PLACEHOLDER_TOKEN_ID, V1Stats, parse_output, ragged_forward  # noqa: E402
 
 __all__ = [
     "RuleSampler",
@@ -26,6 +26,7 @@ __all__ = [
     "ragged_forward",
     "parse_output",
     "V1Stats",
+    "PLACEHOLDER_TOKEN_ID",
     "TreeSampler",
     "TreeSample",
     "make_tree_sampler",

@@ -29,7 +29,7 @@ import torch
 
 from .base import RuleSampler, validate_sampler_entry
 
-__all__ = ["ragged_forward", "parse_output", "V1Stats"]
+__all__ = ["ragged_forward", "parse_output", "V1Stats", "PLACEHOLDER_TOKEN_ID"]
 
 PLACEHOLDER_TOKEN_ID = -1
 

@@ -33,7 +33,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["HostSyncError", "record_host_syncs", "assert_no_host_sync"]
+__all__ = ["HostSync", "HostSyncError", "record_host_syncs", "assert_no_host_sync"]
 
 #: Tensor methods and torch functions that read a tensor on the host or size their output by
 #: its values (the torch-function level).
