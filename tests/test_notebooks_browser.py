@@ -285,6 +285,93 @@ def test_notebook_in_jupyterlab(path, lab, browser_context):
         _shut_down_kernels(base, token)
 
 
+def _slider_then_code(path: pathlib.Path) -> bool:
+    """Whether a code cell that makes sliders is followed by further code cells."""
+    code = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    src = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in code]
+    first = next((i for i, s in enumerate(src) if "Slider(" in s), None)
+    return first is not None and first < len(src) - 1
+
+
+#: The Log Console's entries for the open notebook (what JupyterLab logs there: outputs that reach
+#: the kernel connection without a cell to go to, at the warning level the console shows).
+_LOG_CONSOLE_JS = """async () => {
+  const app = window.jupyterapp;
+  await app.commands.execute('logconsole:open', {insertMode: 'split-bottom'});
+  await new Promise((r) => setTimeout(r, 500));
+  const panel = document.querySelector('.jp-LogConsolePanel');
+  if (!panel) return null;
+  return Array.from(panel.querySelectorAll('.jp-OutputArea-child')).map((e) => e.innerText.slice(0, 200));
+}"""
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if _slider_then_code(p)], ids=lambda p: p.name)
+def test_slider_moved_during_run_all(path, lab, browser_context):
+    """A slider moved while Run All still executes later cells redraws its own output only:
+    nothing reaches JupyterLab's Log Console, and the slider's plot shows the new value."""
+    base, token, work = lab
+    page = browser_context.new_page()
+    try:
+        page.goto(f"{base}/lab/tree/{path.name}?token={token}&reset", wait_until="load")
+        page.wait_for_function(
+            """(name) => { const a = window.jupyterapp; if (!a) return false;
+                 const w = a.shell.currentWidget;
+                 return !!(w && w.context && w.context.path.endsWith(name) && w.sessionContext
+                           && w.sessionContext.session && w.sessionContext.session.kernel
+                           && w.sessionContext.session.kernel.status === 'idle'); }""",
+            arg=path.name,
+            timeout=SERVER_START_S * 1000,
+        )
+        # Run All started, not awaited (the command's promise settles when every cell has run)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        # the first slider cell as soon as its plot is drawn, while later cells still run
+        deadline = time.monotonic() + RUN_ALL_S
+        while True:
+            cells = page.evaluate(_CELLS_JS, False)
+            i = next((j for j, c in enumerate(cells) if c["sliders"]), None)
+            if i is not None and cells[i]["images"]:
+                break
+            assert time.monotonic() < deadline, f"{path.name}: no slider with a plot after {RUN_ALL_S} s"
+            page.wait_for_timeout(20)
+        before = cells[i]["images"]
+        # every slider of the cell three steps, 150 ms apart (moves arrive while a redraw runs,
+        # as when a slider is dragged), while the later cells run
+        pending = None
+        for k in range(cells[i]["sliders"]):
+            handle = page.locator(".jp-Notebook .jp-Cell").nth(i).locator(".noUi-handle").nth(k)
+            handle.focus()
+            value = handle.get_attribute("aria-valuenow")
+            for _ in range(3):
+                handle.press("ArrowRight")
+                if pending is None:  # the code cells after the slider's that had not run yet
+                    now = page.evaluate(_CELLS_JS, False)
+                    pending = [
+                        j for j, c in enumerate(now) if j > i and c["type"] == "code" and c["count"] is None
+                    ]
+                page.wait_for_timeout(150)
+            if handle.get_attribute("aria-valuenow") == value:  # at its maximum
+                handle.press("ArrowLeft")
+            assert handle.get_attribute("aria-valuenow") != value, f"{path.name}: slider {k} did not move"
+        assert pending, f"{path.name}: Run All had ended before the first move"
+        cells = _wait_settled(
+            page,
+            RUN_ALL_S,
+            settle_s=1.5,
+            until=lambda c: c[i]["images"] and c[i]["images"] != before,
+            what=f"{path.name}: Run All with the slider moved",
+        )
+        code = [c for c in cells if c["type"] == "code"]
+        assert all(c["count"] is not None for c in code), f"{path.name}: not every cell ran"
+        _check_outputs(path.name, cells, "after a slider moved during Run All")
+        assert len(cells[i]["images"]) == len(before), f"{path.name}: the slider's cell has other images"
+        logged = page.evaluate(_LOG_CONSOLE_JS)
+        assert logged is not None, f"{path.name}: the Log Console did not open"
+        assert logged == [], f"{path.name}: {len(logged)} Log Console entries: {logged[:3]}"
+    finally:
+        page.close()
+        _shut_down_kernels(base, token)
+
+
 def _shut_down_kernels(base: str, token: str):
     """Delete every session of the server and its kernel, so that one kernel runs at a time."""
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:

@@ -48,9 +48,11 @@ from ._real import figure_acceptance_by_category
 from ._style import FORMATS, save_figure
 from ._taylor import figure_gamma, figure_taylor_exact_acceptance, figure_taylor_overshoot
 from ._tradeoff import figure_acceptance_vs_delta, figure_al_by_m
+from ._widgets import slider_panel
 from .audit import figure_audit
 
 __all__ = [
+    "slider_panel",
     "figure_gamma",
     "figure_taylor_overshoot",
     "figure_taylor_exact_acceptance",
