@@ -130,7 +130,15 @@ def _as_totals(acc: dict) -> ChainTotals:
     )
 
 
-def exact_chain(rule, trajectory: Trajectory, m: int, *, laws: PositionLaws | None = None) -> ExactChain:
+def exact_chain(
+    rule,
+    trajectory: Trajectory,
+    m: int,
+    *,
+    laws: PositionLaws | None = None,
+    drafting: str = "sample",
+    draft_top_k=None,
+) -> ExactChain:
     r"""Exact expected totals by the dynamic programme over round starts (module docstring).
 
     Teacher-forced: the distributions along the trajectory do not depend on the emitted text.
@@ -144,14 +152,29 @@ def exact_chain(rule, trajectory: Trajectory, m: int, *, laws: PositionLaws | No
     m : int
         Draft length >= 1.
     laws : PositionLaws, optional
-        Precomputed per-position laws.
+        Precomputed per-position laws (their drafting policy is the one they were made with).
+    drafting : {"sample", "argmax", "top_k"}
+        How each position's draft is drawn from its drafter row (:func:`~._chain.position_laws`);
+        only without ``laws``.
+    draft_top_k : int, optional
+        k for ``drafting="top_k"``.
 
     Returns
     -------
     ExactChain
+
+    Raises
+    ------
+    ValueError
+        Naming ``drafting`` when it (or ``draft_top_k``) is given together with ``laws``.
     """
     m = _positive_int(m, "m")
-    laws = position_laws(get_rule(rule), trajectory) if laws is None else laws
+    if laws is not None and (drafting != "sample" or draft_top_k is not None):
+        raise ValueError(
+            "drafting: laws fix the drafting policy they were made with; pass drafting to position_laws instead"
+        )
+    if laws is None:
+        laws = position_laws(get_rule(rule), trajectory, drafting=drafting, draft_top_k=draft_top_k)
     alpha = laws.alpha
     T = len(alpha)
     pi = np.zeros(T + 1)

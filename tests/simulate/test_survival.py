@@ -116,3 +116,17 @@ def test_chain_under_argmax_drafting():
     chain = exact_chain("sps", traj, 3, laws=laws)
     default = exact_chain("sps", traj, 3)
     assert chain.totals.accepted != pytest.approx(default.totals.accepted)
+    # the keyword gives the same chain as the laws made with it
+    keyword = exact_chain("sps", traj, 3, drafting="argmax")
+    assert keyword.totals.accepted == chain.totals.accepted and keyword.totals.rounds == chain.totals.rounds
+    top2 = exact_chain("sps", traj, 3, drafting="top_k", draft_top_k=2)
+    assert (
+        top2.totals.accepted
+        == exact_chain(
+            "sps", traj, 3, laws=position_laws("sps", traj, drafting="top_k", draft_top_k=2)
+        ).totals.accepted
+    )
+    with pytest.raises(ValueError, match="drafting"):
+        exact_chain("sps", traj, 3, laws=laws, drafting="argmax")
+    with pytest.raises(ValueError, match="drafting"):
+        exact_chain("sps", traj, 3, drafting="greedy")
