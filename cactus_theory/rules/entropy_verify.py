@@ -97,7 +97,16 @@ register(
     RuleSpec(
         name="entropy-verify",
         factory=EntropyVerify,
+        # posterior_alpha first: the sweep of the frontier figure moves the first numeric knob
+        # from its low end, and posterior_threshold's low end (0) is open
         knobs=(
+            Knob(
+                "posterior_alpha",
+                0.4,
+                0.0,
+                math.inf,
+                doc="alpha: the entropy's scale in c = min(exp(-alpha H(q)), t) (vllm-ascend default 0.4)",
+            ),
             Knob(
                 "posterior_threshold",
                 0.95,
@@ -105,13 +114,6 @@ register(
                 1.0,
                 low_open=True,
                 doc="t: the coin factor's cap, c = min(exp(-alpha H(q)), t) (vllm-ascend default 0.95)",
-            ),
-            Knob(
-                "posterior_alpha",
-                0.4,
-                0.0,
-                math.inf,
-                doc="alpha: the entropy's scale in c = min(exp(-alpha H(q)), t) (vllm-ascend default 0.4)",
             ),
         ),
         sps_knobs={"posterior_threshold": 1.0, "posterior_alpha": 0.0},
