@@ -61,7 +61,9 @@ class RelaxedBonusChain:
         :math:`b'_t`: t is the bonus position of a round with a draft (the rule decides there).
     rounds, tokens, accepted, drafts, bonus_accepted : float
         Expected rounds, emitted tokens, accepted drafted tokens (bonus drafts included),
-        drafted tokens (bonus drafts included) and accepted bonus drafts.
+        drafted tokens (bonus drafts included) and accepted bonus drafts. Counting convention:
+        the overlay's counters leave the bonus drafts out; its accepted count is
+        ``accepted - bonus_accepted``, which equals ``standard``'s accepted drafts.
     emitted : ndarray, shape (T, V)
         The law emitted at each position (:math:`h_t`; the last position mixes in q).
     sequence_kl : float
