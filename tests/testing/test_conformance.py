@@ -19,9 +19,13 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
+import torch  # noqa: E402
+
+from cactus_theory.testing._generation import target_joint_law  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,3 +59,34 @@ def test_the_zero_uniform_reproduction_of_the_docs():
     version = importlib.metadata.version("transformers")
     assert version in sp.ZERO_UNIFORM_ACCEPTS, f"transformers {version}: run the reproduction and pin it"
     assert sp.run_zero_uniform_reproduction() == sp.ZERO_UNIFORM_ACCEPTS[version]
+
+
+def test_transformers_full_assisted_generation_on_few_draws_and_its_committed_row():
+    """generate(assistant_model=draft, do_sample=True) on tiny random Llamas: the first tokens of
+    30 generations against the target's joint law (by enumeration; a generated sequence of
+    probability 0 fails outright, and at alpha = 1e-6 a lossless path fails with probability at
+    most 1e-6); the committed row of the installed version is the full-size run."""
+    sp = _script()
+    law, joint = sp.transformers_generate_law(30, seed=1)
+    assert joint.shape == (sp.GEN_VOCAB,) * sp.GEN_TOKENS and abs(joint.sum() - 1) < 1e-12
+    text = (ROOT / "docs" / "testing.md").read_text()  # the page's description of the row
+    assert (sp.GEN_VOCAB, sp.GEN_TOKENS) == (8, 3) and "of 8 tokens" in text and "first\n3 generated" in text
+    assert law["n"] == 30 and law["passed"], law
+    version = importlib.metadata.version("transformers")
+    rows = json.loads(sp.CONFORMANCE_JSON.read_text())
+    committed = [
+        r for r in rows if r["library"] == "transformers" and r["version"] == version and "p_value" in r
+    ]
+    assert committed and committed[0]["draws"] >= 10_000, f"no full-path row for transformers {version}"
+    assert committed[0]["result"] == "passed", committed[0]
+    # what the row can see: the draft model's own joint law (a path that skipped verification)
+    # is far beyond the total variation the row detects
+    draft = sp.tiny_generation_models()[1]
+
+    @torch.no_grad()
+    def draft_next(ids):
+        return torch.softmax(draft(torch.tensor([ids])).logits[0, -1].double(), -1).numpy()
+
+    draft_joint = target_joint_law(draft_next, sp.GEN_PROMPT, sp.GEN_VOCAB, sp.GEN_TOKENS)
+    tv = 0.5 * float(np.abs(draft_joint - joint).sum())
+    assert round(tv, 2) == 0.83 and "0.83" in text and tv > 10 * committed[0]["detectable_tv"]
