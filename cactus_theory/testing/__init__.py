@@ -10,6 +10,8 @@ r"""Test any rejection sampler against the exact theory: ``cactus_theory.testing
   :func:`padded_adapter`, :func:`callable_adapter`);
 * :func:`reference_sampler` with planted defects, a casebook (:data:`CASEBOOK`) of bug classes
   that real samplers have had, each with one public report, to see a test catch them;
+* block verification (Sun et al.) as ``rule="block"``: its exact law by enumeration of the
+  draft sequences (:func:`exact_law`), its reference sampler and its defects;
 * the power of each check: the smallest total variation it detects; a pass that cannot detect
   a deviation of ``tv_goal`` is reported "underpowered";
 * Hypothesis strategies for (q, p) rows and draft batches (:mod:`.strategies`; needs

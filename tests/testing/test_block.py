@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cactus_theory.testing import CASEBOOK, check_sampler_law, exact_law, reference_sampler
+from cactus_theory.testing import CASEBOOK, check_sampler_law, default_cases, exact_law, reference_sampler
 from cactus_theory.testing._block import MAX_SEQUENCES, block_law
 from cactus_theory.testing._cases import BLOCK_CASE_NAME, block_case
 
@@ -67,6 +67,26 @@ def test_block_law_is_lossless_and_keeps_at_least_token_wise_drafts():
         assert np.allclose(law.reach, np.concatenate([[1.0], np.cumprod(law.acceptance)]), atol=TOL)
         if k == 1:
             assert np.allclose(law.acceptance, sps.acceptance, atol=TOL)
+
+
+def test_block_law_is_the_multidraft_block_verifiers():
+    """Against the library's other implementation, ``rules/multidraft/block.py`` on a
+    teacher-forced chain (its emitted sequences by enumeration of the drawn trees): each
+    position's joint law of reach and token, on the cases of the check and random rows."""
+    from cactus_theory.analysis.multidraft import tree_outcomes
+    from cactus_theory.drafts import DraftChain
+
+    rng = np.random.default_rng(9)
+    cases = [block_case(), default_cases()[1]] + [_rows(rng, 3, 4) for _ in range(4)]
+    for q, p in cases:
+        k, v = p.shape
+        law = exact_law("block", q, p)
+        joint = np.zeros((k + 1, v))
+        for seq, mass in tree_outcomes("block", DraftChain(q, p)).emitted.items():
+            for i, x in enumerate(seq):
+                joint[i, x] += mass
+        assert np.allclose(joint.sum(1), law.reach, atol=TOL)
+        assert np.allclose(joint[:k], law.emitted * law.reach[:k, None], atol=TOL)
 
 
 def test_block_law_matches_the_algorithm_run_draw_by_draw():
