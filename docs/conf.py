@@ -3,15 +3,14 @@
 Nothing is fetched from the network, at build time or when a page is viewed: MathJax is served
 from the site's own ``_static`` folder (npm's ``mathjax`` package, installed by ``./dev setup``
 into ``.cache/mathjax``), the theme's assets are its own, and no intersphinx inventory is read.
-The notebooks (``notebooks/*.ipynb``, stored without outputs) are executed by myst-nb at build
-time, with a cache under ``docs/_build``, so that their pages show their outputs (in the test
-run, the notebook test's executed copies are rendered instead: :func:`_executed_copy`).
+The notebooks (``notebooks/*.ipynb``, stored without outputs) are executed once per source (in
+the test run, the notebook test's executed copies are rendered instead; elsewhere nbclient runs
+them at build time, cached under ``docs/_build``) and shown as a gallery with thumbnails and run
+times, linked from the API pages (``docs/_ext/notebook_gallery.py``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import pathlib
 import re
@@ -33,6 +32,8 @@ release = version = cactus_theory.__version__
 
 extensions = [
     "myst_nb",
+    "sphinx_design",
+    "notebook_gallery",
     "numpydoc",
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
@@ -40,43 +41,12 @@ extensions = [
 ]
 
 
-def _executed_copy(source: pathlib.Path) -> bytes | None:
-    """The executed copy of ``source`` that the notebook test wrote into
-    ``$CACTUS_THEORY_EXECUTED_NOTEBOOKS`` (``./dev test`` sets it), marked for myst-nb not to
-    execute it again; None when there is none or it was made from other source bytes."""
-    folder = os.environ.get("CACTUS_THEORY_EXECUTED_NOTEBOOKS")
-    copy = pathlib.Path(folder) / source.name if folder else None
-    if copy is None or not copy.is_file():
-        return None
-    nb = json.loads(copy.read_text(encoding="utf-8"))
-    made_from = nb.get("metadata", {}).get("cactus_theory", {}).get("source_sha256")
-    if made_from != hashlib.sha256(source.read_bytes()).hexdigest():
-        return None
-    nb["metadata"]["mystnb"] = {"execution_mode": "off"}  # its outputs are already there
-    return json.dumps(nb, indent=1).encode("utf-8")
+sys.path.insert(0, str(DOCS / "_ext"))
+import notebook_gallery  # noqa: E402
 
-
-def _copy_notebooks() -> None:
-    """Mirror ``notebooks/`` (the notebooks and their index) into ``docs/notebooks`` (ignored by git).
-
-    Sphinx reads only what lies under ``docs/``; a file is rewritten only when its bytes changed,
-    so that an unchanged notebook is neither re-read nor re-executed. A notebook that the test
-    run has executed already is mirrored executed (:func:`_executed_copy`).
-    """
-    src, dest = ROOT / "notebooks", DOCS / "notebooks"
-    dest.mkdir(exist_ok=True)
-    wanted = {f.name: f for f in [*src.glob("*.ipynb"), src / "README.md"]}
-    for old in dest.iterdir():
-        if old.name not in wanted:
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
-    for name, f in wanted.items():
-        target = dest / name
-        data = (_executed_copy(f) if f.suffix == ".ipynb" else None) or f.read_bytes()
-        if not target.is_file() or target.read_bytes() != data:
-            target.write_bytes(data)
-
-
-_copy_notebooks()
+# The notebooks' executed copies mirrored into docs/notebooks (ignored by git), their thumbnails
+# and the gallery's data: docs/_ext/notebook_gallery.py.
+notebook_gallery.prepare(DOCS)
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
@@ -87,14 +57,8 @@ templates_path = ["_templates"]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3
 
-# ---- the notebooks: executed at build time, outputs cached; a failing cell fails the build ----
-nb_execution_mode = "cache"
-nb_execution_cache_path = os.environ.get(
-    "CACTUS_THEORY_DOCS_NB_CACHE", str(DOCS / "_build" / ".jupyter_cache")
-)
-nb_execution_timeout = 300  # seconds per cell: a hang guard (each notebook runs in seconds)
-nb_execution_raise_on_error = True
-nb_execution_show_tb = True
+# ---- the notebooks: executed by notebook_gallery.prepare, so myst-nb only renders them ----
+nb_execution_mode = "off"
 # widget views need a kernel: the static pages show no widget script from a CDN
 nb_ipywidgets_js = {}
 nb_merge_streams = True
@@ -150,11 +114,13 @@ mathjax_path = "mathjax/es5/tex-chtml.js"  # relative to _static: the copy made 
 # ---- HTML ----
 html_theme = "pydata_sphinx_theme"
 html_title = f"cactus_theory {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["cactus_theory.css"]  # wide output tables scroll; the gallery's cards
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "header_links_before_dropdown": 3,
+    # the top navigation: the user guide, the notebooks' gallery and the API reference
+    "header_links_before_dropdown": 4,
     "icon_links": [],
 }
 html_show_sourcelink = False
