@@ -101,7 +101,19 @@ def _free_port() -> int:
 class Server:
     """``api_server`` in its own process group; :meth:`stop` ends that group only."""
 
-    def __init__(self, target, drafter, rule_cfg, workdir, *, start_timeout=400):
+    def __init__(
+        self,
+        target,
+        drafter,
+        rule_cfg,
+        workdir,
+        *,
+        start_timeout=400,
+        wait=True,
+        max_model_len=128,
+        max_num_seqs=16,
+        kv_cache_bytes=64 * 2**20,
+    ):
         workdir = Path(workdir)
         fix = workdir / "cpu_fix"
         (fix / "cactus_test_cpu_fix-0.dist-info").mkdir(parents=True, exist_ok=True)
@@ -118,7 +130,9 @@ class Server:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fix), env.get("PYTHONPATH")]))
         env["HF_HUB_OFFLINE"] = "1"
-        env["CACTUS_THEORY_VLLM"] = json.dumps(rule_cfg)
+        env.pop("CACTUS_THEORY_VLLM", None)
+        if rule_cfg is not None:
+            env["CACTUS_THEORY_VLLM"] = json.dumps(rule_cfg)
         spec = {
             "model": str(drafter),
             "method": "draft_model",
@@ -128,16 +142,25 @@ class Server:
         cmd = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", self.target, "--host", "127.0.0.1", "--port", str(self.port),
-            "--dtype", "float32", "--max-model-len", "128", "--enforce-eager", "--seed", "0",
-            "--max-num-seqs", "16", "--gpu-memory-utilization", "0.05",
-            "--kv-cache-memory-bytes", str(64 * 2**20),
-            "--speculative-config", json.dumps(spec),
+            "--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager",
+            "--seed", "0", "--max-num-seqs", str(max_num_seqs), "--gpu-memory-utilization", "0.05",
+            "--kv-cache-memory-bytes", str(kv_cache_bytes),
         ]  # fmt: skip
+        if drafter is not None:
+            cmd += ["--speculative-config", json.dumps(spec)]
         self.log = workdir / "server.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+        self.start_timeout = start_timeout
+        if wait:
+            self.wait()
+
+    def wait(self):
+        """Return once ``/health`` answers 200 (RuntimeError with the log's tail if it exits or
+        does not start within ``start_timeout`` seconds)."""
+        start_timeout = self.start_timeout
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -160,8 +183,15 @@ class Server:
 
     def complete(self, body, timeout=180):
         """POST /v1/completions; (status, parsed JSON or the error text)."""
+        return self._post("/v1/completions", body, timeout)
+
+    def chat(self, body, timeout=600):
+        """POST /v1/chat/completions; (status, parsed JSON or the error text)."""
+        return self._post("/v1/chat/completions", body, timeout)
+
+    def _post(self, path, body, timeout):
         req = urllib.request.Request(
-            self.url + "/v1/completions",
+            self.url + path,
             data=json.dumps({"model": self.target, **body}).encode(),
             headers={"Content-Type": "application/json"},
         )
