@@ -127,6 +127,7 @@ def sampler_law(request):
     """Check a sampler's output law against a rule's exact law (AssertionError on failure)."""
     from cactus_theory.rules import get_rule
     from cactus_theory.testing import assert_sampler_law
+    from cactus_theory.testing._block import resolve_rule  # a registry rule, or "block"
 
     marker_rule, knobs, options = _marker_settings(request)
     config = request.config
@@ -141,7 +142,7 @@ def sampler_law(request):
             raise ValueError(
                 f"rule: give sampler_law a rule, or mark the test with @pytest.mark.{_MARKER}(rule, ...)"
             )
-        configured = get_rule(name, **knobs) if (isinstance(name, str) and knobs) else get_rule(name)
+        configured = get_rule(name, **knobs) if (isinstance(name, str) and knobs) else resolve_rule(name)
         merged = dict(options)
         if target_probs is not None or draft_probs is not None:
             merged.update(target_probs=target_probs, draft_probs=draft_probs)

@@ -160,3 +160,9 @@ def test_the_docs_block_example_runs_and_the_reference_passes_with_every_exact_c
     assert ok.passed and ok.rule == "block", ok.report()
     assert not ok.skipped[1:]  # only the counters are skipped: greedy, seeded, zero-uniform, placeholder ran
     assert {c.case_name for c in ok.checks if c.case is not None} >= {BLOCK_CASE_NAME, "generic"}
+
+
+@pytest.mark.sampler_law("block", num_samples=3000)
+def test_the_pytest_plugin_checks_block_verification(sampler_law):
+    res = sampler_law(reference_sampler("block"))
+    assert res.passed and res.rule == "block" and res.num_samples == 3000
