@@ -24,10 +24,10 @@ Clopper & Pearson, Biometrika 1934 (exact binomial interval).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from scipy import stats
+
+from ..results import CurveCheck, PositionComparison
 
 __all__ = [
     "convert_accepted_length",
@@ -37,13 +37,13 @@ __all__ = [
     "compare_position_counts",
 ]
 
-CONVENTIONS = ("drafts", "bonus")
+_CONVENTIONS = ("drafts", "bonus")
 """``"drafts"``: accepted drafts per round, :math:`A_k`; ``"bonus"``: tokens per round, :math:`1 + A_k`."""
 
 
 def _convention(name: str, arg: str) -> str:
-    if name not in CONVENTIONS:
-        raise ValueError(f"{arg}: {name!r} is not a counting convention (one of {', '.join(CONVENTIONS)})")
+    if name not in _CONVENTIONS:
+        raise ValueError(f"{arg}: {name!r} is not a counting convention (one of {', '.join(_CONVENTIONS)})")
     return name
 
 
@@ -82,48 +82,6 @@ def curve_from_survival(survival, convention: str = "drafts") -> np.ndarray:
     return convert_accepted_length(np.cumsum(s), "drafts", convention)
 
 
-@dataclass(frozen=True)
-class CurveCheck:
-    """The shape checks of an accepted-length curve (:func:`check_accepted_length_curve`).
-
-    Attributes
-    ----------
-    survival : ndarray
-        :math:`S_k`, the curve's increments in the drafts-only convention.
-    negative_increments : tuple of int
-        Draft counts k (1-based) where the curve falls: :math:`S_k < 0`.
-    rising_increments : tuple of int
-        k where the increment rises: :math:`S_k > S_{k-1}` (the survival cannot rise).
-    above_one : tuple of int
-        k where an increment exceeds 1 (a round cannot accept more than one more draft).
-    ok : bool
-        No flag raised.
-    """
-
-    survival: np.ndarray
-    negative_increments: tuple
-    rising_increments: tuple
-    above_one: tuple
-
-    @property
-    def ok(self) -> bool:
-        return not (self.negative_increments or self.rising_increments or self.above_one)
-
-    def summary(self) -> str:
-        """One line: "ok", or each flag with its draft counts."""
-        if self.ok:
-            return "ok"
-        parts = []
-        for label, ks in (
-            ("falls at k =", self.negative_increments),
-            ("increment rises at k =", self.rising_increments),
-            ("increment above 1 at k =", self.above_one),
-        ):
-            if ks:
-                parts.append(f"{label} {', '.join(map(str, ks))}")
-        return "; ".join(parts)
-
-
 def check_accepted_length_curve(
     values, convention: str = "bonus", *, kind: str = "length", atol: float = 0.0
 ):
@@ -136,7 +94,7 @@ def check_accepted_length_curve(
         ``convention``; ``kind="survival"``: :math:`S_1, \dots, S_K` (per-position acceptance
         of the prefix; ``convention`` is not read).
     convention : {"bonus", "drafts"}
-        The length curve's counting convention (:data:`CONVENTIONS`).
+        The length curve's counting convention ("bonus" or "drafts").
     kind : {"length", "survival"}
     atol : float
         Slack on every comparison (>= 0), for curves measured with noise; 0 for exact curves.
@@ -162,33 +120,6 @@ def check_accepted_length_curve(
     rises = tuple(int(x) for x in k[1:][np.diff(s) > atol])
     above = tuple(int(x) for x in k[s > 1.0 + atol])
     return CurveCheck(s, neg, rises, above)
-
-
-@dataclass(frozen=True)
-class PositionComparison:
-    """Engine counters against the exact survival, position by position (:func:`compare_position_counts`).
-
-    Attributes
-    ----------
-    observed : ndarray
-        Accepted fraction at each position, counts / rounds.
-    expected : ndarray
-        The exact survival :math:`S_j` (mean over the recorded rounds).
-    low, high : ndarray
-        Clopper-Pearson interval of each observed fraction at level ``1 - alpha``.
-    outside : tuple of int
-        Positions (1-based) whose expected value lies outside its interval.
-    """
-
-    observed: np.ndarray
-    expected: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    outside: tuple
-
-    @property
-    def ok(self) -> bool:
-        return not self.outside
 
 
 def compare_position_counts(

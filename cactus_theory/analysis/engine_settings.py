@@ -10,7 +10,7 @@ holds the table on the shipped recordings (``scripts/update_readme.py``).
 
 :data:`ENGINE_SETTINGS` lists the engines' settings; :func:`all_settings` appends every other
 registered rule at its registry defaults (a rule registered later enters the table by its
-registration alone), except the rules of :data:`NOT_TABULATED`.
+registration alone), except the rules of ``_NOT_TABULATED`` (each with the reason it is not tabulated).
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token,
 :math:`h_{alg}` the emitted distribution (Theorem 3).
@@ -28,6 +28,7 @@ from .one_step import acceptance_rate, emitted_distribution, make_plan
 
 __all__ = [
     "ENGINE_SETTINGS",
+    "EngineSetting",
     "all_settings",
     "setting_costs",
 ]
@@ -130,7 +131,7 @@ ENGINE_SETTINGS = (
 )
 
 #: Registered rules left out of :func:`all_settings`, and why.
-NOT_TABULATED = {
+_NOT_TABULATED = {
     "cactus-calibrated": "its knob is a per-position budget met by construction, not an engine's setting",
 }
 
@@ -140,7 +141,7 @@ def all_settings() -> list[EngineSetting]:
     out = list(ENGINE_SETTINGS)
     covered = {s.rule for s in out}
     for name in RULES:
-        if name not in covered and name not in NOT_TABULATED:
+        if name not in covered and name not in _NOT_TABULATED:
             out.append(EngineSetting("registry default", "", name))
     return out
 

@@ -52,6 +52,7 @@ from ._front import (
     SpikeSolution,
     TaylorExactComparison,
 )
+from ._lengths import CurveCheck, PositionComparison
 
 __all__ = [
     "SpikeSolution",
@@ -71,4 +72,6 @@ __all__ = [
     "TreeOutcomes",
     "TreeSpend",
     "TreeBudgetResult",
+    "CurveCheck",
+    "PositionComparison",
 ]

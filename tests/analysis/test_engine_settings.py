@@ -345,10 +345,10 @@ def test_engine_rules_are_registered_with_their_sources():
 
 
 def test_every_registered_rule_has_a_row_in_the_engine_table():
-    from cactus_theory.analysis.engine_settings import NOT_TABULATED, all_settings
+    from cactus_theory.analysis.engine_settings import _NOT_TABULATED, all_settings
 
     rules = {s.rule for s in all_settings()}
-    assert set(RULES) - set(NOT_TABULATED) <= rules
+    assert set(RULES) - set(_NOT_TABULATED) <= rules
     for s in all_settings():  # every setting is a valid configuration
         get_rule(s.rule, **s.knobs)
 

@@ -130,7 +130,7 @@ def compare_counters(recorded: RecordedRounds, rule, accepted_per_pos, alpha: fl
 
     Returns
     -------
-    PositionComparison
+    cactus_theory.results.PositionComparison
         Observed fractions count_j / rounds_j (rounds_j: the recorded rounds with a position j)
         against the mean exact survival over those rounds.
     """
