@@ -387,10 +387,10 @@ class NotebookExamples(_CardsDirective):
         markdown = _is_markdown(self.state.document.settings.env)
         short = self.arguments[0].rsplit(".", 1)[-1]
         if markdown:
-            rubric = [f"```{{rubric}} Notebooks using `{short}`", "```", ""]
+            rubric = [f"```{{rubric}} Notebooks using {short}", "```", ""]
         else:
-            rubric = [f".. rubric:: Notebooks using ``{short}``", ""]
-        return self._parse(rubric + _cards(stems, markdown, "1 2 4 4"))
+            rubric = [f".. rubric:: Notebooks using {short}", ""]
+        return self._parse(rubric + _cards(stems, markdown, "1 2 2 2"))
 
 
 def setup(app):
