@@ -391,7 +391,7 @@ def analyze_rules(
     return rule_table_over(target_probs, draft_probs, rules, delta, knobs, **run)
 
 
-def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
+def exact_chain(rule, trajectory, m, *, drafting="sample", draft_top_k=None, **knobs) -> ChainResult:
     r"""Exact expected speculative-decoding metrics of a rule over a teacher-forced trajectory.
 
     Wraps :func:`cactus_theory.simulate._exact.exact_chain` (the dynamic programme over round
@@ -405,6 +405,12 @@ def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
         Recorded (q_t, p_t) pairs, shape (T, V) each.
     m : int
         Draft length >= 1.
+    drafting : {"sample", "argmax", "top_k"}
+        How each draft is drawn from its drafter row: sampled from p (default), the argmax of
+        p (greedy drafting, vLLM's default ``draft_sample_method``), or from p restricted to
+        its top ``draft_top_k`` tokens.
+    draft_top_k : int, optional
+        k for ``drafting="top_k"``.
     **knobs
         The rule's knobs (e.g. ``delta=0.5``).
 
@@ -427,7 +433,7 @@ def exact_chain(rule, trajectory, m, **knobs) -> ChainResult:
         else:
             raise ValueError("trajectory: expected a Trajectory or a (target_probs, draft_probs) pair")
     r = get_rule(rule, **knobs)
-    chain = _exact_chain(r, trajectory, m)
+    chain = _exact_chain(r, trajectory, m, drafting=drafting, draft_top_k=draft_top_k)
     met = compute_metrics(chain.totals)
     scalars = {
         k: met[k].value

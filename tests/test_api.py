@@ -512,3 +512,21 @@ def test_a_per_position_delta_array_is_one_line_naming_delta():
         ct.calibrate_delta(q, q, 0.1, per="sentence")
     with pytest.raises(ValueError, match="^eps:"):
         ct.calibrate_delta(q, q)
+
+
+def test_exact_chain_takes_the_drafting_policy():
+    """ct.exact_chain(drafting=...): greedy drafting of q = (0, 1, 0), p = (0.51, 0.49, 0)
+    always drafts token 0 (q = 0 there), so no draft is ever accepted, while sampling p
+    accepts sum min(p, q) = 0.49 at the first draft; the front door's chain equals the
+    simulator's under the same policy."""
+    from cactus_theory.simulate._exact import exact_chain as simulate_chain
+
+    q, p = np.array([0.0, 1.0, 0.0]), np.array([0.51, 0.49, 0.0])
+    traj = ct.Trajectory(np.tile(q, (5, 1)), np.tile(p, (5, 1)))
+    greedy = ct.exact_chain("sps", traj, 2, drafting="argmax")
+    sampled = ct.exact_chain("sps", traj, 2)
+    assert greedy.pos_marginal[0] == 0.0
+    assert sampled.pos_marginal[0] == pytest.approx(0.49, abs=1e-12)  # float64 sums of 3 terms
+    inner = simulate_chain("sps", traj, 2, drafting="top_k", draft_top_k=2)
+    front = ct.exact_chain("sps", traj, 2, drafting="top_k", draft_top_k=2)
+    np.testing.assert_array_equal(front.chain.totals.accepted, inner.totals.accepted)

@@ -48,6 +48,22 @@ _CORPUS_FRONTIER_DIVERGENCES = ("kl", "tv")
 _FRONTIER_DIVERGENCES = ("kl", "reverse_kl", "tv")
 
 
+def _sweep_values(knob, n_points: int) -> list:
+    """``n_points`` values of a numeric knob inside its range (an open end is not a value)."""
+    lo, hi = knob.low, knob.high
+    if knob.integer:
+        start = max(1, math.floor(lo) + 1 if knob.low_open else math.ceil(lo))
+        return list(range(start, start + n_points))
+    if math.isfinite(lo) and math.isfinite(hi):
+        grid = np.linspace(lo, hi, n_points + knob.low_open + knob.high_open)
+        return list(grid[int(knob.low_open) : len(grid) - int(knob.high_open)])
+    if math.isfinite(lo):
+        head = [] if knob.low_open else [lo]
+        return head + list(lo + np.geomspace(1e-3, 10.0, n_points - len(head)))
+    ends = ([] if knob.low_open else [-math.inf]), ([] if knob.high_open else [math.inf])
+    return ends[0] + list(np.linspace(-3.0, 3.0, n_points - len(ends[0]) - len(ends[1]))) + ends[1]
+
+
 def default_sweep(rule: str, n_points: int = 13):
     """The knob a rule's sweep moves and its values (from the SpS end, where it has one).
 
@@ -57,9 +73,10 @@ def default_sweep(rule: str, n_points: int = 13):
         The first numeric knob that the name leaves free (None for rules without one, e.g.
         SpS; an alias's preset knobs are fixed).
     values : list
-        ``n_points`` values across its range: linear on a finite range, ``[0] + geomspace``
-        on ``[0, inf)``, ``1..n_points`` for an integer knob, and ``-inf``, a linear grid and
-        ``inf`` on the whole line.
+        ``n_points`` values inside its range: linear on a finite range, ``[lo] + lo + geomspace``
+        on ``[lo, inf)``, consecutive integers from the lowest allowed (at least 1) for an
+        integer knob, and ``-inf``, a linear grid and ``inf`` on the whole line; an open end
+        of the range is left out (the grid then takes one more inner point).
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3; Tran-Thien (2023).
@@ -71,14 +88,7 @@ def default_sweep(rule: str, n_points: int = 13):
     for k in spec.knobs:
         if k.choices is not None or k.name in spec.preset:  # an alias's preset knobs are fixed
             continue
-        lo, hi = k.low, k.high
-        if k.integer:
-            return k.name, list(range(max(1, int(lo)), max(1, int(lo)) + n_points))
-        if math.isfinite(lo) and math.isfinite(hi):
-            return k.name, list(np.linspace(lo, hi, n_points))
-        if math.isfinite(lo):
-            return k.name, [lo] + list(lo + np.geomspace(1e-3, 10.0, n_points - 1))
-        return k.name, [-math.inf] + list(np.linspace(-3.0, 3.0, n_points - 2)) + [math.inf]
+        return k.name, _sweep_values(k, n_points)
     return None, []
 
 

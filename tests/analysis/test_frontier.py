@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from cactus_theory.analysis.frontier import default_sweep, operating_points
+from cactus_theory.analysis.frontier import _sweep_values, default_sweep, operating_points
 from cactus_theory.analysis.rule_table import format_rule_table, rule_table
 from cactus_theory.distributions import synthetic_pairs, truncate
 from cactus_theory.divergences import DIVERGENCES, get_divergence
-from cactus_theory.rules import RULES
+from cactus_theory.rules import RULES, Knob
 from cactus_theory.solvers._cvx import SolverFailure
 from cactus_theory.solvers._cvx_frontier import max_acceptance_cvxpy
 from cactus_theory.solvers._frontier import (
@@ -143,6 +143,23 @@ def test_default_sweep_values_are_valid(name):
     knob, values = default_sweep(name)
     for v in values:
         RULES[name].make(**{knob: v})
+
+
+@pytest.mark.parametrize(
+    "low, high, integer",
+    [(0.0, 1.0, False), (0.0, math.inf, False), (-math.inf, math.inf, False), (1.0, math.inf, True)],
+)
+@pytest.mark.parametrize("low_open, high_open", [(False, False), (True, False), (False, True), (True, True)])
+def test_sweep_values_stay_inside_open_and_closed_ranges(low, high, integer, low_open, high_open):
+    """Every value of a knob's sweep passes the knob's own check, open ends included (a knob
+    whose open low end was swept from that end used to make the rule raise)."""
+    knob = Knob(
+        "x", 1.0 if integer else 0.5, low, high, integer=integer, low_open=low_open, high_open=high_open
+    )
+    values = _sweep_values(knob, 7)
+    assert len(values) == 7 and len(set(values)) == 7
+    for v in values:
+        knob.validate(v)
 
 
 def test_rule_table_runs_untruncated_and_truncated():
