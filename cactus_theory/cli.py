@@ -298,7 +298,7 @@ def _audit_input(source, args, kw):
     from pathlib import Path
 
     from .api import audit
-    from .inputs import _load_pairs, shipped_pair_names
+    from .inputs import _load_pairs, _shipped_pair_names
 
     progress = not args.no_progress
     if Path(source).is_dir():  # a folder of shards, read chunk by chunk
@@ -306,7 +306,7 @@ def _audit_input(source, args, kw):
             if value:
                 raise ValueError(f"{flag}: applies to dumps, not to a folder of shards")
         return audit(source, max_memory=args.max_memory, progress=progress, **kw)
-    if str(source) in shipped_pair_names() or _is_dump(source):
+    if str(source) in _shipped_pair_names() or _is_dump(source):
         rows = "raw" if args.raw else "processed"
         return audit(source, rows=rows, max_positions=args.positions, progress=progress, **kw)
     if args.raw:

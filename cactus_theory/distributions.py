@@ -25,7 +25,7 @@ vLLM's order; the paper's setting is ``truncate(x, temperature=0.6, top_k=20, to
 
 The sampling transform (one for the whole toolkit)
 --------------------------------------------------
-:func:`sampling_transform` (dense) and :func:`_top_candidates` + :func:`_process_sorted_logits`
+:func:`_sampling_transform` (dense) and :func:`_top_candidates` + :func:`_process_sorted_logits`
 (sparse) are the only implementation of temperature / top-k / top-p: :func:`truncate` and the
 ``apply_*`` helpers here, the real-logit loader
 (:func:`cactus_theory.logits._loader.apply_transforms`) and the decoding loop and dump tool
@@ -171,7 +171,7 @@ def _process_sorted_logits(values, *, temperature=1.0, top_p=None):
     return pr
 
 
-def sampling_transform(logits, *, temperature=1.0, top_k=None, top_p=None):
+def _sampling_transform(logits, *, temperature=1.0, top_k=None, top_p=None):
     r"""The processed distribution of ``logits`` (module docstring: order, tie rule, steps).
 
     Parameters
@@ -193,7 +193,7 @@ def sampling_transform(logits, *, temperature=1.0, top_k=None, top_p=None):
     Examples
     --------
     >>> import numpy as np
-    >>> sampling_transform(np.log([0.3, 0.3, 0.4]), top_k=2).round(4)   # the tie: id 0 kept
+    >>> _sampling_transform(np.log([0.3, 0.3, 0.4]), top_k=2).round(4)   # the tie: id 0 kept
     array([0.4286, 0.    , 0.5714])
     """
     k = top_k if top_k is not None and top_k > 0 else None
@@ -218,22 +218,22 @@ def _apply_temperature(probs, t: float) -> np.ndarray:
     r"""Temperature transform :math:`\mathrm{normalize}(q^{1/t})`; ``t > 0``.
 
     Zero-probability tokens stay at zero. Equivalent to softmax(logits / t)
-    (:func:`sampling_transform`).
+    (:func:`_sampling_transform`).
     """
     q = as_probs(probs, "probs")
-    return sampling_transform(_log_probs(q), temperature=as_temperature(t, "t"))
+    return _sampling_transform(_log_probs(q), temperature=as_temperature(t, "t"))
 
 
 def _apply_top_k(probs, k: int) -> np.ndarray:
     """Keep the ``k`` most probable tokens of each row and renormalize (ties: lower token id).
 
-    ``k >= V`` leaves the rows unchanged (:func:`sampling_transform`'s tie rule).
+    ``k >= V`` leaves the rows unchanged (:func:`_sampling_transform`'s tie rule).
     """
     q = as_probs(probs, "probs")
     k = as_top_k(k, "k")
     if k >= q.shape[-1]:
         return q
-    return sampling_transform(_log_probs(q), top_k=k)
+    return _sampling_transform(_log_probs(q), top_k=k)
 
 
 def _apply_top_p(probs, p: float) -> np.ndarray:
@@ -241,10 +241,10 @@ def _apply_top_p(probs, p: float) -> np.ndarray:
 
     As in vLLM/transformers, a token is kept when the mass strictly before it (in
     descending order, ties by lower token id) is below ``p``; ``p = 1`` keeps every token with
-    positive mass (:func:`sampling_transform`).
+    positive mass (:func:`_sampling_transform`).
     """
     q = as_probs(probs, "probs")
-    return sampling_transform(_log_probs(q), top_p=as_top_p(p, "p"))
+    return _sampling_transform(_log_probs(q), top_p=as_top_p(p, "p"))
 
 
 def truncate(
@@ -252,7 +252,7 @@ def truncate(
 ) -> np.ndarray:
     """Temperature, then top-k, then top-p (vLLM's order). The paper used 0.6, 20, 0.95.
 
-    One call of :func:`sampling_transform` on ``log(probs)`` (its order and tie rule).
+    One call of :func:`_sampling_transform` on ``log(probs)`` (its order and tie rule).
 
     Parameters
     ----------
@@ -278,7 +278,7 @@ def truncate(
     top_p = None if top_p is None else as_top_p(top_p)
     if t == 1.0 and top_k is None and top_p is None:
         return q
-    return sampling_transform(_log_probs(q), temperature=t, top_k=top_k, top_p=top_p)
+    return _sampling_transform(_log_probs(q), temperature=t, top_k=top_k, top_p=top_p)
 
 
 def synthetic_pairs(

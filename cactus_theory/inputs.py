@@ -33,7 +33,7 @@ __all__: list[str] = []  # the command line's readers: users pass arrays, dumps 
 _PREFIX = "smollm2-135m_"
 
 
-def shipped_pair_names() -> list[str]:
+def _shipped_pair_names() -> list[str]:
     """Names of the shipped recordings accepted by :func:`_load_pairs` (e.g. ``"distilled"``)."""
     from .logits._loader import shipped_dumps
 
@@ -117,7 +117,7 @@ def _load_pairs(source) -> tuple[np.ndarray, np.ndarray]:
     ----------
     source : str or Path
         A ``.npy``, ``.npz`` or ``.json`` file (layouts in the module docstring), or the name of a
-        shipped recording (:func:`shipped_pair_names`).
+        shipped recording (:func:`_shipped_pair_names`).
 
     Returns
     -------
@@ -133,7 +133,7 @@ def _load_pairs(source) -> tuple[np.ndarray, np.ndarray]:
     text = str(source)
     path = Path(text)
     if not path.exists():
-        names = shipped_pair_names()
+        names = _shipped_pair_names()
         name = text[len(_PREFIX) :] if text.startswith(_PREFIX) else text
         if name in names:
             from .logits._loader import REAL_DIR

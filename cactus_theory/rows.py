@@ -261,7 +261,7 @@ class _FileRows(RowSource):
             yield RowChunk(a, q, p, rq, rp, where=where)
 
 
-class ShardRows(RowSource):
+class _ShardRows(RowSource):
     """A folder of shards (``.npy``/``.npz`` files of :class:`_FileRows`), in name order.
 
     Parameters
@@ -282,7 +282,7 @@ class ShardRows(RowSource):
         self.shards = [_FileRows(f) for f in files]
 
     def __repr__(self) -> str:
-        return f"ShardRows({str(self.folder)!r}, {len(self.shards)} shards, n_rows={self.n_rows})"
+        return f"_ShardRows({str(self.folder)!r}, {len(self.shards)} shards, n_rows={self.n_rows})"
 
     @property
     def n_rows(self) -> int:
@@ -333,7 +333,7 @@ def as_row_source(target_probs, draft_probs=None, raw_target_probs=None, raw_dra
             return target_probs
         path = Path(target_probs)
         if path.is_dir():
-            return ShardRows(path)
+            return _ShardRows(path)
         if not path.exists():
             raise ValueError(f"source: {str(target_probs)!r} is neither an existing file nor a folder")
         return _FileRows(path)

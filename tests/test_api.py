@@ -18,7 +18,7 @@ from cactus_theory.analysis.calibration import _calibrate_rows as calibrate_raw
 from cactus_theory.analysis.comparison import taylor_vs_exact_pairs
 from cactus_theory.analysis.one_step import acceptance_rate, analyze, emitted_distribution
 from cactus_theory.analysis.rule_table import rule_table
-from cactus_theory.distributions import _process_sorted_logits, _top_candidates, sampling_transform, truncate
+from cactus_theory.distributions import _process_sorted_logits, _sampling_transform, _top_candidates, truncate
 from cactus_theory.divergences import get_divergence
 from cactus_theory.logits import _loader as loader
 from cactus_theory.logits._runner import SamplingParams, processed_dense, processed_sparse
@@ -424,7 +424,7 @@ def test_one_transform_everywhere_with_ties_by_lower_id(t, k, p):
     z = np.round(rng.normal(size=(6, 40)), 1)  # rounding makes many ties
     z[0, :] = 0.0  # all tied
     ref = _reference_transform(z, t, k, p)
-    dense = sampling_transform(z, temperature=t, top_k=k, top_p=p)
+    dense = _sampling_transform(z, temperature=t, top_k=k, top_p=p)
     np.testing.assert_allclose(dense, ref, rtol=0, atol=EXACT)
     # torch (the decoding loop), sparse and dense
     sp = SamplingParams(temperature=t, top_p=1.0 if p is None else p, top_k=0 if k is None else k)

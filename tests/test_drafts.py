@@ -209,10 +209,10 @@ def test_tree_dump_command_end_to_end(tmp_path, monkeypatch):
         drafters, "make_drafter", lambda spec, verifier_lm, device="cpu": (drafter, "tiny-drafter")
     )
     out = tmp_path / "trees.npz"
-    assert tree_dump.main(["--shipped", "--out", str(out), "--threads", "1"]) == 0
+    assert tree_dump._main(["--shipped", "--out", str(out), "--threads", "1"]) == 0
     dump = tree_dump.load_tree_dump(out)
     assert len(dump.trees) == 4 * 3 and dump.meta["command"] == tree_dump._SHIPPED_COMMAND
     assert max(int(t.depths.max()) for t in dump.trees) == 3
     with pytest.raises(SystemExit) as exc:
-        tree_dump.main(["--shipped"])
+        tree_dump._main(["--shipped"])
     assert exc.value.code == 2

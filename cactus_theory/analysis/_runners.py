@@ -311,7 +311,7 @@ class RowChunk:
 
 class RowSource:
     """Rows of (q, p) read chunk by chunk (subclasses: :class:`ArrayRows`, :class:`_FileRows`,
-    :class:`ShardRows`).
+    :class:`_ShardRows`).
 
     Attributes
     ----------

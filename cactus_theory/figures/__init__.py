@@ -267,7 +267,7 @@ def load_dumps(inputs) -> dict:
     ValueError
         Naming ``input``: a path that is neither a dump, a folder holding one, nor a shipped name.
     """
-    from ..inputs import shipped_pair_names
+    from ..inputs import _shipped_pair_names
     from ..logits import load_dump
     from ..logits._loader import REAL_DIR
 
@@ -284,12 +284,12 @@ def load_dumps(inputs) -> dict:
             files += found
         elif path.is_file():
             files.append(path)
-        elif str(item) in shipped_pair_names():
+        elif str(item) in _shipped_pair_names():
             files.append(REAL_DIR / f"smollm2-135m_{item}.npz")
         else:
             raise ValueError(
                 f"input: {str(item)!r} is neither a dump file, a folder of dumps nor a shipped "
-                f"recording ({', '.join(shipped_pair_names())})"
+                f"recording ({', '.join(_shipped_pair_names())})"
             )
     dumps = {}
     for f in files:

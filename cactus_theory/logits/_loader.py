@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..distributions import sampling_transform
+from ..distributions import _sampling_transform
 from ..simulate._chain import Trajectory  # the toolkit's one trajectory type (re-exported)
 from ._format import (
     COMPACT_REQUIRED,
@@ -211,13 +211,13 @@ def load_full_vocab_sample(which: str = "smollm2", path=None):
 
 def apply_transforms(probs: np.ndarray, temperature=0.6, top_p=0.95, top_k=20) -> np.ndarray:
     """Sampling transforms on full-vocabulary raw probabilities (float64 [..., V]); the toolkit's
-    one transform (:func:`cactus_theory.distributions.sampling_transform`, ties by lower token
+    one transform (:func:`cactus_theory.distributions._sampling_transform`, ties by lower token
     id) with :class:`cactus_theory.logits._runner.SamplingParams`' conventions (``top_k <= 0`` or
     ``top_p >= 1`` disables that step; ``temperature == 0`` is greedy)."""
     q = np.asarray(probs, dtype=np.float64)
     with np.errstate(divide="ignore"):
         logp = np.where(q > 0, np.log(np.where(q > 0, q, 1.0)), -np.inf)
-    return sampling_transform(logp, temperature=temperature, top_k=top_k, top_p=top_p)
+    return _sampling_transform(logp, temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 __all__ = [

@@ -49,7 +49,7 @@ def processed_sparse(logits: torch.Tensor, sp: SamplingParams, support_cap: int 
         When ``top_k`` is disabled, the support is searched among the ``support_cap`` largest
         logits (top-p mass beyond them is cut; stated in the dump metadata).
 
-    The toolkit's one transform (:func:`cactus_theory.distributions.sampling_transform`: its
+    The toolkit's one transform (:func:`cactus_theory.distributions._sampling_transform`: its
     order and tie rule, equal logits by increasing token id) on the ``K`` first candidates.
 
     Returns

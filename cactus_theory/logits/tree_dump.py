@@ -361,7 +361,7 @@ def _regenerate_shipped_trees(out_path=None, threads: int | None = None) -> Path
     )
 
 
-def main(argv=None) -> int:
+def _main(argv=None) -> int:
     """``python -m cactus_theory.logits.tree_dump --shipped [--overwrite-shipped | --out PATH]``."""
     ap = argparse.ArgumentParser(
         prog="python -m cactus_theory.logits.tree_dump", description=__doc__.split("\n")[0]
@@ -383,4 +383,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    raise SystemExit(_main())

@@ -73,11 +73,11 @@ __all__ = [
 ]
 
 #: Draft lengths m of the accepted-length columns.
-DRAFT_LENGTHS = (1, 2, 4, 8)
+_DRAFT_LENGTHS = (1, 2, 4, 8)
 #: Draft length of the per-sequence divergence (``per="sequence"`` and the seq-KL column).
-SEQUENCE_M = 4
+_SEQUENCE_M = 4
 #: What the audit calibrates: the per-token mean, or the chain's sequence bound per token.
-PER = ("token", "sequence")
+_PER = ("token", "sequence")
 
 
 def _rows_of(target_probs, draft_probs, per, rows, eos_token_id, raw_target_probs, raw_draft_probs):
@@ -119,8 +119,8 @@ def audit(
     rules=None,
     per="token",
     divergence="kl",
-    draft_lengths=DRAFT_LENGTHS,
-    sequence_m=SEQUENCE_M,
+    draft_lengths=_DRAFT_LENGTHS,
+    sequence_m=_SEQUENCE_M,
     knobs=None,
     tune=None,
     rows="processed",
@@ -190,7 +190,7 @@ def audit(
     eps = as_budget(eps, "eps")
     if not math.isfinite(eps):
         raise ValueError(f"eps: must be finite, got {eps}")
-    per = choice(per, PER, "per")
+    per = choice(per, _PER, "per")
     d = get_divergence(divergence)
     if per == "sequence" and d.name not in ("kl", "tv"):
         raise ValueError(f"divergence: per='sequence' bounds KL or TV only, got {divergence!r}")

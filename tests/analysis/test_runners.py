@@ -277,7 +277,7 @@ def test_folder_of_shards_is_read_lazily(tmp_path):
     q = np.concatenate([a for a, _ in parts])
     p = np.concatenate([b for _, b in parts])
     src = rows.as_row_source(tmp_path)
-    assert isinstance(src, rows.ShardRows) and src.n_rows == 1600 and len(src.parts()) == 4
+    assert isinstance(src, rows._ShardRows) and src.n_rows == 1600 and len(src.parts()) == 4
     bound = 600_000
     ct.analyze("cactus-exact", src.parts()[0], max_memory=bound)  # first call's imports/caches
 

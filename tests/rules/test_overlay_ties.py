@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from cactus_theory.analysis.one_step import acceptance_rate, analyze, emitted_distribution
-from cactus_theory.distributions import sampling_transform
+from cactus_theory.distributions import _sampling_transform
 from cactus_theory.logits import load_dump, shipped_dumps
 from cactus_theory.rules import get_rule
 from cactus_theory.rules.cascades import cascade_target
@@ -148,11 +148,11 @@ def test_token_v3_keeps_every_tie_at_alpha_zero_where_the_overlay_keeps_the_firs
 def test_top_k_ties_vllm_cpu_keeps_every_tie_the_toolkit_exactly_k():
     z = np.array([1.0, 2.0, 2.0, 0.5, 2.0])
     vllm = np.isfinite(_vllm_top_k_only(z, 2))
-    ours = sampling_transform(z, top_k=2) > 0
+    ours = _sampling_transform(z, top_k=2) > 0
     assert vllm.tolist() == [False, True, True, False, True]  # three tokens for k = 2
     assert ours.tolist() == [False, True, True, False, False]  # exactly two, the lower ids
     rng = np.random.default_rng(1)
     for _ in range(30):  # no tie at the k-th value: the same set
         z = rng.standard_normal(8)
         for k in (1, 3, 7):
-            assert (np.isfinite(_vllm_top_k_only(z, k)) == (sampling_transform(z, top_k=k) > 0)).all()
+            assert (np.isfinite(_vllm_top_k_only(z, k)) == (_sampling_transform(z, top_k=k) > 0)).all()

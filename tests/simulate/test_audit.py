@@ -20,7 +20,7 @@ from cactus_theory.analysis._knob import KNOB_RTOL
 from cactus_theory.analysis.one_step import emitted_distribution, make_plan
 from cactus_theory.cli import main
 from cactus_theory.divergences import get_divergence
-from cactus_theory.inputs import shipped_pair_names
+from cactus_theory.inputs import _shipped_pair_names
 from cactus_theory.logits import eos_token_id, load_dump, shipped_dumps
 from cactus_theory.simulate._audit_corpus import corpus_from_dump
 from cactus_theory.simulate.audit import format_audit
@@ -134,7 +134,7 @@ def test_audit_on_a_dump_processed_and_raw():
     assert np.all(res.eos_shift["sps"] == 0.0) and np.all(np.abs(res.eos_shift["mentored"][off]) == 0.0)
 
 
-@pytest.mark.parametrize("name", shipped_pair_names())
+@pytest.mark.parametrize("name", _shipped_pair_names())
 def test_cli_audit_json_on_every_shipped_dump(name, capsys):
     rc = main(
         [

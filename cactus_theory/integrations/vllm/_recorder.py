@@ -9,7 +9,7 @@ rows become one shard ``shard-<pid>-<n>.npz`` in the compact dump format
 file in the folder, fsync, rename: :func:`cactus_theory.logits._format.write_arrays`), so a
 process killed at any point (SIGKILL included) leaves whole shards and at most one ``.tmp``
 file, which the shard loader ignores and the next recorder in that folder removes. The
-folder then loads as a row source (:class:`cactus_theory.rows.ShardRows`) for ``analyze`` and
+folder then loads as a row source (:class:`cactus_theory.rows._ShardRows`) for ``analyze`` and
 ``audit``.
 
 Per row (position) the shard holds q, p, raw q and raw p on the row's columns (the processed
