@@ -25,7 +25,6 @@ randomness is seeded, but concurrent scheduling is not: a run is not bit-reprodu
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -123,7 +122,12 @@ def _check_counters(server, rule_cfg, record):
     # the engine would count without the plugin) lies outside the intervals
     stock = compare_counters(rec, "sps", counters["per_pos"], alpha=ALPHA)
     assert not stock.ok, (stock.expected, cmp.low, cmp.high)
-    return cmp, stock
+    # rows vLLM verified as if the draft were one-hot: its MRV1 runner drops every request's draft
+    # probabilities for a step in which one request's are missing from its cache ("Missing
+    # cached draft probabilities ... legacy speculative rejection"); the recorder records the p
+    # the kernels used, so the counters above hold either way. Reported, not asserted (timing).
+    one_hot = float(np.mean(rec.draft_probs.max(-1) == 1.0))
+    return cmp, stock, one_hot
 
 
 def _check_mixed(server, target):
@@ -172,12 +176,13 @@ def test_server_under_concurrent_load(models, rule_cfg, tmp_path):
     }
     server = vllm_server.Server(target, drafter, cfg, tmp_path)
     try:
-        cmp, stock = _check_counters(server, cfg, record)
+        cmp, stock, one_hot = _check_counters(server, cfg, record)
         wall, same = _check_mixed(server, str(target))
     finally:
         server.stop()
     print(
         f"{rule_cfg}: accepted per position {np.round(cmp.observed, 3)} exact {np.round(cmp.expected, 3)} "
         f"(SpS {np.round(stock.expected, 3)}); "
-        f"40 mixed requests in {wall:.1f} s; seeded pairs equal: {same}/8; pid {os.getpid()}"
+        f"rows verified with a one-hot p: {one_hot:.3f}; 40 mixed requests in {wall:.1f} s; "
+        f"seeded pairs equal: {same}/8"
     )
