@@ -21,10 +21,10 @@ The shipped ones:
 
 * ``"greedy"``: :math:`A = \{x : q_x = \max q\}` (an alias of ``relaxed-topk`` with K = 1,
   :math:`\delta = \rho = 0`);
-* ``"relaxed-topk"`` (TensorRT-LLM's relaxed MTP acceptance, :mod:`cactus_theory.rules.relaxed_topk`):
+* ``"relaxed-topk"`` (TensorRT-LLM's relaxed MTP acceptance, :mod:`cactus_theory.rules._relaxed_topk`):
   the tokens among q's top ``relaxed_topk`` with :math:`q_x \ge \max q - \delta` (probabilities)
   and :math:`q_x \ge \rho \max q`; ``"vllm-relaxed-thinking"`` its vLLM #45229 preset;
-* ``"tas"`` (typical acceptance, :mod:`cactus_theory.rules.tas`):
+* ``"tas"`` (typical acceptance, :mod:`cactus_theory.rules._tas`):
   :math:`A = \{x : q_x > \min(\epsilon, \alpha e^{-H(q)})\}`.
 
 Symbols: q verifier (``target_probs``), p drafter, m children (``top_m``).

@@ -50,7 +50,7 @@ from .._validation import (
 )
 from ..divergences import get_divergence
 from ..results import CalibrationResult, GlobalDelta, MentoredComparison
-from ..rules.cactus import SMOOTH_DIVERGENCES
+from ..rules._cactus import SMOOTH_DIVERGENCES
 from ..rules.plans import SpikePlan
 from ..solvers._mentored import solve_mentored
 from ..solvers._spike import exact_spike, taylor_spike

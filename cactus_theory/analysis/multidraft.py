@@ -174,7 +174,7 @@ def _nodewise_dp(verifier: NodeVerifier, tree: TokenTree) -> np.ndarray:
 
 def _chain_dp(tree: TokenTree) -> float:
     r"""Block verification on a chain trie: with :math:`w`, :math:`h` per trie node
-    (:mod:`cactus_theory.rules.multidraft.block`),
+    (:mod:`cactus_theory.rules.multidraft._block`),
 
     .. math:: G_v = \sum_x P_v(x) (1 - h_{c})\, G_{c}, \qquad
               H_v = \sum_x P_v(x) \bigl(H_{c} + d_{c}\, h_{c}\, G_{c}\bigr),

@@ -8,24 +8,24 @@ needs the emitted-distribution analysis, is registered by
 """
 
 from . import (  # noqa: F401  (registration side effect)
-    cactus,
-    cascades,
-    entropy_verify,
-    fuzzy,
-    interpolation,
-    lossy_sd,
-    margin,
-    mentored,
+    _cactus,
+    _cascades,
+    _entropy_verify,
+    _fuzzy,
+    _interpolation,
+    _lossy_sd,
+    _margin,
+    _mentored,
+    _relaxed_topk,
+    _rfsd,
+    _scd,
+    _sequence_budget,  # noqa: F401  (registration side effect)
+    _sglang_threshold,
+    _sps,
+    _static_ensemble,
+    _tas,
+    _topk,
     multidraft,
-    relaxed_topk,
-    rfsd,
-    scd,
-    sequence_budget,  # noqa: F401  (registration side effect)
-    sglang_threshold,
-    sps,
-    static_ensemble,
-    tas,
-    topk,
 )
 from .plans import DecisionPlan, Plan, SpikePlan, TargetPlan
 from .registry import (

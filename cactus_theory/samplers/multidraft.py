@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from ..rules.multidraft import NodeVerifier, get_verifier
-from ..rules.multidraft.rrs import RecursiveRejection
-from ..rules.multidraft.spectr import KSequential
+from ..rules.multidraft._rrs import RecursiveRejection
+from ..rules.multidraft._spectr import KSequential
 from .draws import inverse_cdf_sample
 
 __all__ = ["TreeSample", "TreeSampler", "make_tree_sampler", "verify_chain"]
@@ -261,7 +261,7 @@ class TreeSampler:
     # -- sequence-level verifiers (traversal; block = traversal on a chain) ---------------
 
     def _traversal(self, q, p, token_ids, par, children, drafting, g):
-        r"""Traversal verification per row (:mod:`cactus_theory.rules.multidraft.traversal`);
+        r"""Traversal verification per row (:mod:`cactus_theory.rules.multidraft._traversal`);
         block verification is its chain case (Algorithm 2's :math:`h_i = Z_i/(Z_i+1-w_i)`)."""
         b, m, v = q.shape
         dev = q.device

@@ -73,13 +73,13 @@ def test_the_rule_modules_are_found():
     assert {
         "plans.py",
         "registry.py",
-        "cactus.py",
-        "tas.py",
-        "fuzzy.py",
-        "cascades.py",
-        "topk.py",
-        "interpolation.py",
-        "sps.py",
+        "_cactus.py",
+        "_tas.py",
+        "_fuzzy.py",
+        "_cascades.py",
+        "_topk.py",
+        "_interpolation.py",
+        "_sps.py",
     } <= names
 
 

@@ -29,7 +29,7 @@ from cactus_theory.analysis.tree_budget import (
 from cactus_theory.divergences import DIVERGENCES, divergence
 from cactus_theory.drafts import MultiDraft
 from cactus_theory.rules.multidraft import get_verifier, verifier_names
-from cactus_theory.rules.multidraft.budgeted import draft_set_target
+from cactus_theory.rules.multidraft._budgeted import draft_set_target
 from cactus_theory.simulate._trees import synthetic_tree
 from cactus_theory.solvers._multidraft import min_cut_acceptance, multidraft_frontier, multidraft_target
 

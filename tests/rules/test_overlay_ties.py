@@ -20,7 +20,7 @@ from cactus_theory.analysis.one_step import acceptance_rate, analyze, emitted_di
 from cactus_theory.distributions import _sampling_transform
 from cactus_theory.logits import load_dump, shipped_dumps
 from cactus_theory.rules import get_rule
-from cactus_theory.rules.cascades import cascade_target
+from cactus_theory.rules._cascades import cascade_target
 
 ENGINES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "engines.md"
 # the comparisons below are softmaxes and sums of a few float64 terms

@@ -399,7 +399,7 @@ README_P = np.array([0.05, 0.80, 0.15])
 
 
 def test_tas_threshold_and_recoveries():
-    from cactus_theory.rules.tas import tas_threshold
+    from cactus_theory.rules._tas import tas_threshold
 
     q = np.array([0.6, 0.25, 0.1, 0.05])
     H_vllm = -np.sum(q * np.log(q + 1e-5))
@@ -484,7 +484,7 @@ def test_cascades_decide_on_raw_distributions():
 
 
 def test_fuzzy_emits_p_or_q():
-    from cactus_theory.rules.fuzzy import fsd_divergence
+    from cactus_theory.rules._fuzzy import fsd_divergence
 
     js = float(fsd_divergence("js_div", README_Q, README_P))
     assert js == pytest.approx(float(get_divergence("js").unchecked(README_P, README_Q)))

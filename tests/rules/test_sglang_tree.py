@@ -176,10 +176,10 @@ def test_one_child_is_the_chain_rule_at_its_knobs():
 
 
 def test_the_floor_on_threshold_acc_is_the_chain_rules():
-    from cactus_theory.rules import sglang_threshold
-    from cactus_theory.rules.multidraft import sglang_tree
+    from cactus_theory.rules import _sglang_threshold
+    from cactus_theory.rules.multidraft import _sglang_tree
 
-    assert sglang_tree.SGLANG_MIN_THRESHOLD_ACC == sglang_threshold.SGLANG_MIN_THRESHOLD_ACC
+    assert _sglang_tree.SGLANG_MIN_THRESHOLD_ACC == _sglang_threshold.SGLANG_MIN_THRESHOLD_ACC
     assert get_verifier("sglang-tree", threshold_acc=0.0).threshold_acc == 1e-9
 
 

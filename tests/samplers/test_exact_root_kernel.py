@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from cactus_theory.divergences import get_divergence
-from cactus_theory.rules.cactus import CactusExact
+from cactus_theory.rules._cactus import CactusExact
 from cactus_theory.samplers import make_sampler
 from cactus_theory.samplers._kernels import KERNELS, RuleKernels
 from cactus_theory.samplers._kernels import cactus as kernel

@@ -13,8 +13,8 @@ from test_kernels import _chisquare_ok, _emitted_counts, _pair  # chi-square at 
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
+from cactus_theory.rules._tas import tas_threshold
 from cactus_theory.rules.plans import spike_residual_weights
-from cactus_theory.rules.tas import tas_threshold
 from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.samplers._kernels import kernels_for
 from cactus_theory.solvers._spike import exact_spike

@@ -1,4 +1,4 @@
-"""Fuzzy SD's Jensen-Shannon bounds (rules/fuzzy.py) and the samplers' bounds-first accept path.
+"""Fuzzy SD's Jensen-Shannon bounds (rules/_fuzzy.py) and the samplers' bounds-first accept path.
 
 The bounds are checked against scipy's Jensen-Shannon distance in float64 (an independent
 implementation, with logarithms); the samplers' decisions against the float64 divergence of the
@@ -248,7 +248,7 @@ def test_other_divergences_and_cuda_keep_the_exact_test():
     """kl_div, kl_div_reversed and tv_div have no bounds (the kernel declines the hook for
     them when a sampler is made): every row takes the exact test. The margin is positive and
     small next to the bounds' gap."""
-    from cactus_theory.rules.fuzzy import FuzzySpeculative
+    from cactus_theory.rules._fuzzy import FuzzySpeculative
     from cactus_theory.samplers._kernels import KERNELS
 
     q, p, ids = _rows(seed=2)

@@ -426,7 +426,7 @@ def test_declared_accept_paths_agree_with_plan_path(name):
     and the same outputs from the same seeds; for the spike rule a counter proves gamma was
     evaluated once per call on the drafted tokens only, and a spike scaled by 0.5 is seen in
     the output."""
-    from cactus_theory.rules.cactus import CactusTaylor
+    from cactus_theory.rules._cactus import CactusTaylor
 
     calls = []
 

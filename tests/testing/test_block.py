@@ -70,7 +70,7 @@ def test_block_law_is_lossless_and_keeps_at_least_token_wise_drafts():
 
 
 def test_block_law_is_the_multidraft_block_verifiers():
-    """Against the library's other implementation, ``rules/multidraft/block.py`` on a
+    """Against the library's other implementation, ``rules/multidraft/_block.py`` on a
     teacher-forced chain (its emitted sequences by enumeration of the drawn trees): each
     position's joint law of reach and token, on the cases of the check and random rows."""
     from cactus_theory.analysis.multidraft import tree_outcomes

@@ -58,7 +58,7 @@ import copy
 
 from ..._extras import require
 from ...rules import Rule
-from ...rules.interpolation import Interpolation
+from ...rules._interpolation import Interpolation
 from ...rules.plans import SpikePlan, TargetPlan
 from ...rules.registry import SpikeRule
 from ...solvers._spike import spike_scale

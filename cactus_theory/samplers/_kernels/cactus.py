@@ -6,7 +6,7 @@ of q with the spike written in place (no one-hot mask), the row sums folded into
 factors (no normalized copies); the derived form is
 :func:`~cactus_theory.rules.plans.spike_residual_weights`.
 
-For Cactus-exact (:class:`~cactus_theory.rules.cactus.CactusExact`) on a device other than
+For Cactus-exact (:class:`~cactus_theory.rules._cactus.CactusExact`) on a device other than
 the CPU, Theorem 2's root at the drafted tokens as one compiled computation: the solver's
 device path (:func:`cactus_theory.solvers._spike.device_root`: the certified iteration in
 float64 and the rounding to the input dtype, a few thousand elementwise operators with fixed
@@ -23,7 +23,7 @@ import torch
 
 from ...conventions import EMPTY_RESIDUAL_MASS
 from ...divergences import get_divergence
-from ...rules.cactus import CactusExact
+from ...rules._cactus import CactusExact
 from ...rules.plans import spike_row_scale
 from ...rules.registry import SpikeRule
 from ...solvers._spike import device_root, has_device_root

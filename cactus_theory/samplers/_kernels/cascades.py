@@ -1,4 +1,4 @@
-r"""Speculative cascades' speed paths (:class:`~cactus_theory.rules.cascades.Cascade`): the
+r"""Speculative cascades' speed paths (:class:`~cactus_theory.rules._cascades.Cascade`): the
 deferral target :math:`\pi` on the samplers' un-normalized rows, elementwise with per-row
 constants (a :class:`~cactus_theory.rules.plans.RowTarget`), its row maxima read as maxima of
 256-entry block maxima and the token rules' :math:`p(A)` as a masked sum over the few blocks
@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ...rules.cascades import Cascade
+from ...rules._cascades import Cascade
 from ...rules.plans import RowTarget, ratio_acceptance
 from ._blocks import ARGMAX_BLOCK, block_maxima, split_blocks
 from ._registry import RuleKernels, register_kernels

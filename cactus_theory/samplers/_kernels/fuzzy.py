@@ -1,4 +1,4 @@
-r"""Fuzzy SD's speed paths (:class:`~cactus_theory.rules.fuzzy.FuzzySpeculative`) on the
+r"""Fuzzy SD's speed paths (:class:`~cactus_theory.rules._fuzzy.FuzzySpeculative`) on the
 samplers' un-normalized rows: the divergence in entropy form (no normalized copies), and for
 ``js_div`` rigorous bounds on the Jensen-Shannon divergence without a logarithm, read in the
 loop of the row sums, that decide most rows before the exact test.
@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ...rules.fuzzy import FuzzySpeculative, _divergence_name
+from ...rules._fuzzy import FuzzySpeculative, _divergence_name
 from ._blocks import split_blocks
 from ._registry import RuleKernels, register_kernels
 

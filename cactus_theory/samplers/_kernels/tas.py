@@ -1,4 +1,4 @@
-r"""TAS's speed paths on un-normalized rows (:class:`~cactus_theory.rules.tas.TypicalAcceptance`).
+r"""TAS's speed paths on un-normalized rows (:class:`~cactus_theory.rules._tas.TypicalAcceptance`).
 
 The acceptance :math:`1[q_n > \tau(q)]` with the entropy read in the loop of the row sums
 (no normalized copy; compiled on CPU tensors, vLLM's entropy expanded to first order in the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ...rules.tas import VLLM_ENTROPY_EPS, TypicalAcceptance
+from ...rules._tas import VLLM_ENTROPY_EPS, TypicalAcceptance
 from ._blocks import first_argmax, two_level_sum
 from ._registry import RuleKernels, register_kernels
 
@@ -31,7 +31,7 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
     .. math:: H = \log s - \frac{1}{s}\sum_x x \log(x + \epsilon s)\ \text{("vllm")},
               \qquad H = \log s - \frac{1}{s}\sum_x x \log x\ \text{("exact")},
 
-    then :func:`~cactus_theory.rules.tas.tas_threshold`'s :math:`\tau`; equal to the plan's
+    then :func:`~cactus_theory.rules._tas.tas_threshold`'s :math:`\tau`; equal to the plan's
     acceptance up to float32 rounding of the entropy (a draft at the threshold). "exact"
     needs no sum: one pass, its terms summed in blocks of 256 entries
     (:func:`._blocks.two_level_sum`, the loop shape of the row sums), so that the compiled

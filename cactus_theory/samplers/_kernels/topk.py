@@ -1,4 +1,4 @@
-r"""Top-k's speed paths (:class:`~cactus_theory.rules.topk.TopKAcceptance`): the acceptance by
+r"""Top-k's speed paths (:class:`~cactus_theory.rules._topk.TopKAcceptance`): the acceptance by
 one compare pass over the un-normalized rows, and the k-th largest entry in two levels
 (block maxima, then the entries of the k blocks with the largest maxima) for the recovery.
 """
@@ -9,8 +9,8 @@ import math
 
 import torch
 
+from ...rules._topk import TopKAcceptance
 from ...rules.plans import RowTarget
-from ...rules.topk import TopKAcceptance
 from ._blocks import block_maxima
 from ._registry import RuleKernels, register_kernels
 from ._residual import residual_weights_

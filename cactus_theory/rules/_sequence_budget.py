@@ -46,8 +46,6 @@ from ..solvers._sequence import budgeted_multiplier_step
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 
 class SequenceBudget(Rule):
     r"""SpS against the frontier point maximising :math:`A - \lambda\,KL`, capped at ``cap``.

@@ -53,11 +53,9 @@ from ...drafts._laws import top_k_tokens
 from ...solvers._multidraft import multidraft_multiplier_target, multidraft_target
 from ...solvers._spike import exact_spike
 from ..registry import Knob
+from ._optimal import MAX_SUPPORT, OptimalCoupling
+from ._rrs import RecursiveRejection
 from .base import NodeLaw, NodeVerifier, VerifierSpec, register_verifier
-from .optimal import MAX_SUPPORT, OptimalCoupling
-from .rrs import RecursiveRejection
-
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
 
 _CACHE_SIZE = 4096
 

@@ -10,7 +10,7 @@ and the drafted token is verified by SpS against :math:`\pi`: :math:`a_n = \min(
 (the SpS residual where :math:`\pi = q`). One step emits :math:`\pi` exactly (Theorem 1 with
 target :math:`\pi`), so it is a speculative cascade whose deferral test is a divergence.
 
-It differs from FSD (:mod:`cactus_theory.rules.fuzzy`, Holsman et al.) in the rejection
+It differs from FSD (:mod:`cactus_theory.rules._fuzzy`, Holsman et al.) in the rejection
 branch only: FSD resamples from plain q when D > T (no SpS test, so it accepts nothing there),
 rFSD runs SpS against q there (it accepts :math:`\sum_x \min(p_x, q_x)` and still emits q).
 The decision is per row: every candidate draft sees the same :math:`\pi`.
@@ -42,8 +42,6 @@ from array_api_compat import array_namespace
 from ..divergences import get_divergence
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register
-
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
 
 
 def rfsd_divergence(fuzzy_divergence: str, target_probs, draft_probs):

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from .registry import ElementwiseTargetRule, Knob, RuleSpec, register
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 
 class Interpolation(ElementwiseTargetRule):
     r"""Target :math:`h = \alpha p + (1-\alpha) q`.

@@ -29,8 +29,6 @@ import numpy as np
 from ...drafts import DrawnTree, drafting_law
 from .base import MultiDraftVerifier, PathLaw, VerifierSpec, normalize_residual, register_verifier
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 
 def block_weights(tree: DrawnTree):
     r"""Path weights :math:`w_i`, stop probabilities :math:`h_i` and residuals along a chain.

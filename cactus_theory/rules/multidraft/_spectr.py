@@ -24,8 +24,6 @@ import numpy as np
 
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 _GRID = 257  # points of the scan of [1, k] for the first feasible division factor
 _BISECT = 60  # bisection steps after it (interval below 2^-60 of k)
 

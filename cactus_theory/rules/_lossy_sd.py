@@ -1,7 +1,7 @@
 r"""Lossy speculative decoding as the arXiv 2607.08690 vLLM overlay ships it (``mentored_dec``).
 
 The overlay's method ``mentored_dec`` (one knob, ``alpha``) is not Mentored decoding's
-optimal target (:mod:`cactus_theory.rules.mentored`) but lossy speculative decoding with
+optimal target (:mod:`cactus_theory.rules._mentored`) but lossy speculative decoding with
 :math:`\beta = 1`: it accepts the drafted token n with
 
 .. math:: a_n = \min\Bigl(1, \frac{q_n}{(1 - \alpha)\, p_n}\Bigr)
@@ -37,8 +37,6 @@ from __future__ import annotations
 
 from .plans import DecisionPlan, gather, ratio_acceptance, residual_distribution
 from .registry import Knob, Rule, RuleSpec, register
-
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
 
 #: No default in the source; ours.
 DEFAULT_ALPHA = 0.35

@@ -26,8 +26,6 @@ import numpy as np
 from ...drafts import drafting_law
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 
 class RecursiveRejection(NodeVerifier):
     """SpecInfer's recursive rejection sampling (node-wise; the drafting law from the tree)."""

@@ -35,8 +35,6 @@ import numpy as np
 from ...drafts import DrawnTree, drafting_law
 from .base import MultiDraftVerifier, PathLaw, VerifierSpec, normalize_residual, register_verifier
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 
 def _ratio_weight(w_parent: float, big_q: np.ndarray, law: np.ndarray, tok: int) -> float:
     if law[tok] > 0:

@@ -35,8 +35,6 @@ from ..divergences import get_divergence
 from .plans import DecisionPlan
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 #: fsd_div_type -> (our divergence name, whether D(p || q) is evaluated as D(first=p, second=q))
 FSD_DIVERGENCES = {
     "js_div": "js",

@@ -28,8 +28,6 @@ from array_api_compat import array_namespace
 from .plans import TargetPlan, gather
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 
 def topk_indicator(target_probs, topk: int):
     r"""The indicator :math:`1[q_x \ge q_{(k)}]` (float, same dtype as q; array-agnostic).

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from .registry import ElementwiseTargetRule, RuleSpec, register
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 
 class SpeculativeSampling(ElementwiseTargetRule):
     """SpS: the target is the verifier itself, ``h = q``."""

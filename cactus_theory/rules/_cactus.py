@@ -36,8 +36,6 @@ from ..solvers._spike import effective_exact_spike, exact_spike, taylor_spike
 from .plans import SpikePlan
 from .registry import Knob, RuleSpec, SpikeRule, register, register_alias
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 #: Divergences with a second-order expansion at h = q (usable by the Taylor rule).
 SMOOTH_DIVERGENCES = tuple(n for n, d in DIVERGENCES.items() if math.isfinite(d.f_second_at_one))
 

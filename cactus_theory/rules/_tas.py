@@ -37,8 +37,6 @@ from array_api_compat import array_namespace
 from .plans import DecisionPlan, one_hot
 from .registry import Knob, Rule, RuleSpec, register
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 #: The constant inside vLLM's and Medusa's entropy, ``log(q + 1e-5)``.
 VLLM_ENTROPY_EPS = 1e-5
 

@@ -79,8 +79,6 @@ from ..conventions import EMPTY_RESIDUAL_MASS
 from .plans import DecisionPlan, gather
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 #: The launcher's floor on ``threshold_acc`` (``fmaxf(threshold_acc, 1e-9f)``).
 SGLANG_MIN_THRESHOLD_ACC = 1e-9
 

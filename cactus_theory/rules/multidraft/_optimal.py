@@ -27,8 +27,6 @@ from ...drafts._laws import draft_set_law
 from ...solvers._draft_coupling import SetCoupling, optimal_set_coupling
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 #: Largest drafter support the LP is built for.
 MAX_SUPPORT = 64
 _CACHE_SIZE = 4096

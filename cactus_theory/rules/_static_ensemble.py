@@ -7,7 +7,7 @@ SpS against the fixed mixture of verifier and drafter
 
 with w the weight of the **verifier** (``assistant_ensemble_weight``; w = 1 is SpS).
 
-**It is the interpolation rule** (:mod:`cactus_theory.rules.interpolation`) with
+**It is the interpolation rule** (:mod:`cactus_theory.rules._interpolation`) with
 :math:`\alpha = 1 - w`. Proof: interpolation's target is
 :math:`(1-\alpha) q + \alpha p`, which at :math:`\alpha = 1 - w` is the h above; both rules are
 the SpS skeleton against their target (acceptance :math:`\min(1, h_n/p_n)`, recovery
@@ -37,10 +37,8 @@ AISTATS 2026, arXiv 2604.07622 (static ensemble); huggingface/transformers #4597
 
 from __future__ import annotations
 
-from .interpolation import Interpolation
+from ._interpolation import Interpolation
 from .registry import Knob, RuleSpec, register
-
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
 
 
 class StaticEnsemble(Interpolation):

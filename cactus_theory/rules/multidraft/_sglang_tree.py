@@ -56,8 +56,6 @@ import numpy as np
 from ..registry import Knob
 from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
 
-__all__: list[str] = []  # a rule is reached by its registered name (get_rule / get_verifier)
-
 #: The launcher's floor on ``threshold_acc`` (``fmaxf(threshold_acc, 1e-9f)``), as the chain
 #: rule's; not imported from it, so that importing this family does not register the chain
 #: rules ahead of the registry's order.
