@@ -101,7 +101,7 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", met
     Symbols: q verifier, p drafter, n drafted token, delta per-draft budget, h target.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 2 and Corollary 5.
     """
-    from .rules.plans import ratio_acceptance, spike_target_at
+    from .rules.plans import _ratio_acceptance, _spike_target_at
     from .solvers._spike import exact_spike, taylor_spike
 
     q, p = as_prob_pair(target_probs, draft_probs)
@@ -138,9 +138,9 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", met
                 "f_second_at_one": float(d.f_second_at_one),
                 "tol": 0.0,
             }
-        h = spike_target_at(q, np.asarray(n), np.asarray(gamma))  # Theorem 2's h^(n)
+        h = _spike_target_at(q, np.asarray(n), np.asarray(gamma))  # Theorem 2's h^(n)
         div = float(d.two_point(np.asarray(gamma), np.asarray(q_n)))
-    acc = float(ratio_acceptance(np.asarray(gamma), np.asarray(p_n)))
+    acc = float(_ratio_acceptance(np.asarray(gamma), np.asarray(p_n)))
     return SpikeSolution(
         method=method,
         divergence=d.name,

@@ -36,7 +36,7 @@ from array_api_compat import array_namespace
 
 from .._threads import in_chunks, in_row_blocks
 from ..rules import SpikePlan, TargetPlan
-from ..rules.plans import ratio_acceptance, residual_distribution
+from ..rules.plans import _ratio_acceptance, _residual_distribution
 from ..solvers._spike import spike_scale_unchecked
 from ._rejected_mixture import mixture_row
 
@@ -136,7 +136,7 @@ def _emitted_spike_fast(q, p, gamma):
     xp = array_namespace(q, p, gamma)
     V = q.shape[-1]
     zero, one = xp.zeros_like(q), xp.ones_like(q)
-    a = xp.clip(ratio_acceptance(gamma, p), 0.0, 1.0)
+    a = xp.clip(_ratio_acceptance(gamma, p), 0.0, 1.0)
     w = xp.where(p > 0, xp.clip(p - gamma, 0.0, None), zero)  # p_n (1 - a_n)
     c = spike_scale_unchecked(q, gamma)
     pos_q = q > 0
@@ -289,5 +289,5 @@ def emitted_of_plan(plan, method="fast"):
         return _emitted_spike_rows(q, p, spike)
     a = xp.clip(plan.accept_probs(), 0.0, 1.0)
     if isinstance(plan, TargetPlan):
-        return _emitted_fixed_recovery(p, a, residual_distribution(plan.target, p))
+        return _emitted_fixed_recovery(p, a, _residual_distribution(plan.target, p))
     return _emitted_fixed_recovery(p, a, plan.recovery)

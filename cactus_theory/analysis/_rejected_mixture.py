@@ -41,7 +41,7 @@ import math
 import numpy as np
 
 from .._threads import in_chunks
-from ..rules.plans import ratio_acceptance
+from ..rules.plans import _ratio_acceptance
 from ..solvers._spike import spike_scale_unchecked
 
 __all__ = ["mixture_row"]
@@ -58,7 +58,7 @@ def mixture_row(q, p, gamma, out):
     caller to complete as the sorted path does.
     """
     V = q.shape[0]
-    a = np.clip(ratio_acceptance(gamma, p), 0.0, 1.0)
+    a = np.clip(_ratio_acceptance(gamma, p), 0.0, 1.0)
     np.multiply(p, a, out=out)
     # w_n > 0 exactly where p_n > gamma_n (a float difference is 0 only between equal floats)
     rejected = np.flatnonzero(p > gamma)

@@ -27,7 +27,7 @@ from .._validation import choice
 from ..drafts import DraftChain, DrawnTree, MultiDraft, TokenTree, drafting_law
 from ..results import TreeOutcomes
 from ..rules.multidraft import get_verifier
-from ..rules.multidraft.base import NodeVerifier, draft_tuples
+from ..rules.multidraft.base import NodeVerifier, _draft_tuples
 
 __all__ = [
     "drawn_trees",
@@ -59,7 +59,7 @@ def _subtree_draws(tree: TokenTree, node: int, budget: list):
     if w == 0:
         return [(1.0, [node], [-1])]
     out = []
-    for prob, tup in draft_tuples(tree.draft_probs[node], w, tree.drafting):
+    for prob, tup in _draft_tuples(tree.draft_probs[node], w, tree.drafting):
         parts = [(prob, [node], [-1])]
         for tok in tup:
             child = tree.child(node, tok)

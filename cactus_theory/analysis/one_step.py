@@ -35,7 +35,7 @@ from ..conventions import normalization_tolerance
 from ..divergences import get_divergence
 from ..results import OneStepResult
 from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
-from ..rules.plans import one_hot
+from ..rules.plans import _one_hot
 from ._emitted import emitted_of_plan
 from ._rowwise import analyze_over, emitted_on_dask, emitted_over
 from ._runners import is_dask, wants_chunks
@@ -160,7 +160,7 @@ def _drafting_distribution(draft_probs, drafting: str = "sample", draft_top_k=No
         k = as_count(draft_top_k, "draft_top_k", minimum=1)
         k = min(k, V)
     if k == 1:
-        return one_hot(xp.argmax(p, axis=-1), V, p)
+        return _one_hot(xp.argmax(p, axis=-1), V, p)
     kth = xp.sort(p, axis=-1)[..., V - k : V - k + 1]
     above = p > kth
     ties = p == kth

@@ -6,7 +6,7 @@ in ``figures/``. No function selects a matplotlib backend (the caller does, e.g.
 ``MPLBACKEND=Agg``); the style is applied through a ``matplotlib.rc_context``
 (:mod:`._style`). :func:`write_figures` writes every registered figure as PDF (TrueType
 vector text) and PNG (300 dpi); ``cactus-theory figures`` calls it. :func:`write_dump_figures`
-draws the figures of :data:`DUMP_FIGURES` from the user's own recordings (``cactus-theory
+draws the figures of :data:`_DUMP_FIGURES` from the user's own recordings (``cactus-theory
 figures --input DUMP``: any file ``cactus-theory dump`` wrote, a folder of them, or a shipped
 recording's name).
 
@@ -123,7 +123,7 @@ def _unseeded(fn):
 
 
 #: name -> callable(seed=0) returning the Figure the shipped ``figures/<name>.{pdf,png}`` holds.
-FIGURES = {
+_FIGURES = {
     "gamma": _unseeded(figure_gamma),
     "taylor_overshoot": _unseeded(figure_taylor_overshoot),
     "taylor_exact_acceptance": _unseeded(figure_taylor_exact_acceptance),
@@ -148,16 +148,16 @@ def _sequence_budget(seed: int = 0):
     return figure_sequence_budget(seed=seed)
 
 
-def register_figure(name: str, make) -> None:
-    """Add a figure to :data:`FIGURES`: ``make(seed=0)`` returns a matplotlib Figure.
+def _register_figure(name: str, make) -> None:
+    """Add a figure to :data:`_FIGURES`: ``make(seed=0)`` returns a matplotlib Figure.
 
     Raises ValueError naming ``name`` if it is taken or not a plain identifier.
     """
     if not name.isidentifier():
         raise ValueError(f"name: {name!r} is not a plain identifier (it names the output files)")
-    if name in FIGURES:
+    if name in _FIGURES:
         raise ValueError(f"name: figure {name!r} is already registered")
-    FIGURES[name] = make
+    _FIGURES[name] = make
 
 
 def write_figures(out_dir, names=None, formats=FORMATS, seed: int = 0) -> list:
@@ -168,7 +168,7 @@ def write_figures(out_dir, names=None, formats=FORMATS, seed: int = 0) -> list:
     out_dir : str or Path
         Output folder (created if needed).
     names : sequence of str, optional
-        Keys of :data:`FIGURES` (default: all, in registry order).
+        Keys of :data:`_FIGURES` (default: all, in registry order).
     formats : sequence of {"pdf", "png"}
         PDF with TrueType vector text, PNG at 300 dpi.
     seed : int
@@ -187,10 +187,10 @@ def write_figures(out_dir, names=None, formats=FORMATS, seed: int = 0) -> list:
     """
     import matplotlib.pyplot as plt
 
-    names = list(FIGURES) if not names else list(names)
+    names = list(_FIGURES) if not names else list(names)
     for name in names:
-        if name not in FIGURES:
-            raise ValueError(f"names: unknown figure {name!r}; valid: {', '.join(FIGURES)}")
+        if name not in _FIGURES:
+            raise ValueError(f"names: unknown figure {name!r}; valid: {', '.join(_FIGURES)}")
     formats = tuple(formats) if formats else FORMATS
     for fmt in formats:
         if fmt not in FORMATS:
@@ -199,7 +199,7 @@ def write_figures(out_dir, names=None, formats=FORMATS, seed: int = 0) -> list:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in names:
-        fig = FIGURES[name](seed=seed)
+        fig = _FIGURES[name](seed=seed)
         try:
             paths += save_figure(fig, out / name, formats)
         finally:
@@ -211,7 +211,7 @@ def write_figures(out_dir, names=None, formats=FORMATS, seed: int = 0) -> list:
 
 #: Positions of a dump the per-position figures use (a seeded subsample, as the shipped real_*
 #: figures do: the frontier's knob sweeps grow with the positions).
-DUMP_MAX_POSITIONS = 256
+_DUMP_MAX_POSITIONS = 256
 
 
 def _one_dump(fn, positions=True):
@@ -219,7 +219,7 @@ def _one_dump(fn, positions=True):
         from ._data import as_figure_data
 
         return [
-            (label, fn(as_figure_data(d, max_positions=DUMP_MAX_POSITIONS, seed=seed) if positions else d))
+            (label, fn(as_figure_data(d, max_positions=_DUMP_MAX_POSITIONS, seed=seed) if positions else d))
             for label, d in dumps.items()
         ]
 
@@ -236,7 +236,7 @@ def _all_dumps(fn):
 #: name -> callable(dumps, seed=0) returning ``[(label or None, Figure)]`` for ``dumps``, a dict
 #: of label -> loaded :class:`~cactus_theory.logits.Dump`: the per-recording figures give one
 #: figure per dump (named ``<name>_<label>``), the comparisons one for all.
-DUMP_FIGURES = {
+_DUMP_FIGURES = {
     "per_draft_vs_emitted": _one_dump(figure_per_draft_vs_emitted),
     "acceptance_vs_delta": _one_dump(
         lambda d: figure_acceptance_vs_delta(d, ms=(1, 2, 4, 8)), positions=False
@@ -305,7 +305,7 @@ def load_dumps(inputs) -> dict:
 
 
 def write_dump_figures(out_dir, inputs, names=None, formats=FORMATS, seed: int = 0) -> list:
-    """Draw :data:`DUMP_FIGURES` from the user's recordings; write them atomically; return the paths.
+    """Draw :data:`_DUMP_FIGURES` from the user's recordings; write them atomically; return the paths.
 
     Parameters
     ----------
@@ -314,10 +314,10 @@ def write_dump_figures(out_dir, inputs, names=None, formats=FORMATS, seed: int =
     inputs : str, Path or sequence of them
         As :func:`load_dumps`.
     names : sequence of str, optional
-        Keys of :data:`DUMP_FIGURES` (default: all).
+        Keys of :data:`_DUMP_FIGURES` (default: all).
     formats : sequence of {"pdf", "png"}
     seed : int
-        Seed of the positions' subsample (at most :data:`DUMP_MAX_POSITIONS` per dump).
+        Seed of the positions' subsample (at most :data:`_DUMP_MAX_POSITIONS` per dump).
 
     Returns
     -------
@@ -332,11 +332,11 @@ def write_dump_figures(out_dir, inputs, names=None, formats=FORMATS, seed: int =
     """
     import matplotlib.pyplot as plt
 
-    names = list(DUMP_FIGURES) if not names else list(names)
+    names = list(_DUMP_FIGURES) if not names else list(names)
     for name in names:
-        if name not in DUMP_FIGURES:
+        if name not in _DUMP_FIGURES:
             raise ValueError(
-                f"names: {name!r} is not drawn from a dump; with --input: {', '.join(DUMP_FIGURES)}"
+                f"names: {name!r} is not drawn from a dump; with --input: {', '.join(_DUMP_FIGURES)}"
             )
     formats = tuple(formats) if formats else FORMATS
     for fmt in formats:
@@ -347,7 +347,7 @@ def write_dump_figures(out_dir, inputs, names=None, formats=FORMATS, seed: int =
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in names:
-        for label, fig in DUMP_FIGURES[name](dumps, seed=seed):
+        for label, fig in _DUMP_FIGURES[name](dumps, seed=seed):
             try:
                 paths += save_figure(fig, out / (name if label is None else f"{name}_{label}"), formats)
             finally:

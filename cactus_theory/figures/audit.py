@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 #: Bar colour per calibration status (legend entries: at most these).
-STATUS_COLOURS = {
+_STATUS_COLOURS = {
     "calibrated": PALETTE[1],
     "within 0.2% of eps": PALETTE[6],
     "step": PALETTE[2],
@@ -61,7 +61,7 @@ def _bars(axis, result, rows, key):
             dropped[r["rule"]] = _why_missing(result, r, key)
             continue
         st = r["status"]
-        colour = STATUS_COLOURS.get(st, PALETTE[6])
+        colour = _STATUS_COLOURS.get(st, PALETTE[6])
         axis.barh(y, float(v), color=colour, height=0.7, label=st if st not in seen else None)
         seen.add(st)
         drawn[r["rule"]] = r["rule"]

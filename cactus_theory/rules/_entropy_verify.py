@@ -44,7 +44,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import DecisionPlan, gather, ratio_acceptance, residual_distribution
+from .plans import DecisionPlan, _gather, _ratio_acceptance, _residual_distribution
 from .registry import Knob, Rule, RuleSpec, register
 
 #: The kernel's ``EPSILON`` inside the entropy's logarithm.
@@ -78,8 +78,8 @@ class EntropyVerify(Rule):
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``DecisionPlan``: the entropy-scaled ratio acceptance, SpS's residual as the recovery."""
         q, p = target_probs, draft_probs
-        accept = ratio_acceptance(q, p * self._factor(q))
-        return DecisionPlan(q, p, accept, residual_distribution(q, p))
+        accept = _ratio_acceptance(q, p * self._factor(q))
+        return DecisionPlan(q, p, accept, _residual_distribution(q, p))
 
     def accept_probs_at(
         self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
@@ -87,8 +87,8 @@ class EntropyVerify(Rule):
         r""":math:`\min(1, q_n / (c(q) p_n))` at the drafted tokens (the plan's formula at n;
         the samplers' accept path, ``fast_accept``)."""
         c = self._factor(target_probs)[..., 0]
-        q_n, p_n = gather(target_probs, token_ids), gather(draft_probs, token_ids)
-        return ratio_acceptance(q_n, p_n * c)
+        q_n, p_n = _gather(target_probs, token_ids), _gather(draft_probs, token_ids)
+        return _ratio_acceptance(q_n, p_n * c)
 
 
 register(

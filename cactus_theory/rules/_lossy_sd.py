@@ -35,7 +35,7 @@ speculative decoding", Hugging Face blog (2023).
 
 from __future__ import annotations
 
-from .plans import DecisionPlan, gather, ratio_acceptance, residual_distribution
+from .plans import DecisionPlan, _gather, _ratio_acceptance, _residual_distribution
 from .registry import Knob, Rule, RuleSpec, register
 
 #: No default in the source; ours.
@@ -56,16 +56,16 @@ class LossySpeculative(Rule):
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``DecisionPlan``: the scaled ratio acceptance, SpS's residual as the recovery."""
         q, p = target_probs, draft_probs
-        accept = ratio_acceptance(q, p * (1.0 - self.alpha))
-        return DecisionPlan(q, p, accept, residual_distribution(q, p))
+        accept = _ratio_acceptance(q, p * (1.0 - self.alpha))
+        return DecisionPlan(q, p, accept, _residual_distribution(q, p))
 
     def accept_probs_at(
         self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
     ):
         r""":math:`\min(1, q_n / ((1-\alpha) p_n))` at the drafted tokens only (the plan's
         formula at n; the samplers' accept path, ``fast_accept``)."""
-        q_n, p_n = gather(target_probs, token_ids), gather(draft_probs, token_ids)
-        return ratio_acceptance(q_n, p_n * (1.0 - self.alpha))
+        q_n, p_n = _gather(target_probs, token_ids), _gather(draft_probs, token_ids)
+        return _ratio_acceptance(q_n, p_n * (1.0 - self.alpha))
 
 
 register(

@@ -39,7 +39,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import DecisionPlan, one_hot
+from .plans import DecisionPlan, _one_hot
 from .registry import Knob, Rule, RuleSpec, register
 
 
@@ -72,7 +72,7 @@ class MarginRelaxed(Rule):
         low_margin = (second > 0) & (second >= first * math.exp(-self.margin_threshold))
         ok = (rq >= first) | (low_margin & (rq >= second))
         accept = xp.astype(ok, target_probs.dtype)
-        top = one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
+        top = _one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
         return DecisionPlan(target_probs, draft_probs, accept, top)
 
 

@@ -48,7 +48,7 @@ import math
 from array_api_compat import array_namespace
 
 from ._topk import topk_indicator
-from .plans import DecisionPlan, gather, one_hot
+from .plans import DecisionPlan, _gather, _one_hot
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
 
@@ -77,7 +77,7 @@ class RelaxedTopK(Rule):
         rq = target_probs if raw_target_probs is None else raw_target_probs
         ok = (topk_indicator(rq, self.relaxed_topk) > 0) & (rq >= self._level(rq))
         accept = xp.astype(ok, target_probs.dtype)
-        top = one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
+        top = _one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
         return DecisionPlan(target_probs, draft_probs, accept, top)
 
     def accept_probs_at(
@@ -88,7 +88,7 @@ class RelaxedTopK(Rule):
         plan. The samplers' accept path (``fast_accept``)."""
         xp = array_namespace(target_probs)
         rq = target_probs if raw_target_probs is None else raw_target_probs
-        q_n = gather(rq, token_ids)
+        q_n = _gather(rq, token_ids)
         above = xp.sum(xp.astype(rq > q_n[..., None], xp.int32), axis=-1)
         ok = (above < self.relaxed_topk) & (q_n >= self._level(rq)[..., 0])
         return xp.astype(ok, target_probs.dtype)
@@ -98,7 +98,7 @@ class RelaxedTopK(Rule):
     ):
         """The point mass at the verifier's argmax (one pass, no acceptance needed)."""
         xp = array_namespace(target_probs)
-        return one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
+        return _one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
 
 
 register(

@@ -76,7 +76,7 @@ from __future__ import annotations
 from array_api_compat import array_namespace
 
 from ..conventions import EMPTY_RESIDUAL_MASS
-from .plans import DecisionPlan, gather
+from .plans import DecisionPlan, _gather
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
 #: The launcher's floor on ``threshold_acc`` (``fmaxf(threshold_acc, 1e-9f)``).
@@ -137,7 +137,7 @@ class SGLangThreshold(Rule):
     ):
         r"""Acceptance at the drafted tokens from :math:`q_n` alone (the samplers' accept
         path, ``fast_accept``): the plan's formula at n."""
-        return self._accept(gather(target_probs, token_ids))
+        return self._accept(_gather(target_probs, token_ids))
 
 
 class SamplerMatch(SGLangThreshold):

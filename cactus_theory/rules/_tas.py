@@ -34,7 +34,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import DecisionPlan, one_hot
+from .plans import DecisionPlan, _one_hot
 from .registry import Knob, Rule, RuleSpec, register
 
 #: The constant inside vLLM's and Medusa's entropy, ``log(q + 1e-5)``.
@@ -99,7 +99,7 @@ class TypicalAcceptance(Rule):
         q = target_probs
         tau = tas_threshold(q, self.posterior_threshold, self.posterior_alpha, self.entropy)
         accept = xp.astype(q > tau, q.dtype)
-        top = one_hot(xp.argmax(q, axis=-1), q.shape[-1], q)
+        top = _one_hot(xp.argmax(q, axis=-1), q.shape[-1], q)
         if self.recovery == "argmax":
             recovery = top
         else:
@@ -116,7 +116,7 @@ class TypicalAcceptance(Rule):
         if self.recovery != "argmax":
             return super().recovery_weights_at(target_probs, draft_probs, token_ids)
         xp = array_namespace(target_probs)
-        return one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
+        return _one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
 
 
 register(

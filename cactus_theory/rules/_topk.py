@@ -25,7 +25,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import TargetPlan, gather
+from .plans import TargetPlan, _gather
 from .registry import Knob, Rule, RuleSpec, register
 
 
@@ -79,7 +79,7 @@ class TopKAcceptance(Rule):
         threshold accepted on both sides). The samplers' accept path (``fast_accept``).
         """
         xp = array_namespace(target_probs)
-        q_n = gather(target_probs, token_ids)
+        q_n = _gather(target_probs, token_ids)
         above = xp.sum(xp.astype(target_probs > q_n[..., None], xp.int32), axis=-1)
         return xp.astype(above < self.topk, target_probs.dtype)
 

@@ -45,7 +45,7 @@ from ..solvers._spike import spike_scale
 __all__ = ["TargetPlan", "SpikePlan", "DecisionPlan", "Plan", "RowTarget"]
 
 
-def gather(x, token_ids):
+def _gather(x, token_ids):
     """``x[..., token_ids]`` along the last axis: ``token_ids`` has shape ``x.shape[:-1]``.
 
     numpy input: the ids are validated (integers in ``[0, V)``; ValueError naming
@@ -59,14 +59,14 @@ def gather(x, token_ids):
     return xp.take_along_axis(x, idx, axis=-1)[..., 0]
 
 
-def one_hot(token_ids, vocab_size: int, like):
+def _one_hot(token_ids, vocab_size: int, like):
     """Float one-hot rows ``[..., V]`` of the dtype/device of ``like``."""
     xp = array_namespace(like)
     ar = xp.arange(vocab_size, device=array_device(like))
     return xp.astype(ar == xp.astype(token_ids, xp.int64)[..., None], like.dtype)
 
 
-def ratio_acceptance(h_n, p_n):
+def _ratio_acceptance(h_n, p_n):
     r"""``min(1, h_n / p_n)`` with the p_n = 0 convention (1 if h_n > 0 else 0).
 
     Parameters
@@ -82,10 +82,10 @@ def ratio_acceptance(h_n, p_n):
     return xp.where(pos, ratio, limit)
 
 
-def residual_weights(h, p):
+def _residual_weights(h, p):
     r"""Un-normalized recovery weights: ``max(0, h - p)``, or ``h`` where that residual is empty.
 
-    :func:`residual_distribution` is these weights divided by their sum (convention 3); the
+    :func:`_residual_distribution` is these weights divided by their sum (convention 3); the
     samplers draw from the weights directly (inverse CDF), skipping the division.
     """
     xp = array_namespace(h, p)
@@ -94,7 +94,7 @@ def residual_weights(h, p):
     return xp.where(empty, h, res)
 
 
-def residual_distribution(h, p):
+def _residual_distribution(h, p):
     r"""``normalize(max(0, h - p))`` over the last axis; ``normalize(h)`` if the residual is empty.
 
     ``h`` may be un-normalized (top-k's indicator target). See convention 3.
@@ -164,34 +164,34 @@ class RowTarget:
         )
 
 
-def spike_row_scale(target_probs, token_ids, gamma_n, target_sums=None):
+def _spike_row_scale(target_probs, token_ids, gamma_n, target_sums=None):
     r"""Theorem 2's factor of the verifier off the spike, :math:`c_n / s_q` with
     :math:`c_n = (1-\gamma_n)/(1-q_n)`, on rows ``target_probs`` = q s_q (``target_sums``
     s_q of shape ``token_ids.shape``; None: normalized rows, s_q = 1). The one definition the
     spike's per-draft targets (here and in the samplers' kernels) scale q by."""
     ts = 1.0 if target_sums is None else target_sums
-    return spike_scale(gather(target_probs, token_ids) / ts, gamma_n) / ts
+    return spike_scale(_gather(target_probs, token_ids) / ts, gamma_n) / ts
 
 
-def spike_target_at(target_probs, token_ids, gamma_n, target_sums=None):
+def _spike_target_at(target_probs, token_ids, gamma_n, target_sums=None):
     r"""Theorem 2's per-draft target for the drafted tokens from their :math:`\gamma_n` alone.
 
     :math:`h^{(n)}_n = \gamma_n`, :math:`h^{(n)}_i = c_n q_i` with
-    :math:`c_n = (1-\gamma_n)/(1-q_n)` (:func:`spike_row_scale`); ``gamma_n`` has shape
+    :math:`c_n = (1-\gamma_n)/(1-q_n)` (:func:`_spike_row_scale`); ``gamma_n`` has shape
     ``token_ids.shape``. With ``target_sums`` the rows are un-normalized (q = ``target_probs
     / target_sums``, the division folded into :math:`c_n`). Lets a sampler build the recovery
     of the drafted token without gamma for every candidate.
     """
     xp = array_namespace(target_probs)
     q = target_probs
-    c = spike_row_scale(q, token_ids, gamma_n, target_sums)
-    mask = one_hot(token_ids, q.shape[-1], q)
+    c = _spike_row_scale(q, token_ids, gamma_n, target_sums)
+    mask = _one_hot(token_ids, q.shape[-1], q)
     return xp.where(mask > 0, gamma_n[..., None], c[..., None] * q)
 
 
-def spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target_sums=None, draft_sums=None):
+def _spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target_sums=None, draft_sums=None):
     r"""Recovery weights :math:`\max(0, h^{(n)} - p)` of a spike rule from the drafted tokens'
-    :math:`\gamma_n` (:func:`residual_weights` of :func:`spike_target_at`'s target).
+    :math:`\gamma_n` (:func:`_residual_weights` of :func:`_spike_target_at`'s target).
 
     With ``target_sums`` / ``draft_sums`` (shape ``token_ids.shape``) the rows are
     un-normalized: q = ``target_probs / target_sums``, p = ``draft_probs / draft_sums``. Where
@@ -200,9 +200,9 @@ def spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target
     """
     xp = array_namespace(target_probs, draft_probs)
     gamma_n = xp.astype(gamma_n, target_probs.dtype)
-    h = spike_target_at(target_probs, token_ids, gamma_n, target_sums)
+    h = _spike_target_at(target_probs, token_ids, gamma_n, target_sums)
     p = draft_probs if draft_sums is None else draft_probs / draft_sums[..., None]
-    return residual_weights(h, p)
+    return _residual_weights(h, p)
 
 
 @dataclass(frozen=True)
@@ -215,19 +215,19 @@ class TargetPlan:
 
     def accept_probs(self):
         """Acceptance ``a_n = min(1, h_n/p_n)`` of every candidate token, shape [..., V]."""
-        return ratio_acceptance(self.target, self.draft_probs)
+        return _ratio_acceptance(self.target, self.draft_probs)
 
     def accept_probs_at(self, token_ids):
         """Acceptance of the drafted tokens ``token_ids`` (shape [...])."""
-        return ratio_acceptance(gather(self.target, token_ids), gather(self.draft_probs, token_ids))
+        return _ratio_acceptance(_gather(self.target, token_ids), _gather(self.draft_probs, token_ids))
 
     def recovery_at(self, token_ids):
         """Recovery distribution r for the drafted tokens (independent of n), shape [..., V]."""
-        return residual_distribution(self.target, self.draft_probs)
+        return _residual_distribution(self.target, self.draft_probs)
 
     def recovery_weights_at(self, token_ids):
-        """Un-normalized recovery weights (:func:`residual_weights`), shape [..., V]."""
-        return residual_weights(self.target, self.draft_probs)
+        """Un-normalized recovery weights (:func:`_residual_weights`), shape [..., V]."""
+        return _residual_weights(self.target, self.draft_probs)
 
 
 class SpikePlan:
@@ -279,14 +279,14 @@ class SpikePlan:
         r""":math:`\gamma_n` at the drafted tokens ``token_ids`` (shape [...]), without the
         whole vocabulary's when it has not been computed (``spike_fn`` is elementwise)."""
         if self._spike is None:
-            return self._spike_fn(gather(self.target_probs, token_ids))
-        return gather(self._spike, token_ids)
+            return self._spike_fn(_gather(self.target_probs, token_ids))
+        return _gather(self._spike, token_ids)
 
     def effective_spike(self):
         r"""What the acceptance and the emitted law read of :math:`\gamma`, shape [..., V].
 
         :math:`\min(\gamma_n, p_n)` where :math:`p_n > 0`, and 1 or 0 as :math:`\gamma_n > 0`
-        where :math:`p_n = 0`. In place of :math:`\gamma`, :func:`ratio_acceptance` gives the
+        where :math:`p_n = 0`. In place of :math:`\gamma`, :func:`_ratio_acceptance` gives the
         same acceptance bit for bit, and so does the emitted law
         (:func:`cactus_theory.analysis.one_step.emitted_distribution`): it reads
         :math:`\gamma_n` only through :math:`a_n`, :math:`\max(0, p_n - \gamma_n)` and, for
@@ -310,23 +310,23 @@ class SpikePlan:
 
     def accept_probs(self):
         """Acceptance ``a_n = min(1, gamma_n/p_n)`` of every candidate token, shape [..., V]."""
-        return ratio_acceptance(self.spike_for_emission(), self.draft_probs)
+        return _ratio_acceptance(self.spike_for_emission(), self.draft_probs)
 
     def accept_probs_at(self, token_ids):
         """Acceptance of the drafted tokens ``token_ids`` (shape [...])."""
-        return ratio_acceptance(self.spike_at(token_ids), gather(self.draft_probs, token_ids))
+        return _ratio_acceptance(self.spike_at(token_ids), _gather(self.draft_probs, token_ids))
 
     def target_at(self, token_ids):
         """The per-draft target :math:`h^{(n)}` for the drafted tokens, shape [..., V]."""
-        return spike_target_at(self.target_probs, token_ids, self.spike_at(token_ids))
+        return _spike_target_at(self.target_probs, token_ids, self.spike_at(token_ids))
 
     def recovery_at(self, token_ids):
         """Recovery :math:`r^{(n)} = normalize(max(0, h^{(n)} - p))`, shape [..., V]."""
-        return residual_distribution(self.target_at(token_ids), self.draft_probs)
+        return _residual_distribution(self.target_at(token_ids), self.draft_probs)
 
     def recovery_weights_at(self, token_ids):
-        """Un-normalized recovery weights (:func:`residual_weights`), shape [..., V]."""
-        return residual_weights(self.target_at(token_ids), self.draft_probs)
+        """Un-normalized recovery weights (:func:`_residual_weights`), shape [..., V]."""
+        return _residual_weights(self.target_at(token_ids), self.draft_probs)
 
 
 @dataclass(frozen=True)
@@ -344,7 +344,7 @@ class DecisionPlan:
 
     def accept_probs_at(self, token_ids):
         """Acceptance of the drafted tokens ``token_ids`` (shape [...])."""
-        return gather(self.accept, token_ids)
+        return _gather(self.accept, token_ids)
 
     def recovery_at(self, token_ids):
         """The recovery distribution (independent of the draft), shape [..., V]."""

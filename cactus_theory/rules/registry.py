@@ -23,11 +23,11 @@ from .._validation import as_budget, as_real, choice
 from .plans import (
     SpikePlan,
     TargetPlan,
-    gather,
-    ratio_acceptance,
-    residual_distribution,
-    spike_residual_weights,
-    spike_target_at,
+    _gather,
+    _ratio_acceptance,
+    _residual_distribution,
+    _spike_residual_weights,
+    _spike_target_at,
 )
 
 #: The declaration forms (the registry's functions, RuleSpec and Knob are exported by the
@@ -248,7 +248,7 @@ class Rule:
 
         The samplers draw the recovered token from these weights by inverse CDF, so a rule can
         skip the normalizing division. Default: ``plan(...).recovery_weights_at(token_ids)``
-        (:func:`~cactus_theory.rules.plans.residual_weights` for target and spike plans). A rule
+        (:func:`~cactus_theory.rules.plans._residual_weights` for target and spike plans). A rule
         whose recovery has a cheaper form overrides this method (and :meth:`recovery_at` with
         the same law). Weights must be finite and non-negative with a positive sum for valid
         input.
@@ -288,7 +288,7 @@ class ElementwiseTargetRule(Rule):
         r""":math:`a_n = \min(1, h(q_n, p_n)/p_n)` from the drafted tokens' row-normalized
         probabilities alone (the plan's formula at n only, so the same bits): with it the
         samplers read q and p once for the row sums and then only the drafted tokens."""
-        return ratio_acceptance(self.elementwise_target(q_n, p_n), p_n)
+        return _ratio_acceptance(self.elementwise_target(q_n, p_n), p_n)
 
 
 class SpikeRule(Rule):
@@ -332,8 +332,8 @@ class SpikeRule(Rule):
         tokens alone (shape ``token_ids.shape``) instead of the whole vocabulary: the samplers'
         accept path uses it (declared by ``RuleSpec.fast_accept``).
         """
-        q_n = gather(target_probs, token_ids)
-        return ratio_acceptance(self.spike_at_tokens(q_n), gather(draft_probs, token_ids))
+        q_n = _gather(target_probs, token_ids)
+        return _ratio_acceptance(self.spike_at_tokens(q_n), _gather(draft_probs, token_ids))
 
     def accept_probs_from_values(self, q_n, p_n):
         r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` from the drafted tokens' probabilities.
@@ -341,7 +341,7 @@ class SpikeRule(Rule):
         The samplers call it with row-normalized ``q_n``, ``p_n`` (shape [B, k]) gathered at
         the drafted tokens, so they never normalize the [B, k, V] inputs.
         """
-        return ratio_acceptance(self.spike_at_tokens(q_n), p_n)
+        return _ratio_acceptance(self.spike_at_tokens(q_n), p_n)
 
     def recovery_at(
         self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
@@ -351,8 +351,8 @@ class SpikeRule(Rule):
         Equal to ``plan(...).recovery_at(token_ids)`` but evaluates gamma at the drafted tokens
         only (shape ``token_ids.shape``).
         """
-        gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
-        return residual_distribution(spike_target_at(target_probs, token_ids, gamma_n), draft_probs)
+        gamma_n = self.spike_at_tokens(_gather(target_probs, token_ids))
+        return _residual_distribution(_spike_target_at(target_probs, token_ids, gamma_n), draft_probs)
 
     def recovery_weights_at(
         self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
@@ -360,10 +360,10 @@ class SpikeRule(Rule):
         r"""Un-normalized recovery weights of the drafted tokens: :math:`\max(0, h^{(n)} - p)`.
 
         Proportional to :meth:`recovery_at`; gamma is evaluated at the drafted tokens only
-        (:func:`~.plans.spike_residual_weights`).
+        (:func:`~.plans._spike_residual_weights`).
         """
-        gamma_n = self.spike_at_tokens(gather(target_probs, token_ids))
-        return spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n)
+        gamma_n = self.spike_at_tokens(_gather(target_probs, token_ids))
+        return _spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n)
 
 
 #: The declaration forms' families (:attr:`RuleSpec.family`'s default).

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from ..conventions import EMPTY_RESIDUAL_MASS
-from ..rules.plans import RowTarget, spike_row_scale
+from ..rules.plans import RowTarget, _spike_row_scale
 from ._fused import CDF_BLOCK, block_sums
 
 
@@ -139,7 +139,7 @@ def spike_row_target(target_rows, token_ids, target_sums, gamma) -> RowTarget:
     r"""Theorem 2's :math:`h^{(n)}` of a spike rule on un-normalized rows, from the drafted
     tokens' :math:`\gamma_n` alone: :math:`h_i = c_n x_i / s_q` with
     :math:`c_n = (1-\gamma_n)/(1-q_n)`, and the spike :math:`h_n = \gamma_n` at the drafted
-    token (:func:`~cactus_theory.rules.plans.spike_target_at` on the rows x = q s_q).
+    token (:func:`~cactus_theory.rules.plans._spike_target_at` on the rows x = q s_q).
 
     Parameters
     ----------
@@ -153,7 +153,7 @@ def spike_row_target(target_rows, token_ids, target_sums, gamma) -> RowTarget:
         :math:`\gamma_n`.
     """
     g = gamma.to(torch.float32)
-    scale = spike_row_scale(target_rows, token_ids, g, target_sums)[..., None]
+    scale = _spike_row_scale(target_rows, token_ids, g, target_sums)[..., None]
     return RowTarget(_scaled, (scale,), token_ids[..., None], g[..., None])
 
 

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..rules import Rule
-from ..rules.plans import RowTarget, SpikePlan, TargetPlan, ratio_acceptance, spike_residual_weights
+from ..rules.plans import RowTarget, SpikePlan, TargetPlan, _ratio_acceptance, _spike_residual_weights
 from ..rules.registry import ElementwiseTargetRule, SpikeRule
 from . import _fused as fused_kernels
 from ._blocked import point_mass_weights, residual_block_weights, spike_row_target
@@ -170,7 +170,7 @@ def _accept_spike(spike):
     def accept(target, draft, ids, sq, sp, gamma=None):
         q_n, p_n = _at_tokens(target, draft, ids, sq, sp)
         g = spike(q_n)
-        return ratio_acceptance(g, p_n), AcceptState(gamma=g)
+        return _ratio_acceptance(g, p_n), AcceptState(gamma=g)
 
     return accept
 
@@ -178,7 +178,7 @@ def _accept_spike(spike):
 def _accept_given_spike(target, draft, ids, sq, sp, gamma=None):
     """The compiled core's spike path: gamma from :attr:`Program.pre_spike`."""
     _, p_n = _at_tokens(target, draft, ids, sq, sp)
-    return ratio_acceptance(gamma, p_n), AcceptState(gamma=gamma)
+    return _ratio_acceptance(gamma, p_n), AcceptState(gamma=gamma)
 
 
 def _accept_values(from_values):
@@ -205,7 +205,7 @@ def _accept_row_target(to_target):
         x_n = torch.gather(target, -1, ids_).to(torch.float32)
         y_n = torch.gather(draft, -1, ids_).to(torch.float32)
         # p_n = y_n (1 / s_p), as the row target writes p
-        a = ratio_acceptance(rows.h(x_n, y_n)[..., 0], y_n[..., 0] * (1.0 / sp))
+        a = _ratio_acceptance(rows.h(x_n, y_n)[..., 0], y_n[..., 0] * (1.0 / sp))
         return a, AcceptState(row_target=rows)
 
     return accept
@@ -447,7 +447,7 @@ def _parts(rule, kernels: RuleKernels) -> _Parts:
         decided=bound("accept_decided_from_rows"),
         token=bound("recovery_token_from_rows"),
         weights=_weights_fn(rule, kernels, declined),
-        spike_weights=spike_residual_weights if spike_weights is None else spike_weights,
+        spike_weights=_spike_residual_weights if spike_weights is None else spike_weights,
         elementwise=rule.elementwise_target if isinstance(rule, ElementwiseTargetRule) else None,
     )
 

@@ -133,10 +133,10 @@ def test_convention_p_zero_at_drafted_token():
 
 
 def test_convention_empty_residual_falls_back_to_target():
-    from cactus_theory.rules.plans import residual_distribution
+    from cactus_theory.rules.plans import _residual_distribution
 
     p = np.array([0.2, 0.8])
-    np.testing.assert_array_equal(residual_distribution(p.copy(), p), p)
+    np.testing.assert_array_equal(_residual_distribution(p.copy(), p), p)
 
 
 def test_convention_q_n_one():

@@ -74,7 +74,7 @@ def test_no_module_selects_a_backend():
 
 def test_every_registered_figure_has_a_small_case():
     # the registry's figures draw real data through the same functions as their synthetic twins
-    twins = {name.replace("real_", "") for name in F.FIGURES}
+    twins = {name.replace("real_", "") for name in F._FIGURES}
     assert twins <= set(CASES) | {name.replace("real_", "") for name in CASES}
     for required in (
         "gamma",
@@ -89,7 +89,7 @@ def test_every_registered_figure_has_a_small_case():
         "real_acceptance_vs_delta",
         "real_calibration",
     ):
-        assert required in F.FIGURES
+        assert required in F._FIGURES
 
 
 def _texts(fig):
@@ -290,9 +290,9 @@ def test_write_figures_validates_before_writing(tmp_path):
 
 def test_register_figure_rejects_taken_names():
     with pytest.raises(ValueError, match="name"):
-        F.register_figure("gamma", lambda seed=0: None)
+        F._register_figure("gamma", lambda seed=0: None)
     with pytest.raises(ValueError, match="name"):
-        F.register_figure("bad name", lambda seed=0: None)
+        F._register_figure("bad name", lambda seed=0: None)
 
 
 def test_figure_data_errors_name_the_argument():

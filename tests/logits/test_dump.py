@@ -119,7 +119,7 @@ def test_a_model_cache_that_cannot_be_written_is_one_line_not_an_error(tmp_path,
 def test_figures_input_draws_a_users_own_recordings(tmp_path, capsys):
     # the user's path: dump writes one file per drafter into a folder; figures --input draws it
     from cactus_theory.cli import main
-    from cactus_theory.figures import DUMP_FIGURES, load_dumps
+    from cactus_theory.figures import _DUMP_FIGURES, load_dumps
     from cactus_theory.figures._layout import layout_problems
 
     lm = tiny_lm()
@@ -143,7 +143,7 @@ def test_figures_input_draws_a_users_own_recordings(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == sorted(written)
     assert capsys.readouterr().out.split() == [str(out / n) for n in written]
     dumps = load_dumps(tmp_path / "dumps")
-    for name, make in DUMP_FIGURES.items():  # every figure --input draws, laid out readably
+    for name, make in _DUMP_FIGURES.items():  # every figure --input draws, laid out readably
         for _, fig in make(dumps):
             assert layout_problems(fig) == [], name
     assert main(["figures", "--input", str(tmp_path / "nothing-here"), "-o", str(out)]) == 2

@@ -1,7 +1,7 @@
 """Recovery weights by blocks (samplers/_blocked.py): block sums in one read, the spike's block
 summed again, the formula at one block's columns.
 
-Checked against the dense residual (``residual_weights`` of the dense h with its spike) on
+Checked against the dense residual (``_residual_weights`` of the dense h with its spike) on
 the same rows, for spikes in the first, a middle and the short last block, vocabularies
 shorter than a block and multiples of it, empty residuals (h = p), the safety net (h not
 finite) and compiled against eager; and the draw's law against the dense weights by
@@ -12,7 +12,7 @@ Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token, h 
 import pytest
 import torch
 
-from cactus_theory.rules.plans import RowTarget, residual_weights
+from cactus_theory.rules.plans import RowTarget, _residual_weights
 from cactus_theory.samplers import inverse_cdf_sample
 from cactus_theory.samplers._blocked import BlockWeights, point_mass_weights, residual_block_weights
 from cactus_theory.samplers._fused import block_sums as _block_sums
@@ -39,7 +39,7 @@ def _dense(target, x, y):
     h = target.h(x, y)
     if target.spike_ids is not None:
         h = h.scatter(-1, target.spike_ids, target.spike_values)
-    return residual_weights(h, y / y.sum(-1, keepdim=True))
+    return _residual_weights(h, y / y.sum(-1, keepdim=True))
 
 
 @pytest.mark.parametrize("V", [1, 100, 256, 1000, 2048])

@@ -14,7 +14,7 @@ from test_kernels import _chisquare_ok, _emitted_counts, _pair  # chi-square at 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.rules._tas import tas_threshold
-from cactus_theory.rules.plans import spike_residual_weights
+from cactus_theory.rules.plans import _spike_residual_weights
 from cactus_theory.samplers import inverse_cdf_sample, make_sampler
 from cactus_theory.samplers._kernels import kernels_for
 from cactus_theory.solvers._spike import exact_spike
@@ -279,7 +279,7 @@ def test_recovery_hooks_equal_the_plan(name, knobs):
 @pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-tv"])
 def test_cactus_recovery_from_spike_with_row_sums(name):
     """The folded form (un-normalized rows, sums in c_n and p's factor; the torch kernel, in
-    place, and the derived plans.spike_residual_weights) equals recovery_at on the
+    place, and the derived plans._spike_residual_weights) equals recovery_at on the
     normalized rows (float32: 1e-6)."""
     rule = get_rule(name, delta=0.2)
     x, y, ids = _rows(k=1, seed=6)
@@ -291,7 +291,7 @@ def test_cactus_recovery_from_spike_with_row_sums(name):
     w = kernel(rule, x.clone(), y.clone(), n, gamma, sq, sp)  # (it overwrites its rows)
     ref = rule.recovery_at(q, p, n)
     torch.testing.assert_close(w / w.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
-    derived = spike_residual_weights(x, y, n, gamma, sq, sp)
+    derived = _spike_residual_weights(x, y, n, gamma, sq, sp)
     torch.testing.assert_close(derived / derived.sum(-1, keepdim=True), ref, rtol=0, atol=1e-6)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...drafts import DrawnTree, drafting_law
-from .base import MultiDraftVerifier, PathLaw, VerifierSpec, normalize_residual, register_verifier
+from .base import MultiDraftVerifier, PathLaw, VerifierSpec, _normalize_residual, register_verifier
 
 
 def block_weights(tree: DrawnTree):
@@ -51,7 +51,7 @@ def block_weights(tree: DrawnTree):
         law = drafting_law(p[i], [], tree.drafting)
         weights = np.maximum(0.0, w[i] * q[i] - law)
         z = float(weights.sum())
-        residuals[i] = normalize_residual(weights, q[i])
+        residuals[i] = _normalize_residual(weights, q[i])
         denom = z + 1.0 - w[i]
         h[i] = z / denom if denom > 0 else 0.0
     h[0] = 1.0

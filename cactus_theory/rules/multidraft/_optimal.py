@@ -25,7 +25,7 @@ import numpy as np
 
 from ...drafts._laws import draft_set_law
 from ...solvers._draft_coupling import SetCoupling, optimal_set_coupling
-from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
+from .base import NodeLaw, NodeVerifier, VerifierSpec, _normalize_residual, register_verifier
 
 #: Largest drafter support the LP is built for.
 MAX_SUPPORT = 64
@@ -61,7 +61,7 @@ class OptimalCoupling(NodeVerifier):
         else:
             sol = optimal_set_coupling(q, sets, probs)
         index = {s: i for i, s in enumerate(sol.sets)}
-        residual = normalize_residual(q - sol.accepted, q)
+        residual = _normalize_residual(q - sol.accepted, q)
         entry = (sol, index, residual)
         if len(self._cache) >= _CACHE_SIZE:
             self._cache.clear()

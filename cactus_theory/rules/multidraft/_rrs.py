@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...drafts import drafting_law
-from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
+from .base import NodeLaw, NodeVerifier, VerifierSpec, _normalize_residual, register_verifier
 
 
 class RecursiveRejection(NodeVerifier):
@@ -43,7 +43,7 @@ class RecursiveRejection(NodeVerifier):
             a = min(1.0, r[tok] / law[tok]) if law[tok] > 0 else float(r[tok] > 0)
             accept[j] = reach * a
             reach *= 1.0 - a
-            r = normalize_residual(r - law, r)
+            r = _normalize_residual(r - law, r)
         return NodeLaw(accept, r)
 
     def accepted_token_law(self, target_probs, draft_probs, k: int, drafting: str) -> np.ndarray:
@@ -62,7 +62,7 @@ class RecursiveRejection(NodeVerifier):
             m = np.minimum(r, p)
             out += reach * m
             reach *= max(0.0, 1.0 - m.sum())
-            r = normalize_residual(r - p, r)
+            r = _normalize_residual(r - p, r)
         return out
 
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import Knob
-from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
+from .base import NodeLaw, NodeVerifier, VerifierSpec, _normalize_residual, register_verifier
 
 #: The launcher's floor on ``threshold_acc`` (``fmaxf(threshold_acc, 1e-9f)``), as the chain
 #: rule's; not imported from it, so that importing this family does not register the chain
@@ -86,7 +86,7 @@ class SGLangTree(NodeVerifier):
             before = reached
         rest = q.copy()
         rest[list(child_tokens)] = 0.0
-        return NodeLaw(accept, normalize_residual(rest, q))
+        return NodeLaw(accept, _normalize_residual(rest, q))
 
 
 _T_ACC = Knob(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import NodeLaw, NodeVerifier, VerifierSpec, normalize_residual, register_verifier
+from .base import NodeLaw, NodeVerifier, VerifierSpec, _normalize_residual, register_verifier
 
 _GRID = 257  # points of the scan of [1, k] for the first feasible division factor
 _BISECT = 60  # bisection steps after it (interval below 2^-60 of k)
@@ -88,7 +88,7 @@ class KSequential(NodeVerifier):
         m = np.minimum(p, q / rho)
         b = m.sum()
         accepted_mass = (1.0 - (1.0 - b) ** k) / b if b > 0 else 0.0
-        residual = normalize_residual(q - m * accepted_mass, q)
+        residual = _normalize_residual(q - m * accepted_mass, q)
         return rho, residual
 
     def node_law(self, target_probs, draft_probs, child_tokens, drafting: str) -> NodeLaw:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...drafts import DrawnTree, drafting_law
-from .base import MultiDraftVerifier, PathLaw, VerifierSpec, normalize_residual, register_verifier
+from .base import MultiDraftVerifier, PathLaw, VerifierSpec, _normalize_residual, register_verifier
 
 
 def _ratio_weight(w_parent: float, big_q: np.ndarray, law: np.ndarray, tok: int) -> float:
@@ -82,7 +82,7 @@ class TraversalVerification(MultiDraftVerifier):
             law = drafting_law(p[y], removed_kids[y], tree.drafting)
             weights = np.maximum(0.0, w[y] * big_q[y] - law)
             z = float(weights.sum())
-            big_q[y] = normalize_residual(weights, big_q[y])
+            big_q[y] = _normalize_residual(weights, big_q[y])
             denom = z + 1.0 - w[y]
             w[y] = 1.0 if y == 0 else (z / denom if denom > 0 else 0.0)
             removed_kids[y].append(int(tok[u]))

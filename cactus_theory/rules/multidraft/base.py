@@ -235,14 +235,14 @@ class NodeVerifier(MultiDraftVerifier):
         q = np.asarray(target_probs, dtype=np.float64)
         p = np.asarray(draft_probs, dtype=np.float64)
         out = np.zeros_like(q)
-        for prob, tup in draft_tuples(p, k, drafting):
+        for prob, tup in _draft_tuples(p, k, drafting):
             law = self.node_law(q, p, tup, drafting)
             for tok, a in zip(tup, law.accept_probs):
                 out[tok] += prob * a
         return out
 
 
-def draft_tuples(draft_probs, k: int, drafting: str):
+def _draft_tuples(draft_probs, k: int, drafting: str):
     """Every ordered draft tuple of k children from row p with its probability (a generator)."""
     p = np.asarray(draft_probs, dtype=np.float64)
 
@@ -257,18 +257,18 @@ def draft_tuples(draft_probs, k: int, drafting: str):
     yield from rec([], 1.0)
 
 
-def normalize_residual(weights, fallback) -> np.ndarray:
+def _normalize_residual(weights, fallback) -> np.ndarray:
     """``weights / weights.sum()``; ``fallback`` where the weights are all zero (never emitted)."""
     w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
     total = w.sum()
     return w / total if total > 0 else np.asarray(fallback, dtype=np.float64)
 
 
-class VerifierRegistry(dict):
+class _VerifierRegistry(dict):
     """Verifier name -> :class:`VerifierSpec` (registration order)."""
 
 
-VERIFIERS: VerifierRegistry = VerifierRegistry()
+VERIFIERS: _VerifierRegistry = _VerifierRegistry()
 
 
 def register_verifier(spec: VerifierSpec) -> VerifierSpec:

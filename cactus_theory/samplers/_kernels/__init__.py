@@ -35,7 +35,7 @@ positive float32 row sums, q = ``x / s_q`` and p = ``y / s_p``:
     ``Rule.recovery_weights_at``, or None (then the rule's own).
 ``spike_recovery_weights(rule, x, y, ids, gamma, s_q, s_p)``
     A spike rule's :math:`\max(0, h^{(n)} - p)` from the drafted tokens' gamma
-    (:func:`~cactus_theory.rules.plans.spike_residual_weights`), in place (``x`` and ``y``
+    (:func:`~cactus_theory.rules.plans._spike_residual_weights`), in place (``x`` and ``y``
     are copies the sampler owns).
 ``spike_at_tokens(rule, q_n)``
     A spike rule's :math:`\gamma_n` at the drafted tokens' verifier probabilities ``q_n``

@@ -2,7 +2,7 @@ r"""The residual recovery weights in torch, in place (convention 3).
 
 :math:`w = \max(0, h - p)`, or h on the rows where that residual is empty: one new buffer
 (``h - p``), clamped in place, h added on the empty rows only (``addcmul_`` with the rows'
-0/1 flag). The same values as :func:`~cactus_theory.rules.plans.residual_weights` for
+0/1 flag). The same values as :func:`~cactus_theory.rules.plans._residual_weights` for
 finite rows; its array-API form allocates a buffer per step, which on a CPU costs page
 faults over [B, V] rows.
 """

@@ -4,7 +4,7 @@ For every spike rule (:class:`~cactus_theory.rules.registry.SpikeRule`: Cactus-T
 Cactus-exact), Theorem 2's recovery weights :math:`\max(0, h^{(n)} - p)` as one scaled copy
 of q with the spike written in place (no one-hot mask), the row sums folded into the scale
 factors (no normalized copies); the derived form is
-:func:`~cactus_theory.rules.plans.spike_residual_weights`.
+:func:`~cactus_theory.rules.plans._spike_residual_weights`.
 
 For Cactus-exact (:class:`~cactus_theory.rules._cactus.CactusExact`) on a device other than
 the CPU, Theorem 2's root at the drafted tokens as one compiled computation: the solver's
@@ -24,7 +24,7 @@ import torch
 from ...conventions import EMPTY_RESIDUAL_MASS
 from ...divergences import get_divergence
 from ...rules._cactus import CactusExact
-from ...rules.plans import spike_row_scale
+from ...rules.plans import _spike_row_scale
 from ...rules.registry import SpikeRule
 from ...solvers._spike import device_root, has_device_root
 from ._registry import RuleKernels, register_kernels
@@ -41,9 +41,9 @@ def spike_recovery_weights(rule, target_probs, draft_probs, token_ids, gamma_n, 
     The rows are un-normalized, q = ``target_probs / target_sums`` and p = ``draft_probs /
     draft_sums`` (sums and ``gamma_n`` of shape ``token_ids.shape``), and both are
     overwritten (the samplers pass copies they own). The same values as the derived
-    :func:`~cactus_theory.rules.plans.spike_residual_weights` up to float32 rounding.
+    :func:`~cactus_theory.rules.plans._spike_residual_weights` up to float32 rounding.
     """
-    scale = spike_row_scale(target_probs, token_ids, gamma_n, target_sums)
+    scale = _spike_row_scale(target_probs, token_ids, gamma_n, target_sums)
     h = target_probs.mul_(scale[..., None])
     h.scatter_(-1, token_ids.to(torch.int64)[..., None], gamma_n[..., None].to(h.dtype))
     res = torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None], out=draft_probs).clamp_min_(0.0)

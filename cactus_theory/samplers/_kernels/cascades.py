@@ -12,7 +12,7 @@ import math
 import torch
 
 from ...rules._cascades import Cascade
-from ...rules.plans import RowTarget, ratio_acceptance
+from ...rules.plans import RowTarget, _ratio_acceptance
 from ._blocks import ARGMAX_BLOCK, block_maxima, split_blocks
 from ._registry import RuleKernels, register_kernels
 
@@ -87,7 +87,7 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
     # p_n as the row target writes p (y times 1 / s_p): pi_n = p_n bit for bit where the
     # row defers to the drafter
     p_n = y_n * (1.0 / draft_sums[..., None])
-    return ratio_acceptance(pi(x_n, y_n)[..., 0], p_n[..., 0])
+    return _ratio_acceptance(pi(x_n, y_n)[..., 0], p_n[..., 0])
 
 
 def recovery_target_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
