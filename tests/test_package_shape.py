@@ -6,8 +6,9 @@ formula and its source), except the few listed in ``EXCEPTIONS`` with their reas
 only shrinks). A public module (no leading underscore anywhere in its dotted path) states its
 public names in ``__all__``; the distinct objects they name, over the whole package, are at most
 ``MAX_EXPORTS``, and each is on the site's API page (a module that ``docs/api.md`` lists exports
-it). The counting functions are checked on planted files, so that a test cannot pass by counting
-nothing.
+it). Private by default: any other name a public module defines starts with ``_`` (a module
+whose names a protocol fixes, such as a pytest plugin's hooks, is listed with the reason). The
+counting functions are checked on planted files, so that a test cannot pass by counting nothing.
 """
 
 import ast
@@ -27,6 +28,10 @@ MAX_EXPORTS = 250
 EXCEPTIONS = {}
 #: public modules not imported here: they need an engine this environment may lack
 NEEDS_ENGINE = ("cactus_theory.integrations.vllm",)
+#: public modules whose unlisted public-looking names are part of a protocol -> why
+PROTOCOL_NAMES = {
+    "testing/pytest_plugin.py": "pytest finds a plugin's hooks and fixtures by their names",
+}
 
 
 def _code_lines(node) -> int:
@@ -131,3 +136,49 @@ def test_every_exported_name_is_on_the_api_page():
         reachable |= {(attr, id(getattr(module, attr))) for attr in getattr(module, "__all__", ())}
     off = sorted(f"{module}.{attr}" for (attr, _), module in objects.items() if (attr, _) not in reachable)
     assert not off, f"exported but on no module of docs/api.md: {off}"
+
+
+def unlisted_public_names(root: Path) -> dict:
+    """{relative path: names} of the public modules below ``root`` (no ``_`` in their path)
+    that define a function, class or constant without a leading underscore outside their
+    ``__all__``: private by default means such a name is either exported or underscored."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if any(part.startswith("_") and part != "__init__.py" for part in rel.parts):
+            continue
+        tree = ast.parse(path.read_text())
+        listed = set()
+        names = []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Name) and t.id == "__all__" and node.value is not None:
+                        listed |= set(ast.literal_eval(node.value))
+                    elif isinstance(t, ast.Name):
+                        names.append(t.id)
+        extra = [n for n in names if not n.startswith("_") and n not in listed]
+        if extra:
+            out[rel.as_posix()] = extra
+    return out
+
+
+def test_the_privacy_scan_finds_planted_names(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "mod.py").write_text('__all__ = ["f"]\n\ndef f(): pass\n\ndef g(): pass\n\nK = 1\n_h = 2\n')
+    (tmp_path / "_private.py").write_text("def anything(): pass\n")
+    (tmp_path / "sub" / "__init__.py").write_text("class C: pass\n")
+    assert unlisted_public_names(tmp_path) == {"mod.py": ["g", "K"], "sub/__init__.py": ["C"]}
+
+
+def test_public_modules_define_no_unlisted_public_name():
+    found = unlisted_public_names(PACKAGE)
+    unexplained = {k: v for k, v in found.items() if k not in PROTOCOL_NAMES}
+    assert not unexplained, (
+        f"public-looking names outside __all__ (export them or add a leading underscore): {unexplained}"
+    )
+    stale = set(PROTOCOL_NAMES) - set(found)
+    assert not stale, f"listed in PROTOCOL_NAMES but clean now: {stale}"
