@@ -131,6 +131,21 @@ def _residuals(q: np.ndarray, p: np.ndarray, cum: np.ndarray, i: int) -> np.ndar
     return np.where(total > 0, res / np.where(total > 0, total, 1.0), q[None, i])
 
 
+def chain_rows(target_probs, draft_probs):
+    """One chain's rows as float64: q of shape (k + 1, V) (k draft rows and the bonus row) and
+    p of shape (k, V), k >= 1; ValueError naming the argument otherwise."""
+    q = np.asarray(target_probs, dtype=np.float64)
+    p = np.asarray(draft_probs, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] < 1:
+        raise ValueError(f"draft_probs: expected shape (k, V) with k >= 1, got {p.shape}")
+    k, v = p.shape
+    if q.shape != (k + 1, v):
+        raise ValueError(
+            f"target_probs: expected shape {(k + 1, v)} (k draft rows and the bonus row), got {q.shape}"
+        )
+    return q, p
+
+
 def block_law(target_probs, draft_probs) -> dict:
     r"""The exact law of one block-verification step of k drafts.
 
@@ -156,13 +171,8 @@ def block_law(target_probs, draft_probs) -> dict:
     ValueError
         Rows of the wrong shape, or more than :data:`MAX_SEQUENCES` draft sequences.
     """
-    q = np.asarray(target_probs, dtype=np.float64)
-    p = np.asarray(draft_probs, dtype=np.float64)
-    if p.ndim != 2 or p.shape[0] < 1:
-        raise ValueError(f"draft_probs: expected shape (k, V) with k >= 1, got {p.shape}")
+    q, p = chain_rows(target_probs, draft_probs)
     k, v = p.shape
-    if q.shape != (k + 1, v):
-        raise ValueError(f"target_probs: expected shape {(k + 1, v)}, got {q.shape}")
     q = q / q.sum(-1, keepdims=True)
     p = p / p.sum(-1, keepdims=True)
     seqs, prob = _sequences(p)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis import acceptance_probabilities, acceptance_rate, emitted_distribution
-from ._block import _is_block, block_law, resolve_rule
+from ._block import _is_block, block_law, chain_rows, resolve_rule
 
 
 @dataclass(frozen=True)
@@ -100,15 +100,8 @@ def exact_law(rule, target_probs, draft_probs, *, raw_target_probs=None, raw_dra
     ([0.5], [[0.5, 0.5]])
     """
     rule = resolve_rule(rule)
-    q = np.asarray(target_probs, dtype=np.float64)
-    p = np.asarray(draft_probs, dtype=np.float64)
-    if p.ndim != 2 or p.shape[0] < 1:
-        raise ValueError(f"draft_probs: expected shape (k, V) with k >= 1, got {p.shape}")
+    q, p = chain_rows(target_probs, draft_probs)
     k, v = p.shape
-    if q.shape != (k + 1, v):
-        raise ValueError(
-            f"target_probs: expected shape {(k + 1, v)} (k draft rows and the bonus row), got {q.shape}"
-        )
     qk = q[:k]
     raw = {}
     if raw_target_probs is not None:

@@ -76,10 +76,21 @@ class _Reference:
         b, k = draft_token_ids.shape
         s = types.SimpleNamespace(b=b, k=k, v=target_probs.shape[-1])
         s.raw_q, s.raw_p = raw_target_probs, raw_draft_probs
+        ids = draft_token_ids.to(torch.int64)
+        accepted, recovered, e_bonus = self.verify(
+            s, target_probs, draft_probs, ids, seeded_seqs, uniform_samples
+        )
+        if self.draws_bonus_token:
+            bonus_ids = _race(self.bonus_row(s), e_bonus)
+        else:
+            bonus_ids = bonus_token_ids[:, 0].to(torch.int64)
+        return _assemble(draft_token_ids, accepted, recovered, bonus_ids)
+
+    def verify(self, s, target_probs, draft_probs, ids, seeded_seqs, uniform_samples):
+        """Token-wise verification: (accepted ``[B, k]``, recovered ids ``[B, k]``, bonus noise)."""
         s.rows = self.batch_rows(s, target_probs.to(torch.float32))
         s.q = self.verifier_rows(s)
         s.p = draft_probs.to(torch.float32)
-        ids = draft_token_ids.to(torch.int64)
         s.placeholder = ids < 0  # a request that drafted fewer tokens: never accepted
         s.n = self.drafted(s, ids)[..., None]
         s.q = self.verifier(s)
@@ -90,13 +101,7 @@ class _Reference:
         empty = residual.sum(-1, keepdim=True) <= 0  # only where acceptance is 1
         residual = torch.where(empty, s.h, residual)
         u, e, e_bonus, extra = self.noise(s, seeded_seqs, uniform_samples)
-        accepted = self.accept(s, u, ratio, extra)
-        recovered = self.recover(residual, e, u)
-        if self.draws_bonus_token:
-            bonus_ids = _race(self.bonus_row(s), e_bonus)
-        else:
-            bonus_ids = bonus_token_ids[:, 0].to(torch.int64)
-        return _assemble(draft_token_ids, accepted, recovered, bonus_ids)
+        return self.accept(s, u, ratio, extra), self.recover(residual, e, u), e_bonus
 
     # -- the rows the sampler reads ----------------------------------------------------------
     def batch_rows(self, s, rows):
@@ -194,23 +199,11 @@ class _BlockReference(_Reference):
     def __init__(self, bonus: str):
         super().__init__("block", None, bonus)
 
-    def __call__(
-        self,
-        target_probs,
-        draft_probs,
-        draft_token_ids,
-        bonus_token_ids,
-        seeded_seqs=None,
-        raw_target_probs=None,
-        raw_draft_probs=None,
-        uniform_samples=None,
-    ):
-        b, k = draft_token_ids.shape
-        s = types.SimpleNamespace(b=b, k=k, v=target_probs.shape[-1])
-        s.raw_q, s.raw_p = raw_target_probs, raw_draft_probs
+    def verify(self, s, target_probs, draft_probs, ids, seeded_seqs, uniform_samples):
+        """Block verification: (kept drafts ``[B, k]``, recovered ids ``[B, k]``, bonus noise)."""
+        k = s.k
         s.rows = target_probs.to(torch.float32)
         s.q = s.rows[:, :k]
-        ids = draft_token_ids.to(torch.int64)
         s.placeholder = torch.cumsum((ids < 0).to(torch.int64), 1) > 0  # at or after a -1
         s.n = ids.clamp(min=0)[..., None]
         s.p = draft_probs.to(torch.float32)
@@ -227,12 +220,7 @@ class _BlockReference(_Reference):
         pos = torch.arange(1, k + 1)[None, :]
         tau = torch.where(passed, pos, torch.zeros_like(pos)).amax(1)
         kept = torch.arange(k)[None, :] < tau[:, None]
-        recovered = _race(residual, e)
-        if self.draws_bonus_token:
-            bonus_ids = _race(self.bonus_row(s), e_bonus)
-        else:
-            bonus_ids = bonus_token_ids[:, 0].to(torch.int64)
-        return _assemble(draft_token_ids, kept, recovered, bonus_ids)
+        return kept, _race(residual, e), e_bonus
 
     def drafter(self, s):
         """The drafter rows the ratios, thresholds and residuals use."""
