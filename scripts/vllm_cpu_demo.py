@@ -42,18 +42,6 @@ def prepare():
     tok.save_pretrained(DRAFTER)
 
 
-def fix_cpu_expand():
-    import torch
-    import vllm.v1.sample.rejection_sampler as r1
-
-    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
-        counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
-        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
-        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
-
-    r1.expand_batch_to_tokens = expand
-
-
 def run(rule):
     from vllm import LLM, SamplingParams
 
@@ -99,7 +87,9 @@ if __name__ == "__main__":
         sys.exit(0)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    fix_cpu_expand()
+    from cactus_theory.integrations.vllm._cpu_fix import patch_expand
+
+    patch_expand(only_affected=False)
     which = sys.argv[1] if len(sys.argv) > 1 else "both"
     if which in ("stock", "both"):
         run(None)

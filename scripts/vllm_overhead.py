@@ -61,6 +61,7 @@ import torch  # noqa: E402
 from cactus_theory._io import atomic_write_text  # noqa: E402
 from cactus_theory.integrations.vllm import _config as cfg  # noqa: E402
 from cactus_theory.integrations.vllm import _patch as vpatch  # noqa: E402
+from cactus_theory.integrations.vllm._cpu_fix import expand_batch_to_tokens  # noqa: E402
 from cactus_theory.integrations.vllm._rows import mrv1_substitute_probs, needs_raw, target_rows  # noqa: E402
 from cactus_theory.rules import get_rule, rule_names  # noqa: E402
 
@@ -130,13 +131,6 @@ def _sampling_metadata(B, device):
     )
 
 
-def _expand_by_definition(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
-    """vLLM's ``expand_batch_to_tokens`` by its definition (each request's value k_i times)."""
-    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
-    out = torch.repeat_interleave(x, counts, output_size=num_tokens)
-    return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
-
-
 def _clock(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -194,7 +188,7 @@ def verify_step_overhead(device="cpu", *, quick=False, rules=None, B=None, k=Non
         vpatch.install()
     orig_expand = r1.expand_batch_to_tokens
     if not cuda:
-        r1.expand_batch_to_tokens = _expand_by_definition
+        r1.expand_batch_to_tokens = expand_batch_to_tokens
     old_env = os.environ.get(cfg.ENV_VAR)
     try:
         spec = types.SimpleNamespace(rejection_sample_method="standard", draft_sample_method="probabilistic")

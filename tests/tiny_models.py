@@ -7,12 +7,15 @@ rest of the configuration is shared, so two tests with the same arguments build 
 import torch
 
 
-def tiny_llama(vocab: int, *, seed: int, layers: int = 1, max_positions: int = 64, init: float = 0.1):
-    """A random ``LlamaForCausalLM`` (hidden size 16, untied embeddings) seeded by ``seed``, in eval mode."""
+def tiny_llama(
+    vocab: int, *, seed: int, layers: int = 1, max_positions: int = 64, init: float = 0.1, **config
+):
+    """A random ``LlamaForCausalLM`` (hidden size 16, untied embeddings) seeded by ``seed``, in eval
+    mode; ``config`` overrides any other ``LlamaConfig`` field (e.g. a larger head for vLLM)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    cfg = LlamaConfig(
+    fields = dict(
         vocab_size=vocab,
         hidden_size=16,
         intermediate_size=32,
@@ -23,7 +26,7 @@ def tiny_llama(vocab: int, *, seed: int, layers: int = 1, max_positions: int = 6
         initializer_range=init,
         tie_word_embeddings=False,
     )
-    return LlamaForCausalLM(cfg).eval()
+    return LlamaForCausalLM(LlamaConfig(**{**fields, **config})).eval()
 
 
 class CharTokenizer:

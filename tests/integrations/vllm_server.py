@@ -33,15 +33,9 @@ NUM_SPEC = 3
 
 _FIX = """
 def register():
-    import torch
-    import vllm.v1.sample.rejection_sampler as r1
+    from cactus_theory.integrations.vllm._cpu_fix import patch_expand
 
-    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
-        counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
-        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
-        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
-
-    r1.expand_batch_to_tokens = expand
+    patch_expand(only_affected=False)
 """
 
 
@@ -60,25 +54,20 @@ def _tokenizer():
 
 def tiny_model(seed: int, layers: int):
     """A random ``LlamaForCausalLM`` vLLM's CPU build serves (hidden 64, 2 heads of 32, 1 KV head)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tiny_models import tiny_llama
 
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
+    return tiny_llama(
+        VOCAB,
+        seed=seed,
+        layers=layers,
+        max_positions=256,
+        init=0.3,  # spread logits: no near-ties for greedy decoding
         hidden_size=64,
         intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
         head_dim=32,
-        max_position_embeddings=256,
-        initializer_range=0.3,  # spread logits: no near-ties for greedy decoding
-        tie_word_embeddings=False,
         bos_token_id=1,
         eos_token_id=2,
     )
-    return LlamaForCausalLM(cfg).eval()
 
 
 def build_models(folder) -> tuple[Path, Path]:

