@@ -224,22 +224,27 @@ def _check_outputs(name: str, cells, where: str):
             assert problem is None, f"{name} cell {i} image {j} {where}: {problem}"
 
 
+def _open_notebook(page, base, token, path):
+    """Open ``path`` in JupyterLab (a fresh workspace) and wait until its kernel is idle."""
+    page.goto(f"{base}/lab/tree/{path.name}?token={token}&reset", wait_until="load")
+    page.wait_for_function(
+        """(name) => { const a = window.jupyterapp; if (!a) return false;
+             const w = a.shell.currentWidget;
+             return !!(w && w.context && w.context.path.endsWith(name) && w.sessionContext
+                       && w.sessionContext.session && w.sessionContext.session.kernel
+                       && w.sessionContext.session.kernel.status === 'idle'); }""",
+        arg=path.name,
+        timeout=SERVER_START_S * 1000,
+    )
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_in_jupyterlab(path, lab, browser_context):
     base, token, work = lab
     started = time.monotonic()
     page = browser_context.new_page()
     try:
-        page.goto(f"{base}/lab/tree/{path.name}?token={token}&reset", wait_until="load")
-        page.wait_for_function(
-            """(name) => { const a = window.jupyterapp; if (!a) return false;
-                 const w = a.shell.currentWidget;
-                 return !!(w && w.context && w.context.path.endsWith(name) && w.sessionContext
-                           && w.sessionContext.session && w.sessionContext.session.kernel
-                           && w.sessionContext.session.kernel.status === 'idle'); }""",
-            arg=path.name,
-            timeout=SERVER_START_S * 1000,
-        )
+        _open_notebook(page, base, token, path)
         loaded = time.monotonic() - started
         # Run All, as the Run menu does
         page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
@@ -312,16 +317,7 @@ def test_slider_moved_during_run_all(path, lab, browser_context):
     base, token, work = lab
     page = browser_context.new_page()
     try:
-        page.goto(f"{base}/lab/tree/{path.name}?token={token}&reset", wait_until="load")
-        page.wait_for_function(
-            """(name) => { const a = window.jupyterapp; if (!a) return false;
-                 const w = a.shell.currentWidget;
-                 return !!(w && w.context && w.context.path.endsWith(name) && w.sessionContext
-                           && w.sessionContext.session && w.sessionContext.session.kernel
-                           && w.sessionContext.session.kernel.status === 'idle'); }""",
-            arg=path.name,
-            timeout=SERVER_START_S * 1000,
-        )
+        _open_notebook(page, base, token, path)
         # Run All started, not awaited (the command's promise settles when every cell has run)
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
         # the first slider cell as soon as its plot is drawn, while later cells still run

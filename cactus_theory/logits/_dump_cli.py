@@ -202,9 +202,20 @@ def check_args(args) -> None:
         check_prompts(args.prompts)
 
 
+def prompts_for(args):
+    """The prompts ``--prompts`` names: the benchmark mix, a shipped set's evaluation split, or
+    the user's own file."""
+    from ._prompts import load_prompts, load_user_prompts
+
+    if args.prompts == "mix":
+        return benchmark_mix(args.per_category)
+    if args.prompts in ("spec_bench", "gsm8k", "ifeval"):
+        return load_prompts(args.prompts, "eval", per_category=args.per_category)
+    return load_user_prompts(args.prompts)
+
+
 def run_args(args) -> list[Path]:
     from ._models import default_device, load_hf, load_smollm2
-    from ._prompts import load_prompts, load_user_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -214,12 +225,7 @@ def run_args(args) -> list[Path]:
         return regenerate_shipped(out_dir=out, progress=not args.no_progress)
     dev = args.device or default_device()
     lm = load_smollm2(device=dev) if args.verifier == "smollm2" else load_hf(args.verifier, device=dev)
-    if args.prompts == "mix":
-        prompts = benchmark_mix(args.per_category)
-    elif args.prompts in ("spec_bench", "gsm8k", "ifeval"):
-        prompts = load_prompts(args.prompts, "eval", per_category=args.per_category)
-    else:
-        prompts = load_user_prompts(args.prompts)
+    prompts = prompts_for(args)
     cfg = DumpConfig(
         SamplingParams(args.temperature, args.top_p, args.top_k),
         args.new_tokens,

@@ -90,18 +90,12 @@ def _prompt_ids(tok, prompts, max_tokens):
 
 def record_with_vllm(args) -> list[Path]:
     """Generate with vLLM over the prompts and record the verified rows (the shards written)."""
-    from ...logits._dump_cli import benchmark_mix
-    from ...logits._prompts import load_prompts, load_user_prompts
+    from ...logits._dump_cli import prompts_for
     from ._cpu_fix import patch_expand
     from ._recorder import flush_all
 
     rule = _check(args)
-    if args.prompts == "mix":
-        prompts = benchmark_mix(args.per_category)
-    elif args.prompts in ("spec_bench", "gsm8k", "ifeval"):
-        prompts = load_prompts(args.prompts, "eval", per_category=args.per_category)
-    else:
-        prompts = load_user_prompts(args.prompts)
+    prompts = prompts_for(args)
     out = Path(args.out_dir)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine (and its recorder) in this process
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the paths (or --json)
