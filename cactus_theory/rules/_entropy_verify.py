@@ -95,8 +95,8 @@ register(
     RuleSpec(
         name="entropy-verify",
         factory=EntropyVerify,
-        # posterior_alpha first: the sweep of the frontier figure moves the first numeric knob
-        # from its low end, and posterior_threshold's low end (0) is open
+        # posterior_alpha first: the first numeric knob is the one the frontier's default sweep
+        # moves and the audit calibrates (posterior_threshold stays at its default)
         knobs=(
             Knob(
                 "posterior_alpha",
