@@ -7,6 +7,13 @@ The deferral *tests* read the **raw** (temperature-1) distributions :math:`\tild
 (``raw_draft_probs``, ``raw_target_probs``), as the official notebook does; :math:`\pi`, the
 acceptance ratio and the TV of OPT use the processed ones.
 
+**OPT's gate** (``cascade-opt``'s knob ``gate``): ``"raw"`` (default) compares the raw maxima
+:math:`\max\tilde p \ge \max\tilde q - \alpha\,TV(p, q)`, as eq. 10 and the official
+notebook do; ``"processed"`` compares the processed maxima :math:`\max p \ge \max q - \alpha\,
+TV(p, q)`, the default of the arXiv 2607.08690 vLLM overlay (``spec_cascade_opt_gate``
+``"processed"``; its ``"paper"`` is ``"raw"`` here). TV is the processed rows' in both. On rows
+without raw distributions (raw = processed) the two gates agree.
+
 ========== ======================================================================== =========
 rule       :math:`\pi`                                                              SpS at
 ========== ======================================================================== =========
@@ -63,8 +70,18 @@ CASCADE_RULES = {
 }
 
 
+#: OPT's gate: which maxima the deferral test compares (module docstring).
+OPT_GATES = ("raw", "processed")
+
+
 def cascade_target(
-    kind: str, alpha: float, target_probs, draft_probs, raw_target_probs=None, raw_draft_probs=None
+    kind: str,
+    alpha: float,
+    target_probs,
+    draft_probs,
+    raw_target_probs=None,
+    raw_draft_probs=None,
+    gate: str = "raw",
 ):
     r"""The deferral target :math:`\pi` of a speculative-cascade rule (array-agnostic).
 
@@ -78,6 +95,9 @@ def cascade_target(
         Processed q and p (build :math:`\pi`).
     raw_target_probs, raw_draft_probs : array, shape (..., V), optional
         Raw q and p the deferral tests read (default: the processed ones).
+    gate : {"raw", "processed"}
+        OPT's gate (module docstring): ``"processed"`` makes OPT's test read the processed
+        rows even where raw ones are given. The other rules read the raw rows.
 
     Returns
     -------
@@ -88,8 +108,9 @@ def cascade_target(
     Source: Narasimhan et al., ICLR 2025 (arXiv 2405.19261) eqs. 2, 5, 10, 13-15; official Gemma notebook.
     """
     q, p = target_probs, draft_probs
-    rq = q if raw_target_probs is None else raw_target_probs
-    rp = p if raw_draft_probs is None else raw_draft_probs
+    processed_gate = kind == "opt" and gate == "processed"
+    rq = q if raw_target_probs is None or processed_gate else raw_target_probs
+    rp = p if raw_draft_probs is None or processed_gate else raw_draft_probs
     xp = array_namespace(q, p)
     max_rq = xp.max(rq, axis=-1, keepdims=True)
     max_rp = xp.max(rp, axis=-1, keepdims=True)
@@ -125,32 +146,46 @@ class Cascade(Rule):
     Source: Narasimhan et al., ICLR 2025 (arXiv 2405.19261) eqs. 2, 5, 10, 13-15; official Gemma notebook.
     """
 
-    def __init__(self, kind: str, alpha: float):
+    def __init__(self, kind: str, alpha: float, gate: str = "raw"):
         self.kind = kind
         self.alpha = alpha
+        self.gate = gate
+
+    @property
+    def reads_raw(self) -> bool:
+        """Whether the plan reads the raw rows: every rule but OPT with ``gate="processed"``."""
+        return not (self.kind == "opt" and self.gate == "processed")
 
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        r"""``TargetPlan(pi)``; the deferral tests read the raw distributions."""
+        r"""``TargetPlan(pi)``; the deferral tests read the raw distributions (OPT: its gate)."""
         pi = cascade_target(
-            self.kind, self.alpha, target_probs, draft_probs, raw_target_probs, raw_draft_probs
+            self.kind, self.alpha, target_probs, draft_probs, raw_target_probs, raw_draft_probs, self.gate
         )
         return TargetPlan(target_probs, draft_probs, pi)
+
+
+_ALPHA_DOC = "lenience (paper's alpha, notebook's 'lenience'; notebook demo 0.5)"
+_GATE = Knob(
+    "gate",
+    "raw",
+    choices=OPT_GATES,
+    doc="rows whose maxima the test compares: raw (eq. 10, the notebook) or processed (the overlay's default)",
+)
+
+
+def _factory(kind):
+    """The registry's factory of one cascade rule (OPT also takes its gate)."""
+    if kind == "opt":
+        return lambda alpha, gate: Cascade(kind, alpha, gate)
+    return lambda alpha: Cascade(kind, alpha)
 
 
 for _kind, (_lo, _hi, _sps, _eq) in CASCADE_RULES.items():
     register(
         RuleSpec(
             name=f"cascade-{_kind}",
-            factory=(lambda k: lambda alpha: Cascade(k, alpha))(_kind),
-            knobs=(
-                Knob(
-                    "alpha",
-                    0.5,
-                    _lo,
-                    _hi,
-                    doc="lenience (paper's alpha, notebook's 'lenience'; notebook demo 0.5)",
-                ),
-            ),
+            factory=_factory(_kind),
+            knobs=(Knob("alpha", 0.5, _lo, _hi, doc=_ALPHA_DOC),) + ((_GATE,) if _kind == "opt" else ()),
             sps_knobs={"alpha": _sps},
             needs_raw=True,
             family="target",

@@ -29,6 +29,7 @@ from scipy import stats
 import cactus_theory as ct
 from cactus_theory.integrations.vllm import _config as cfg
 from cactus_theory.integrations.vllm import _patch as vpatch
+from cactus_theory.integrations.vllm import _rows as plugin_rows
 from cactus_theory.integrations.vllm._cpu_fix import patch_expand
 from cactus_theory.integrations.vllm._rows import mrv1_substitute, mrv2_substitute
 from cactus_theory.rules import get_rule, rule_names
@@ -627,6 +628,40 @@ def test_raw_rows_and_request_temperature_matter(vllm_mods, monkeypatch, name):
         before = _exact_h(get_rule(name, **knobs), q, p, drafts[i, j % k], **(raw if name == "scd" else {}))
         gaps.append(np.abs(probs[j].double().numpy() - before).sum())
     assert max(gaps) > 0.05, gaps
+
+
+@needs_vllm
+@pytest.mark.parametrize("alpha", [-0.1, 0.0, 0.05])
+def test_opt_cascade_gate_knob_through_the_engine(vllm_mods, monkeypatch, alpha):
+    """cascade-opt's ``gate`` reaches the engine's rows: ``"processed"`` compares the processed
+    maxima (the raw rows are then not read), ``"raw"`` the raw ones; each row is the float64
+    analysis of the same knob, and the two gates give different rows on this case."""
+    B, k, V, temps, top_k, top_p, z_e, z_a, drafts = _engine_case()
+    rows = np.arange(B * (k + 1)) % (k + 1) != k
+    got, want = {}, {}
+    for gate in ("raw", "processed"):
+        conf = {"rule": "cascade-opt", "alpha": alpha, "gate": gate}
+        assert plugin_rows.needs_raw(cfg.parse_config(conf).rule) == (gate == "raw")
+        _, probs = _engine_rows(
+            vllm_mods, monkeypatch, conf, z_e, z_a, torch.tensor(drafts), temps, top_k, top_p
+        )
+        got[gate] = probs
+        rule = get_rule("cascade-opt", alpha=alpha, gate=gate)
+        want[gate] = np.zeros((B * k, V))
+        for j in range(B * k):
+            i = j // k
+            if temps[i] == 0:
+                continue
+            q = _processed(z_e[rows][j], temps[i], top_k[i], top_p[i])
+            p = _softmax(z_a[j] / temps[i])
+            raw = {"raw_target_probs": _softmax(z_e[rows][j]), "raw_draft_probs": _softmax(z_a[j])}
+            want[gate][j] = _exact_h(rule, q, p, drafts[i, j % k], **raw)
+            # float32 softmax rows against float64 (a picked row is q or p itself)
+            np.testing.assert_allclose(probs[j].double().numpy(), want[gate][j], rtol=0, atol=1e-5)
+    gap = np.abs(want["raw"] - want["processed"]).sum(-1).max()
+    # the case separates the gates at alpha >= 0 (at -0.1 both pick the same rows here)
+    assert gap > 0.05 or alpha < 0
+    assert (got["raw"] - got["processed"]).abs().sum(-1).max().item() == pytest.approx(gap, abs=1e-4)
 
 
 def test_scd_temperature_is_the_requests():

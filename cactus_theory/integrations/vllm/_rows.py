@@ -95,9 +95,10 @@ def is_sps(rule: Rule) -> bool:
 
 
 def needs_raw(rule: Rule) -> bool:
-    """True when the rule reads the raw rows (``RuleSpec.needs_raw``)."""
+    """True when the rule reads the raw rows (``RuleSpec.needs_raw``, unless the configured rule
+    says its knobs make it read none: ``reads_raw`` False, the OPT cascade's processed gate)."""
     spec = _spec(rule)
-    return bool(spec is not None and spec.needs_raw)
+    return bool(spec is not None and spec.needs_raw and getattr(rule, "reads_raw", True))
 
 
 def uses_plan(rule: Rule, shortcuts: bool = True) -> bool:
