@@ -193,6 +193,39 @@ def test_mrv1_rows_are_log_h_and_greedy_rows_untouched():
         np.testing.assert_allclose(torch.softmax(new[i], -1).numpy(), h, rtol=1e-5, atol=1e-6)
 
 
+def test_truncated_drafter_rows_are_reported_once(monkeypatch, caplog):
+    """The older runner rebuilds the drafter's raw row from p (right only when the drafter
+    truncates nothing): a rule reading raw rows warns once when a substituted p has zeros (a
+    top-k drafter) or is one-hot (no drafter probabilities); full rows and greedy rows do not
+    warn, nor does a rule that reads no raw rows."""
+    monkeypatch.setattr(plugin_rows, "_RAW_WARNED", set())
+    rng = np.random.default_rng(3)
+    V = 8
+    q = torch.tensor(rng.dirichlet(np.ones(V), size=3), dtype=torch.float32)
+    full = torch.tensor(rng.dirichlet(np.ones(V), size=3), dtype=torch.float32)
+    top2 = full * (full >= full.topk(2, dim=-1).values[:, 1:]).float()
+    top2 = top2 / top2.sum(-1, keepdim=True)
+    n = torch.tensor([0, 3, 5])
+    greedy_first = types.SimpleNamespace(all_random=False, temperature=torch.tensor([0.0, 0.7]))
+    truncated_greedy = torch.cat([top2[:1], full[1:]])  # only the greedy request's row truncated
+    meta = types.SimpleNamespace(all_random=True, temperature=torch.tensor([1.0, 0.7]))
+
+    def warnings_after(rule, p, m=meta):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="vllm.cactus_theory"):
+            mrv1_substitute(rule, n, [1, 2], p, torch.log(q), m, raw_target_logits=torch.log(q))
+        return [r for r in caplog.records if "raw row" in r.getMessage()]
+
+    opt = get_rule("cascade-opt", alpha=0.05)
+    assert warnings_after(opt, full) == []
+    assert warnings_after(opt, truncated_greedy, greedy_first) == []
+    assert warnings_after(get_rule("cascade-opt", alpha=0.05, gate="processed"), top2) == []
+    first = warnings_after(opt, top2)
+    assert len(first) == 1 and "'cascade-opt'" in first[0].getMessage()
+    assert warnings_after(opt, top2) == []  # once
+    assert len(warnings_after(get_rule("scd"), None)) == 1  # one-hot p: no drafter row at all
+
+
 def test_mrv2_rows_follow_its_layout():
     """Row j verifies draft_sampled[j+1] against the drafter's logits at [state, local]/T."""
     rule = get_rule("interpolation", alpha=0.4)

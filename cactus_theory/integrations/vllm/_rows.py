@@ -22,7 +22,14 @@ before penalties, temperature and top-k/top-p (both runners keep them: MRV1's
 copies); the drafter's raw row is MRV2's raw draft logits, and in MRV1, whose drafter
 (``compute_probs_and_sample_next_token`` in vLLM 0.32-0.33) divides its logits by the request
 temperature T and truncates nothing, :math:`\tilde p = \mathrm{softmax}(T \log p)` (exact up to
-float32 underflow of p below ~1e-45).
+float32 underflow of p below ~1e-45). That is right only for a drafter that truncates nothing:
+on the older runner the plugin checks each step's substituted drafter rows for zeros (a
+truncating drafter's top-k/top-p, or a drafter without probabilities, whose p is one-hot)
+until it finds one, and then warns once per rule (:func:`check_raw_draft`): the rebuilt raw
+row is then the truncated row's, and the rule's raw tests read it in place of the drafter's
+raw row. (A zero can also be a logit of -inf, or float32 underflow, where the rebuilt row is
+right; the plugin cannot tell them apart and says so.) The newer runner hands the drafter's raw
+logits, so its raw rows are exact; without them (one-hot drafts) it warns the same way.
 
 **Knobs tied to the request.** SCD's ``scd_temperature`` is the request's temperature (as the
 arXiv 2607.08690 overlay sets it): the rule's plan gets each row's temperature as a [rows, 1]
@@ -55,6 +62,7 @@ Symbols: q verifier (``target_logits`` softmaxed), p drafter (``draft_probs``), 
 from __future__ import annotations
 
 import copy
+import logging
 
 from ..._extras import require
 from ...rules import Rule
@@ -71,6 +79,7 @@ __all__ = [
     "needs_raw",
     "uses_plan",
     "raw_draft_from_tempered",
+    "check_raw_draft",
     "target_rows",
     "substitute_target_logits",
     "substitute_target_probs",
@@ -125,6 +134,50 @@ def raw_draft_from_tempered(draft_probs, temperature):
     """
     t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).to(torch.float32)
     return torch.softmax(t[:, None] * torch.log(draft_probs.to(torch.float32)), dim=-1)
+
+
+logger = logging.getLogger("vllm.cactus_theory")
+
+#: The rules already warned about by :func:`check_raw_draft` (once per rule and process).
+_RAW_WARNED: set = set()
+
+
+def check_raw_draft(rule: Rule, draft_probs, rows, *, one_hot: bool = False) -> bool:
+    r"""Warn once per rule when the drafter's raw rows cannot be had from its processed rows.
+
+    The older runner rebuilds the drafter's raw row as :math:`\mathrm{softmax}(T\log p)`
+    (:func:`raw_draft_from_tempered`), which is its raw row only when the drafter truncates
+    nothing. A zero in a substituted row of p (``rows``) means a truncated row (or a one-hot p,
+    ``one_hot``: a drafter without probabilities), a logit of -inf, or float32 underflow; the
+    check cannot tell them apart and warns (one ``logging`` warning under ``vllm.cactus_theory``,
+    naming the rule) the first time it meets one. Until it has warned it reads one boolean per
+    step (a host read; a rule that reads no raw rows is never checked).
+
+    Returns
+    -------
+    bool
+        True when this call warned.
+    """
+    name = getattr(rule, "name", repr(rule))
+    if name in _RAW_WARNED or draft_probs is None or draft_probs.shape[0] == 0:
+        return False
+    zero_rows = ((draft_probs == 0).any(dim=-1) & rows).any()
+    if not (one_hot or bool(zero_rows)):
+        return False
+    _RAW_WARNED.add(name)
+    why = (
+        "the drafter gives no probabilities (p is one-hot)"
+        if one_hot
+        else "its rows have zeros (a drafter that truncates, or logits of -inf / float32 underflow)"
+    )
+    logger.warning(
+        "cactus_theory: rule %r reads the drafter's raw row, which this runner rebuilds from p, "
+        "and %s: where the drafter truncated, the rule's raw tests read the truncated row "
+        "instead of the drafter's raw row (this warning is shown once)",
+        name,
+        why,
+    )
+    return True
 
 
 def target_rows(
@@ -363,7 +416,8 @@ def _mrv1_inputs(
     shortcuts,
 ):
     """MRV1's drafter rows (one-hot for None), substituted rows, row temperatures, raw drafter rows."""
-    if draft_probs is None and uses_plan(rule, shortcuts):
+    one_hot = draft_probs is None
+    if one_hot and uses_plan(rule, shortcuts):
         draft_probs = torch.nn.functional.one_hot(draft_token_ids.to(torch.int64).clamp(min=0), vocab).to(
             torch.float32
         )
@@ -379,6 +433,7 @@ def _mrv1_inputs(
         rows = _rows_of_requests(temps != 0, num_rows, num_draft_tokens, cu, device)
     raw_draft = None
     if needs_raw(rule) and row_temp is not None and draft_probs is not None:
+        check_raw_draft(rule, draft_probs, rows, one_hot=one_hot)
         raw_draft = raw_draft_from_tempered(draft_probs, row_temp)
     return draft_probs, rows, row_temp, raw_draft
 
@@ -515,6 +570,8 @@ def mrv2_substitute(
     elif draft_logits is None:
         p = torch.nn.functional.one_hot(next_tok.clamp(min=0), vocab).to(torch.float32)
         raw_draft = p
+        if needs_raw(rule):
+            check_raw_draft(rule, p, rows, one_hot=True)
     else:
         local = expanded_local_pos.to(torch.int64).clamp(max=draft_logits.shape[1] - 1)
         raw = draft_logits[state, local, :vocab].to(torch.float32)
