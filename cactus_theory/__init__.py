@@ -11,6 +11,9 @@ The front door (``import cactus_theory as ct``), one call per everyday problem:
 - ``ct.exact_chain(rule, ct.Trajectory(q_t, p_t), m)``: exact multi-token metrics.
 - ``ct.make_sampler(rule, **knobs)``: a batched torch sampler (vLLM's interface).
 - ``ct.audit("distilled", eps=0.1)``: every rule calibrated to one true emitted divergence.
+- ``ct.plan("distilled", eps=0.1, cost=0.1)``: the knob, tokens per call and speedup at every
+  draft length, the best one and a vLLM configuration (``ct.AcceptanceProfile``,
+  ``ct.CostModel``).
 - ``ct.get_verifier(name)`` with ``ct.MultiDraft`` / ``ct.TokenTree`` / ``ct.DraftChain``:
   multi-draft and tree verification (``ct.VERIFIERS``; exact laws in
   :mod:`cactus_theory.analysis.multidraft`).
@@ -41,15 +44,18 @@ from .api import (
     exact_chain,
     make_sampler,
     optimal_frontier,
+    plan,
     solve_spike,
 )
 from .divergences import DIVERGENCES, divergence, get_divergence, two_point_divergence
 from .drafts import DraftChain, MultiDraft, TokenTree
+from .planning import AcceptanceProfile, CostModel
 from .results import (
     CalibrationResult,
     ChainResult,
     FrontierResult,
     OneStepResult,
+    PlanResult,
     RuleTable,
     SpikeSolution,
     TaylorExactComparison,
@@ -69,6 +75,10 @@ __all__ = [
     "exact_chain",
     "make_sampler",
     "audit",
+    "plan",
+    "PlanResult",
+    "AcceptanceProfile",
+    "CostModel",
     "Trajectory",
     "SpikeSolution",
     "TaylorExactComparison",

@@ -417,6 +417,12 @@ _SUBCOMMANDS = {
         _args_audit,
         _cmd_audit,
     ),
+    "plan": _Subcommand(
+        "from a recording, a budget and a cost model: each rule's knob, tokens per call and "
+        "speedup at every draft length, the best one and a vLLM configuration",
+        "cactus_theory.planning._cli:add_arguments",
+        "cactus_theory.planning._cli:run",
+    ),
     "simulate": _Subcommand(
         "simulate a rule over synthetic trajectories (teacher-forced) beside exact",
         "cactus_theory.simulate._cli:add_arguments",

@@ -53,6 +53,7 @@ from ._front import (
     TaylorExactComparison,
 )
 from ._lengths import CurveCheck, PositionComparison
+from ._plan import PlanResult
 
 __all__ = [
     "SpikeSolution",
@@ -74,4 +75,5 @@ __all__ = [
     "TreeBudgetResult",
     "CurveCheck",
     "PositionComparison",
+    "PlanResult",
 ]
