@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ._load import MIN_WINDOW_S, LoadWindows, load_flag, load_text
+
 VOCAB = 151_936
 DELTA = 0.1
 SAMPLER_SHAPES = ((32, 8, 32_000), (8, 4, 151_936))
@@ -27,7 +29,8 @@ SAMPLER_THREADS = 2
 #: distributions, the analysis (numpy and torch), the samplers, the frontier, the scale rows.
 SECTIONS = ("spike", "emitted", "analysis", "samplers", "frontier", "scale")
 
-#: The samplers' rows time this many times ``repeats`` alternated pairs (package docstring).
+#: The samplers' rows are timed in this many interleaved rounds of ``repeats`` pairs each
+#: (every row once per round; package docstring).
 SAMPLER_PAIRS = 4
 
 
@@ -80,6 +83,13 @@ class GoalResult:
         Ratio within target and the correctness check passed.
     check : str
         The correctness check against the slow reference and its outcome.
+    load : dict
+        The machine's load while the row was timed (:meth:`._load.LoadWindows.record`:
+        load averages, other processes' busy cores, cores, threads, the baseline's spread
+        over rounds).
+    flag : str
+        Why the timing is not a verdict (:func:`._load.load_flag`), or ``""``. A flagged
+        goal row does not pass, whatever its ratio.
     """
 
     goal: str
@@ -88,6 +98,8 @@ class GoalResult:
     target: str
     passed: bool
     check: str = ""
+    load: dict = field(default_factory=dict)
+    flag: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,11 @@ class BenchmarkReport:
         """True when every goal passed."""
         return all(g.passed for g in self.goals)
 
+    @property
+    def loaded(self) -> tuple:
+        """The goal rows timed under load (flagged: not recorded as goals)."""
+        return tuple(g.goal for g in self.goals if g.flag and g.target != "reported")
+
     def to_dict(self) -> dict:
         """A JSON-serializable dict (floats, strings, bools, lists)."""
         return {
@@ -122,16 +139,14 @@ class BenchmarkReport:
             "quick": self.quick,
             "environment": dict(self.environment),
             "all_passed": self.all_passed,
+            "loaded": list(self.loaded),
             "goals": [asdict(g) for g in self.goals],
         }
 
     def to_text(self) -> str:
         """The table: goal, measured, ratio, target, pass/fail (then the checks)."""
         head = ("goal", "measured", "ratio", "target", "pass/fail")
-        rows = [
-            (g.goal, g.measured, f"{g.ratio:.3g}", g.target, "pass" if g.passed else "FAIL")
-            for g in self.goals
-        ]
+        rows = [(g.goal, g.measured, f"{g.ratio:.3g}", g.target, _verdict(g)) for g in self.goals]
         widths = [max(len(r[i]) for r in rows + [head]) for i in range(5)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         env = ", ".join(f"{k}={v}" for k, v in self.environment.items())
@@ -145,7 +160,18 @@ class BenchmarkReport:
         lines += [fmt.format(*r) for r in rows]
         lines += ["", "checks against the slow reference path:"]
         lines += [f"  {g.goal}: {g.check}" for g in self.goals if g.check]
+        flagged = [g for g in self.goals if g.flag]
+        if flagged:
+            lines += ["", "timed under load (not verdicts; rerun on an idle machine):"]
+            lines += [f"  {g.goal}: {g.flag}" for g in flagged]
         return "\n".join(lines) + "\n"
+
+
+def _verdict(g: GoalResult) -> str:
+    """The table's last column: ``loaded`` for a flagged goal row, else pass or FAIL."""
+    if g.flag and g.target != "reported":
+        return "loaded"
+    return "pass" if g.passed else "FAIL"
 
 
 def correlated_pair(vocab_size: int, batch=(), seed: int = 0):
@@ -161,14 +187,49 @@ def correlated_pair(vocab_size: int, batch=(), seed: int = 0):
     return softmax(g), softmax(lp)
 
 
-def goal(goal, measured, ratio, target, ok_speed, ok_check, check):
+_WINDOW: dict = {"windows": None, "last": {}}
+
+
+def start_rows(threads: int) -> None:
+    """Start the load window of the rows :func:`goal` makes next without a load record of
+    their own (each such row records the load since the previous one; ``threads``: the
+    threads they may use)."""
+    _WINDOW["windows"] = LoadWindows(threads)
+    _WINDOW["windows"].start()
+    _WINDOW["last"] = {}
+
+
+def _window_record() -> dict:
+    """The load since the previous row (a window too short to measure: the previous row's
+    record, the same timings), and a fresh window for the next row."""
+    w = _WINDOW["windows"]
+    if w is None:
+        return {}
+    w.stop()
+    rec = w.record() if w.wall >= MIN_WINDOW_S or not _WINDOW["last"] else _WINDOW["last"]
+    _WINDOW["last"] = rec
+    start_rows(w.threads)
+    _WINDOW["last"] = rec
+    return rec
+
+
+def goal(goal, measured, ratio, target, ok_speed, ok_check, check, load=None):
+    """One row: ``passed`` needs the speed target, the check and (for a goal row) a timing
+    not flagged as loaded (``load``: the row's record, else the window since the previous
+    row, :func:`start_rows`)."""
+    load = _window_record() if load is None else load
+    flag = load_flag(load) if load else ""
+    if load:
+        measured = f"{measured}; {load_text(load)}"
     return GoalResult(
         goal,
         measured,
         float(ratio),
         target,
-        bool(ok_speed and ok_check),
+        bool(ok_speed and ok_check and not (flag and target != "reported")),
         f"{'ok' if ok_check else 'FAILED'}: {check}",
+        dict(load),
+        flag,
     )
 
 

@@ -11,9 +11,13 @@ plan on normalized copies (the reference).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
-from ._goals import SAMPLER_PAIRS, SAMPLER_THREADS, goal, paired_median_times
+import numpy as np
+
+from ._goals import SAMPLER_PAIRS, SAMPLER_THREADS, goal
+from ._load import LoadWindows
 
 #: The other branch of each data-dependent shortcut of the fused CPU samplers, timed as a
 #: reported row: (rule, knobs, scale of q's rows, label). Fuzzy SD at scale 1 has its bounds
@@ -69,9 +73,48 @@ def _rows(gen, B, k, V) -> _Rows:
     return _Rows(B, k, V, q, p, ids, bonus, pos, sq, sp, qq, pp, cond, read)
 
 
-def _validation_rows(x: _Rows, repeats: int) -> list:
+@dataclass
+class _Timed:
+    """One row timed in interleaved rounds: ``fn`` alternated with its baseline ``ref`` (the
+    read pass, or the Taylor sampler) in :meth:`time_round`, the row built by ``make(t, t_ref,
+    load)`` from the medians over every round (:meth:`row`)."""
+
+    fn: Callable
+    ref: Callable
+    make: Callable
+    threads: int
+    t_fn: list = field(default_factory=list)
+    t_ref: list = field(default_factory=list)
+    ref_rounds: list = field(default_factory=list)
+    windows: LoadWindows | None = None
+
+    def time_round(self, pairs: int) -> None:
+        """``pairs`` alternated calls of the baseline and ``fn``, in one load window."""
+        if self.windows is None:
+            self.windows = LoadWindows(self.threads)
+        t_ref = []
+        self.windows.start()
+        for _ in range(pairs):
+            t0 = time.perf_counter()
+            self.ref()
+            t1 = time.perf_counter()
+            self.fn()
+            t2 = time.perf_counter()
+            t_ref.append(t1 - t0)
+            self.t_fn.append(t2 - t1)
+        self.windows.stop()
+        self.t_ref += t_ref
+        self.ref_rounds.append(float(np.median(t_ref)))
+
+    def row(self):
+        load = self.windows.record(self.ref_rounds)
+        return self.make(float(np.median(self.t_fn)), float(np.median(self.t_ref)), load)
+
+
+def _validation_rows(x: _Rows, threads: int) -> list:
     """The entry validation alone (row sums and row minimum of q's k positions and p: the
-    clamp-and-flag check every call runs), eager and fused, reported: the floor under every rule."""
+    clamp-and-flag check every call runs), eager and fused, reported: the floor under every
+    rule (:class:`_Timed` items)."""
     import torch
 
     from cactus_theory.samplers._entry import validate_sampler_entry
@@ -80,16 +123,21 @@ def _validation_rows(x: _Rows, repeats: int) -> list:
     val = lambda: validate_sampler_entry(q, bonus, p, ids, return_sums=True)  # noqa: E731
     sums = val()[4]
     ok_sums = bool(torch.equal(sums[0], q[:, :k].sum(-1)) and torch.equal(sums[1], p.sum(-1)))
-    t_val, t_r = paired_median_times(val, x.read, repeats)
     out = [
-        goal(
-            f"sampler entry validation eager {x.shape} / read pass",
-            f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms",
-            t_val / t_r,
-            "reported",
-            True,
-            ok_sums,
-            f"its row sums equal q[:, :k].sum(-1), p.sum(-1) bit for bit: {ok_sums}",
+        _Timed(
+            val,
+            x.read,
+            lambda t_val, t_r, load: goal(
+                f"sampler entry validation eager {x.shape} / read pass",
+                f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms",
+                t_val / t_r,
+                "reported",
+                True,
+                ok_sums,
+                f"its row sums equal q[:, :k].sum(-1), p.sum(-1) bit for bit: {ok_sums}",
+                load,
+            ),
+            threads,
         )
     ]
     # the fused kernel (one read per tensor; float32 sums of 256-entry blocks, then their
@@ -106,17 +154,22 @@ def _validation_rows(x: _Rows, repeats: int) -> list:
 
     err = max(rel_eps(sums_f[0], q[:, :k]), rel_eps(sums_f[1], p))
     err_torch = max(rel_eps(q[:, :k].sum(-1), q[:, :k]), rel_eps(p.sum(-1), p))
-    t_val, t_r = paired_median_times(val_f, x.read, repeats)
     out.append(
-        goal(
-            f"sampler entry validation fused {x.shape} / read pass",
-            f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms",
-            t_val / t_r,
-            "reported",
-            True,
-            err <= 2.0,
-            f"its row sums vs the float64 sums: {err:.2f} float32 eps relative (<= 2; torch's sum: "
-            f"{err_torch:.2f})",
+        _Timed(
+            val_f,
+            x.read,
+            lambda t_val, t_r, load: goal(
+                f"sampler entry validation fused {x.shape} / read pass",
+                f"{t_val * 1e3:.2f} ms vs read {t_r * 1e3:.2f} ms",
+                t_val / t_r,
+                "reported",
+                True,
+                err <= 2.0,
+                f"its row sums vs the float64 sums: {err:.2f} float32 eps relative (<= 2; torch's "
+                f"sum: {err_torch:.2f})",
+                load,
+            ),
+            threads,
         )
     )
     return out
@@ -152,9 +205,9 @@ def _recovery_diff(s, x: _Rows, state) -> float:
     return max(float((w / w.sum(-1, keepdim=True) - r_ref).abs().max()), bs_diff)
 
 
-def _rule_row(name: str, fused: bool, x: _Rows, repeats: int):
-    """One rule's sampler (fused: the goal, at most 3 read passes; eager: reported): the row
-    and its median time."""
+def _rule_row(name: str, fused: bool, x: _Rows, threads: int) -> _Timed:
+    """One rule's sampler (fused: the goal, at most 3 read passes; eager: reported), checked
+    and called once (the fused kernels compile), to be timed in rounds."""
     from cactus_theory.samplers import make_sampler
 
     s = make_sampler(name, fused=fused)
@@ -171,21 +224,25 @@ def _rule_row(name: str, fused: bool, x: _Rows, repeats: int):
     t0 = time.perf_counter()
     s(q, bonus, p, ids)
     first = time.perf_counter() - t0
-    t, t_read = paired_median_times(lambda: s(q, bonus, p, ids), x.read, repeats)
-    row = goal(
-        f"sampler {name} {'fused' if fused else 'eager'} {x.shape} / read pass",
-        f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms" + (f" (first call {first:.1f} s)" if fused else ""),
-        t / t_read,
-        "<= 3" if fused else "reported",
-        t / t_read <= 3 or not fused,
-        max(diff, diff_r) <= 1e-5,
-        f"accept path vs plan: max diff {diff:.1e}; recovery weights "
-        f"(and block sums) vs plan: max diff {diff_r:.1e}",
-    )
-    return row, t
+
+    def make(t, t_read, load):
+        return goal(
+            f"sampler {name} {'fused' if fused else 'eager'} {x.shape} / read pass",
+            f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms"
+            + (f" (first call {first:.1f} s)" if fused else ""),
+            t / t_read,
+            "<= 3" if fused else "reported",
+            t / t_read <= 3 or not fused,
+            max(diff, diff_r) <= 1e-5,
+            f"accept path vs plan: max diff {diff:.1e}; recovery weights "
+            f"(and block sums) vs plan: max diff {diff_r:.1e}",
+            load,
+        )
+
+    return _Timed(lambda: s(q, bonus, p, ids), x.read, make, threads)
 
 
-def _fallback_rows(x: _Rows, timed, repeats: int) -> list:
+def _fallback_rows(x: _Rows, timed, threads: int) -> list:
     """The data-dependent shortcuts' other branch, reported beside the goal rows (fused): fuzzy
     SD's exact divergence on every row (its bounds disabled: the worst case, every row
     undecided), TAS on rows summing to 1.01 (vLLM's entropy then takes its exact second pass),
@@ -202,9 +259,9 @@ def _fallback_rows(x: _Rows, timed, repeats: int) -> list:
         qs, bonus, p, ids = x.q * scale, x.bonus, x.p, x.ids
         diff, _ = _accept_diff(s, x, qs)
         s(qs, bonus, p, ids)
-        t, t_read = paired_median_times(lambda: s(qs, bonus, p, ids), x.read, repeats)
-        out.append(
-            goal(
+
+        def make(t, t_read, load, name=name, what=what, diff=diff):
+            return goal(
                 f"sampler {name} fused, {what} {x.shape} / read pass",
                 f"{t * 1e3:.1f} ms vs read {t_read * 1e3:.2f} ms",
                 t / t_read,
@@ -212,14 +269,17 @@ def _fallback_rows(x: _Rows, timed, repeats: int) -> list:
                 True,
                 diff <= 1e-5,
                 f"accept path vs plan: max diff {diff:.1e}",
+                load,
             )
-        )
+
+        call = lambda s=s, qs=qs: s(qs, bonus, p, ids)  # noqa: E731
+        out.append(_Timed(call, x.read, make, threads))
     return out
 
 
-def _exact_vs_taylor_rows(x: _Rows, timed, repeats: int) -> list:
+def _exact_vs_taylor_rows(x: _Rows, timed, threads: int) -> list:
     """The exact-root sampler over the Taylor one, fused and eager, timed alternately (same
-    window of the shared machine): at most 1.5."""
+    window of the shared machine; the Taylor sampler is the baseline): at most 1.5."""
     from cactus_theory.samplers import make_sampler
 
     # the exact rule under either name (cactus-exact's default divergence is the KL)
@@ -231,9 +291,10 @@ def _exact_vs_taylor_rows(x: _Rows, timed, repeats: int) -> list:
             continue
         se = make_sampler(exact, fused=fused)
         st = make_sampler("cactus-taylor", fused=fused)
-        te, tt = paired_median_times(lambda: se(q, bonus, p, ids), lambda: st(q, bonus, p, ids), repeats)
-        out.append(
-            goal(
+        se(q, bonus, p, ids), st(q, bonus, p, ids)
+
+        def make(te, tt, load, fused=fused):
+            return goal(
                 f"sampler exact-kl / taylor {'fused' if fused else 'eager'} {x.shape}",
                 f"{te * 1e3:.1f} ms vs {tt * 1e3:.1f} ms",
                 te / tt,
@@ -241,32 +302,48 @@ def _exact_vs_taylor_rows(x: _Rows, timed, repeats: int) -> list:
                 te / tt <= 1.5,
                 True,
                 "same run",
+                load,
             )
+
+        out.append(
+            _Timed(lambda se=se: se(q, bonus, p, ids), lambda st=st: st(q, bonus, p, ids), make, threads)
         )
     return out
 
 
-def bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS) -> list:
+def bench_samplers(rules, shapes, repeats, threads=SAMPLER_THREADS, rounds=SAMPLER_PAIRS) -> list:
     """Every sampler row at each (B, k, V) of ``shapes`` for ``rules`` (fused and eager), on
-    ``threads`` intra-op torch threads (restored afterwards); medians of ``SAMPLER_PAIRS *
-    repeats`` alternated pairs."""
+    ``threads`` intra-op torch threads (restored afterwards).
+
+    Each row is checked and called once first (the fused kernels compile); then ``rounds``
+    interleaved rounds each time every row of every shape in turn, ``repeats`` calls alternated
+    with its baseline, so that a burst of another process's load falls on every row and its
+    baseline alike. A row's ratio is the median of its calls over the median of its baseline's
+    (``rounds * repeats`` pairs); its load record covers its rounds, and its baseline's spread
+    over the rounds flags an inconsistent measurement (:mod:`._load`).
+    """
     import torch
 
-    repeats = SAMPLER_PAIRS * repeats
     out = []
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         gen = torch.Generator().manual_seed(0)
+        items = []
         for B, k, V in shapes:
             x = _rows(gen, B, k, V)
-            out += _validation_rows(x, repeats)
+            shape_items = _validation_rows(x, threads)
             timed = {}
             for name, fused in [(n, f) for n in rules for f in (True, False)]:
-                row, timed[name, fused] = _rule_row(name, fused, x, repeats)
-                out.append(row)
-            out += _fallback_rows(x, timed, repeats)
-            out += _exact_vs_taylor_rows(x, timed, repeats)
+                shape_items.append(_rule_row(name, fused, x, threads))
+                timed[name, fused] = True
+            shape_items += _fallback_rows(x, timed, threads)
+            shape_items += _exact_vs_taylor_rows(x, timed, threads)
+            items += shape_items
+        for _ in range(rounds):
+            for item in items:
+                item.time_round(repeats)
+        out = [item.row() for item in items]
     finally:
         torch.set_num_threads(before)
     return out

@@ -27,7 +27,9 @@ from benchmarks._goals import (
     correlated_pair,
     environment,
     keep_freed_memory,
+    start_rows,
 )
+from benchmarks._load import LoadWindows
 from benchmarks._numpy import (
     SHORT_ROWS,
     SHORT_ROWS_QUICK,
@@ -110,6 +112,11 @@ def run_benchmarks(
     repeats, threads = _checked(repeats, threads, sections)
     allocator = "glibc, freed memory kept (mallopt)" if keep_freed_memory() else "default"
     goals = []
+    whole = LoadWindows(_default_threads())
+    whole.start()
+    # the rows other than the samplers' record the load since the row before them, on the
+    # threads torch and numpy may use (all of them)
+    start_rows(_default_threads())
     if "spike" in sections or "emitted" in sections:
         q, p = correlated_pair(VOCAB, seed=seed)
     if "spike" in sections:
@@ -121,6 +128,7 @@ def run_benchmarks(
         goals += bench_analysis(2 if quick else 64, repeats, _devices())
     if "samplers" in sections:
         goals += _sampler_goals(quick, all_rules, repeats, threads)
+        start_rows(_default_threads())
     if "frontier" in sections:
         goals += bench_frontier(repeats, quick)
     if "scale" in sections:
@@ -129,12 +137,20 @@ def run_benchmarks(
             seed,
             quick=quick and not scale,
         )
+    whole.stop()
     return BenchmarkReport(
         tuple(goals),
         repeats,
         bool(quick),
-        {**environment(), "allocator": allocator, "sampler_threads": threads},
+        {**environment(), "allocator": allocator, "sampler_threads": threads, "load": whole.record()},
     )
+
+
+def _default_threads() -> int:
+    """The intra-op threads torch uses outside the samplers' rows (its default: the cores)."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _checked(repeats, threads, sections):
