@@ -75,3 +75,15 @@ def test_timed_rounds_flag_an_inconsistent_baseline():
     row = item.row()
     assert len(item.ref_rounds) == 2 and len(item.t_ref) == len(item.t_fn) == 6
     assert row.load["baseline_spread"] > BASELINE_SPREAD and "baseline" in row.flag and not row.passed
+
+
+def test_the_speed_page_states_the_rule_as_coded():
+    """docs/speed.md's numbers of the rounds and the flag rule are the code's."""
+    import pathlib
+
+    from benchmarks._goals import SAMPLER_PAIRS
+
+    text = " ".join((pathlib.Path(__file__).resolve().parents[2] / "docs" / "speed.md").read_text().split())
+    assert f"timed in {SAMPLER_PAIRS} interleaved rounds" in text
+    assert OTHERS_MARGIN == 0.25 and "plus a quarter of a core" in text
+    assert f"more than {BASELINE_SPREAD:g}x apart" in text

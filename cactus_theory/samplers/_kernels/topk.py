@@ -1,6 +1,6 @@
-r"""Top-k's speed paths (:class:`~cactus_theory.rules._topk.TopKAcceptance`): the acceptance by
-one compare pass over the un-normalized rows, and the k-th largest entry in two levels
-(block maxima, then the entries of the k blocks with the largest maxima) for the recovery.
+r"""Top-k's speed paths (:class:`~cactus_theory.rules._topk.TopKAcceptance`): the k-th largest
+entry of the un-normalized rows in two levels (block maxima, then the entries of the k blocks
+with the largest maxima), for the acceptance and the recovery.
 """
 
 from __future__ import annotations
@@ -22,19 +22,22 @@ KTH_BLOCK = 256
 
 
 def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
-    r""":math:`\#\{j : x_j > x_n\} < k` on un-normalized rows (scaling a row keeps its order).
+    r""":math:`\#\{j : x_j > x_n\} < k` on un-normalized rows (scaling a row keeps its order),
+    as :math:`x_n \ge x_{(k)}`, the row's k-th largest entry with ties counted
+    (:func:`kth_largest`).
 
-    The samplers call it with the raw rows and their sums; dividing a row by its positive
-    sum keeps every strict order except between entries that round to the same float32
-    quotient (a tie the normalized comparison would accept).
+    The two agree exactly: if :math:`x_n \ge x_{(k)}`, every entry above :math:`x_n` is above
+    :math:`x_{(k)}`, and at most k - 1 are; if :math:`x_n < x_{(k)}`, the k entries at or
+    above :math:`x_{(k)}` are above :math:`x_n`. :func:`kth_largest` reads the rows' block
+    maxima (in the loop of the compiled samplers' row sums) and the k best blocks, not the
+    whole row a second time: a drafted token's test costs a gather, not a pass. The samplers
+    call it with the raw rows and their sums; dividing a row by its positive sum keeps every
+    strict order except between entries that round to the same float32 quotient (a tie the
+    normalized comparison would accept).
     """
-    q_n = torch.gather(target_rows, -1, token_ids[..., None])
-    # #{j: x_j > x_n} as the sum of sign(max(x_j - x_n, 0)) in float32 arithmetic (a
-    # difference of two floats is 0 only when they are equal, so each term is the
-    # comparison's 0/1; float ops vectorize better than a boolean reduction). Exact: the
-    # count is an integer below 2^24.
-    above = (target_rows - q_n).clamp_min_(0.0).sign_().sum(-1)
-    return (above < rule.topk).to(torch.float32)
+    x_n = torch.gather(target_rows, -1, token_ids[..., None])
+    kth = kth_largest(target_rows, min(rule.topk, target_rows.shape[-1]))
+    return (x_n >= kth)[..., 0].to(torch.float32)
 
 
 def recovery_weights(rule, target_probs, draft_probs, token_ids):
