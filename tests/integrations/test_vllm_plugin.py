@@ -47,18 +47,15 @@ P = np.array([0.05, 0.4, 0.15, 0.1, 0.2, 0.1])
 ALPHA = 1e-5
 
 
-def _supported():
-    out = []
-    for name in rule_names(aliases=True):
-        try:
-            cfg.parse_config({"rule": name})
-        except ValueError:
-            continue
-        out.append(name)
-    return out
+def _served_by(path):
+    """Rule names (aliases included) the plugin serves by ``path``: "rows" (vLLM's kernels on
+    substituted verifier rows) or "sampler" (the toolkit's sampler in their place)."""
+    return [n for n in rule_names(aliases=True) if cfg.parse_config({"rule": n}).path == path]
 
 
-SUPPORTED = _supported()
+SUPPORTED = _served_by("rows")
+#: Every registered single-draft rule that vLLM's kernels cannot realise (no aliases).
+SAMPLER_RULES = [n for n in rule_names() if n in set(_served_by("sampler"))]
 # Rules whose plan solves a root per row (~0.5 ms a row on CPU): checked on fewer rows, and
 # all but one per family only with CACTUS_THEORY_VLLM_FULL=1 (the suite must stay fast).
 SLOW_FAMILIES = ("cactus-exact", "mentored", "cactus-calibrated")
@@ -105,10 +102,28 @@ def test_supported_rules_are_the_target_and_spike_families():
 @pytest.mark.parametrize(
     "name, why", [("tas", "own acceptance"), ("fuzzy", "own acceptance"), ("topk", "not a distribution")]
 )
-def test_unsupported_rules_fail_with_one_line(name, why):
+def test_rules_the_kernels_cannot_realise_are_served_by_the_sampler(name, why):
+    """vLLM's kernels cannot realise them (the rows check says why, in one line); the plugin
+    serves them with the toolkit's sampler; every registered single-draft rule is served."""
     with pytest.raises(ValueError, match=why) as err:
-        cfg.parse_config({"rule": name})
+        cfg.check_rule_supported(get_rule(name))
     assert "\n" not in str(err.value) and str(err.value).startswith("rule:")
+    assert cfg.parse_config({"rule": name}).path == "sampler"
+    assert {"lossy-sd", "entropy-verify", "sglang-threshold", name} <= set(SAMPLER_RULES)
+    assert set(SAMPLER_RULES) | set(SUPPORTED) >= set(rule_names())
+
+
+def test_served_rules_table_in_the_docs_is_generated():
+    """docs/vllm.md's served-rules table is scripts/vllm_served_rules.py's (rerun it when it is not)."""
+    spec = importlib.util.spec_from_file_location(
+        "vllm_served_rules_script",
+        os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "vllm_served_rules.py"),
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    text = script.PAGE.read_text()
+    assert script.render(text) == text
+    assert text.count("| `") >= len(rule_names())  # a row per rule (the table is not empty)
 
 
 @pytest.mark.parametrize(
@@ -494,9 +509,52 @@ def test_unsupported_setting_fails_when_the_sampler_is_built(vllm_mods, monkeypa
     monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "cactus-taylor"}))
     with pytest.raises(ValueError, match="probabilistic"):
         vllm_mods.r1.RejectionSampler(Sampler(), _spec(draft_sample_method="greedy"), torch.device("cpu"))
+    # a rule vLLM's kernels cannot realise: its sampler is built once on the older runner, and
+    # the newer runner (whose kernels the plugin cannot replace) refuses it in one line
     monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "tas"}))
-    with pytest.raises(ValueError, match="own acceptance"):
-        vllm_mods.r1.RejectionSampler(Sampler(), _spec(), torch.device("cpu"))
+    built = vllm_mods.r1.RejectionSampler(Sampler(), _spec(), torch.device("cpu"))
+    assert built.cactus_theory_sampler.rule is built.cactus_theory_rule
+    spec2 = _spec(num_speculative_tokens=2, enable_adaptive_verification=False)
+    with pytest.raises(ValueError, match="older model runner only") as err:
+        vllm_mods.r2.RejectionSampler(Sampler(), spec2, torch.device("cpu"))
+    assert "\n" not in str(err.value)
+    monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": "cactus-taylor"}))
+    assert vllm_mods.r2.RejectionSampler(Sampler(), spec2, torch.device("cpu")).cactus_theory_sampler is None
+
+
+#: Draws per case of each sampler-served rule's law check (below); the check reports its power.
+SERVED_LAW_SAMPLES = 4000
+
+
+@needs_vllm
+@pytest.mark.parametrize("name", SAMPLER_RULES)
+def test_sampler_served_rules_emit_their_exact_law_through_mrv1(vllm_mods, monkeypatch, name):
+    """Each rule vLLM's kernels cannot realise, at its default knobs, configured in the plugin
+    and run through MRV1's own ``rejection_sample`` (the plugin's wrapper, with the sampler it
+    built once): the law of every position and the acceptance equal the rule's exact law
+    (cactus_theory.testing's default cases, mixed batches, greedy and seeded requests,
+    false-failure probability 1e-6 per rule)."""
+    from vllm.v1.sample.sampler import Sampler
+
+    from cactus_theory.testing import check_sampler_law, v1_adapter
+
+    monkeypatch.setenv(cfg.ENV_VAR, json.dumps({"rule": name}))
+    built = vllm_mods.r1.RejectionSampler(Sampler(), _spec(), torch.device("cpu"))
+    calls = []
+
+    def served(*args, **kwargs):
+        calls.append(1)
+        # the raw verifier logits of these rows are the processed ones (temperature 1, no
+        # truncation), which the exact law then uses as well
+        with vpatch._verifying(built, lambda: args[5]):
+            return vllm_mods.r1.rejection_sample(*args, **kwargs)
+
+    res = check_sampler_law(v1_adapter(served), built.cactus_theory_rule, num_samples=SERVED_LAW_SAMPLES)
+    assert res.passed, res.report()
+    assert calls and built.cactus_theory_sampler is not None
+    # power where it matters: at these draws the same check rejects SpS's law, what vLLM's
+    # own kernels (a wrapper that fell through to them) would emit, for every such rule
+    assert not check_sampler_law(v1_adapter(served), "sps", num_samples=SERVED_LAW_SAMPLES).passed
 
 
 @needs_vllm

@@ -16,11 +16,14 @@ a :class:`~cactus_theory.rules.plans.TargetPlan` or :class:`~cactus_theory.rules
 whose h sums to 1. The plugin then replaces each non-greedy, non-bonus verifier row q by
 :math:`h^{(n)}` for that row's drafted token n and vLLM's stock kernels accept with
 :math:`\min(1, h_n/p_n)` and recover from :math:`\max(h - p, 0)` (paper, Theorem 3: the emitted
-law is then :math:`h_{alg}`). Refused, each with one line saying why:
+law is then :math:`h_{alg}`). Every other registered single-draft rule (its own acceptance and
+recovery, a ``DecisionPlan``: TAS, fuzzy SD, lossy SD, ...; or a target that is not a
+distribution, top-k's indicator, which vLLM's softmax of the logits would change) is served by
+the toolkit's own sampler, built once from the rule's declaration when the engine builds its
+rejection sampler (:func:`serving_path` says which). The older model runner runs it in place of
+vLLM's kernels (flat layout, :func:`cactus_theory.samplers.ragged_forward`); the newer runner
+refuses it at start-up. Refused, each with one line saying why:
 
-* rules with their own acceptance and recovery (``DecisionPlan``: TAS, fuzzy SD);
-* rules whose h is not a distribution (top-k's indicator target): the kernels take logits and
-  normalize them, which would change :math:`\min(1, h_n/p_n)`;
 * a knob the engine sets per request (:data:`REQUEST_KNOBS`: SCD's ``scd_temperature``);
 * greedy drafting (``draft_sample_method != "probabilistic"``: p would be one-hot) and the
   non-standard verifiers (``rejection_sample_method`` "synthetic", "block", "fly").
@@ -49,6 +52,7 @@ __all__ = [
     "parse_config",
     "config_from_vllm",
     "check_rule_supported",
+    "serving_path",
     "check_speculative_config",
     "REQUEST_KNOBS",
 ]
@@ -79,7 +83,9 @@ class PluginConfig:
     knobs : dict
         The knobs as given (validated by the registry).
     rule : Rule
-        The configured rule, checked by :func:`check_rule_supported`.
+        The configured rule.
+    path : {"rows", "sampler"}
+        How the plugin serves it (:func:`serving_path`).
     record : dict or None
         The recorder's settings (key ``"record"``: ``folder``, ``max_bytes``, optional
         ``rows_per_shard``, ``top_k_raw``; :class:`.recorder.Recorder`), or None.
@@ -89,6 +95,7 @@ class PluginConfig:
     knobs: dict = field(default_factory=dict)
     rule: Rule | None = None
     record: dict | None = None
+    path: str = "rows"
 
 
 def parse_config(raw: Any) -> PluginConfig | None:
@@ -98,7 +105,7 @@ def parse_config(raw: Any) -> PluginConfig | None:
     ------
     ValueError
         One line naming the problem: not a mapping, no ``rule``, unknown rule or knob, knob out
-        of range, or an unsupported rule (:func:`check_rule_supported`).
+        of range, or a knob the engine sets per request.
     """
     if raw is None:
         return None
@@ -129,8 +136,8 @@ def parse_config(raw: Any) -> PluginConfig | None:
             f"{tied[0]}: set from each request's {tied[1]} in the engine (rule {rule.name!r}); "
             "leave it out of the configuration"
         )
-    check_rule_supported(rule)
-    return PluginConfig(rule.name, dict(knobs), rule, None if record is None else dict(record))
+    path = serving_path(rule)
+    return PluginConfig(rule.name, dict(knobs), rule, None if record is None else dict(record), path)
 
 
 def config_from_vllm(vllm_config=None) -> PluginConfig | None:
@@ -152,8 +159,21 @@ def _probe_rows():
     return q, p
 
 
+def serving_path(rule: Rule) -> str:
+    """``"rows"`` when vLLM's own kernels realise the rule on substituted verifier rows
+    (:func:`check_rule_supported` passes), else ``"sampler"``: the toolkit's sampler of the rule
+    verifies in their place (the older runner only)."""
+    try:
+        check_rule_supported(rule)
+    except ValueError:
+        return "sampler"
+    return "rows"
+
+
 def check_rule_supported(rule: Rule) -> None:
-    """Raise ValueError (one line, naming ``rule``) unless the rule is SpS against a normalized h.
+    """Raise ValueError (one line, naming ``rule``) unless vLLM's own kernels realise the rule:
+    SpS against a normalized per-draft h (the plugin serves the others with the toolkit's
+    sampler, :func:`serving_path`).
 
     The check builds the rule's plan on fixed probe rows: a ``DecisionPlan`` is refused, and so
     is a target that does not sum to 1 (within 1e-9, float64 round-off on 7 terms).

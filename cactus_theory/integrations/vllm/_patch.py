@@ -10,15 +10,18 @@ them would silently change nothing under the other, so :func:`install` patches b
 * each runner's ``RejectionSampler.__init__`` reads the configuration
   (:func:`~.config.config_from_vllm`: ``additional_config["cactus_theory"]`` of the current
   vLLM config, else ``$CACTUS_THEORY_VLLM``), checks it and the speculative settings, and
-  keeps the rule on the instance; an unsupported rule or setting raises ValueError at start-up;
+  keeps the rule on the instance, with the rule's sampler built once for a rule that vLLM's
+  kernels cannot realise (:func:`._config.serving_path`; the newer runner refuses such a rule);
+  an unsupported rule or setting raises ValueError at start-up;
 * each runner's verify method (MRV1 ``forward``, MRV2 ``_verify``) makes the instance's rule
   the active one while it runs;
 * the module-level ``rejection_sample`` name in each module is replaced by a wrapper that, when
   a rule is active, replaces the non-greedy, non-bonus target rows by :math:`h^{(n)}`
   (:mod:`._rows`): MRV1's wrapper runs vLLM's own ``rejection_sample`` steps
   (:func:`_mrv1_rejection_sample`) with q replaced by h after the kernel's softmax; MRV2's
-  hands its kernel :math:`\log h^{(n)}`. Without a configured rule, or with a rule at
-  its SpS knobs, nothing changes;
+  hands its kernel :math:`\log h^{(n)}`; for a rule served by its sampler, MRV1's wrapper runs
+  that sampler on the step's rows (:mod:`._served`). Without a configured rule, or with a rule
+  at its SpS knobs, nothing changes;
 * a rule that reads the raw rows gets them: each verify wrapper keeps a thunk giving the raw
   verifier logits of the call (MRV1 ``logits[metadata.target_logits_indices]``, MRV2 the
   ``logits`` before ``apply_sampling_params``), evaluated only for such a rule.
@@ -36,6 +39,7 @@ Symbols: q verifier, p drafter, n drafted token, h target. Source: Hao & Mou, IC
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
@@ -114,6 +118,7 @@ _EXPECTED_SIGNATURES = {
 _ACTIVE = contextvars.ContextVar("cactus_theory_vllm_rule", default=None)
 _RAW = contextvars.ContextVar("cactus_theory_vllm_raw_logits", default=None)
 _RECORDER = contextvars.ContextVar("cactus_theory_vllm_recorder", default=None)
+_SAMPLER = contextvars.ContextVar("cactus_theory_vllm_sampler", default=None)
 _ORIGINALS: dict = {}
 
 
@@ -164,8 +169,10 @@ def check_signatures(modules=None) -> None:
             )
 
 
-def _rule_at_init(spec_config):
-    """The configured rule and recorder (or Nones), checked against the speculative settings."""
+def _rule_at_init(spec_config, runner="mrv1"):
+    """The configured rule, recorder and sampler (or Nones), checked against the speculative
+    settings; the sampler is built for a rule vLLM's kernels cannot realise (``runner``
+    ``"mrv2"`` refuses such a rule, ValueError)."""
     try:
         from vllm.config import get_current_vllm_config
 
@@ -174,8 +181,20 @@ def _rule_at_init(spec_config):
         vllm_config = None
     cfg = config_from_vllm(vllm_config)
     if cfg is None:
-        return None, None
+        return None, None, None
     check_speculative_config(spec_config)
+    sampler = None
+    if cfg.path == "sampler":
+        if runner == "mrv2":
+            raise ValueError(
+                f"rule: {cfg.rule_name!r} has its own acceptance and recovery (or a target that is not "
+                "a distribution); the plugin serves it on vLLM's older model runner only "
+                "(VLLM_USE_V2_MODEL_RUNNER=0)"
+            )
+        from ...samplers import make_sampler
+
+        sampler = make_sampler(cfg.rule)
+        logger.info("cactus_theory: %r verified by the toolkit's sampler (vLLM's kernels cannot)", cfg.rule)
     logger.info("cactus_theory: verifying with %r (lossy: emits h_alg, not the verifier's q)", cfg.rule)
     recorder = None
     if cfg.record is not None:
@@ -183,16 +202,42 @@ def _rule_at_init(spec_config):
 
         recorder = recorder_from_config(cfg.record, meta={"rule": cfg.rule_name, "knobs": cfg.knobs})
         logger.info("cactus_theory: recording the verified rows in %s", recorder.folder)
-    return cfg.rule, recorder
+    return cfg.rule, recorder, sampler
 
 
-def _wrap_init(orig):
-    @functools.wraps(orig)
-    def __init__(self, sampler, spec_config=None, device=None, *args, **kwargs):
-        orig(self, sampler, spec_config, device, *args, **kwargs)
-        self.cactus_theory_rule, self.cactus_theory_recorder = _rule_at_init(spec_config)
+def _wrap_init_of(runner):
+    """The ``RejectionSampler.__init__`` wrapper of ``runner`` (``"mrv1"`` or ``"mrv2"``)."""
 
-    return __init__
+    def wrap(orig):
+        @functools.wraps(orig)
+        def __init__(self, sampler, spec_config=None, device=None, *args, **kwargs):
+            orig(self, sampler, spec_config, device, *args, **kwargs)
+            rule, recorder, rule_sampler = _rule_at_init(spec_config, runner)
+            if rule_sampler is not None and device is not None:
+                rule_sampler.init_tensors(device)
+            self.cactus_theory_rule, self.cactus_theory_recorder = rule, recorder
+            self.cactus_theory_sampler = rule_sampler
+
+        return __init__
+
+    return wrap
+
+
+@contextlib.contextmanager
+def _verifying(instance, raw_thunk=None):
+    """The instance's rule, recorder and sampler active (and ``raw_thunk`` giving the raw
+    verifier logits) while the block runs: what each runner's verify method does."""
+    tokens = (
+        (_ACTIVE, _ACTIVE.set(getattr(instance, "cactus_theory_rule", None))),
+        (_RAW, _RAW.set(raw_thunk)),
+        (_RECORDER, _RECORDER.set(getattr(instance, "cactus_theory_recorder", None))),
+        (_SAMPLER, _SAMPLER.set(getattr(instance, "cactus_theory_sampler", None))),
+    )
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
 
 
 def _wrap_verify(raw_of):
@@ -203,15 +248,8 @@ def _wrap_verify(raw_of):
     def wrap(orig):
         @functools.wraps(orig)
         def verify(self, *args, **kwargs):
-            token = _ACTIVE.set(getattr(self, "cactus_theory_rule", None))
-            raw_token = _RAW.set(raw_of(args, kwargs))
-            rec_token = _RECORDER.set(getattr(self, "cactus_theory_recorder", None))
-            try:
+            with _verifying(self, raw_of(args, kwargs)):
                 return orig(self, *args, **kwargs)
-            finally:
-                _RECORDER.reset(rec_token)
-                _RAW.reset(raw_token)
-                _ACTIVE.reset(token)
 
         return verify
 
@@ -359,14 +397,17 @@ def _wrap_mrv1_sample(orig):
     ):
         given = (draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
                  target_logits, bonus_token_ids, sampling_metadata)  # fmt: skip
-        rule = _ACTIVE.get()
-        if (
-            rule is not None
-            and not sampling_metadata.all_greedy
-            and target_logits.shape[0] > 0
-            and not is_sps(rule)
-        ):
-            out, draft_probs = _mrv1_rejection_sample(rule, _raw_logits(rule), *given, *args, **kwargs)
+        rule, rule_sampler = _ACTIVE.get(), _SAMPLER.get()
+        if rule is not None and not sampling_metadata.all_greedy and target_logits.shape[0] > 0:
+            if rule_sampler is not None:
+                from ._served import mrv1_sampler_sample
+
+                r1 = importlib.import_module(MRV1_MODULE)
+                out = mrv1_sampler_sample(r1, rule_sampler, rule, _raw_logits(rule), *given, *args, **kwargs)
+            elif not is_sps(rule):
+                out, draft_probs = _mrv1_rejection_sample(rule, _raw_logits(rule), *given, *args, **kwargs)
+            else:
+                out = orig(*given, *args, **kwargs)
         else:
             out = orig(*given, *args, **kwargs)
         recorder = _RECORDER.get()
@@ -425,10 +466,10 @@ def _wrap_mrv2_sample(orig):
 
 _PATCHES = (
     (MRV1_MODULE, "rejection_sample", _wrap_mrv1_sample),
-    (MRV1_MODULE, "RejectionSampler.__init__", _wrap_init),
+    (MRV1_MODULE, "RejectionSampler.__init__", _wrap_init_of("mrv1")),
     (MRV1_MODULE, "RejectionSampler.forward", _wrap_verify(_mrv1_raw)),
     (MRV2_MODULE, "rejection_sample", _wrap_mrv2_sample),
-    (MRV2_MODULE, "RejectionSampler.__init__", _wrap_init),
+    (MRV2_MODULE, "RejectionSampler.__init__", _wrap_init_of("mrv2")),
     (MRV2_MODULE, "RejectionSampler._verify", _wrap_verify(_mrv2_raw)),
 )
 
