@@ -194,6 +194,8 @@ def check_sequence_law(
     for i, case in enumerate(cases):
         rng = np.random.default_rng([seed, i])
         seqs = _committed(generator(case, num_requests, rng), case)
+        if len(seqs) != num_requests:
+            raise ValueError(f"generator: returned {len(seqs)} sequences for {num_requests} requests")
         res = sequence_law(seqs, case.joint_law(), alpha=alpha / len(cases), power=power)
         res["detail"] = _readable(res["detail"], case)
         rows.append({"name": case.name, **res})
