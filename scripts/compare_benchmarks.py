@@ -105,13 +105,17 @@ def _run_once(tree: Path, out: Path, bench_args: list, threads: int) -> dict:
     return data
 
 
-def run_commits(before: str, after: str, rounds: int, bench_args: list, threads: int, repo=ROOT) -> dict:
+def run_commits(
+    before: str, after: str, rounds: int, bench_args: list, threads: int, repo=ROOT, on_run=None
+) -> dict:
     """Benchmark runs of two commits of ``repo`` in interleaved rounds, each in a temporary
-    worktree: ``{"commits": [sha, sha], "runs": {sha: [report per round]}, ...}``."""
+    worktree: ``{"commits": [sha, sha], "runs": {sha: [report per round]}, ...}``.
+    ``on_run(record)`` is called after every run with the record so far."""
     shas = [_git("rev-parse", "--verify", f"{c}^{{commit}}", cwd=repo) for c in (before, after)]
     tmp = Path(tempfile.mkdtemp(prefix="compare-benchmarks-"))
     trees = {}
     runs = {sha: [] for sha in shas}
+    record = {"commits": shas, "rounds": rounds, "args": bench_args, "runs": runs}
     try:
         for i, sha in enumerate(shas):
             trees[sha] = tmp / f"tree{i}"
@@ -121,12 +125,14 @@ def run_commits(before: str, after: str, rounds: int, bench_args: list, threads:
                 out = tmp / f"{sha[:12]}-{r}.json"
                 print(f"round {r + 1}/{rounds}: {sha[:12]}", file=sys.stderr, flush=True)
                 runs[sha].append(_run_once(trees[sha], out, bench_args, threads))
+                if on_run is not None:
+                    on_run(record)
     finally:
         for tree in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo, capture_output=True)
         subprocess.run(["git", "worktree", "prune"], cwd=repo, capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"commits": shas, "rounds": rounds, "args": bench_args, "runs": runs}
+    return record
 
 
 def _round_values(reports: list, name: str):
@@ -145,8 +151,9 @@ def compare_rounds(record: dict, slack: float = 1.25) -> tuple[str, int]:
     b_runs, a_runs = record["runs"][b_sha], record["runs"][a_sha]
     names = [g["goal"] for g in b_runs[0]["goals"]]
     after_names = {g["goal"] for g in a_runs[0]["goals"]}
+    done = min(len(b_runs), len(a_runs))
     lines = [
-        f"Interleaved runs: before {b_sha[:10]}, after {a_sha[:10]}, {record['rounds']} rounds "
+        f"Interleaved runs: before {b_sha[:10]}, after {a_sha[:10]}, {done} of {record['rounds']} rounds "
         f"(`benchmarks/run.py {' '.join(record['args'])}`); * a loaded round.",
         "",
         f"| goal | target | before (rounds) | before | after (rounds) | after | change (x, worse > {slack:g}) | |",
@@ -212,12 +219,17 @@ def main(argv=None) -> int:
             "--threads",
             str(args.threads),
         ]
+
+        def save(record):  # after every run: a partial comparison survives an interruption
+            if args.json_out:
+                _write_atomic(args.json_out, json.dumps(record, indent=1) + "\n")
+            if args.output and all(record["runs"].values()):
+                _write_atomic(args.output, compare_rounds(record, slack=args.slack)[0] + "\n")
+
         try:
-            record = run_commits(*args.commits, args.rounds, bench_args, args.threads)
+            record = run_commits(*args.commits, args.rounds, bench_args, args.threads, on_run=save)
         except subprocess.CalledProcessError as e:
             ap.error(f"--commits: git {' '.join(e.cmd[1:3])}: {e.stderr.strip()}")
-        if args.json_out:
-            _write_atomic(args.json_out, json.dumps(record, indent=1) + "\n")
         text, worse = compare_rounds(record, slack=args.slack)
     else:
         if len(args.runs) != 2:

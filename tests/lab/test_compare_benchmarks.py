@@ -78,7 +78,17 @@ def test_commits_run_interleaved_in_temporary_worktrees(tmp_path, monkeypatch):
     # the runs' own load (measured around each) reads as idle here: the rows' flags decide
     windows, _ = cmp._load_tools()
     monkeypatch.setattr(cmp, "_load_tools", lambda: (windows, lambda record: ""))
-    record = cmp.run_commits(shas[0], shas[1], 3, ["--sections", "samplers"], 1, repo=repo)
+    seen = []  # the record after each run (what --json-out keeps if the comparison stops)
+    record = cmp.run_commits(
+        shas[0],
+        shas[1],
+        3,
+        ["--sections", "samplers"],
+        1,
+        repo=repo,
+        on_run=lambda r: seen.append([len(r["runs"][s]) for s in shas]),
+    )
+    assert seen == [[1, 0], [1, 1], [1, 2], [2, 2], [3, 2], [3, 3]]
     order = [line.split() for line in (tmp_path / "order.log").read_text().splitlines()]
     assert [r for r, _ in order] == ["1.5", "3.0", "3.0", "1.5", "1.5", "3.0"]
     trees = {r: {t for rr, t in order if rr == r} for r, _ in order}
