@@ -99,6 +99,35 @@ def test_the_repetition_penalty_is_transformers_own():
     assert np.allclose(ours, want, atol=1e-12), (ours, want)  # float64 both sides
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vllm is not installed here (its CPU build is in .venv-vllm: run this file there)",
+)
+def test_the_penalties_are_vllms_own():
+    """vLLM's ``apply_penalties`` (repetition over prompt and output, OpenAI's frequency and
+    presence over the output), then a softmax, against the stated conventions."""
+    torch = pytest.importorskip("torch")
+    from vllm.model_executor.layers.utils import apply_penalties
+
+    v, prompts, outs = 7, [[1, 2], [0, 6], [3, 3], [5, 4]], [[2, 2, 4], [6], [], [0, 1, 0, 0]]
+    logits = np.random.default_rng(0).normal(0, 2, (4, v))
+
+    def pad(rows, width):  # vLLM pads with the vocabulary size
+        return torch.tensor([r + [v] * (width - len(r)) for r in rows])
+
+    full = [torch.full((4,), x) for x in (0.4, 0.3, 1.7)]
+    x = apply_penalties(torch.tensor(logits, dtype=torch.float32), pad(prompts, 2), pad(outs, 4), *full)
+    mask = np.zeros((4, v), bool)
+    counts = np.zeros((4, v))
+    for i in range(4):
+        mask[i, prompts[i]] = True
+        np.add.at(counts[i], outs[i], 1)
+    params = SequenceParams(repetition_penalty=1.7, presence_penalty=0.4, frequency_penalty=0.3)
+    ours = process_logits(logits, mask, counts, np.array([len(o) for o in outs]), params)
+    want = torch.softmax(x.double(), dim=-1).numpy()
+    assert np.abs(ours - want).max() < 1e-6, (ours, want)  # vLLM computes in float32
+
+
 @pytest.mark.parametrize("index", [0, 1])
 def test_the_exact_law_is_the_chain_written_out(index):
     case = default_sequence_cases()[index]
