@@ -185,7 +185,66 @@ def plan(
     drafter=None,
     progress=False,
 ) -> PlanResult:
-    """See :func:`cactus_theory.api.plan` (the front door's documentation of every argument)."""
+    r"""Before deploying: each rule's knob at the budget, the expected tokens per verifier call
+    and the predicted speedup at every draft length, the best draft length and a ready vLLM
+    configuration.
+
+    .. math:: \mathrm{speedup}(m) = \frac{E_m\, c_v(1)}{m\, c_d + c_v(m + 1)}, \qquad
+              E_m = E[N + 1] = 1 + \sum_{j \le m} S_j
+
+    with :math:`E_m` exact on the recording (:mod:`cactus_theory.planning._plan`),
+    :math:`c_d` the drafter's cost per token and :math:`c_v(k)` the verifier's over k tokens.
+
+    Parameters
+    ----------
+    recording : str, Path, Dump or AcceptanceProfile
+        A teacher-forced dump (a file or a shipped recording's name: ``distilled``,
+        ``early-exit-25``, ``requant-3``, ``requant-4``), decoding records
+        (``cactus-theory decode``), a folder of vLLM recorder shards, an
+        :class:`~cactus_theory.planning.AcceptanceProfile` or a ``speculation_profile.json``.
+    eps : float, optional
+        Target on the mean emitted divergence per token: each rule's first numeric knob is
+        calibrated to it (the audit's calibration). None: the rules run at ``knobs``.
+    divergence : str
+        D of eps (``"kl"``, ``"tv"``, ...).
+    rules : sequence of str, optional
+        Registry names (default ``("sps", "cactus-taylor")``).
+    knobs : dict of str to dict, optional
+        Fixed knobs per rule (with eps: knobs not calibrated).
+    cost : CostModel or float
+        The cost model; a number is the drafter's cost per token relative to a plain step
+        (:meth:`CostModel.from_numbers`).
+    m_max : int
+        The longest draft length planned (recorded rounds and profiles: at most their drafts).
+    bootstrap : int
+        Resamples of the percentile bootstrap over the recorded requests (0: no interval).
+    level : float
+        The intervals' level.
+    seed : int
+        The bootstrap's seed.
+    max_positions : int, optional
+        A dump's first trajectories up to at least this many positions.
+    drafter : str, optional
+        The drafter's model name written into the engine configuration.
+    progress : bool
+        A progress bar over rules.
+
+    Returns
+    -------
+    cactus_theory.results.PlanResult
+
+    Examples
+    --------
+    >>> import cactus_theory as ct
+    >>> res = ct.plan("distilled", eps=0.05, cost=0.1, m_max=3, max_positions=100, bootstrap=0)
+    >>> res.best["rule"], res.best["m"]
+    ('cactus-taylor', 1)
+
+    Symbols: q verifier, p drafter, n drafted token, m draft length, eps the target on the
+    emitted divergence, :math:`S_j` the survival of the first j drafts.
+    Source: Leviathan et al. 2023 (arXiv 2211.17192), Sections 3.1 and 3.4; Hao & Mou, ICLR
+    2026 (arXiv 2604.04987), Theorem 3.
+    """
     from ..logits import Dump
     from ..simulate._audit_corpus import corpus_from_dump
 
