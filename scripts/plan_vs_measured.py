@@ -163,6 +163,12 @@ def verdicts(data) -> list:
     return out
 
 
+def _label(row) -> str:
+    """A configuration's name for a Markdown cell (no ``|``)."""
+    knobs = ", ".join(f"{k} = {v:g}" for k, v in row["knobs"].items())
+    return f"{row['drafter']}, m = {row['m']}, {row['rule']}" + (f" ({knobs})" if knobs else "")
+
+
 def render(data) -> str:
     load = data["load"]
     lines = [
@@ -185,7 +191,7 @@ def render(data) -> str:
             + ("speedup yes" if v["speedup_inside"] else "speedup no")
         )
         lines.append(
-            f"| {r['config']} | {r['rounds']} | {t['value']:.2f} [{t['low']:.2f}, {t['high']:.2f}] | "
+            f"| {_label(r)} | {r['rounds']} | {t['value']:.2f} [{t['low']:.2f}, {t['high']:.2f}] | "
             f"{r['measured_tokens_per_call']:.2f} | {ps['median']:.2f}x [{ps['min']:.2f}, {ps['max']:.2f}] | "
             f"{ms['median']:.2f}x [{ms['min']:.2f}, {ms['max']:.2f}] | {inside} |"
         )
