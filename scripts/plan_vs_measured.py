@@ -33,6 +33,10 @@ OUT = ROOT / "benchmarks" / "plan_vs_measured" / "plan_vs_measured_cpu.json"
 DOCS = ROOT / "docs" / "planning.md"
 BEGIN = "<!-- BEGIN generated:plan-vs-measured (scripts/plan_vs_measured.py) -->"
 END = "<!-- END generated:plan-vs-measured -->"
+VLLM_E2E = ROOT / "benchmarks" / "vllm_e2e_cpu.json"
+VLLM_OUT = ROOT / "benchmarks" / "plan_vs_measured" / "plan_vs_vllm_cpu.json"
+VLLM_BEGIN = "<!-- BEGIN generated:plan-vs-vllm (scripts/plan_vs_measured.py) -->"
+VLLM_END = "<!-- END generated:plan-vs-vllm -->"
 
 #: (drafter, m, rule, knobs) of the measured configurations.
 CONFIGS = (
@@ -198,12 +202,88 @@ def render(data) -> str:
     return "\n".join(lines)
 
 
-def write_docs(data) -> None:
+def write_docs(data, begin=BEGIN, end=END, rendered=None) -> None:
     from cactus_theory._io import atomic_write_text
 
     text = DOCS.read_text()
-    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
-    atomic_write_text(str(DOCS), text[:a] + "\n" + render(data) + "\n" + text[b:])
+    a, b = text.index(begin) + len(begin), text.index(end)
+    atomic_write_text(
+        str(DOCS), text[:a] + "\n" + (render(data) if rendered is None else rendered) + "\n" + text[b:]
+    )
+
+
+def _vllm_rule(config: str):
+    """(rule, knobs) of a configuration of benchmarks/vllm_e2e_cpu.json."""
+    if config == "SpS":
+        return "sps", {}
+    return "cactus-taylor", {"delta": float(config.split("delta=")[1])}
+
+
+def measure_vllm(args) -> dict:
+    """ct.plan on a recording of vLLM's pair (the verifier and its 20-layer early exit, the same
+    prompts and temperature) against vLLM's end-to-end record; the cost model measured here."""
+    from cactus_theory.planning import CostModel, plan
+    from cactus_theory.planning._measure import machine_load
+
+    e2e = json.loads(VLLM_E2E.read_text())
+    m = int(e2e["num_speculative_tokens"])
+    load = [machine_load()]
+    cost = CostModel.measure(m, drafter="early-exit:20", repeats=args.cost_repeats)
+    load.append(machine_load())
+    rows = []
+    for r in e2e["rows"]:
+        if r["accepted_length"] is None:
+            continue
+        rule, knobs = _vllm_rule(r["config"])
+        res = plan(
+            args.vllm_dump, rules=[rule], knobs={rule: knobs}, cost=cost, m_max=m, bootstrap=2000, seed=0
+        )
+        row = res.table[0]
+        rows.append(
+            {
+                "config": r["config"],
+                "rule": rule,
+                "knobs": knobs,
+                "predicted_tokens_per_call": {
+                    "value": row["tokens_per_call"][m - 1],
+                    "low": row["tokens_per_call_low"][m - 1],
+                    "high": row["tokens_per_call_high"][m - 1],
+                },
+                "measured_tokens_per_call": r["accepted_length"],
+                "predicted_speedup": row["speedup"][m - 1],
+                "measured_speedup": r["ratio_to_verifier_alone"],
+            }
+        )
+    return {
+        "what": "plan on a recording of vLLM's model pair against vLLM's CPU end-to-end record",
+        "recording": Path(args.vllm_dump).name,
+        "e2e": str(VLLM_E2E.relative_to(ROOT)),
+        "num_speculative_tokens": m,
+        "cost": cost.to_dict(),
+        "load": load,
+        "rows": rows,
+    }
+
+
+def render_vllm(data) -> str:
+    lines = [
+        f"Recording {data['recording']} (the verifier and its 20-layer early exit, the same 4 prompts, "
+        f"temperature {0.6:g}, no top-k or top-p); vLLM's numbers from {data['e2e']}; "
+        f"{data['num_speculative_tokens']} drafts per round; cost model measured with the toolkit's loop "
+        f"(drafter {data['cost']['draft_cost'] / data['cost']['verify_costs'][0]:.2f} of a verifier step per token).",
+        "",
+        "| configuration | tokens / call, predicted [95 % interval] | vLLM measured, median [min, max] | "
+        "speedup, predicted | vLLM measured, median [min, max] |",
+        "|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        t, mt, ms = r["predicted_tokens_per_call"], r["measured_tokens_per_call"], r["measured_speedup"]
+        lines.append(
+            f"| {r['config']} | {t['value']:.2f} [{t['low']:.2f}, {t['high']:.2f}] | "
+            f"{mt['median']:.2f} [{mt['min']:.2f}, {mt['max']:.2f}] | {r['predicted_speedup']:.2f}x | "
+            f"{ms['median']:.2f}x [{ms['min']:.2f}, {ms['max']:.2f}] |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -216,11 +296,23 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--docs", action="store_true", help="also render the table into docs/planning.md")
     ap.add_argument("--docs-only", action="store_true", help="render the table from the recorded JSON")
+    ap.add_argument(
+        "--vllm-dump", default=None, help="a recording of vLLM's pair: predict vLLM's end-to-end record"
+    )
     args = ap.parse_args(argv)
     from cactus_theory._io import atomic_write_text
 
     if args.docs_only:
         write_docs(json.loads(Path(args.out).read_text()))
+        if VLLM_OUT.exists():
+            write_docs(None, VLLM_BEGIN, VLLM_END, render_vllm(json.loads(VLLM_OUT.read_text())))
+        return 0
+    if args.vllm_dump:
+        data = measure_vllm(args)
+        atomic_write_text(str(VLLM_OUT), json.dumps(data, indent=1) + "\n")
+        if args.docs:
+            write_docs(None, VLLM_BEGIN, VLLM_END, render_vllm(data))
+        print(render_vllm(data))
         return 0
     data = measure(args)
     atomic_write_text(args.out, json.dumps(data, indent=1) + "\n")
