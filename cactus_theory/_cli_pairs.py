@@ -162,10 +162,10 @@ def _analyze_sources(args) -> list:
         return [(None, pairs(args))]
     if args.q is not None or args.p is not None:
         raise ValueError("input: give either --input or --q and --p, not both")
-    from .rows import as_row_source, shard_files
+    from .rows import _shard_files, as_row_source
 
     if args.per_file:
-        return [(f.name, as_row_source(f)) for f in shard_files(args.input)]
+        return [(f.name, as_row_source(f)) for f in _shard_files(args.input)]
     return [(None, as_row_source(args.input))]  # refuses different recordings
 
 

@@ -343,9 +343,9 @@ def _cmd_audit(args) -> int:
             raise ValueError("per-file: applies to --input FOLDER (each of its files audited apart)")
         if args.figure is not None:
             raise ValueError("figure: one figure per audit; without --per-file, give one file")
-        from .rows import shard_files
+        from .rows import _shard_files
 
-        results = [(f.name, _audit_input(str(f), args, kw)) for f in shard_files(args.input)]
+        results = [(f.name, _audit_input(str(f), args, kw)) for f in _shard_files(args.input)]
     else:
         results = [(None, _audit_input(args.input, args, kw))]
     if args.figure is not None:

@@ -221,7 +221,8 @@ def _section_audit(seed: int = 0, eps: float = _AUDIT_EPS, positions: int = _AUD
     """Every rule calibrated to one true emitted KL on the shipped recordings (ct.audit)."""
     from .logits import eos_token_id, load_dump, shipped_dumps
     from .simulate._audit_corpus import corpus_from_dump
-    from .simulate.audit import audit, audit_table
+    from .simulate._audit_format import audit_table
+    from .simulate.audit import audit
 
     heading = "The audit: every rule at the same true emitted divergence (shipped recordings)"
     files = shipped_dumps()

@@ -47,7 +47,6 @@ __all__ = [
     "RowSource",
     "as_row_source",
     "recordings",
-    "shard_files",
 ]
 
 #: File types a folder of shards may hold (others are ignored).
@@ -73,7 +72,7 @@ def _dump_meta(path: Path) -> dict | None:
         raise ValueError(f"{path}: not a readable .npz archive ({exc})") from None
 
 
-def shard_files(folder) -> list[Path]:
+def _shard_files(folder) -> list[Path]:
     """The ``.npy``/``.npz`` files of a folder, in name order (ValueError naming ``source``)."""
     folder = Path(folder)
     if not folder.is_dir():
@@ -271,7 +270,7 @@ class _ShardRows(RowSource):
 
     def __init__(self, folder):
         self.folder = Path(folder)
-        files = shard_files(self.folder)
+        files = _shard_files(self.folder)
         groups = recordings(files)
         if len(groups) > 1:
             listed = "; ".join(f"{', '.join(f.name for f in fs)}: {what}" for what, fs in groups.items())

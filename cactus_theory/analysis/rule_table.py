@@ -22,7 +22,7 @@ from ..rules import RULES, get_rule
 from .frontier import gap_to_frontier
 from .one_step import emitted_distribution, make_plan
 
-__all__ = ["rule_table", "format_rule_table"]
+__all__ = ["rule_table"]
 
 #: (key, header) of the table's numeric columns.
 _COLUMNS = (
@@ -96,8 +96,8 @@ def _fmt(x):
     return f"{x:.4f}"
 
 
-def format_rule_table(rows, *, title: str | None = None, show_knobs: bool = True) -> str:
-    """Plain-text table of :func:`rule_table`'s rows (for the report and the README).
+def _format_rule_table(rows, *, title: str | None = None, show_knobs: bool = True) -> str:
+    """Plain-text table of :func:`rule_table`'s rows.
 
     Divergences are printed with 4 decimals, ``inf`` where infinite.
 

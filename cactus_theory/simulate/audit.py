@@ -63,12 +63,11 @@ from ..divergences import get_divergence
 from ..results import AuditResult
 from ._audit_calibrate import audit_rule, check_rules
 from ._audit_corpus import ROWS, AuditCorpus, corpus_from_arrays
-from ._audit_format import audit_table, format_audit
+from ._audit_format import format_audit
 from ._audit_rows import ChunkedRows, CorpusRows
 
 __all__ = [
     "audit",
-    "audit_table",
     "format_audit",
 ]
 

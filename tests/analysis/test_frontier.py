@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cactus_theory.analysis.frontier import _sweep_values, default_sweep, operating_points
-from cactus_theory.analysis.rule_table import format_rule_table, rule_table
+from cactus_theory.analysis.rule_table import _format_rule_table, rule_table
 from cactus_theory.distributions import synthetic_pairs, truncate
 from cactus_theory.divergences import DIVERGENCES, get_divergence
 from cactus_theory.rules import RULES, Knob
@@ -178,7 +178,7 @@ def test_rule_table_runs_untruncated_and_truncated():
             for k in ("acceptance", "kl", "reverse_kl", "tv", "gap_kl", "gap_tv"):
                 assert not math.isnan(r[k]), (r["rule"], k)
             assert r["gap_kl"] >= -1e-9 and r["gap_tv"] >= -1e-9  # frontier dominance
-        text = format_rule_table(rows)
+        text = _format_rule_table(rows)
         assert "sps" in text and "nan" not in text
 
 

@@ -28,8 +28,9 @@ from cactus_theory.analysis.tree_budget import (
 )
 from cactus_theory.divergences import DIVERGENCES, divergence
 from cactus_theory.drafts import MultiDraft
-from cactus_theory.rules.multidraft import get_verifier, verifier_names
+from cactus_theory.rules.multidraft import get_verifier
 from cactus_theory.rules.multidraft._budgeted import draft_set_target
+from cactus_theory.rules.multidraft.base import _verifier_names
 from cactus_theory.simulate._trees import synthetic_tree
 from cactus_theory.solvers._multidraft import min_cut_acceptance, multidraft_frontier, multidraft_target
 
@@ -203,7 +204,7 @@ def test_no_verifier_above_the_frontier_for_any_divergence(pair, k, truncate, bu
         q = np.where(np.isin(np.arange(q.size), keep), q, 0.0)
         q = q / q.sum()
     md = MultiDraft(q, p, k, "iid")
-    verifiers = [get_verifier(n) for n in verifier_names(drafting="iid", structure="multi")]
+    verifiers = [get_verifier(n) for n in _verifier_names(drafting="iid", structure="multi")]
     verifiers += [
         get_verifier("optimal-budget", delta=0.1, divergence=budget_div),
         get_verifier("optimal-multiplier", lam=0.5, divergence=budget_div),

@@ -17,7 +17,6 @@ from .base import (
     VerifierSpec,
     get_verifier,
     register_verifier,
-    verifier_names,
 )
 
 __all__ = [
@@ -29,5 +28,4 @@ __all__ = [
     "VerifierSpec",
     "get_verifier",
     "register_verifier",
-    "verifier_names",
 ]

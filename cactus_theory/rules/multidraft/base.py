@@ -44,7 +44,6 @@ __all__ = [
     "VerifierSpec",
     "register_verifier",
     "get_verifier",
-    "verifier_names",
     "VERIFIERS",
 ]
 
@@ -299,7 +298,7 @@ def get_verifier(name, **knobs: Any) -> MultiDraftVerifier:
     return VERIFIERS[name].make(**knobs)
 
 
-def verifier_names(*, drafting: str | None = None, structure: str | None = None) -> list[str]:
+def _verifier_names(*, drafting: str | None = None, structure: str | None = None) -> list[str]:
     """Registered verifier names (optionally those verifying a scheme and/or a structure)."""
     return [
         n
