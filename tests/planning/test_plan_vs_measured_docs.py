@@ -45,3 +45,18 @@ def test_the_pages_comparisons_hold():
         assert verdict["tokens_inside"], row["config"]
         if not verdict["speedup_inside"]:
             assert row["predicted_speedup"]["median"] < row["measured_speedup"]["min"], row["config"]
+
+
+def test_vllm_table_is_the_record_rendered_and_the_pages_comparisons_hold():
+    mod = _script()
+    data = json.loads(mod.VLLM_OUT.read_text())
+    text = mod.DOCS.read_text()
+    block = text[text.index(mod.VLLM_BEGIN) + len(mod.VLLM_BEGIN) : text.index(mod.VLLM_END)].strip()
+    assert block == mod.render_vllm(data)
+    assert len(data["rows"]) >= 4
+    # the page: vLLM's tokens per call inside the predicted interval in every row; the predicted
+    # speedup below vLLM's median in every row
+    for r in data["rows"]:
+        t = r["predicted_tokens_per_call"]
+        assert t["low"] <= r["measured_tokens_per_call"]["median"] <= t["high"], r["config"]
+        assert r["predicted_speedup"] < r["measured_speedup"]["median"], r["config"]
