@@ -93,7 +93,10 @@ def load_dump_or_rounds(recording):
             f"recording: {str(recording)!r} is neither a file, a folder of shards nor a shipped recording "
             f"({', '.join(shipped)})"
         )
-    return load_dump(path if path.exists() else shipped[str(recording)])
+    try:
+        return load_dump(path if path.exists() else shipped[str(recording)])
+    except ValueError as exc:  # a file that is not a chain recording (e.g. a tree dump, raw rows)
+        raise ValueError(f"recording: not a dump of chain positions ({exc})") from None
 
 
 def decode_rounds(dump) -> Rounds:

@@ -156,3 +156,41 @@ def test_measure_command(tmp_path, capsys):
     model = ct.CostModel.read(costs)
     assert model.unit == "seconds" and len(model.verify_costs) == 2 and model.draft_cost > 0
     assert model.load["before"]["cpus"] >= 1
+
+
+SHIPPED = sorted((ROOT / "cactus_theory" / "data" / "real").glob("*.npz")) + sorted(
+    (ROOT / "cactus_theory" / "data" / "real" / "decode").glob("*.npz")
+)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_plan_runs_on_every_shipped_recording(path, capsys):
+    argv = [
+        "plan",
+        "-i",
+        str(path),
+        "--rules",
+        "sps",
+        "--draft-cost",
+        "0.1",
+        "-m",
+        "2",
+        "--positions",
+        "48",
+        "--bootstrap",
+        "20",
+        "--json",
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["best"]["m"] in data["draft_lengths"]
+    assert all(1 <= e <= 1 + m for e, m in zip(data["table"][0]["tokens_per_call"], data["draft_lengths"]))
+
+
+@pytest.mark.parametrize("sub", ["trees", "full_vocab"])
+def test_recordings_without_chains_are_refused_in_one_line(sub, capsys):
+    path = sorted((ROOT / "cactus_theory" / "data" / "real" / sub).glob("*.npz"))[0]
+    assert main(["plan", "-i", str(path), "--draft-cost", "0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "recording: not a dump of chain positions" in err
