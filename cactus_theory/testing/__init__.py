@@ -6,8 +6,12 @@ r"""Test any rejection sampler against the exact theory: ``cactus_theory.testing
   stated false-failure probability, plus exact invariants (layout, bonus token, greedy rows,
   seeded rows, vLLM's counters);
 * adapters for vLLM 0.7's sampler interface, vLLM V1's ``rejection_sample``, the newer
-  runner's padded layout and a plain callable (:func:`v0_adapter`, :func:`v1_adapter`,
-  :func:`padded_adapter`, :func:`callable_adapter`);
+  runner's padded layout, a plain callable and a sampler that draws its own drafts
+  (:func:`v0_adapter`, :func:`v1_adapter`, :func:`padded_adapter`, :func:`callable_adapter`,
+  :func:`drafting_adapter`);
+* batch contracts (small batches of mixed requests: each request's law by slot, seeded
+  requests reproduced in every batch, greedy rows and placeholder drafts) and a deep case of
+  k = 8 drafts built for the rule under test, whose every position rejects often;
 * :func:`reference_sampler` with planted defects, a casebook (:data:`CASEBOOK`) of bug classes
   that real samplers have had, each with one public report, to see a test catch them;
 * block verification (Sun et al.) as ``rule="block"``: its exact law by enumeration of the
@@ -44,6 +48,7 @@ _LAZY = {
     "v1_adapter": "_adapters",
     "callable_adapter": "_adapters",
     "padded_adapter": "_adapters",
+    "drafting_adapter": "_adapters",
     "reference_sampler": "_casebook",
     "CASEBOOK": "_casebook",
     "DEFECTS": "_casebook",
@@ -62,6 +67,7 @@ __all__ = [
     "v1_adapter",
     "callable_adapter",
     "padded_adapter",
+    "drafting_adapter",
     "reference_sampler",
     "CASEBOOK",
     "DEFECTS",

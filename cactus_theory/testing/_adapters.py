@@ -124,6 +124,9 @@ class SamplerAdapter:
     supports_uniforms : bool
         The sampler takes its acceptance uniforms as ``uniform_samples`` ``[B, k+1]`` (float32
         in [0, 1)), as FlashInfer's chain speculative sampling did.
+    draws_drafts : bool
+        The sampler draws the drafts itself from the drafter rows and writes them into the
+        inputs' ``draft_token_ids`` (:func:`drafting_adapter`).
     """
 
     name = "adapter"
@@ -131,6 +134,7 @@ class SamplerAdapter:
     supports_greedy_flag = False
     supports_raw = False
     supports_uniforms = False
+    draws_drafts = False
 
     def __call__(self, inputs: SamplerInputs) -> torch.Tensor:
         raise NotImplementedError
@@ -346,10 +350,56 @@ def padded_adapter(fn: Callable) -> SamplerAdapter:
     return _Padded(fn)
 
 
+class _Drafting(SamplerAdapter):
+    name = "drafting"
+    draws_drafts = True
+
+    def __init__(self, fn):
+        self.fn = fn
+        _probe_capabilities(self, fn)
+
+    def __call__(self, inputs):
+        got = self.fn(
+            inputs.target_probs,
+            inputs.draft_probs,
+            inputs.bonus_token_ids,
+            **_optional_keywords(self, inputs),
+        )
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise ValueError("sampler: a drafting sampler returns (draft_token_ids [B, k], output [B, k+1])")
+        drafts, out = (torch.as_tensor(x).to(torch.int64) for x in got)
+        if drafts.shape != inputs.draft_token_ids.shape:
+            raise ValueError(
+                f"sampler: returned drafts of shape {tuple(drafts.shape)}, expected {tuple(inputs.draft_token_ids.shape)}"
+            )
+        inputs.draft_token_ids = drafts.to(inputs.draft_token_ids.device)
+        return out
+
+
+def drafting_adapter(fn: Callable) -> SamplerAdapter:
+    r"""A sampler that draws the drafts itself (engine-side drafting) and verifies them.
+
+    ``fn(target_probs [B, k+1, V], draft_probs [B, k, V], bonus_token_ids [B, 1])`` draws each
+    row's drafts :math:`n_i \sim p_i` with its own generators (``seeded_seqs``: row ->
+    ``torch.Generator``, ``raw_target_probs`` / ``raw_draft_probs`` and ``uniform_samples``
+    are passed when it takes them), verifies them, and returns ``(draft_token_ids [B, k],
+    output [B, k+1])``. :func:`~cactus_theory.testing.check_sampler_law` then also tests the
+    drafts' law (``draft-law``: each position's drafts against the drafter row) and tests the
+    output against the rule's law as for handed-in drafts, so noise shared between drafting and
+    verification (the acceptance uniforms, the recovery draw) shows in the output's law.
+    Placeholder drafts cannot be planted in such a sampler (the ``placeholder`` check and the
+    batch contracts' short requests are skipped).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+    return _Drafting(fn)
+
+
 def as_adapter(sampler) -> SamplerAdapter:
     """An adapter for ``sampler``: itself if it is one, else chosen by the call signature.
 
-    A callable whose parameters include ``cu_num_draft_tokens`` is vLLM V1's
+    A callable with an attribute ``draws_drafts = True`` draws its own drafts
+    (:func:`drafting_adapter`); one whose parameters include ``cu_num_draft_tokens`` is vLLM V1's
     ``rejection_sample``; one whose (``forward``'s) parameters include
     ``target_with_bonus_probs`` is a V0 sampler; anything else a plain callable on torch
     tensors.
@@ -359,6 +409,8 @@ def as_adapter(sampler) -> SamplerAdapter:
     if not callable(sampler):
         raise TypeError(f"sampler: expected a callable or a SamplerAdapter, got {type(sampler).__name__}")
     params = _parameters(sampler)
+    if getattr(sampler, "draws_drafts", False):
+        return drafting_adapter(sampler)
     if "cu_num_draft_tokens" in params:
         return v1_adapter(sampler)
     if "target_with_bonus_probs" in _parameters(getattr(sampler, "forward", sampler)):

@@ -16,39 +16,10 @@ Hao & Mou, "Cactus", ICLR 2026, arXiv 2604.04987: Theorem 3, Corollary 5.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ._casebook_whole import WHOLE_REQUEST_MUTANTS, _Drafts
+from ._defect import Defect
 from ._reference import REFERENCE_RULES, _BlockReference, _race, _Reference
 from ._torch import torch
-
-
-@dataclass(frozen=True)
-class Defect:
-    """One entry of the casebook.
-
-    Attributes
-    ----------
-    name : str
-        The ``defect`` argument of :func:`reference_sampler`.
-    bug_class : str
-        What is wrong, in the sampler's terms.
-    source : str
-        One public report of a real sampler with this class of bug (repository and number).
-    rule : str
-        The rule the mutant claims (``"sps"``, ``"cactus-taylor"`` for Cactus's own, ``"block"``
-        for block verification's).
-    bonus : str
-        The mutant's bonus contract (``"given"`` or ``"drawn"``).
-    shown_by : str
-        What in the default cases makes it visible.
-    """
-
-    name: str
-    bug_class: str
-    source: str
-    rule: str
-    bonus: str
-    shown_by: str
 
 
 class _RecoveryFromQ(_Reference):
@@ -420,6 +391,7 @@ _MUTANTS = (
     _BlockTokenwiseResidual,
     _BlockOneHotFallback,
     _BlockIgnored,
+    *WHOLE_REQUEST_MUTANTS,
 )
 
 CASEBOOK = {m.defect.name: m.defect for m in _MUTANTS}
@@ -430,7 +402,12 @@ RULES = (*REFERENCE_RULES, "block")
 
 
 def reference_sampler(
-    rule: str = "sps", *, delta: float | None = None, defect: str | None = None, bonus: str | None = None
+    rule: str = "sps",
+    *,
+    delta: float | None = None,
+    defect: str | None = None,
+    bonus: str | None = None,
+    drafting: bool | None = None,
 ):
     r"""A plain torch sampler for ``rule``, correct or with one planted ``defect``.
 
@@ -448,6 +425,12 @@ def reference_sampler(
         ``"given"``: emit the bonus token handed in; ``"drawn"``: draw it from the bonus row
         (the sampler then has ``draws_bonus_token = True``). Default: the defect's
         (:data:`CASEBOOK`), else ``"given"``.
+    drafting : bool, optional
+        The sampler draws the drafts itself from the drafter rows (engine-side drafting, the
+        exponential race with its own noise; a seeded row from its generator) and returns
+        ``(drafts, output)``; it has ``draws_drafts = True``, so
+        :func:`~cactus_theory.testing.check_sampler_law` checks it through
+        :func:`~cactus_theory.testing.drafting_adapter`. Default: the defect's, else False.
 
     Returns
     -------
@@ -485,9 +468,13 @@ def reference_sampler(
         if delta is None or not float(delta) > 0:
             raise ValueError(f"delta: expected a positive budget for cactus-taylor, got {delta!r}")
         delta = float(delta)
-    if rule == "block":
-        sampler = (_BY_NAME[defect] if defect else _BlockReference)(bonus)
-    else:
-        sampler = (_BY_NAME[defect] if defect else _Reference)(rule, delta, bonus)
+    own = bool(defect) and CASEBOOK[defect].drafting
+    drafting = own if drafting is None else bool(drafting)
+    if own and not drafting:
+        raise ValueError(f"drafting: the defect {defect!r} is in the sampler's own drafting (drafting=True)")
+    cls = _BY_NAME[defect] if defect else (_BlockReference if rule == "block" else _Reference)
+    if drafting and not issubclass(cls, _Drafts):
+        cls = type(cls.__name__ + "Drafting", (_Drafts, cls), {})
+    sampler = cls(bonus) if rule == "block" else cls(rule, delta, bonus)
     sampler.__name__ = f"reference_{rule}" + (f"_{defect}" if defect else "")
     return sampler

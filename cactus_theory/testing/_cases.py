@@ -2,7 +2,8 @@ r"""The cases of the sampler-law check: the default rows, and the user's rows ch
 
 :func:`default_cases` are four cases of k = 3 drafts whose entries are multiples of
 :math:`2^{-20}` (:func:`dyadic`), so a float32 sampler sees exactly the rows the float64 analysis
-does; :func:`default_raw_rows` their raw (unprocessed) rows. User rows are read as their float32
+does, and for a given rule a fifth, ``"deep"``, of k = 8 drafts built for that rule
+(:mod:`._deep`); :func:`default_raw_rows` their raw (unprocessed) rows. User rows are read as their float32
 values (the sampler's), renormalized in float64.
 
 Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
@@ -12,51 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._dyadic import dyadic
 from ._torch import torch
-
-
-def dyadic(probs, bits: int = 20) -> np.ndarray:
-    r"""Probability rows rounded to multiples of :math:`2^{-bits}`, summing to 1 exactly.
-
-    Largest-remainder rounding; zeros stay zeros and every positive entry stays positive
-    (at least :math:`2^{-bits}`). For ``bits <= 24`` the rows are exact in float32 and their
-    float32 sums are exactly 1, so a float32 sampler and the float64 analysis see the same
-    distributions.
-
-    Parameters
-    ----------
-    probs : array_like, shape (..., V)
-        Non-negative rows with positive sums (renormalized first).
-    bits : int
-        Resolution, 1..24.
-    """
-    if not 1 <= int(bits) <= 24:
-        raise ValueError(f"bits: expected 1..24, got {bits}")
-    x = np.asarray(probs, dtype=np.float64)
-    if x.ndim < 1 or x.shape[-1] == 0 or not np.all(np.isfinite(x)) or np.any(x < 0):
-        raise ValueError("probs: expected finite non-negative rows (..., V)")
-    sums = x.sum(-1, keepdims=True)
-    if np.any(sums <= 0):
-        raise ValueError("probs: every row needs a positive sum")
-    scale = float(2 ** int(bits))
-    if np.any((x > 0).sum(-1) > scale):
-        raise ValueError(f"bits: {bits} bits cannot keep every positive entry of a row positive")
-    flat = (x / sums).reshape(-1, x.shape[-1]) * scale
-    support = (x > 0).reshape(flat.shape)  # from x: a subnormal entry's share can underflow
-    out = np.empty_like(flat)
-    for r, row in enumerate(flat):
-        units = np.floor(row)
-        units[support[r] & (units == 0)] = 1
-        short = int(scale - units.sum())
-        order = np.argsort(-(row - units), kind="stable")
-        if short > 0:
-            units[order[:short]] += 1
-        while short < 0:  # raised entries took too much: take from the largest
-            j = int(np.argmax(units))
-            units[j] -= 1
-            short += 1
-        out[r] = units / scale
-    return out.reshape(x.shape)
 
 
 def _default_rows():
@@ -153,7 +111,7 @@ def default_raw_rows() -> list:
     return [None if r[2] is None else (r[2].copy(), r[3].copy()) for r in _default_rows()]
 
 
-def default_cases() -> list[tuple[np.ndarray, np.ndarray]]:
+def default_cases(rule=None) -> list[tuple[np.ndarray, np.ndarray]]:
     r"""The cases :func:`check_sampler_law` uses when none are given.
 
     Four cases of k = 3 drafts (:data:`DEFAULT_CASE_NAMES`), every row dyadic (:func:`dyadic`), the verifier rows
@@ -173,14 +131,31 @@ def default_cases() -> list[tuple[np.ndarray, np.ndarray]]:
     * truncated (V = 10): processed rows, the top 3 of raw verifier rows that tie at the
       top-3 boundary (the lower index kept) and the top 4 of raw drafter rows, so the drafter
       proposes tokens of processed q = 0 about half the time; the raw rows
-      (:func:`default_raw_rows`) reach a sampler that takes them.
+      (:func:`default_raw_rows`) reach a sampler that takes them;
+    * deep (V = 5, k = 8; only with ``rule``): built for that rule, whose acceptance at
+      position i is brought to :math:`(k - i)/(k + 1 - i)` by moving the drafter away from
+      the verifier, so every position to the eighth and the bonus position is reached and
+      every position rejects about 1/9 of the draws (its recovery law has power whatever the
+      rule's knob; where the rule accepts more even from a point-mass drafter, that drafter).
+
+    Parameters
+    ----------
+    rule : str or Rule, optional
+        The rule the deep case is built for (a registry name, a configured rule or
+        ``"block"``); None: the four cases of k = 3 only.
 
     Returns
     -------
     list of (target_probs (k+1, V), draft_probs (k, V))
         Float64 rows (the last verifier row is the bonus row).
     """
-    return [(r[0].copy(), r[1].copy()) for r in _default_rows()]
+    cases = [(r[0].copy(), r[1].copy()) for r in _default_rows()]
+    if rule is not None:
+        from ._block import resolve_rule
+        from ._deep import deep_case
+
+        cases.append(deep_case(resolve_rule(rule)))
+    return cases
 
 
 def _float32_values(x, name: str) -> np.ndarray:
@@ -190,9 +165,9 @@ def _float32_values(x, name: str) -> np.ndarray:
     return arr.astype(np.float32).astype(np.float64)
 
 
-def _as_cases(target_probs, draft_probs):
+def _as_cases(target_probs, draft_probs, rule=None):
     if target_probs is None and draft_probs is None:
-        return default_cases()
+        return default_cases(rule)
     if target_probs is None or draft_probs is None:
         raise ValueError(
             "target_probs: give target_probs and draft_probs together (or neither for the default cases)"
@@ -259,12 +234,15 @@ def _as_raw_cases(raw_target_probs, raw_draft_probs, cases, default_cases_used):
     return list(zip(qs, ps))
 
 
-def _resolve_cases(
-    target_probs, draft_probs, raw_target_probs, raw_draft_probs, adapter, case_names, block=False
-):
+def _resolve_cases(target_probs, draft_probs, raw_target_probs, raw_draft_probs, adapter, case_names, rule):
     """The check's cases, per case its raw rows (None: raw = processed) and the cases' names;
-    ``block``: block verification, whose default cases end with :func:`block_case`."""
-    cases = _as_cases(target_probs, draft_probs)
+    the default cases end with the deep case built for ``rule`` and, for block verification,
+    :func:`block_case`."""
+    from ._block import _is_block
+    from ._deep import DEEP_CASE_NAME
+
+    block = _is_block(rule)
+    cases = _as_cases(target_probs, draft_probs, rule)
     defaults = target_probs is None
     raws = _as_raw_cases(raw_target_probs, raw_draft_probs, cases, defaults)
     extra = [block_case()] if defaults and block else []
@@ -278,10 +256,12 @@ def _resolve_cases(
         raws = [
             None if r is None else tuple(_float32_values(x, "raw_target_probs") for x in r)
             for r in default_raw_rows()
-        ]
+        ] + [None]
     cases, raws = cases + extra, raws + [None] * len(extra)
     if case_names is None:
-        names = list(DEFAULT_CASE_NAMES) if defaults else [f"case {c}" for c in range(len(cases))]
+        names = (
+            [*DEFAULT_CASE_NAMES, DEEP_CASE_NAME] if defaults else [f"case {c}" for c in range(len(cases))]
+        )
         names += [BLOCK_CASE_NAME] * len(extra)
     else:
         names = [str(x) for x in case_names]

@@ -18,6 +18,11 @@ draw) and tests, per case and position:
   fails outright;
 * **acceptance**: an exact two-sided binomial test of the number of reached draws that go
   on, against :math:`\alpha_i` (:func:`cactus_theory.acceptance_rate`);
+* **recovery**: Pearson's chi-square of the tokens emitted by the draws that stop at position i
+  (a rejection) against the recovery law :math:`(h_{alg,i} - p_i a_i) / (1 - \alpha_i)`, its
+  power stated by those rejection draws;
+* **draft-law** (a sampler that draws its own drafts, :func:`drafting_adapter`): each
+  position's drafts against :math:`p_i`;
 * **bonus-law**: Pearson's chi-square of the tokens emitted at position k (after k
   acceptances) against the bonus row :math:`q_k`, whoever draws the bonus token;
 * **counters** (V0 samplers that keep vLLM 0.7's counters): ``num_accepted_tokens``
@@ -58,6 +63,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._adapters import SamplerAdapter, _declared_bonus, _declares, as_adapter
+from ._batches import _batch_contracts
 from ._block import _is_block, resolve_rule
 from ._cases import _resolve_cases
 from ._draws import PLACEHOLDER, _draw_cases, _pad
@@ -120,7 +126,9 @@ def check_sampler_law(
     the acceptance against :math:`\alpha_i`, a chi-square test of the emitted bonus token
     against the bonus row, vLLM 0.7's counters against their expectation, each at
     ``alpha / m``; with ``invariants``, the exact checks of the layout, the bonus token (when
-    it is given), greedy rows, seeded rows and zero uniforms.
+    it is given), greedy rows, seeded rows and zero uniforms, and the batch contracts (small
+    batches of mixed requests: each request's law by slot, seeded requests reproduced in every
+    batch and call, greedy rows, placeholder drafts; :mod:`._batches`).
 
     **The sampler's contract.** It is called on a batch (by an adapter) of
     verifier rows ``[B, k+1, V]`` (the last position is the bonus row), drafter rows
@@ -160,7 +168,9 @@ def check_sampler_law(
     target_probs, draft_probs : array_like, optional
         The cases: ``(k+1, V)`` and ``(k, V)``, or stacked ``(cases, k+1, V)`` and
         ``(cases, k, V)``, or lists of such pairs (cases may differ in k and V). Default:
-        :func:`default_cases` (with :func:`default_raw_rows` for a sampler that takes raw rows;
+        :func:`default_cases` of ``rule``: four cases of k = 3 and the case ``"deep"`` of k = 8
+        built for the rule so that each of its positions rejects about one draw in nine (with
+        :func:`default_raw_rows` for a sampler that takes raw rows;
         for ``rule="block"`` also the case ``"low-joint-ratio"``, where the block residual
         matters).
     num_samples : int
@@ -214,7 +224,7 @@ def check_sampler_law(
     bonus_mode = _declared_bonus(sampler, bonus)
     rule = resolve_rule(rule)
     cases, raws, names = _resolve_cases(
-        target_probs, draft_probs, raw_target_probs, raw_draft_probs, adapter, case_names, _is_block(rule)
+        target_probs, draft_probs, raw_target_probs, raw_draft_probs, adapter, case_names, rule
     )
     laws = [
         exact_law(rule, q, p, **({} if r is None else {"raw_target_probs": r[0], "raw_draft_probs": r[1]}))
@@ -223,6 +233,8 @@ def check_sampler_law(
     before = adapter.counters()
     outputs = _draw_cases(adapter, cases, raws, num_samples, seed, device, mixed)
     raw = _law_checks(cases, laws, outputs, min_expected)
+    if adapter.draws_drafts:
+        raw += _draft_checks(cases, outputs, min_expected)
     skipped: list[str] = []
     raw += _counter_checks(before, adapter.counters(), laws, outputs, num_samples, skipped)
     if bonus_mode == "drawn":
@@ -232,10 +244,16 @@ def check_sampler_law(
         )
     if invariants:
         raw += _invariants(adapter, rule, cases, laws, outputs, seed, device, skipped, bonus_mode)
-        if _declares(sampler, "takes_placeholder_drafts"):
+        placeholders = _declares(sampler, "takes_placeholder_drafts") and not adapter.draws_drafts
+        if placeholders:
             raw += _placeholder(adapter, cases, seed, device)
+        elif adapter.draws_drafts:
+            skipped.append("placeholder: the sampler draws its own drafts")
         else:
             skipped.append("placeholder: the sampler does not declare takes_placeholder_drafts")
+        raw += _batch_contracts(
+            adapter, rule, cases, raws, laws, seed, device, skipped, bonus_mode, placeholders, num_samples
+        )
     checks = _verdicts(raw, names, alpha, power, tv_goal, num_samples)
     return SamplerLawResult(
         passed=all(c.passed for c in checks),
@@ -286,6 +304,60 @@ def _law_checks(cases, laws, outputs, min_expected) -> list[dict]:
                 break
             pv, det = _binomial(int(present[reached, i + 1].sum()), n, float(law.acceptance[i]))
             raw.append(_record("acceptance", "binomial", pv, n, det, c, i))
+            raw += _recovery_check(out, present, law, i, c, vmax, min_expected)
+    return raw
+
+
+def _recovery_check(out, present, law, i, c, vmax, min_expected) -> list[dict]:
+    r"""The token emitted at position i by the draws that stop there (reached, not going on)
+    against the recovery law :math:`(h_{alg,i} - p_i a_i) / (1 - \alpha_i)`: the token drawn
+    after a rejection, tested on its own so that its power is stated by its rejection draws."""
+    reject = float(1.0 - law.acceptance[i])
+    if reject <= 1e-12:  # the position always goes on: no recovery to test
+        return []
+    stopped = present[:, i] & ~present[:, i + 1]
+    probs = np.clip(law.emitted[i] - law.accepted_mass[i], 0.0, None)
+    probs = _pad(probs / probs.sum(), vmax)
+    n = int(stopped.sum())
+    pv, det, cells = _token_law(out[stopped, i], probs, min_expected)
+    return [
+        _record(
+            "recovery",
+            "chi-square",
+            pv,
+            n,
+            "after a rejection: " + det,
+            c,
+            i,
+            _cells=cells,
+            _support=int(np.count_nonzero(probs > 0)),
+            _reach=float(law.reach[i]) * reject,
+        )
+    ]
+
+
+def _draft_checks(cases, outputs, min_expected) -> list[dict]:
+    """For a sampler that draws its own drafts: the drafts at each position against the drafter
+    row (every draw drafts every position, whatever is accepted)."""
+    raw = []
+    for c, ((_q, p), (_out, drafts, _bonus, vmax)) in enumerate(zip(cases, outputs)):
+        for i in range(p.shape[0]):
+            probs = _pad(p[i], vmax)
+            pv, det, cells = _token_law(drafts[:, i], probs, min_expected)
+            raw.append(
+                _record(
+                    "draft-law",
+                    "chi-square",
+                    pv,
+                    len(drafts),
+                    "drafts vs the drafter row: " + det,
+                    c,
+                    i,
+                    _cells=cells,
+                    _support=int(np.count_nonzero(probs > 0)),
+                    _reach=1.0,
+                )
+            )
     return raw
 
 

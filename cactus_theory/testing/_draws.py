@@ -53,7 +53,8 @@ def _call(adapter, q, bonus, p, drafts, device, torch_seed, raw_rows=None, **kw)
 
 
 def _call_rows(adapter, q, bonus, p, drafts, device, torch_seed, raw_rows=None, uniforms=None, **kw):
-    """One sampler call on per-row q [B, k+1, V], p [B, k, V], drafts [B, k], bonus [B, 1]."""
+    """One sampler call on per-row q [B, k+1, V], p [B, k, V], drafts [B, k], bonus [B, 1]; a
+    sampler that draws its own drafts (``adapter.draws_drafts``) writes them into ``drafts``."""
 
     def tensor(x, dtype=torch.float32):
         return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
@@ -72,6 +73,8 @@ def _call_rows(adapter, q, bonus, p, drafts, device, torch_seed, raw_rows=None, 
     with torch.random.fork_rng(devices=forked):
         torch.manual_seed(torch_seed)
         out = adapter(inputs)
+    if adapter.draws_drafts:  # the sampler drew its own drafts into inputs.draft_token_ids
+        drafts[...] = inputs.draft_token_ids.detach().cpu().numpy().reshape(drafts.shape)
     out = out.detach().cpu().numpy().astype(np.int64)
     if out.shape != (drafts.shape[0], drafts.shape[1] + 1):
         raise ValueError(

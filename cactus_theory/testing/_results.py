@@ -40,8 +40,11 @@ class LawCheck:
     ----------
     name : str
         ``"law"``, ``"bonus-law"`` (the emitted bonus token against the bonus row),
-        ``"acceptance"``, ``"counter:<name>"``, ``"layout"``, ``"bonus"``, ``"greedy"``,
-        ``"seeded"``, ``"zero-uniform"`` or ``"placeholder"``.
+        ``"acceptance"``, ``"recovery"`` (the token emitted after a rejection against the
+        recovery law), ``"draft-law"`` (the drafts of a sampler that draws them),
+        ``"counter:<name>"``, ``"layout"``, ``"bonus"``, ``"greedy"``, ``"seeded"``,
+        ``"zero-uniform"``, ``"placeholder"`` or a batch contract (``"batch-law:<slot>"``,
+        ``"batch-layout"``, ``"batch-greedy"``, ``"batch-seeded"``).
     case, position : int or None
         Where (None for checks over all cases or positions).
     test : str
@@ -64,7 +67,9 @@ class LawCheck:
         inf when the position is reached but the draws fill fewer than two cells).
     underpowered : bool
         A passed chi-square check whose ``detectable_tv`` exceeds the call's goal at a position
-        the exact law reaches.
+        the exact law reaches; for a ``recovery`` check (the token after a rejection), only
+        when no case's recovery check at that position meets the goal (the recovery law was
+        not exercised enough there). The batch checks state their power and set no goal.
     draws_needed : int or None
         For an underpowered check: draws per case at which the goal would be met.
     """
@@ -184,24 +189,50 @@ class SamplerLawResult:
         return max(need) if need else None
 
     def power_lines(self) -> list[str]:
-        """Per case: each position's draws and the smallest total variation detected."""
+        """Per case: each position's draws and the smallest total variation detected, with its
+        rejection draws and the recovery law's smallest detected total variation; then the
+        checks over several cases (batch contracts, drafts)."""
         by_case: dict = {}
+        recovery: dict = {}
+        pooled = []
         for c in self.checks:
-            if c.test == "chi-square":
+            if c.test != "chi-square":
+                continue
+            if c.name == "recovery":
+                recovery[(c.case, c.position)] = c
+            elif c.name in ("law", "bonus-law"):
                 by_case.setdefault((c.case, c.case_name), []).append(c)
+            else:
+                pooled.append(c)
         out = []
-        for (_case, name), checks in by_case.items():
+        for (case, name), checks in by_case.items():
             cells = []
             for c in sorted(checks, key=lambda c: c.position):
                 tv = c.detectable_tv
                 if tv is None:
                     cells.append(f"{c.position}: never reached (exact reach 0)")
                     continue
-                txt = "inf" if math.isinf(tv) else f"{tv:.3f}"
-                cells.append(
-                    f"{c.position}: n = {c.n}, TV >= {txt}" + (" (underpowered)" if c.underpowered else "")
+                cell = f"{c.position}: n = {c.n}, TV >= {_tv(tv)}" + (
+                    " (underpowered)" if c.underpowered else ""
                 )
+                rec = recovery.get((case, c.position))
+                if rec is not None and rec.detectable_tv is not None:
+                    cell += f", {rec.n} rejections, recovery TV >= {_tv(rec.detectable_tv)}" + (
+                        " (underpowered)" if rec.underpowered else ""
+                    )
+                cells.append(cell)
             out.append(f"case {name!r}: " + "; ".join(cells))
+        merged: dict = {}
+        for c in pooled:  # one line per check and case (its positions together)
+            merged.setdefault((c.name, c.case, c.case_name), []).append(c)
+        for (name, case, case_name), checks in merged.items():
+            where = "" if case is None else f" case {case_name!r}"
+            cells = [
+                ("" if c.position is None else f"{c.position}: ")
+                + f"n = {c.n}, TV >= {'-' if c.detectable_tv is None else _tv(c.detectable_tv)}"
+                for c in checks
+            ]
+            out.append(f"{name}{where}: " + "; ".join(cells))
         return out
 
     def report(self) -> str:
@@ -255,6 +286,10 @@ class SamplerLawResult:
         }
 
 
+def _tv(tv: float) -> str:
+    return "inf" if math.isinf(tv) else f"{tv:.3f}"
+
+
 def _diagnose_block(fails) -> list[str]:
     """Block verification's patterns: a law off after kept drafts, an acceptance off alone."""
     law = [c for c in fails if c.name == "law"]
@@ -282,7 +317,12 @@ def _diagnose(checks, laws, bonus_mode, block: bool = False) -> list[str]:
     fails = [c for c in checks if not c.passed]
     out = _diagnose_block(fails) if block else []
     block_named = bool(out)  # then later positions' failures are the block's pattern
-    zero = [c for c in fails if "exact probability is 0" in c.detail or c.name == "zero-uniform"]
+    zero = [
+        c
+        for c in fails
+        if (c.name in ("law", "bonus-law") and "exact probability is 0" in c.detail)
+        or c.name == "zero-uniform"
+    ]
     if zero:
         where = ", ".join(sorted({c.where() for c in zero}))
         out.append(
@@ -290,7 +330,7 @@ def _diagnose(checks, laws, bonus_mode, block: bool = False) -> list[str]:
             "mask, its ties at the boundary) not applied to the rows the sampler verifies with, or "
             "an inclusive comparison u <= ratio that accepts a zero-probability draft when u = 0"
         )
-    law_fail = {(c.case, c.position) for c in fails if c.name == "law"}
+    law_fail = {(c.case, c.position) for c in fails if c.name in ("law", "recovery")}
     acc_fail = {(c.case, c.position) for c in fails if c.name == "acceptance"}
     recovery = sorted(law_fail - acc_fail, key=lambda x: (x[0], x[1]))
     if recovery and acc_fail == set():
@@ -310,10 +350,23 @@ def _diagnose(checks, laws, bonus_mode, block: bool = False) -> list[str]:
         if c.name in ("law", "acceptance") and c.case is not None:
             by_case.setdefault(c.case_name, set()).add(c.position)
     later = sorted(name for name, pos in by_case.items() if 0 not in pos)
-    if later and not block_named:
+    if later and not block_named and all(0 not in pos for pos in by_case.values()):
         out.append(
             f"position 0 is right and later positions are wrong (case {', '.join(map(repr, later))}): "
             "indexing (rows or drafts read at another position) or randomness shared across positions"
+        )
+    if any(c.name == "draft-law" for c in fails):
+        out.append(
+            "the drafts the sampler drew do not follow the drafter rows: drafted from other rows, "
+            "with another temperature or filter, or with noise that is not uniform"
+        )
+    batch = sorted({c.name for c in fails if c.name.startswith("batch-")})
+    if batch and not any(c.name in ("law", "recovery", "acceptance", "layout", "greedy") for c in fails):
+        out.append(
+            f"only a batch contract failed ({', '.join(batch)}): a request's output depends on the batch "
+            "around it (its slot, the batch size, its neighbours, seeded rows beside unseeded ones: "
+            "batch-law is the law of each request's tokens in small batches by slot; batch-seeded a "
+            "seeded request reproduced in every batch and call)"
         )
     if any(c.name == "bonus-law" for c in fails):
         out.append(
@@ -347,10 +400,23 @@ def _verdicts(raw: list[dict], names, alpha, power, tv_goal, num_samples) -> tup
     m = max(1, sum(r["test"] != "exact" for r in raw))
     level = alpha / m
     checks = []
+    extras = []
     for r in raw:
         exact = r["test"] == "exact"
         passed = bool(r["p_value"] == 1.0) if exact else bool(r["p_value"] >= level)
-        extra = _power_fields(r, passed, level, power, tv_goal, num_samples)
+        extras.append((passed, _power_fields(r, passed, level, power, tv_goal, num_samples)))
+    # the recovery law at a position is exercised when one case's rejections there detect tv_goal
+    covered = {
+        r["position"]
+        for r, (_ok, e) in zip(raw, extras)
+        if r["name"] == "recovery" and e.get("detectable_tv") is not None and e["detectable_tv"] <= tv_goal
+    }
+    for r, (passed, extra) in zip(raw, extras):
+        exact = r["test"] == "exact"
+        if extra.get("underpowered") and (
+            r.get("_no_goal") or (r["name"] == "recovery" and r["position"] in covered)
+        ):
+            extra = {**extra, "underpowered": False, "draws_needed": None}
         r = {key: val for key, val in r.items() if not key.startswith("_")}
         name = None if r["case"] is None else names[r["case"]]
         checks.append(

@@ -171,3 +171,50 @@ def _power_fields(
         # (three standard deviations of the binomial count spared)
         need = int(math.ceil((per_pos + 3.0 * math.sqrt(per_pos)) / reach)) if reach > 0 else None
     return {"detectable_tv": tv, "underpowered": under, "draws_needed": need}
+
+
+def _pit_test(parts, rng: np.random.Generator, bins: int = 20):
+    r"""One test of several samples of tokens, each against its own exact law: the randomized
+    probability integral transform.
+
+    With a part's tokens ordered by decreasing exact probability :math:`h` (ties by index),
+    :math:`F` its distribution function in that order and :math:`V` uniform, a token t gives
+    :math:`U = F(t^-) + V h(t)`, uniform on [0, 1) exactly when t follows h, whatever h is; so
+    the U of all parts, however small each part is, pool into one sample, tested by Pearson's
+    chi-square on up to ``bins`` equiprobable bins (at least 5 expected per bin). Tokens of
+    successive positions of one request give independent U (each is uniform given the past). A
+    token of exact probability 0, or an id outside the vocabulary, fails outright. A sampler too
+    sure of the likely tokens (an argmax where a draw is due) puts U near 0.
+
+    Returns (p-value, detail, bins tested, tokens).
+    """
+    us, n = [], 0
+    for tokens, probs in parts:
+        if len(tokens) == 0:
+            continue
+        v = len(probs)
+        safe = np.clip(tokens, 0, v - 1)
+        bad = (tokens < 0) | (tokens >= v) | (probs[safe] <= 0)
+        if bad.any():
+            detail = f"{int(bad.sum())} tokens of exact probability 0 (or outside the vocabulary), e.g. {int(tokens[bad][0])}"
+            return 0.0, detail, 0, int(len(tokens)) + n
+        h = probs / probs.sum()
+        order = np.argsort(-h, kind="stable")
+        rank = np.empty(v, dtype=np.int64)
+        rank[order] = np.arange(v)
+        before = np.concatenate([[0.0], np.cumsum(h[order])])[rank]  # F(t^-) in that order
+        us.append(before[safe] + rng.random(len(tokens)) * h[safe])
+        n += len(tokens)
+    b = min(bins, n // 5)
+    if b < 2:
+        return 1.0, f"{n} tokens: too few to test", 0, n
+    u = np.concatenate(us)
+    counts = np.bincount(np.minimum((u * b).astype(np.int64), b - 1), minlength=b)
+    pval = float(stats.chisquare(counts).pvalue)
+    share = counts / n
+    return (
+        pval,
+        f"{n} tokens, PIT in {b} bins: lowest bin {share[0]:.3f}, highest {share.max():.3f} (uniform {1 / b:.3f})",
+        b,
+        n,
+    )
