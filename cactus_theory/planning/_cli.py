@@ -62,6 +62,9 @@ def add_arguments(p):
         help="with --measure: the drafter timed (distilled, early-exit:K, requant:B); also written into the engine configuration",
     )
     p.add_argument(
+        "--measure-repeats", type=int, default=7, help="with --measure: interleaved timing repeats (medians)"
+    )
+    p.add_argument(
         "--cost-out", default=None, metavar="PATH", help="write the cost model used as a timing file"
     )
     p.add_argument(
@@ -95,7 +98,9 @@ def _cost(args):
     if args.cost_file is not None:
         return CostModel.read(args.cost_file)
     if args.measure:
-        return CostModel.measure(args.m_max, drafter=args.drafter, progress=not args.no_progress)
+        return CostModel.measure(
+            args.m_max, drafter=args.drafter, repeats=args.measure_repeats, progress=not args.no_progress
+        )
     if args.draft_cost is None:
         raise ValueError("draft-cost: give a cost model (--draft-cost, --cost-file or --measure)")
     if args.verify_costs is None:

@@ -148,6 +148,8 @@ def test_measure_command(tmp_path, capsys):
         "48",
         "--bootstrap",
         "0",
+        "--measure-repeats",
+        "1",
         "--cost-out",
         str(costs),
         "--no-progress",
