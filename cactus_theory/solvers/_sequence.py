@@ -51,9 +51,10 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from .._search import bisect_elementwise
-from .._validation import as_budget, as_prob_pair
+from .._validation import _is_torch, as_budget, as_prob_pair
 from ..divergences import get_divergence
 from ._mentored import solve_mentored
+from ._sequence_device import band_step_torch
 
 __all__ = [
     "multiplier_step",
@@ -76,9 +77,12 @@ def multiplier_step(target_probs, draft_probs, lam):
     .. math:: o = \mathrm{clip}(p,\ a q,\ a e^{1/\lambda} q)\ \text{on supp}(q),\ 0\ \text{off it},
               \qquad \textstyle\sum_x o_x = 1.
 
-    Array-agnostic (numpy float64 in the analysis, torch float32 in the samplers); ``a`` is
-    found by :data:`_BAND_STEPS` bisection steps on [0, 1] (the sum is nondecreasing in a, 0 at
-    a = 0 and >= 1 at a = 1).
+    On numpy rows (the analysis, float64) ``a`` is found by :data:`_BAND_STEPS` bisection
+    steps on [0, 1] (the sum is nondecreasing in a, 0 at a = 0 and >= 1 at a = 1); on torch
+    rows (the samplers and the vLLM plugin, in the rows' dtype and device) exactly, by one sort
+    per row and a binary search over its breakpoints
+    (:func:`~cactus_theory.solvers._sequence_device.band_step_torch`; within 5e-7 of the
+    float64 analysis on the shipped rows in float32).
 
     Parameters
     ----------
@@ -96,6 +100,9 @@ def multiplier_step(target_probs, draft_probs, lam):
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), o the emitted
     distribution. Source: Hao & Mou, ICLR 2026, Theorem 1; Tran-Thien (2023).
     """
+    if _is_torch(target_probs):
+        # torch rows (the samplers, the vLLM plugin): the exact clip factor by one sort per row
+        return band_step_torch(target_probs, draft_probs, lam)
     xp = array_namespace(target_probs, draft_probs)
     q = target_probs
     shape = q.shape[:-1] + (1,)
