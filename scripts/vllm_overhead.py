@@ -69,7 +69,20 @@ from cactus_theory.rules import get_rule, rule_names  # noqa: E402
 QUICK_RULES = ("sps", "cactus-taylor")
 #: Goal for the ratio plugin step / stock step, by rule (``GOAL_DEFAULT`` for the others).
 GOALS = {"sps": 1.05, "cactus-taylor": 1.1, "cactus-exact": 1.1, "interpolation": 1.1}
+GOALS.update({n: 1.3 for n in ("rfsd", "scd")})
+GOALS.update({f"cascade-{k}": 1.3 for k in ("chow", "diff", "opt", "token-v1", "token-v2", "token-v3")})
 GOAL_DEFAULT = 1.5
+#: A run is loaded (its goals are not judged) when the 1-minute load average at its start or
+#: end exceeds this many times the CPU count: others' work then shares the cores it is timed on.
+LOADED_FACTOR = 1.5
+
+
+def _loaded(starts, ends) -> bool:
+    """Whether a run whose load averages were ``starts`` and ``ends`` ran on a busy machine."""
+    cap = LOADED_FACTOR * (os.cpu_count() or 1)
+    return any(load is not None and load[0] > cap for load in (starts, ends))
+
+
 #: What the plugin adds to vLLM's step, by rule (printed under a table for the rules that miss).
 COSTS = {
     "sps": "nothing (no substitution: the wrapper calls vLLM's kernel); a ratio off 1 is the machine's noise",
@@ -81,6 +94,15 @@ COSTS = {
     "scd": "the raw rows (softmax of the raw logits, softmax(T log p)), then the contrastive row: logs of "
     "q and of the raw drafter row, an exp and a normalization, per request temperature",
 }
+COSTS["sequence-budget-kl"] = (
+    "its plan: one sort of each row by p/q (the clip factor's breakpoints), two prefix sums and a "
+    "17-step binary search of one value per row, then the clipped row"
+)
+COSTS["mentored"] = "its plan: the dual's bisections with fixed step counts, each a pass over every row"
+COSTS["cactus-calibrated"] = (
+    "its plan: delta calibrated per row in float64 on the host (numpy; a grid of deltas, each an "
+    "emitted distribution over the row), then gamma"
+)
 for _kind in ("chow", "diff", "opt", "token-v1", "token-v2", "token-v3"):
     COSTS[f"cascade-{_kind}"] = (
         "the raw rows (softmax of the raw logits, softmax(T log p): two exp passes and a log pass), "
@@ -240,6 +262,7 @@ def verify_step_overhead(device="cpu", *, quick=False, rules=None, B=None, k=Non
             fn(*a)
             return 1e3 * (_clock(device) - t)
 
+        load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         times = {"stock": []}
         for name in rules:
             times[name] = []
@@ -282,12 +305,15 @@ def verify_step_overhead(device="cpu", *, quick=False, rules=None, B=None, k=Non
         "device_name": torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu",
         "threads": torch.get_num_threads(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_average_start": load_start,
+        "cpu_count": os.cpu_count(),
         "vllm": vllm.__version__,
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "stock": stock_s,
         "rules": {},
     }
+    out["loaded"] = _loaded(load_start, out["load_average"])
     for name in rules:
         s = _spread(times[name])
         p = statistics.median(times[name + "/plan"])
@@ -300,7 +326,10 @@ def verify_step_overhead(device="cpu", *, quick=False, rules=None, B=None, k=Non
             "ratio_median": s["median_ms"] / stock_s["median_ms"],
             "ratio_per_round": {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)},
             "goal": GOALS.get(name, GOAL_DEFAULT),
-            "meets_goal": s["median_ms"] / stock_s["median_ms"] <= GOALS.get(name, GOAL_DEFAULT),
+            # a loaded run's ratios are recorded, not judged against the goal (None)
+            "meets_goal": None
+            if out["loaded"]
+            else s["median_ms"] / stock_s["median_ms"] <= GOALS.get(name, GOAL_DEFAULT),
             "parts": {
                 "plan_ms": p,
                 "kernels_ms": stock_s["median_ms"],
@@ -332,7 +361,13 @@ def markdown_run(res, level="##") -> str:
         f"V = {sh['vocab']:,}",
         "",
         f"{sh['rounds']} interleaved rounds after one warm-up round"
-        + (f"; load average at the end {load[0]:.1f} (1 min), {load[1]:.1f} (5 min)." if load else "."),
+        + (f"; load average at the end {load[0]:.1f} (1 min), {load[1]:.1f} (5 min)." if load else ".")
+        + (
+            f" **Loaded run** (load above {LOADED_FACTOR}x the {res.get('cpu_count')} CPUs at its start "
+            "or end): the ratios are recorded, the goals not judged."
+            if res.get("loaded")
+            else ""
+        ),
         "",
         f"Stock step: median {st['median_ms']:.2f} ms (min {st['min_ms']:.2f}, quartiles "
         f"{st['q1_ms']:.2f}-{st['q3_ms']:.2f}, max {st['max_ms']:.2f}).",
@@ -343,7 +378,7 @@ def markdown_run(res, level="##") -> str:
     ]
     for name, r in res["rules"].items():
         s, pr, rr = r["step"], r["parts"], r["ratio_per_round"]
-        ok = "met" if r["meets_goal"] else "missed"
+        ok = {None: "not judged", True: "met", False: "missed"}[r["meets_goal"]]
         lines.append(
             f"| {name} | {s['median_ms']:.2f} | {s['q1_ms']:.2f}-{s['q3_ms']:.2f} | "
             f"{s['min_ms']:.2f}-{s['max_ms']:.2f} | {r['ratio_median']:.2f}x | {r['goal']:.2f}x ({ok}) | "
@@ -351,7 +386,7 @@ def markdown_run(res, level="##") -> str:
             f"{pr['plan_ms']:.2f} | {pr['substitute_total_ms']:.2f} | {pr['plan_path_ms']:.2f} | "
             f"{_fmt_gain(pr['shortcut_gain'])} |"
         )
-    missed = [(n, r) for n, r in res["rules"].items() if not r["meets_goal"]]
+    missed = [(n, r) for n, r in res["rules"].items() if r["meets_goal"] is False]
     if missed:
         lines += ["", "Goals missed, and what the plugin adds to the step for that rule:", ""]
         lines += [f"- {n} ({r['ratio_median']:.2f}x): {COSTS.get(n, 'its plan')}" for n, r in missed]
