@@ -52,8 +52,10 @@ def band_step_torch(q, p, lam):
     p2 = p.reshape(-1, V)
     n = q2.shape[0]
     on = q2 > 0
-    lam_t = torch.as_tensor(lam, dtype=q.dtype, device=q.device)
-    lam_t = lam_t.reshape(-1, 1).expand(n, 1) if lam_t.ndim else lam_t.reshape(1, 1).expand(n, 1)
+    if isinstance(lam, torch.Tensor):
+        lam_t = lam.to(dtype=q.dtype, device=q.device).reshape(-1, 1).expand(n, 1)
+    else:  # a number filled in on the device (a host tensor would be a host-to-device copy)
+        lam_t = torch.full((n, 1), float(lam), dtype=q.dtype, device=q.device)
     # band width c = e^{1/lambda}: inf at lambda = 0 (and past exp's range), 1 at lambda = inf
     expo = torch.where(lam_t > 0, 1.0 / torch.where(lam_t > 0, lam_t, 1.0), math.inf)
     c = torch.where(expo > 80.0, math.inf, torch.exp(torch.clamp(expo, max=80.0)))
