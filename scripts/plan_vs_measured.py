@@ -31,12 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "plan_vs_measured" / "plan_vs_measured_cpu.json"
 DOCS = ROOT / "docs" / "planning.md"
-BEGIN = "<!-- BEGIN generated:plan-vs-measured (scripts/plan_vs_measured.py) -->"
-END = "<!-- END generated:plan-vs-measured -->"
+BEGIN = "<!-- BEGIN plan-vs-measured (scripts/plan_vs_measured.py) -->"
+END = "<!-- END plan-vs-measured -->"
 VLLM_E2E = ROOT / "benchmarks" / "vllm_e2e_cpu.json"
 VLLM_OUT = ROOT / "benchmarks" / "plan_vs_measured" / "plan_vs_vllm_cpu.json"
-VLLM_BEGIN = "<!-- BEGIN generated:plan-vs-vllm (scripts/plan_vs_measured.py) -->"
-VLLM_END = "<!-- END generated:plan-vs-vllm -->"
+VLLM_BEGIN = "<!-- BEGIN plan-vs-vllm (scripts/plan_vs_measured.py) -->"
+VLLM_END = "<!-- END plan-vs-vllm -->"
 
 #: (drafter, m, rule, knobs) of the measured configurations.
 CONFIGS = (
