@@ -11,14 +11,18 @@ _DRAFTER_PLACEHOLDER = "<drafter model>"
 
 def engine_config(rule: str, knobs: dict, m, drafter=None):
     """(config, note): vLLM's ``speculative_config`` and ``additional_config`` for the plugin,
-    or (None, the plugin's one-line reason) when it cannot serve the rule."""
+    or (None, the plugin's one-line reason) when it cannot serve the rule.
+
+    A rule the plugin serves with the toolkit's own sampler (``PluginConfig.path ==
+    "sampler"``) runs on vLLM's older model runner only: its configuration carries
+    ``env = {"VLLM_USE_V2_MODEL_RUNNER": "0"}`` and the note says so."""
     from ..integrations.vllm._config import CONFIG_KEY, parse_config
 
     if m is None:
         return None, "no draft length to configure"
     section = {"rule": rule, **{k: v for k, v in knobs.items()}}
     try:
-        parse_config(section)
+        parsed = parse_config(section)
     except ValueError as exc:
         return None, f"the vLLM plugin refuses it: {exc}"
     config = {
@@ -29,4 +33,10 @@ def engine_config(rule: str, knobs: dict, m, drafter=None):
         },
         "additional_config": {CONFIG_KEY: section},
     }
+    if parsed.path == "sampler":
+        config["env"] = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+        return config, (
+            "parsed by the plugin's configuration check; served by the toolkit's sampler on "
+            "vLLM's older model runner only (VLLM_USE_V2_MODEL_RUNNER=0)"
+        )
     return config, "parsed by the plugin's configuration check"

@@ -144,6 +144,19 @@ def test_engine_config_refused_rule_says_why():
     assert cfg is None and "refuses" in note and "scd_temperature" in note
 
 
+def test_engine_config_of_a_sampler_served_rule_names_the_older_runner():
+    from cactus_theory.integrations.vllm._config import parse_config
+    from cactus_theory.planning._engine import engine_config
+
+    # tas is served by the toolkit's sampler, which vLLM's newer runner refuses at start-up
+    cfg, note = engine_config("tas", {}, 2)
+    assert parse_config(cfg["additional_config"]["cactus_theory"]).path == "sampler"
+    assert cfg["env"] == {"VLLM_USE_V2_MODEL_RUNNER": "0"} and "older model runner" in note
+    # a rule vLLM's kernels realise needs no runner setting
+    cfg, _ = engine_config("cactus-taylor", {"delta": 0.5}, 2)
+    assert "env" not in cfg
+
+
 def test_cost_model_file_round_trip(tmp_path):
     back = ct.CostModel.read(COST.write(tmp_path / "costs.json"))
     assert back.draft_cost == COST.draft_cost and back.verify_costs == COST.verify_costs
