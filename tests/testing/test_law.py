@@ -780,9 +780,11 @@ def test_the_power_table_is_generated_and_meets_its_goals():
     assert [d for d, _ in rows[: len(DEFECTS)]] == list(DEFECTS)
     assert rows[len(DEFECTS) :] == list(sp.RULE_AWARE) and {0.1, 0.5, 1.0} <= {d for _, d in sp.RULE_AWARE}
     for m in rec["mutants"]:
-        assert m["seeds"] >= 10 and m["caught"] >= 0.9 * m["seeds"], m
+        assert m["seeds"] == len(m["per_seed"]) >= 10 and m["caught"] >= 0.9 * m["seeds"], m
         assert m["source"] == CASEBOOK[m["defect"]].source
-    assert all(c["runs"] >= 50 for c in rec["correct"]) and sum(c["runs"] for c in rec["correct"]) >= 300
+    assert [c["sampler"] for c in rec["correct"]][0] == "reference('sps')"
+    assert all(c["runs"] == len(c["per_seed"]) >= 50 for c in rec["correct"])
+    assert sum(c["runs"] for c in rec["correct"]) >= 300
     assert sum(c["false_alarms"] for c in rec["correct"]) == 0
     assert sp.render(check=True) == 0, "docs/testing.md: run scripts/sampler_power.py render"
 
