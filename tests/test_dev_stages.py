@@ -6,14 +6,14 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGE_MARKERS = ("wheel", "notebooks", "site", "jupyterlab")
+STAGE_MARKERS = ("wheel", "notebooks", "site", "jupyterlab", "engines")
 
 
 def _stage_lines() -> dict:
-    """Stage name -> its pytest command line in ``dev``."""
+    """Stage name -> its pytest command line in ``dev`` (stages run in turn or beside them)."""
     lines = {}
     for line in (ROOT / "dev").read_text().splitlines():
-        m = re.match(r"\s*stage (\w+) (.*)$", line)
+        m = re.match(r"\s*stage(?:_beside)? (\w+) (.*)$", line)
         if m:
             lines[m.group(1)] = m.group(2)
     return lines
@@ -28,7 +28,9 @@ def test_every_marked_test_lies_in_its_stage_files():
     stages = _stage_lines()
     here = Path(__file__).name  # its own samples below are strings, not marks
     sources = {
-        f"tests/{p.name}": p.read_text() for p in sorted((ROOT / "tests").glob("*.py")) if p.name != here
+        p.relative_to(ROOT).as_posix(): p.read_text()
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        if p.name != here
     }
     main = stages["main"]
     for marker in STAGE_MARKERS:
