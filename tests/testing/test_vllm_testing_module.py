@@ -67,11 +67,14 @@ def test_vllms_rejection_sample_passes_the_sps_law(rejection_sample):
     )
     assert res.outcome == "passed", res.report()
     names = [c.name for c in res.checks]
-    # every statistical check per case (4) and position (3), the bonus law per case, and the exact
-    # ones: layout, bonus, greedy rows in a mixed batch (temperature 0), seeded rows
-    # (sampling_metadata.generators)
-    assert names.count("law") == names.count("acceptance") == 12 and names.count("bonus-law") == 4
-    assert {"layout", "bonus", "greedy", "seeded"} <= set(names)
+    # every statistical check per case (four of k = 3, the deep one of k = 8) and position
+    # (4 x 3 + 8 = 20), the bonus law per case, and the exact ones: layout, bonus, greedy rows in a
+    # mixed batch (temperature 0), seeded rows (sampling_metadata.generators); the batch contracts
+    assert names.count("law") == names.count("acceptance") == names.count("recovery") == 20
+    assert names.count("bonus-law") == 5
+    assert {"layout", "bonus", "greedy", "seeded", "batch-law:all", "batch-seeded", "batch-greedy"} <= set(
+        names
+    )
     assert all("temperature 0" in c.detail for c in res.checks if c.name == "greedy")
 
 
