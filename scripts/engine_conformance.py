@@ -72,6 +72,7 @@ SEED = 0
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    # not cactus_theory._io.atomic_write_text: "drive" runs in the engines' venvs, without the package
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w") as f:

@@ -37,11 +37,12 @@ import json
 import os
 import re
 import sys
-import tempfile
 import types
 from pathlib import Path
 
 import numpy as np
+
+from cactus_theory._io import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "testing.md"
@@ -51,15 +52,6 @@ CONFORMANCE_JSON = GENERATED / "sampler_conformance.json"
 DELTA = 0.05  # Cactus's budget in the casebook (rejections frequent on the default cases)
 FIRST_MUTANT_SEED = 1000
 FIRST_CORRECT_SEED = 5000
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would outlive the replace
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------- power
@@ -609,7 +601,7 @@ def render(check: bool = False) -> int:
             return 1
         return 0
     if new != text:
-        _atomic_write(DOCS, new)
+        atomic_write_text(DOCS, new)
     return 0
 
 
@@ -638,7 +630,7 @@ def main(argv=None) -> int:
         if args.only_logged and args.log is None:
             ap.error("--only-logged: needs --log")
         rec = power_records(args.seeds, args.runs, args.jobs, log=args.log, only_logged=args.only_logged)
-        _atomic_write(POWER_JSON, json.dumps(rec, indent=1) + "\n")
+        atomic_write_text(POWER_JSON, json.dumps(rec, indent=1) + "\n")
     elif args.cmd == "conformance":
         row, res = conformance_row(args.library, args.num_samples)
         print(res if isinstance(res, dict) else res.report())
@@ -649,7 +641,7 @@ def main(argv=None) -> int:
             if (r["library"], r["version"], r["function"])
             != (row["library"], row["version"], row["function"])
         ]
-        _atomic_write(CONFORMANCE_JSON, json.dumps(rows + [row], indent=1) + "\n")
+        atomic_write_text(CONFORMANCE_JSON, json.dumps(rows + [row], indent=1) + "\n")
     else:
         return render(check=args.check)
     return render()

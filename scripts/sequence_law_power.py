@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
+
+from cactus_theory._io import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "testing.md"
@@ -34,15 +34,6 @@ BLOCK = re.compile(
     r"(<!-- END sequence-law-power -->)",
     re.S,
 )
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would outlive the replace
-    os.replace(tmp, path)
 
 
 def run_one(job) -> dict:
@@ -219,7 +210,7 @@ def render(check: bool = False) -> int:
     if check:
         print("docs/testing.md: the sequence-law-power block differs from its record", file=sys.stderr)
         return 1
-    _atomic_write(DOCS, text[: match.start("body")] + body + text[match.end("body") :])
+    atomic_write_text(DOCS, text[: match.start("body")] + body + text[match.end("body") :])
     return 0
 
 
@@ -238,7 +229,7 @@ def main(argv=None) -> int:
             print("power: --seeds, --runs and --jobs must be >= 1", file=sys.stderr)
             return 2
         rec = power_record(args.seeds, args.runs, args.jobs)
-        _atomic_write(RECORD, json.dumps(rec, indent=1) + "\n")
+        atomic_write_text(RECORD, json.dumps(rec, indent=1) + "\n")
         return render()
     return render(check=args.check)
 
