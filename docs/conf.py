@@ -85,6 +85,7 @@ SUBPACKAGES = [
     "distributions",
     "figures",
     "testing",
+    "planning",
 ]
 
 
