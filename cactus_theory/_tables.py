@@ -2,18 +2,28 @@
 
 One formatter for every table the package prints (the report, the subcommands): aligned text,
 Markdown or CSV; :func:`json_ready` turns a table's values into JSON-ready data.
+
+JSON encoding (the one encoder of the package: every ``to_dict``, every ``--json`` output and
+every JSON file the package writes go through :func:`json_ready` or :func:`to_json`)
+-------------------------------------------------------------------------------------------
+Numpy scalars and arrays become Python numbers and lists, tuples become lists, dict keys become
+strings. A non-finite float becomes a **string**: ``"nan"``, ``"inf"`` or ``"-inf"``, so the
+text is strict JSON (RFC 8259 has no NaN nor Infinity: ``json.loads(s, parse_constant=...)``
+with a raising hook accepts it) and ``float(value)`` reads every number back, the non-finite
+ones included. ``None`` stays ``null`` (a value that was not computed).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Column", "Table", "format_table", "json_ready"]
+__all__ = ["Column", "Table", "format_table", "json_ready", "to_json"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,12 @@ class Table:
 
 
 def json_ready(x):
-    """Plain Python values for JSON: numpy scalars/arrays unwrapped, non-finite floats as strings."""
+    """``x`` as plain JSON data: numpy unwrapped, non-finite floats as ``"nan"``, ``"inf"``, ``"-inf"``.
+
+    Dicts (keys as strings), lists and tuples are converted item by item; ``None``, bools,
+    ints, strings and finite floats are kept. Any other object raises TypeError (naming its
+    type), as :func:`json.dumps` would.
+    """
     if isinstance(x, dict):
         return {str(k): json_ready(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -63,9 +78,18 @@ def json_ready(x):
         return json_ready(x.tolist())
     if isinstance(x, np.generic):
         x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
+    if isinstance(x, float):
+        if math.isfinite(x):
+            return x
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    raise TypeError(f"json_ready: cannot encode a {type(x).__name__} as JSON")
+
+
+def to_json(x, indent: int | None = 2) -> str:
+    """``x`` as strict JSON text through :func:`json_ready` (``allow_nan=False``: no NaN nor Infinity)."""
+    return json.dumps(json_ready(x), indent=indent, allow_nan=False)
 
 
 def _cell(value, fmt: str) -> str:

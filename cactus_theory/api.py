@@ -262,6 +262,7 @@ def optimal_frontier(
     """
     from .analysis._corpus import frontier_over
 
+    draft_probs, eps = _after_source(target_probs, draft_probs, eps, "eps")
     target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
     run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
     return frontier_over(target_probs, draft_probs, eps, divergence, **run)
@@ -321,12 +322,20 @@ def calibrate_delta(
     """
     from .analysis._corpus import calibrate_over
 
+    draft_probs, eps = _after_source(target_probs, draft_probs, eps, "eps")
     if eps is None:
         raise ValueError("eps: required (the target on the emitted divergence)")
     target_probs, draft_probs, is_dump = _as_input(target_probs, draft_probs)
     per = choice("corpus" if per is None and is_dump else (per or "position"), ("position", "corpus"), "per")
     run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
     return calibrate_over(target_probs, draft_probs, eps, rule, divergence, per, **run)
+
+
+def _is_source(x) -> bool:
+    """A loaded dump, a path (file or folder of shards) or a row source: q and p in one input."""
+    from .rows import RowSource
+
+    return callable(getattr(x, "pairs", None)) or isinstance(x, (str, RowSource)) or hasattr(x, "__fspath__")
 
 
 def _as_input(target_probs, draft_probs):
@@ -341,6 +350,29 @@ def _as_input(target_probs, draft_probs):
 
         return as_row_source(target_probs, draft_probs), None, False
     return target_probs, draft_probs, False
+
+
+def _after_source(target_probs, draft_probs, value, keyword: str):
+    """The second positional argument after a dump, a path or a row source (which carry their own
+    drafter rows) is what ``keyword`` names: ``analyze_rules(dump, ["sps", "cactus-taylor"])``
+    (rule names), ``calibrate_delta(dump, 0.05)`` (eps). Returns (draft_probs, value).
+
+    Refused, with a message naming ``keyword=``, when ``keyword`` is given too or the argument
+    is not of its kind (rule names for ``rules``, numbers for ``eps``)."""
+    if draft_probs is None or not _is_source(target_probs):
+        return draft_probs, value
+    x = draft_probs
+    if keyword == "rules":
+        x = [x] if isinstance(x, str) else x
+        fits = isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(r, str) for r in x)
+    else:
+        fits = not isinstance(x, str) and np.asarray(x).dtype.kind in "fiu"
+    if not fits or value is not None:
+        raise ValueError(
+            f"{keyword}: a dump, a path or a row source carries its own drafter rows, so the second "
+            f"argument would be {keyword}; give it once, by name ({keyword}=...)"
+        )
+    return None, (list(x) if keyword == "rules" else x)
 
 
 def analyze_rules(
@@ -364,8 +396,11 @@ def analyze_rules(
 
     Parameters
     ----------
-    target_probs, draft_probs : array_like, shape (V,) or (N, V), or a loaded dump
-        Verifier q and drafter p (a dump, ``draft_probs`` None: its processed rows).
+    target_probs, draft_probs : array_like, shape (V,) or (N, V), or a loaded dump, a path or a row source
+        Verifier q and drafter p (a dump, ``draft_probs`` None: its processed rows; a path or a
+        row source: read chunk by chunk). After a dump, a path or a row source, a list of rule
+        names in ``draft_probs``'s place is the rules: ``analyze_rules(dump, ["sps",
+        "cactus-taylor"], delta=0.5)``.
     rules : sequence of str, optional
         Registry names (aliases allowed); default every registered rule.
     delta : float, optional
@@ -386,6 +421,7 @@ def analyze_rules(
     """
     from .analysis._corpus import rule_table_over
 
+    draft_probs, rules = _after_source(target_probs, draft_probs, rules, "rules")
     target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
     if delta is not None and np.ndim(delta) > 0:
         raise ValueError(

@@ -41,13 +41,16 @@ EXACT = 1e-12
 CVX = 1e-6
 
 
+def _refuse_constant(name):
+    raise ValueError(f"not strict JSON: {name}")
+
+
 def _json_round_trip(result):
-    """to_dict is plain data; json round-trips it exactly. NaN never appears (it becomes None);
-    an infinite divergence stays a float (written as Infinity, read back as inf)."""
+    """to_dict is plain data; strict JSON round-trips it exactly. A non-finite float is the
+    string "nan", "inf" or "-inf" (the package's one encoding), never a bare NaN or Infinity."""
     d = result.to_dict()
-    text = json.dumps(d)
-    assert "NaN" not in text
-    assert json.loads(text) == d
+    text = json.dumps(d, allow_nan=False)
+    assert json.loads(text, parse_constant=_refuse_constant) == d
     return d
 
 
@@ -501,6 +504,34 @@ def test_a_dump_through_the_front_door_calibrate_then_analyze():
     assert "delta" not in rows["mentored"]["knobs"]
     per_position = ct.calibrate_delta(q[:5], p[:5], 0.1)  # arrays: per position by default
     assert per_position.per == "position" and np.shape(per_position.delta) == (5,)
+
+
+def test_a_dump_then_a_rule_list_is_the_rules():
+    """The README's call with a dump in place of (q, p): the list after the dump is the rules
+    (not draft_probs), and the table equals the one of rules=; after a dump a number is eps.
+    Anything else, or the rules given twice, is one line naming the keyword."""
+    from cactus_theory.logits import load_dump, shipped_dumps
+    from cactus_theory.rows import as_row_source
+
+    path = shipped_dumps()[0]
+    dump = load_dump(path)
+    by_name = ct.analyze_rules(dump, rules=["sps", "cactus-taylor"], delta=0.3)
+    assert ct.analyze_rules(dump, ["sps", "cactus-taylor"], delta=0.3).rows() == by_name.rows()
+    assert [r["rule"] for r in ct.analyze_rules(dump, "sps").rows()] == ["sps"]
+    from_path = ct.analyze_rules(str(path), ["sps", "cactus-taylor"], delta=0.3)
+    assert [r["rule"] for r in from_path.rows()] == ["sps", "cactus-taylor"]
+    from_source = ct.analyze_rules(as_row_source(path), ("sps",), delta=0.3)
+    assert [r["rule"] for r in from_source.rows()] == ["sps"]
+    assert ct.calibrate_delta(dump, 0.1).delta == ct.calibrate_delta(dump, eps=0.1).delta
+    for call, keyword in [
+        (lambda: ct.analyze_rules(dump, ["sps"], ["sps"]), "rules"),
+        (lambda: ct.analyze_rules(dump, np.full(4, 0.25)), "rules"),
+        (lambda: ct.calibrate_delta(dump, 0.1, 0.1), "eps"),
+        (lambda: ct.optimal_frontier(dump, "kl"), "eps"),
+    ]:
+        with pytest.raises(ValueError, match=rf"^{keyword}: .*\({keyword}=\.\.\.\)") as err:
+            call()
+        assert "\n" not in str(err.value)
 
 
 def test_a_per_position_delta_array_is_one_line_naming_delta():

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..results import Result
 from ._format import FORMAT, compact_columns, pack_compact, split_positions, write_arrays
 from ._runner import BatchRunner, SamplingParams, processed_sparse
 from ._torch import torch
@@ -64,7 +65,7 @@ class RoundRecord:
 
 
 @dataclass
-class DecodeResult:
+class DecodeResult(Result):
     """Outcome of decoding one prompt (speculative or verifier-only)."""
 
     prompt_ids: list

@@ -1,9 +1,12 @@
 r"""Result types of the front door (:mod:`cactus_theory.api`): one frozen dataclass per problem.
 
-Every result has a one-line summary ``repr``, ``to_dict()`` (plain floats, ints, bools,
-strings and lists that :func:`json.dumps` accepts; NaN becomes ``None``, ``inf`` stays a
-float, which :mod:`json` writes as ``Infinity``) and, for tables, ``rows()`` (a list of flat
-dicts a user can hand to ``pandas.DataFrame``).
+Every result type of the package (these, and those of the solvers, the simulator, the
+samplers' law check, the planner) derives from :class:`Result`: it has a ``status`` (how the
+computation ended; ``"ok"`` where it can end only one way) and a ``message``, a one-line
+summary ``repr``, ``to_dict()`` (plain floats, ints, bools, strings and lists that
+``json.dumps(..., allow_nan=False)`` accepts: a non-finite float is written as the string
+``"nan"``, ``"inf"`` or ``"-inf"``, so ``float(value)`` reads it back) and, for tables,
+``rows()`` (a list of flat dicts a user can hand to ``pandas.DataFrame``).
 
 Names (one per concept, across the whole API)
 ---------------------------------------------
@@ -44,6 +47,7 @@ from ._analysis import (
     TreeSpend,
 )
 from ._audit import AuditResult
+from ._base import Result
 from ._front import (
     CalibrationResult,
     ChainResult,
@@ -56,6 +60,7 @@ from ._lengths import CurveCheck, PositionComparison
 from ._plan import PlanResult
 
 __all__ = [
+    "Result",
     "SpikeSolution",
     "TaylorExactComparison",
     "FrontierResult",

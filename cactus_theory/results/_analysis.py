@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._base import Result
 from ._front import CalibrationResult
 
 
 @dataclass(frozen=True)
-class OneStepResult:
+class OneStepResult(Result):
     """Exact one-step analysis of a rule on (q, p) (:func:`cactus_theory.analysis.analyze`).
 
     Attributes
@@ -35,7 +36,7 @@ class OneStepResult:
 
 
 @dataclass(frozen=True)
-class GlobalDelta:
+class GlobalDelta(Result):
     """One delta for a corpus (:func:`cactus_theory.analysis.global_delta`).
 
     Attributes
@@ -69,7 +70,7 @@ class GlobalDelta:
 
 
 @dataclass(frozen=True)
-class MentoredComparison:
+class MentoredComparison(Result):
     """Calibrated Cactus (per position and global) against Mentored decoding at the same eps
     (:func:`cactus_theory.analysis.compare_with_mentored`).
 
@@ -97,7 +98,7 @@ class MentoredComparison:
 
 
 @dataclass(frozen=True)
-class KnobCalibration:
+class KnobCalibration(Result):
     r"""One knob set so that a corpus statistic meets a target
     (:func:`cactus_theory.analysis.calibrate_knob`).
 
@@ -129,7 +130,7 @@ class KnobCalibration:
 
 
 @dataclass(frozen=True)
-class OperatingPoints:
+class OperatingPoints(Result):
     """A rule's operating points along a knob sweep.
 
     Attributes
@@ -162,7 +163,7 @@ class OperatingPoints:
 
 
 @dataclass(frozen=True)
-class TaylorGrid:
+class TaylorGrid(Result):
     """Taylor vs exact per-draft solutions on a grid (arrays of shape (len(q), len(delta))).
 
     Attributes
@@ -191,7 +192,7 @@ class TaylorGrid:
 
 
 @dataclass(frozen=True)
-class FamilyComparison:
+class FamilyComparison(Result):
     """Per-draft and emitted divergences of SpS, Cactus-Taylor and Cactus-exact on a corpus.
 
     One row per (rule, delta); every statistic is over the corpus positions (rows of q, p).
@@ -215,7 +216,7 @@ class FamilyComparison:
 
 
 @dataclass(frozen=True)
-class TreeOutcomes:
+class TreeOutcomes(Result):
     """A verifier's exact outcome law on a structure (averaged over the drawn trees).
 
     Attributes
@@ -249,7 +250,7 @@ class TreeOutcomes:
 
 
 @dataclass(frozen=True)
-class TreeSpend:
+class TreeSpend(Result):
     r"""Exact per-verification quantities of a node-wise verifier on a tree.
 
     Attributes
@@ -276,7 +277,7 @@ class TreeSpend:
 
 
 @dataclass(frozen=True)
-class TreeBudgetResult:
+class TreeBudgetResult(Result):
     """A verifier calibrated to a sequence-level spend per verification.
 
     Attributes

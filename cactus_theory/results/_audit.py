@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._base import _internal, _Result
+from ._base import Result, _internal
 
 
 @dataclass(frozen=True, repr=False)
-class AuditResult(_Result):
+class AuditResult(Result):
     r"""Rules calibrated to one emitted divergence, side by side
     (:func:`cactus_theory.api.audit`, :func:`cactus_theory.simulate.audit.audit`).
 

@@ -1,32 +1,21 @@
-"""The shared machinery of the result types: ``to_dict``, summary numbers."""
+"""The one base of the package's result types: ``status``, ``message``, ``to_dict``; summary numbers."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import field, fields
 from typing import Any
 
-import numpy as np
+from .._tables import json_ready
+
+__all__ = ["Result"]
+
+#: What a result without a ``status`` (or ``message``) field reports: it has one outcome.
+_DEFAULTS = {"status": "ok", "message": ""}
 
 
 def _to_plain(x) -> Any:
-    """``x`` as plain Python data for :func:`json.dumps` (NaN -> None; arrays -> lists)."""
-    if isinstance(x, dict):
-        return {str(k): _to_plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_to_plain(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _to_plain(x.tolist())
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        v = float(x)
-        return None if math.isnan(v) else v
-    if x is None or isinstance(x, str):
-        return x
-    raise TypeError(f"_to_plain: cannot convert {type(x).__name__}")
+    """``x`` as JSON-ready data: the package's one encoder, :func:`cactus_theory._tables.json_ready`."""
+    return json_ready(x)
 
 
 def _g(x, spec: str = ".4g") -> str:
@@ -36,14 +25,42 @@ def _g(x, spec: str = ".4g") -> str:
     return format(float(x), spec)
 
 
-class _Result:
-    """Shared ``to_dict`` of the result dataclasses (fields marked ``export=False`` skipped)."""
+class Result:
+    """The base of every result dataclass of the package.
+
+    Every result has
+
+    ``status`` : str
+        How the computation ended. A result whose computation can end in more than one way
+        declares ``status`` as a field (a calibration: ``"calibrated"``, ``"saturated"``, ...;
+        an oracle: the solver's status; a search: ``"converged"``, ...); any other result
+        reports ``"ok"``.
+    ``message`` : str
+        A sentence on that outcome where there is one to say (a field where declared, else
+        ``""``).
+    ``to_dict()``
+        Every exported field as plain data (fields marked ``export=False`` skipped), encoded by
+        the package's one JSON encoder: numpy unwrapped, and a non-finite float written as the
+        string ``"nan"``, ``"inf"`` or ``"-inf"``, so ``json.dumps(result.to_dict(),
+        allow_nan=False)`` is strict JSON and ``float(value)`` reads every number back.
+    """
+
+    def __getattr__(self, name: str):
+        # Only reached when normal lookup fails: a result without a status/message field.
+        try:
+            return _DEFAULTS[name]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
 
     def to_dict(self) -> dict:
-        """Every exported field as plain data (json.dumps accepts it)."""
+        """Every exported field as plain data (``json.dumps(..., allow_nan=False)`` accepts it)."""
         return {
             f.name: _to_plain(getattr(self, f.name)) for f in fields(self) if f.metadata.get("export", True)
         }
+
+
+#: The name the result modules used before the base was public.
+_Result = Result
 
 
 def _internal(**kw):

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from ._base import _g, _internal, _Result, _to_plain
+from ._base import Result, _g, _internal, _to_plain
 
 
 @dataclass(frozen=True, repr=False)
-class SpikeSolution(_Result):
+class SpikeSolution(Result):
     r"""The per-draft problem :math:`\max_h h_n` s.t. :math:`D(h\|q) \le \delta` at one token.
 
     Attributes
@@ -71,7 +71,7 @@ class SpikeSolution(_Result):
 
 
 @dataclass(frozen=True, repr=False)
-class TaylorExactComparison(_Result):
+class TaylorExactComparison(Result):
     r"""Cactus with Corollary 5's Taylor point against Theorem 2's exact root, at one delta.
 
     Statistics over the positions (rows of q, p); SpS is the baseline.
@@ -135,7 +135,7 @@ class TaylorExactComparison(_Result):
 
 
 @dataclass(frozen=True, repr=False)
-class FrontierResult(_Result):
+class FrontierResult(Result):
     r"""The optimal frontier :math:`F(\epsilon)`: the best acceptance of any rule whose emitted
     distribution is within eps of q (Theorem 1; Mentored decoding attains it).
 
@@ -189,7 +189,7 @@ class FrontierResult(_Result):
 
 
 @dataclass(frozen=True, repr=False)
-class CalibrationResult(_Result):
+class CalibrationResult(Result):
     r"""Per position, the delta whose emitted divergence :math:`D(h_{alg}(\delta)\|q)` meets eps.
 
     Attributes
@@ -276,7 +276,7 @@ class CalibrationResult(_Result):
 
 
 @dataclass(frozen=True, repr=False)
-class RuleTable(_Result):
+class RuleTable(Result):
     r"""Rules side by side on a (q, p) pair or corpus: one row per rule.
 
     Row keys: ``rule``, ``knobs``, ``acceptance`` (mean of :math:`\sum_n p_n a_n`),
@@ -325,7 +325,7 @@ class RuleTable(_Result):
 
 
 @dataclass(frozen=True, repr=False)
-class ChainResult(_Result):
+class ChainResult(Result):
     r"""Exact expected metrics of one rule over a teacher-forced trajectory, draft length m.
 
     Attributes

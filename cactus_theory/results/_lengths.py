@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._base import _Result
+from ._base import Result
 
 
 @dataclass(frozen=True)
-class CurveCheck(_Result):
+class CurveCheck(Result):
     """The shape checks of an accepted-length curve (:func:`~cactus_theory.analysis.accepted_length.check_accepted_length_curve`).
 
     Attributes
@@ -52,7 +52,7 @@ class CurveCheck(_Result):
 
 
 @dataclass(frozen=True)
-class PositionComparison(_Result):
+class PositionComparison(Result):
     """Engine counters against the exact survival, position by position (:func:`~cactus_theory.analysis.accepted_length.compare_position_counts`).
 
     Attributes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._base import _g, _Result
+from ._base import Result, _g
 
 #: The per-draft-length columns of :meth:`PlanResult.rows`, in order.
 _PER_M = (
@@ -19,7 +19,7 @@ _PER_M = (
 
 
 @dataclass(frozen=True)
-class PlanResult(_Result):
+class PlanResult(Result):
     r"""Per rule: the knob at the budget, then tokens per verifier call and speedup for every m.
 
     Attributes

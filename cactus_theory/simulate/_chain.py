@@ -39,6 +39,7 @@ import numpy as np
 
 from .._validation import as_int_array, as_matching_probs, as_prob_pair, positive_int, random_generator
 from ..analysis.one_step import emitted_distribution, make_plan
+from ..results import Result
 from ..rules import get_rule
 from ._metrics import ChainTotals
 
@@ -224,7 +225,7 @@ def _sample_rows(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ChainRun:
+class ChainRun(Result):
     r"""Result of :func:`simulate_chain` (teacher-forced).
 
     Attributes

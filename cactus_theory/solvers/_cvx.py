@@ -37,6 +37,7 @@ from .._search import bisect_threshold
 from .._validation import as_budget, as_probs, choice
 from .._validation import token_id as as_token_id
 from ..divergences import get_divergence
+from ..results import Result
 from ._cvx_certificate import draft_bound, recover_draft
 
 __all__ = [
@@ -94,7 +95,7 @@ class SolverFailure(RuntimeError):
 
 
 @dataclass(frozen=True)
-class CvxResult:
+class CvxResult(Result):
     """Result of the cvxpy oracle.
 
     Attributes

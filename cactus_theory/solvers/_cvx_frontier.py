@@ -22,6 +22,7 @@ import numpy as np
 
 from .._validation import as_budget, as_prob_pair, choice
 from ..divergences import get_divergence
+from ..results import Result
 from ._cvx import CVX_DIVERGENCES, SOLVERS, SolverFailure, _constraint, solve_budgeted, solve_verified  # noqa: F401
 from ._cvx_certificate import frontier_bound, recover_frontier
 
@@ -29,7 +30,7 @@ __all__ = ["FrontierCvxResult", "max_acceptance_cvxpy"]
 
 
 @dataclass(frozen=True)
-class FrontierCvxResult:
+class FrontierCvxResult(Result):
     """Result of the cvxpy frontier oracle.
 
     Attributes

@@ -36,13 +36,14 @@ import numpy as np
 from .._search import bisect_elementwise
 from .._validation import as_count, as_nonempty_values, as_prob_pair
 from ..divergences import get_divergence
+from ..results import Result
 from ._mentored import _solve_checked, solve_mentored
 
 #: The largest finite budget: the frontier's supremum over distributions of finite divergence.
 LARGEST_FINITE = float(np.finfo(np.float64).max)
 
 __all__ = [
-    "FrontierResult",
+    "FrontierGrid",
     "frontier",
     "frontier_curve",
     "saturation_budget",
@@ -51,7 +52,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class FrontierResult:
+class FrontierGrid(Result):
     r"""The frontier of a batch of (q, p) pairs at a grid of budgets.
 
     Attributes
@@ -78,9 +79,7 @@ class FrontierResult:
     divergence_name: str
 
 
-def frontier(
-    target_probs, draft_probs, eps, divergence="kl", *, return_target: bool = False
-) -> FrontierResult:
+def frontier(target_probs, draft_probs, eps, divergence="kl", *, return_target: bool = False) -> FrontierGrid:
     r"""The optimal acceptance :math:`F(\epsilon)` for every budget in ``eps``.
 
     Parameters
@@ -96,7 +95,7 @@ def frontier(
 
     Returns
     -------
-    FrontierResult
+    FrontierGrid
         ``acceptance`` has shape ``batch + (E,)`` (``E = 1`` for a scalar ``eps``).
 
     Examples
@@ -116,7 +115,7 @@ def frontier(
         raise ValueError(f"eps: expected a scalar or a 1-D array of budgets, got shape {e.shape}")
     # validated above: the solver is entered without a second validation pass
     sol = _solve_checked(q, p, e, d, return_target, True, "auto")
-    return FrontierResult(
+    return FrontierGrid(
         e,
         np.asarray(sol.acceptance),
         np.asarray(sol.divergence),

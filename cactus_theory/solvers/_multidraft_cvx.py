@@ -31,6 +31,7 @@ import numpy as np
 
 from .._validation import as_budget, as_count, as_prob_pair, choice
 from ..divergences import get_divergence
+from ..results import Result
 from ._cvx import CVX_DIVERGENCES, SolverFailure, _constraint, _solver_attempts, pull_towards_q
 from ._cvx_certificate import _derivative, _polish
 from ._multidraft import min_cut_acceptance, miss_probability, multidraft_dual_bound
@@ -111,7 +112,7 @@ def coupling_acceptance_lp(emitted_probs, draft_probs, k) -> float:
 
 
 @dataclass(frozen=True)
-class MultiDraftCvxResult:
+class MultiDraftCvxResult(Result):
     """Result of :func:`multidraft_frontier_cvxpy`.
 
     Attributes

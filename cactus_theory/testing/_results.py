@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .._tables import json_ready
+from ..results import Result
 from ._stats import DEFAULT_DETECTABLE_TV, DEFAULT_POWER, _power_fields
 
 
@@ -106,7 +108,7 @@ class LawCheck:
 
 
 @dataclass(frozen=True)
-class SamplerLawResult:
+class SamplerLawResult(Result):
     """What :func:`check_sampler_law` found.
 
     Attributes
@@ -168,6 +170,11 @@ class SamplerLawResult:
         if not self.passed:
             return "failed"
         return "underpowered" if self.underpowered else "passed"
+
+    @property
+    def status(self) -> str:
+        """The :class:`~cactus_theory.results.Result` status: :attr:`outcome`."""
+        return self.outcome
 
     @property
     def num_tests(self) -> int:
@@ -269,21 +276,24 @@ class SamplerLawResult:
     __str__ = report
 
     def to_dict(self) -> dict:
-        return {
-            "passed": self.passed,
-            "outcome": self.outcome,
-            "rule": self.rule,
-            "interface": self.interface,
-            "num_samples": self.num_samples,
-            "alpha": self.alpha,
-            "seed": self.seed,
-            "bonus": self.bonus,
-            "power": self.power,
-            "tv_goal": self.tv_goal,
-            "diagnosis": list(self.diagnosis),
-            "checks": [c.__dict__.copy() for c in self.checks],
-            "skipped": list(self.skipped),
-        }
+        """The outcome, the settings and every check as plain data (the package's JSON encoding)."""
+        return json_ready(
+            {
+                "passed": self.passed,
+                "outcome": self.outcome,
+                "rule": self.rule,
+                "interface": self.interface,
+                "num_samples": self.num_samples,
+                "alpha": self.alpha,
+                "seed": self.seed,
+                "bonus": self.bonus,
+                "power": self.power,
+                "tv_goal": self.tv_goal,
+                "diagnosis": list(self.diagnosis),
+                "checks": [c.__dict__.copy() for c in self.checks],
+                "skipped": list(self.skipped),
+            }
+        )
 
 
 def _tv(tv: float) -> str:
