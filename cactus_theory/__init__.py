@@ -62,7 +62,7 @@ from .results import (
 )
 from .rules import RULES, get_rule, rule_names
 from .rules.multidraft import VERIFIERS, get_verifier
-from .simulate._chain import Trajectory
+from .simulate import Trajectory
 
 __version__ = "0.1.0"
 

@@ -303,7 +303,7 @@ def operating_rows(
 
 def section_frontier(seed: int = 0, vocab_size: int = 256, n_pairs: int = 16) -> Section:
     """The optimal frontier F(eps), and every swept rule against F at its own true emitted KL."""
-    from .solvers._frontier import frontier
+    from .solvers import frontier
 
     q, p = synthetic_pairs("noisy_copy", n_pairs, vocab_size, seed)
     tq, tp = truncate(q, **PAPER_TRUNCATION), truncate(p, **PAPER_TRUNCATION)
@@ -370,8 +370,8 @@ def chain_rows(trajectories, m: int, rules=None) -> list[dict]:
     lower and upper bounds and the naive per-step sum (teacher-forced).
     """
     from .rules import get_rule
-    from .simulate._exact import exact_chain, sequence_divergence
-    from .simulate._metrics import compute_metrics, pool_totals
+    from .simulate import compute_metrics, exact_chain, sequence_divergence
+    from .simulate.internal import pool_totals
 
     rules = CHAIN_RULES if rules is None else rules
     if rules[0][0] != "sps":
@@ -405,7 +405,7 @@ def chain_rows(trajectories, m: int, rules=None) -> list[dict]:
 
 def section_chain(seed: int = 0, m: int = 20, length: int = 200, trajectories: int = 4) -> Section:
     """Exact chain expectations (dynamic programme over round starts) at the paper's m = 20."""
-    from .simulate._synthetic import synthetic_trajectory
+    from .simulate import synthetic_trajectory
 
     rng = np.random.default_rng(seed)
     trajs = [
@@ -464,7 +464,7 @@ def default_corpora(seed: int = 0, real: bool = True) -> list:
     drafter recording with at least two positions.
     """
     from .logits import load_dump, shipped_dumps
-    from .simulate._synthetic import synthetic_trajectory
+    from .simulate import synthetic_trajectory
 
     truncation = dict(temperature=0.6, top_k=20, top_p=0.95)
     rng = np.random.default_rng(seed)
@@ -479,7 +479,7 @@ def default_corpora(seed: int = 0, real: bool = True) -> list:
 
 def section_sequence_budget(seed: int = 0, eps: float = 0.1) -> Section:
     """Methods at equal sequence-level KL: AL at m = 2, 4, 8, 20 (synthetic and real trajectories)."""
-    from .simulate._sequence_budget import compare_sequence_budget
+    from .simulate import compare_sequence_budget
 
     corpora = default_corpora(seed)
     blocks = [

@@ -35,7 +35,7 @@ _PREFIX = "smollm2-135m_"
 
 def _shipped_pair_names() -> list[str]:
     """Names of the shipped recordings accepted by :func:`_load_pairs` (e.g. ``"distilled"``)."""
-    from .logits._loader import shipped_dumps
+    from .logits import shipped_dumps
 
     return [f.stem.replace(_PREFIX, "") for f in shipped_dumps()]
 
@@ -91,7 +91,7 @@ def _read_npz(path: Path):
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise ValueError(f"{where}: not a readable .npz archive ({exc})") from None
     if dump:
-        from .logits._loader import load_dump
+        from .logits import load_dump
 
         q, p, _, _ = load_dump(path).pairs()  # DumpFormatError (a ValueError) names the file
         return q, p
@@ -136,7 +136,7 @@ def _load_pairs(source) -> tuple[np.ndarray, np.ndarray]:
         names = _shipped_pair_names()
         name = text[len(_PREFIX) :] if text.startswith(_PREFIX) else text
         if name in names:
-            from .logits._loader import REAL_DIR
+            from .logits.internal import REAL_DIR
 
             path = REAL_DIR / f"{_PREFIX}{name}.npz"
         else:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .analysis._runners import ArrayRows, RowChunk, RowSource
+from .analysis.internal import ArrayRows, RowChunk, RowSource
 
 __all__ = [
     "RowSource",
@@ -223,13 +223,8 @@ class _FileRows(RowSource):
             )
             return
         if self.kind == "full_vocab":
-            from .logits._format import (
-                FULL_REQUIRED,
-                FULL_VOCAB_FORMAT,
-                DumpFormatError,
-                read_arrays,
-            )
-            from .logits._loader import _renorm
+            from .logits import DumpFormatError
+            from .logits.internal import FULL_REQUIRED, FULL_VOCAB_FORMAT, _renorm, read_arrays
 
             arrays, meta = read_arrays(self.path, FULL_REQUIRED)
             if meta.get("format") != FULL_VOCAB_FORMAT:
@@ -248,7 +243,7 @@ class _FileRows(RowSource):
                 p = _renorm(np.exp(lp[a:b].astype(np.float64)))
                 yield RowChunk(a, q, p, q, p, where=where)
             return
-        from .logits._loader import load_dump
+        from .logits import load_dump
 
         dump = load_dump(self.path)
         n = dump.n_positions

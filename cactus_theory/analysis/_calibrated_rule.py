@@ -28,7 +28,7 @@ from .._validation import _is_torch
 from ..divergences import DIVERGENCES, get_divergence
 from ..rules.plans import SpikePlan
 from ..rules.registry import Knob, Rule, RuleSpec, register
-from ..solvers import _spike
+from ..solvers.internal import _host_tensor
 from .calibration import (
     _BASES,
     _CHUNK_ELEMENTS,
@@ -48,7 +48,7 @@ def _on_device(x) -> bool:
     is the exact root's, :func:`cactus_theory.solvers._spike._host_tensor`, which the tests
     flip to run the device paths on CPU tensors): its calibration runs where it lives
     (:func:`calibrate_delta_device`); numpy arrays and CPU tensors calibrate in numpy."""
-    return _is_torch(x) and not _spike._host_tensor(x)
+    return _is_torch(x) and not _host_tensor(x)
 
 
 def calibrate_delta_device(target_probs, draft_probs, eps, base="taylor", divergence="kl"):

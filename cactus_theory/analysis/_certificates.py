@@ -43,7 +43,7 @@ import numpy as np
 
 from .._validation import as_probs, choice, positive_int
 from ..rules import RULES, get_rule
-from ..solvers._certificates import CERTIFICATE_DIVERGENCES, rejection_radius
+from ..solvers.internal import CERTIFICATE_DIVERGENCES, rejection_radius
 
 __all__ = ["accepted_set", "acceptance_certificate", "certificate_rules"]
 

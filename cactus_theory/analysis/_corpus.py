@@ -26,7 +26,7 @@ from ..divergences import get_divergence
 from ..results import CalibrationResult, FrontierResult, RuleTable
 from ..rules import get_rule
 from ..rules.registry import _rule_knobs
-from ..solvers._frontier import frontier, saturation_budget
+from ..solvers import frontier, saturation_budget
 from ._knob import corpus_delta
 from ._runners import ArrayRows, as_rows, runner_for
 from .calibration import _BASES, _calibrate_rows

@@ -37,7 +37,7 @@ from array_api_compat import array_namespace
 from .._threads import in_chunks, in_row_blocks
 from ..rules import SpikePlan, TargetPlan
 from ..rules.plans import _ratio_acceptance, _residual_distribution
-from ..solvers._spike import spike_scale_unchecked
+from ..solvers.internal import spike_scale_unchecked
 from ._rejected_mixture import mixture_row
 
 

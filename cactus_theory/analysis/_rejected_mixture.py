@@ -42,7 +42,7 @@ import numpy as np
 
 from .._threads import in_chunks
 from ..rules.plans import _ratio_acceptance
-from ..solvers._spike import spike_scale_unchecked
+from ..solvers.internal import spike_scale_unchecked
 
 __all__ = ["mixture_row"]
 

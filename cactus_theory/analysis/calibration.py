@@ -50,10 +50,9 @@ from .._validation import (
 )
 from ..divergences import get_divergence
 from ..results import CalibrationResult, GlobalDelta, MentoredComparison
-from ..rules._cactus import SMOOTH_DIVERGENCES
+from ..rules.internal import SMOOTH_DIVERGENCES
 from ..rules.plans import SpikePlan
-from ..solvers._mentored import solve_mentored
-from ..solvers._spike import exact_spike, taylor_spike
+from ..solvers import exact_spike, solve_mentored, taylor_spike
 from ._runners import as_rows, runner_for
 from .one_step import emitted_distribution
 

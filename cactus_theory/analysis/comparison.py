@@ -36,7 +36,7 @@ from .._validation import as_budget_array, as_prob_pair
 from ..divergences import get_divergence
 from ..results import FamilyComparison, TaylorGrid
 from ..rules import get_rule
-from ..solvers._spike import exact_spike, taylor_spike
+from ..solvers import exact_spike, taylor_spike
 from .one_step import acceptance_rate, emitted_distribution, make_plan, per_draft_divergence
 
 __all__ = [
@@ -95,7 +95,7 @@ def taylor_vs_exact_grid(q_values, deltas, divergence="kl", *, with_cvxpy: bool 
     ratio = np.where(D > 0, dt / np.where(D > 0, D, 1.0), 0.0)
     gc = None
     if with_cvxpy:
-        from ..solvers._cvx import max_draft_probability_cvxpy
+        from ..solvers import max_draft_probability_cvxpy
 
         gc = np.empty_like(Q)
         for i, qn in enumerate(qv):

@@ -30,8 +30,7 @@ from .._validation import as_budget, as_count, as_finite_number, as_prob_pair, c
 from ..divergences import get_divergence
 from ..results import OperatingPoints
 from ..rules import RULES, get_rule
-from ..solvers._mentored import solve_mentored
-from ..solvers._sequence import solve_sequence_budget
+from ..solvers import solve_mentored, solve_sequence_budget
 from .one_step import emitted_distribution, make_plan
 
 __all__ = [

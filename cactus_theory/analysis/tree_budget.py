@@ -268,7 +268,7 @@ def _top_chain(structure) -> TokenTree:
 
     Symbols: q verifier, p drafter. Source: Hao & Mou, ICLR 2026, Theorem 2.
     """
-    from ..drafts._laws import top_k_tokens
+    from ..drafts.internal import top_k_tokens
 
     tree = _as_token_tree(structure)
     path, u = [0], 0

@@ -269,7 +269,7 @@ def load_dumps(inputs) -> dict:
     """
     from ..inputs import _shipped_pair_names
     from ..logits import load_dump
-    from ..logits._loader import REAL_DIR
+    from ..logits.internal import REAL_DIR
 
     inputs = [inputs] if isinstance(inputs, (str, Path)) else list(inputs or ())
     if not inputs:

@@ -78,7 +78,7 @@ def synthetic_trajectories(
     n: int = 4, length: int = 100, vocab_size: int = 64, seed: int = 0, family: str = "noisy_copy"
 ) -> list:
     """Teacher-forced synthetic trajectories (the report's chain section's recipe), truncated."""
-    from ..simulate._synthetic import synthetic_trajectory
+    from ..simulate import synthetic_trajectory
 
     rng = np.random.default_rng(seed)
     return [synthetic_trajectory(family, length, vocab_size, rng, **PAPER_TRUNCATION) for _ in range(n)]
@@ -116,7 +116,7 @@ def real_trajectories(drafter: str = DEFAULT_DRAFTER, min_length: int = 2) -> li
 
 def dump_trajectories(dump, min_length: int = 2) -> list:
     """A dump's trajectories (at least ``min_length`` positions) for the exact chain DP."""
-    from ..simulate._chain import Trajectory
+    from ..simulate import Trajectory
 
     return [
         Trajectory(

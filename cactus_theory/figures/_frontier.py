@@ -71,7 +71,7 @@ def pooled_frontier(
         the per-position budgets chosen), so G is exact at these points and a lower bound of
         the true pooled frontier between them.
     """
-    from ..solvers._frontier import frontier, saturation_budget
+    from ..solvers import frontier, saturation_budget
 
     top = float(np.max(saturation_budget(target_probs, draft_probs, divergence)))
     top = max(top, 1e-6)

@@ -46,8 +46,7 @@ def figure_multidraft_frontier(
 
     Symbols: q verifier, p drafter, k drafts, :math:`\epsilon` budget. Source: as the module.
     """
-    from ..solvers._frontier import frontier, saturation_budget
-    from ..solvers._multidraft import multidraft_frontier
+    from ..solvers import frontier, multidraft_frontier, saturation_budget
 
     ks = [int(k) for k in ks]
     if not ks or len(ks) > 7:

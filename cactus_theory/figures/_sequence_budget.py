@@ -79,7 +79,7 @@ def figure_sequence_budget(trajectories=None, eps: float = 0.1, *, seed: int = 0
     (:func:`cactus_theory.report.default_corpora`): 8 noisy-copy trajectories, V = 64, T = 64,
     truncated, drawn with ``seed`` (:func:`~cactus_theory.figures._data.synthetic_trajectories`).
     """
-    from ..simulate._sequence_budget import compare_sequence_budget
+    from ..simulate import compare_sequence_budget
     from ._data import synthetic_trajectories
 
     if trajectories is None:

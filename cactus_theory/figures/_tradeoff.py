@@ -15,9 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..rules import get_rule
-from ..simulate._chain import position_laws
-from ..simulate._exact import exact_chain
-from ..simulate._metrics import compute_metrics, pool_totals
+from ..simulate import compute_metrics, exact_chain, position_laws
+from ..simulate.internal import pool_totals
 from ._data import synthetic_trajectories
 from ._notes import record_rules
 from ._style import DOUBLE_COLUMN, PALETTE, SINGLE_COLUMN, legend_above, new_axes, new_axes_row, styled
@@ -216,7 +215,7 @@ def tradeoff_table(target_probs, draft_probs, delta, m, *, raw_target_probs=None
         :math:`\mathrm{KL}(h_{\mathrm{alg}}\|q)` over positions.
     """
     from ..analysis.frontier import operating_points
-    from ..simulate._chain import Trajectory
+    from ..simulate import Trajectory
 
     traj = Trajectory(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
     rows = []

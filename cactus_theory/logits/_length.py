@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._io import atomic_write_text
-from ..analysis._lengths import geometric_length_ratio
+from ..analysis.internal import geometric_length_ratio
 from ._runner import BatchRunner, SamplingParams, processed_sparse
 from ._torch import torch
 

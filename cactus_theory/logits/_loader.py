@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..distributions import _sampling_transform
-from ..simulate._chain import Trajectory  # the toolkit's one trajectory type (re-exported)
+from ..simulate import Trajectory  # the toolkit's one trajectory type (re-exported)
 from ._format import (
     COMPACT_REQUIRED,
     FULL_REQUIRED,

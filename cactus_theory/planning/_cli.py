@@ -164,8 +164,7 @@ def run(args) -> int:
                 **best["knobs"],
             ).write(args.profile_out)
     if args.figure:
-        from ..figures._plan import figure_plan
-        from ..figures._style import save_figure
+        from ..figures.internal import figure_plan, save_figure
 
         stem, ext = os.path.splitext(args.figure)
         save_figure(figure_plan(res), stem, (ext.lower()[1:],))

@@ -16,7 +16,8 @@ def engine_config(rule: str, knobs: dict, m, drafter=None):
     A rule the plugin serves with the toolkit's own sampler (``PluginConfig.path ==
     "sampler"``) runs on vLLM's older model runner only: its configuration carries
     ``env = {"VLLM_USE_V2_MODEL_RUNNER": "0"}`` and the note says so."""
-    from ..integrations.vllm._config import CONFIG_KEY, parse_config
+    from ..integrations.vllm import parse_config
+    from ..integrations.vllm.internal import CONFIG_KEY
 
     if m is None:
         return None, "no draft length to configure"

@@ -63,10 +63,8 @@ def measure_costs(
     from tqdm.auto import tqdm
 
     from .._validation import positive_int
-    from ..logits._drafters import make_drafter
-    from ..logits._models import load_smollm2
-    from ..logits._runner import BatchRunner, SamplingParams, processed_sparse
-    from ..logits._torch import torch
+    from ..logits import load_smollm2
+    from ..logits.internal import BatchRunner, SamplingParams, make_drafter, processed_sparse, torch
 
     m_max, repeats = positive_int(m_max, "m_max"), positive_int(repeats, "repeats")
     lm, dmodel = models if models is not None else (None, None)

@@ -102,8 +102,8 @@ def _bootstrap(num, den, resamples, level, rng):
 
 def _knob_rows(corpus, names, eps, divergence, knobs, progress):
     """Per rule: its knobs (calibrated to eps, or given) and the emitted-divergence columns."""
-    from ..simulate._audit_rows import CorpusRows
     from ..simulate.audit import audit
+    from ..simulate.internal import CorpusRows
 
     if eps is not None:
         res = audit(
@@ -131,7 +131,7 @@ def _knob_rows(corpus, names, eps, divergence, knobs, progress):
 
 
 def _rounds_corpus(rounds: Rounds):
-    from ..simulate._audit_corpus import corpus_from_arrays
+    from ..simulate.internal import corpus_from_arrays
 
     return corpus_from_arrays(
         rounds.target_probs,
@@ -246,7 +246,7 @@ def plan(
     2026 (arXiv 2604.04987), Theorem 3.
     """
     from ..logits import Dump
-    from ..simulate._audit_corpus import corpus_from_dump
+    from ..simulate.internal import corpus_from_dump
 
     eps, m_max, resamples, level = _check(recording, eps, m_max, bootstrap, level)
     cost = _as_cost(cost)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..simulate._survival import realised_acceptance, survival_probabilities
+from ..simulate import realised_acceptance, survival_probabilities
 
 __all__ = [
     "Rounds",
@@ -142,7 +142,7 @@ def decode_rounds(dump) -> Rounds:
 
 def recorder_rounds(folder) -> Rounds:
     """The rounds of vLLM recorder shards (each round its own request: shards carry no request id)."""
-    from ..integrations.vllm._counters import recorded_rounds
+    from ..integrations.vllm.internal import recorded_rounds
 
     rec = recorded_rounds(folder)
     r = len(rec.rounds)
@@ -217,8 +217,8 @@ def trajectory_totals(corpus, rule, knobs, draft_lengths):
     the pooled expected histogram of N at the longest draft length (shape (m_max + 1,)).
     """
     from ..rules import get_rule
-    from ..simulate._chain import PositionLaws, position_laws
-    from ..simulate._exact import exact_chain
+    from ..simulate import exact_chain, position_laws
+    from ..simulate.internal import PositionLaws
 
     laws = position_laws(get_rule(rule, **(knobs or {})), corpus.rows)
     n = len(corpus.bounds) - 1
@@ -242,7 +242,7 @@ def trajectory_totals(corpus, rule, knobs, draft_lengths):
 def dump_profile_fields(dump, *, rule="sps", m=None, max_positions=None, **knobs) -> dict:
     """The fields of a dump's exact AcceptanceProfile (see ``AcceptanceProfile.from_dump``)."""
     from ..logits import Dump
-    from ..simulate._audit_corpus import corpus_from_dump
+    from ..simulate.internal import corpus_from_dump
 
     dump = load_dump_or_rounds(dump)
     if not isinstance(dump, Dump):

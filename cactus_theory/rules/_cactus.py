@@ -32,7 +32,8 @@ from __future__ import annotations
 import math
 
 from ..divergences import DIVERGENCES
-from ..solvers._spike import effective_exact_spike, exact_spike, taylor_spike
+from ..solvers import exact_spike, taylor_spike
+from ..solvers.internal import effective_exact_spike
 from .plans import SpikePlan
 from .registry import Knob, RuleSpec, SpikeRule, register, register_alias
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from ..divergences import DIVERGENCES
-from ..solvers._mentored import mentored_target
+from ..solvers.internal import mentored_target
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 
-from ..solvers._sequence import budgeted_multiplier_step
+from ..solvers.internal import budgeted_multiplier_step
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register
 

@@ -40,7 +40,7 @@ from array_api_compat import device as array_device
 
 from .._validation import token_ids_of
 from ..conventions import EMPTY_RESIDUAL_MASS
-from ..solvers._spike import spike_scale
+from ..solvers.internal import spike_scale
 
 __all__ = ["TargetPlan", "SpikePlan", "DecisionPlan", "Plan", "RowTarget"]
 

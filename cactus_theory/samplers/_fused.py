@@ -54,7 +54,7 @@ import warnings
 
 import torch
 
-from ._kernels._blocks import block_reduce, split_blocks
+from ._kernels.blocks import block_reduce, split_blocks
 
 #: Block length of the two-level inverse-CDF search (the samplers' recovery draw).
 CDF_BLOCK = 256
@@ -108,7 +108,7 @@ def compile_failure() -> str | None:
 def block_sums(weights: torch.Tensor, blk: int = CDF_BLOCK) -> torch.Tensor:
     """Sums of consecutive blocks of ``blk`` entries along the last axis (the last block may
     be shorter), [..., ceil(V / blk)], in the weights' dtype
-    (:func:`._kernels._blocks.block_reduce`)."""
+    (:func:`._kernels.blocks.block_reduce`)."""
     return block_reduce(weights, "sum", blk)
 
 

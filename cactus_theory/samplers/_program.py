@@ -39,7 +39,7 @@ from ..rules.registry import ElementwiseTargetRule, SpikeRule
 from . import _fused as fused_kernels
 from ._blocked import point_mass_weights, residual_block_weights, spike_row_target
 from ._kernels import RuleKernels
-from ._kernels._residual import residual_weights_
+from ._kernels.residual import residual_weights_
 
 __all__ = ["AcceptState", "Program", "build_program", "as_float32", "rows_at", "float32_rows"]
 

@@ -29,8 +29,7 @@ import numpy as np
 import torch
 
 from ..rules.multidraft import NodeVerifier, get_verifier
-from ..rules.multidraft._rrs import RecursiveRejection
-from ..rules.multidraft._spectr import KSequential
+from ..rules.multidraft.internal import KSequential, RecursiveRejection
 from .draws import inverse_cdf_sample
 
 __all__ = ["TreeSample", "TreeSampler", "make_tree_sampler", "verify_chain"]

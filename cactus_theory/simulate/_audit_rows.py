@@ -25,9 +25,8 @@ import math
 import numpy as np
 
 from .._validation import as_prob_pair
-from ..analysis._lengths import geometric_length_ratio
-from ..analysis._runners import runner_for
 from ..analysis.frontier import _CORPUS_FRONTIER_DIVERGENCES, corpus_frontier, gap_to_frontier
+from ..analysis.internal import geometric_length_ratio, runner_for
 from ..analysis.one_step import emitted_distribution, make_plan
 from ..divergences import get_divergence
 from ..rules import get_rule

@@ -51,9 +51,8 @@ from .._validation import as_budget
 from ..analysis.calibration import _DELTA_CAP, _calibrate_rows, _saturation_delta, _spike_for, global_delta
 from ..analysis.one_step import emitted_distribution
 from ..rules import SpikePlan
-from ..solvers._frontier import LARGEST_FINITE, saturation_budget
-from ..solvers._mentored import solve_mentored
-from ..solvers._sequence import budget_account, solve_sequence_budget
+from ..solvers import budget_account, saturation_budget, solve_mentored, solve_sequence_budget
+from ..solvers.internal import LARGEST_FINITE
 from ._chain import PositionLaws, Trajectory
 from ._exact import exact_chain, sequence_divergence
 from ._metrics import compute_metrics, pool_totals

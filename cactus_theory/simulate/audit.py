@@ -58,7 +58,7 @@ import math
 from tqdm.auto import tqdm
 
 from .._validation import as_budget, choice, positive_int
-from ..analysis._runners import RowSource
+from ..analysis.internal import RowSource
 from ..divergences import get_divergence
 from ..results import AuditResult
 from ._audit_calibrate import audit_rule, check_rules

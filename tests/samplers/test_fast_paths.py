@@ -392,7 +392,7 @@ def test_first_argmax_equals_torch_argmax(V, compiled):
     eager and compiled: many ties (integers 0..4, the lowest index wins), continuous rows,
     the maximum in the tail block, a maximum tied across two blocks, leading batch axes."""
     from cactus_theory.samplers._fused import INDUCTOR_OPTIONS
-    from cactus_theory.samplers._kernels._blocks import first_argmax
+    from cactus_theory.samplers._kernels.blocks import first_argmax
 
     fn = torch.compile(first_argmax, dynamic=False, options=INDUCTOR_OPTIONS) if compiled else first_argmax
     g = torch.Generator().manual_seed(V)
@@ -411,7 +411,7 @@ def test_two_level_sum_equals_the_float64_sum(V):
     """two_level_sum: the two-level float32 sum of fn(x) (blocks of 256, a shorter tail)
     is the float64 sum of fn(x) to within (256 + V/256) float32 eps of the sum of |fn(x)|
     (recursive-summation bound of each level); fn applies to every entry once."""
-    from cactus_theory.samplers._kernels._blocks import two_level_sum
+    from cactus_theory.samplers._kernels.blocks import two_level_sum
 
     g = torch.Generator().manual_seed(V)
     x = torch.softmax(3.0 * torch.randn(2, 3, V, generator=g), -1)
@@ -435,7 +435,7 @@ def test_split_blocks_and_block_reduce(V):
     slice of the row taken one at a time (max exactly; sums of the same entries in
     torch's order within a block, so equal up to float32 rounding of 256 terms)."""
     from cactus_theory.samplers._fused import block_sums
-    from cactus_theory.samplers._kernels._blocks import block_reduce, split_blocks
+    from cactus_theory.samplers._kernels.blocks import block_reduce, split_blocks
 
     g = torch.Generator().manual_seed(V)
     x = torch.rand(2, 3, V, generator=g)
@@ -499,7 +499,7 @@ def test_masked_sum_by_blocks_equals_the_full_masked_sum(V, compiled):
     (most blocks reach it: the full sum), a negative one (every entry), and a row whose set
     spans more than 16 blocks beside rows that need few; the tail block holds a set entry."""
     from cactus_theory.samplers._fused import INDUCTOR_OPTIONS
-    from cactus_theory.samplers._kernels._blocks import block_maxima
+    from cactus_theory.samplers._kernels.blocks import block_maxima
     from cactus_theory.samplers._kernels.cascades import masked_sum_by_blocks
 
     g = torch.Generator().manual_seed(V)

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from ...analysis.accepted_length import compare_position_counts
-from ...logits._format import TAIL_ID, read_arrays
-from ...simulate._survival import realised_acceptance, survival_probabilities
+from ...logits.internal import TAIL_ID, read_arrays
+from ...simulate import realised_acceptance, survival_probabilities
 
 __all__ = ["RecordedRounds", "recorded_rounds", "compare_counters"]
 

@@ -22,7 +22,7 @@ __all__ = ["add_dump_arguments", "run_dump"]
 
 def add_dump_arguments(p):
     """The dump subcommand's arguments with the engine options."""
-    from ...logits._commands import add_dump_arguments as base
+    from ...logits.internal import add_dump_arguments as base
 
     base(p)
     p.add_argument(
@@ -54,7 +54,7 @@ def _check(args) -> dict:
 
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("engine: vllm is not installed (pip install 'cactus-theory[vllm]')")
-    from ...logits._dump_cli import check_args
+    from ...logits.internal import check_args
 
     check_args(args)  # the dump's own checks (sampling values, counts, folders)
     if not args.temperature > 0:
@@ -90,7 +90,7 @@ def _prompt_ids(tok, prompts, max_tokens):
 
 def record_with_vllm(args) -> list[Path]:
     """Generate with vLLM over the prompts and record the verified rows (the shards written)."""
-    from ...logits._dump_cli import prompts_for
+    from ...logits.internal import prompts_for
     from ._cpu_fix import patch_expand
     from ._recorder import flush_all
 
@@ -138,10 +138,10 @@ def record_with_vllm(args) -> list[Path]:
 def run_dump(args) -> int:
     """``cactus-theory dump``: the toolkit's generation, or vLLM's with ``--engine vllm``."""
     if getattr(args, "engine", "torch") != "vllm":
-        from ...logits._commands import run_dump as base
+        from ...logits.internal import run_dump as base
 
         return base(args)
-    from ...logits._dump_cli import print_paths
+    from ...logits.internal import print_paths
 
     print_paths(record_with_vllm(args), getattr(args, "json", False))
     return 0

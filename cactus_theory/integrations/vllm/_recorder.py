@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._io import atomic_write_bytes
-from ...logits._format import FORMAT, checksum, compact_columns, pack_compact
+from ...logits.internal import FORMAT, checksum, compact_columns, pack_compact
 from ._config import RECORD_KEY
 
 __all__ = ["Recorder", "RECORD_KEY", "recorder_from_config", "flush_all"]

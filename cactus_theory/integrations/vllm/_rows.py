@@ -66,10 +66,10 @@ import logging
 
 from ..._extras import require
 from ...rules import Rule
-from ...rules._interpolation import Interpolation
+from ...rules.internal import Interpolation
 from ...rules.plans import SpikePlan, TargetPlan
 from ...rules.registry import SpikeRule
-from ...solvers._spike import spike_scale
+from ...solvers.internal import spike_scale
 from ._config import REQUEST_KNOBS
 
 torch = require("torch", "cactus_theory.integrations.vllm", extra="vllm")

@@ -49,9 +49,9 @@ import math
 import numpy as np
 
 from ...divergences import DIVERGENCES, get_divergence
-from ...drafts._laws import top_k_tokens
-from ...solvers._multidraft import multidraft_multiplier_target, multidraft_target
-from ...solvers._spike import exact_spike
+from ...drafts.internal import top_k_tokens
+from ...solvers import exact_spike
+from ...solvers.internal import multidraft_multiplier_target, multidraft_target
 from ..registry import Knob
 from ._optimal import MAX_SUPPORT, OptimalCoupling
 from ._rrs import RecursiveRejection

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...drafts._laws import draft_set_law
-from ...solvers._draft_coupling import SetCoupling, optimal_set_coupling
+from ...drafts.internal import draft_set_law
+from ...solvers.internal import SetCoupling, optimal_set_coupling
 from .base import NodeLaw, NodeVerifier, VerifierSpec, _normalize_residual, register_verifier
 
 #: Largest drafter support the LP is built for.

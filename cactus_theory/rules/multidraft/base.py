@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ...drafts import DrawnTree, drafting_law
-from ...drafts._laws import DRAFTING
+from ...drafts.internal import DRAFTING
 from ..registry import Knob
 
 __all__ = [

@@ -23,10 +23,10 @@ import torch
 
 from ...conventions import EMPTY_RESIDUAL_MASS
 from ...divergences import get_divergence
-from ...rules._cactus import CactusExact
+from ...rules.internal import CactusExact
 from ...rules.plans import _spike_row_scale
 from ...rules.registry import SpikeRule
-from ...solvers._spike import device_root, has_device_root
+from ...solvers.internal import device_root, has_device_root
 from ._registry import RuleKernels, register_kernels
 
 __all__: list = []

@@ -11,10 +11,10 @@ import math
 
 import torch
 
-from ...rules._cascades import Cascade
+from ...rules.internal import Cascade
 from ...rules.plans import RowTarget, _ratio_acceptance
-from ._blocks import ARGMAX_BLOCK, block_maxima, split_blocks
 from ._registry import RuleKernels, register_kernels
+from .blocks import ARGMAX_BLOCK, block_maxima, split_blocks
 
 __all__ = ["SET_BLOCKS", "masked_sum_by_blocks"]
 

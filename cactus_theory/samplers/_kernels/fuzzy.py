@@ -10,9 +10,9 @@ import math
 
 import torch
 
-from ...rules._fuzzy import FuzzySpeculative, _divergence_name
-from ._blocks import split_blocks
+from ...rules.internal import FuzzySpeculative, _divergence_name
 from ._registry import RuleKernels, register_kernels
+from .blocks import split_blocks
 
 __all__ = ["js_bounds_from_rows", "js_bounds_in_sum_pass", "JS_BOUND_MARGIN", "JS_SUM_RATIO_TOL"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ...rules._tas import VLLM_ENTROPY_EPS, TypicalAcceptance
-from ._blocks import first_argmax, two_level_sum
+from ...rules.internal import VLLM_ENTROPY_EPS, TypicalAcceptance
 from ._registry import RuleKernels, register_kernels
+from .blocks import first_argmax, two_level_sum
 
 __all__: list = []
 
@@ -34,7 +34,7 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
     then :func:`~cactus_theory.rules._tas.tas_threshold`'s :math:`\tau`; equal to the plan's
     acceptance up to float32 rounding of the entropy (a draft at the threshold). "exact"
     needs no sum: one pass, its terms summed in blocks of 256 entries
-    (:func:`._blocks.two_level_sum`, the loop shape of the row sums), so that the compiled
+    (:func:`.blocks.two_level_sum`, the loop shape of the row sums), so that the compiled
     samplers read it in the loop of the row sums. "vllm" (:math:`\epsilon = 10^{-5}`) needs
     s inside the log; compiled, on CPU tensors, it is read in that loop too, by expanding in
     :math:`s - 1` (with :math:`t = \epsilon(s-1)/(x+\epsilon)`, :math:`|t| \le |s - 1|`):
@@ -79,7 +79,7 @@ def accept_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draf
 def recovery_token_from_rows(rule, target_rows, draft_rows, token_ids, target_sums, draft_sums):
     """``recovery="argmax"``: the verifier's argmax on the un-normalized rows (dividing by the
     positive row sum keeps the order; ties go to the lowest index, as ``torch.argmax``; in
-    two levels, :func:`._blocks.first_argmax`), the compiled samplers' recovered token
+    two levels, :func:`.blocks.first_argmax`), the compiled samplers' recovered token
     (declined for ``"truncated"``)."""
     return first_argmax(target_rows)
 

@@ -9,11 +9,11 @@ import math
 
 import torch
 
-from ...rules._topk import TopKAcceptance
+from ...rules.internal import TopKAcceptance
 from ...rules.plans import RowTarget
-from ._blocks import block_maxima
 from ._registry import RuleKernels, register_kernels
-from ._residual import residual_weights_
+from .blocks import block_maxima
+from .residual import residual_weights_
 
 __all__ = ["kth_largest"]
 
