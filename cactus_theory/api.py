@@ -50,8 +50,8 @@ from .results import (
     SpikeSolution,
     TaylorExactComparison,
 )
-from .simulate._audit_corpus import corpus_from_dump
 from .simulate.audit import audit as _audit
+from .simulate.internal import corpus_from_dump
 
 __all__ = [
     "solve_spike",
@@ -107,7 +107,7 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", met
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 2 and Corollary 5.
     """
     from .rules.plans import _ratio_acceptance, _spike_target_at
-    from .solvers._spike import exact_spike, taylor_spike
+    from .solvers import exact_spike, taylor_spike
 
     q, p = as_prob_pair(target_probs, draft_probs)
     one_row(q, "target_probs")
@@ -117,7 +117,7 @@ def solve_spike(target_probs, draft_probs, token, delta, *, divergence="kl", met
     d = get_divergence(divergence)
     q_n, p_n = np.float64(q[n]), np.float64(p[n])
     if method == "cvxpy":
-        from .solvers._cvx import max_draft_probability_cvxpy
+        from .solvers import max_draft_probability_cvxpy
 
         tol = 1e-7  # the oracle's verification tolerance (its default): interior-point accuracy
         res = max_draft_probability_cvxpy(q, n, delta, d.name, tol=tol)
@@ -260,7 +260,7 @@ def optimal_frontier(
     Symbols: q verifier, p drafter, eps target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 1; Tran-Thien (2023).
     """
-    from .analysis._corpus import frontier_over
+    from .analysis.internal import frontier_over
 
     draft_probs, eps = _after_source(target_probs, draft_probs, eps, "eps")
     target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
@@ -320,7 +320,7 @@ def calibrate_delta(
     Symbols: q verifier, p drafter, delta per-draft budget, eps target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
-    from .analysis._corpus import calibrate_over
+    from .analysis.internal import calibrate_over
 
     draft_probs, eps = _after_source(target_probs, draft_probs, eps, "eps")
     if eps is None:
@@ -419,7 +419,7 @@ def analyze_rules(
     Symbols: q verifier, p drafter, n drafted token, delta per-draft budget.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
-    from .analysis._corpus import rule_table_over
+    from .analysis.internal import rule_table_over
 
     draft_probs, rules = _after_source(target_probs, draft_probs, rules, "rules")
     target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
@@ -463,10 +463,8 @@ def exact_chain(rule, trajectory, m, *, drafting="sample", draft_top_k=None, **k
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 (AL_m); Leviathan et al. 2023.
     """
     from .rules import get_rule
-    from .simulate._chain import Trajectory
-    from .simulate._exact import exact_chain as _exact_chain
-    from .simulate._exact import sequence_divergence
-    from .simulate._metrics import compute_metrics
+    from .simulate import Trajectory, compute_metrics, sequence_divergence
+    from .simulate import exact_chain as _exact_chain
 
     if not isinstance(trajectory, Trajectory):
         if isinstance(trajectory, (tuple, list)) and len(trajectory) == 2:

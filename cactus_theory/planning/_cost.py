@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._io import atomic_write_text
-from ..results._base import _Result
+from ..results import Result
 
 __all__ = ["CostModel"]
 
@@ -46,7 +46,7 @@ def _positive(x, name) -> float:
 
 
 @dataclass(frozen=True)
-class CostModel(_Result):
+class CostModel(Result):
     r"""Drafter cost per token :math:`c_d` and verifier cost :math:`c_v(k)`, k = 1..K tokens.
 
     Build one from numbers (:meth:`from_numbers`), a timing file (:meth:`read`) or a

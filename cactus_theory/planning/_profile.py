@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from .._io import atomic_write_text
-from ..results._base import _internal, _Result
+from ..results import Result
+from ..results.internal import _internal
 
 __all__ = ["AcceptanceProfile"]
 
@@ -64,7 +65,7 @@ def _survival_rows(survival, name: str) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class AcceptanceProfile(_Result):
+class AcceptanceProfile(Result):
     r"""The per-position survival :math:`S_j = P(N \ge j)` of a draft chain, j = 1..K.
 
     Build one from a recording (:meth:`from_dump`, :meth:`from_recorder`), from engine counters

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._validation import choice
 from ..analysis import calibrate_knob
-from ..results._base import _g
+from ..results.internal import _g
 from ..rules import RULES, get_rule
 
 #: Rules left out of the default set, with the reason (listed in every result's ``excluded``).

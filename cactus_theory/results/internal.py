@@ -1,0 +1,14 @@
+"""What :mod:`cactus_theory.results` lends to the rest of the library.
+
+The names that other packages of ``cactus_theory`` use from this one but users do not: the library
+imports them from here, never from a private module of this package (the ``private_modules``
+contract in ``pyproject.toml``). Nothing here is public: ``__all__`` is empty, and a name may
+change with the code that uses it. The package's public names are its ``__all__``.
+"""
+
+# ruff: noqa: F401
+# (every import here is a re-export)
+
+from ._base import _g, _internal
+
+__all__ = []
