@@ -310,10 +310,10 @@ def regenerate_decode_results(
     recorded (q, p) of the two m = 2 runs (:data:`SHIPPED_RECORDS`) to ``out_dir`` (default
     ``cactus_theory/data/real/decode``).
     """
-    import json
     import shutil
     import tempfile
 
+    from .._tables import to_json
     from ._format import atomic_write_bytes
     from ._prompts import load_prompts
 
@@ -355,7 +355,7 @@ def regenerate_decode_results(
         for c in r["configs"].values():
             c.pop("records", None)
     res = {"main": main, "side": side}
-    atomic_write_bytes(out_dir / "results.json", json.dumps(res, indent=1).encode())
+    atomic_write_bytes(out_dir / "results.json", to_json(res, indent=1).encode())
     shutil.rmtree(tmp, ignore_errors=True)
     return res
 

@@ -4,8 +4,8 @@ its text table."""
 from __future__ import annotations
 
 import argparse
-import json
 
+from .._tables import to_json
 from ._bench import BenchConfig, regenerate_decode_results, run_repeated
 
 #: Longest draft a decoding run accepts (the KV caches and the sampler's [1, m+1, V] block grow with m).
@@ -143,7 +143,7 @@ def run_decode(args) -> int:
             progress=not args.no_progress,
             repeats=args.repeats,
         )
-        _emit(args, text=json.dumps(res, indent=1), data=res)
+        _emit(args, text=to_json(res, indent=1), data=res)
         return 0
     from ._prompts import benchmark_mix, load_prompts, load_user_prompts
 
@@ -169,9 +169,9 @@ def run_decode(args) -> int:
     if args.output:
         from .._io import atomic_write_text
 
-        atomic_write_text(args.output, json.dumps(res, indent=2))
+        atomic_write_text(args.output, to_json(res))
     if args.json:
-        print(json.dumps(res, indent=2))
+        print(to_json(res))
     else:
         print(_decode_text(res))
     return 0

@@ -54,7 +54,6 @@ al., ICML 2023 (speculative sampling).
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._io import atomic_write_text
+from .._tables import to_json
 from ..analysis.internal import geometric_length_ratio
 from ._runner import BatchRunner, SamplingParams, processed_sparse
 from ._torch import torch
@@ -482,6 +482,6 @@ def write_length_check(res: dict, out_dir) -> tuple:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    j = atomic_write_text(out / "length_check.json", json.dumps(res, indent=1) + "\n")
+    j = atomic_write_text(out / "length_check.json", to_json(res, indent=1) + "\n")
     m = atomic_write_text(out / "length_check.md", length_markdown(res))
     return j, m
