@@ -28,7 +28,6 @@ from ._cli import (
     _emit,
     _Formatter,
     _Parser,
-    _positive_int,
     _write,
     add_output,
     add_per_file,
@@ -55,13 +54,13 @@ __all__ = ["main"]
 
 
 def _args_report(p):
-    from .report import SECTIONS
+    from .report import _all_sections
 
     p.add_argument(
         "--sections",
         nargs="*",
         default=None,
-        choices=list(SECTIONS),
+        choices=list(_all_sections()),
         metavar="NAME",
         help="subset of sections (default: all; listed below)",
     )
@@ -165,57 +164,41 @@ def _cmd_figures(args) -> int:
     return 0
 
 
-def _args_benchmark(p):
-    p.add_argument("--repeats", type=_positive_int, default=5, help="timed repeats per case (medians)")
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke run (small batch, five rules at a small sampler shape): not the goals' numbers",
-    )
-    p.add_argument(
-        "--threads",
-        type=_positive_int,
-        default=None,
-        help="intra-op torch threads of the sampler timings (default 2: the goals' condition)",
-    )
-    p.add_argument(
-        "--all-rules",
-        action="store_true",
-        help="time every registered rule's sampler (default: one rule per family)",
-    )
-    p.add_argument(
-        "--scale",
-        action="store_true",
-        help="the chunked analysis' rows at every size (100,000 rows at V = 1,000; "
-        "1,024 at V = 151,936): minutes",
-    )
-    p.add_argument(
-        "--sections",
-        type=lambda text: tuple(x.strip() for x in text.split(",") if x.strip()),
-        default=None,
-        help="comma-separated parts to run, of spike, emitted, analysis, samplers, frontier, scale "
-        "(default: all)",
-    )
-    add_seed(p, "seed of the random (q, p) rows")
-    add_output(p)
+def _plugin_command(name: str, ep) -> _Subcommand:
+    """The subcommand ``name`` of an entry point of ``cactus_theory.commands``:
+    its module's ``add_arguments`` and ``run`` with the shared ``--seed``, ``-o/--output`` and
+    ``--json``; a module not importable here (this repository's lab from an installed wheel)
+    gives a subcommand that says so in one line (exit status 2)."""
+    from .report import _load_entry_point
+
+    try:
+        module = _load_entry_point(ep, name)
+    except ValueError as exc:
+        return _Subcommand(f"({exc})", _unavailable_arguments(exc), _cmd_unavailable)
+
+    def arguments(p):
+        module.add_arguments(p)
+        add_seed(p)
+        add_output(p)
+
+    def handler(args):
+        res = module.run(args)
+        _emit(args, text=res.to_text(), data=res.to_dict())
+        return 0
+
+    return _Subcommand(module.HELP, arguments, handler)
 
 
-def _cmd_benchmark(args) -> int:
-    """The checkout's ``benchmarks/run.py`` (ValueError, one line, from an installed wheel)."""
-    from ._lab import lab_module
+def _unavailable_arguments(exc: ValueError):
+    def arguments(p):
+        p.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        p.set_defaults(unavailable=exc, missing_extra=True)
 
-    bench = lab_module("benchmarks.run", "benchmark")
-    res = bench.run_benchmarks(
-        repeats=args.repeats,
-        quick=args.quick,
-        seed=args.seed,
-        all_rules=args.all_rules,
-        scale=args.scale,
-        threads=bench.SAMPLER_THREADS if args.threads is None else args.threads,
-        sections=bench.SECTIONS if args.sections is None else args.sections,
-    )
-    _emit(args, text=res.to_text(), data=res.to_dict())
-    return 0
+    return arguments
+
+
+def _cmd_unavailable(args):
+    raise args.unavailable
 
 
 @dataclass(frozen=True)
@@ -382,9 +365,9 @@ def _resolve(target):
 
 
 def _report_epilog():
-    from .report import _SECTION_SUMMARIES
+    from .report import _section_summaries
 
-    return "sections:\n" + "\n".join(f"  {k:<12} {v}" for k, v in _SECTION_SUMMARIES.items())
+    return "sections:\n" + "\n".join(f"  {k:<12} {v}" for k, v in _section_summaries().items())
 
 
 #: The subcommand table: name -> :class:`_Subcommand`.
@@ -429,7 +412,6 @@ _SUBCOMMANDS = {
         "cactus_theory.simulate._cli:run",
     ),
     "figures": _Subcommand("write the figures (PDF and PNG)", _args_figures, _cmd_figures),
-    "benchmark": _Subcommand("speed goals as medians and ratios", _args_benchmark, _cmd_benchmark),
     "models": _Subcommand(
         "list the offline models and drafters; --prepare builds the local cache",
         "cactus_theory.logits._commands:add_models_arguments",
@@ -468,12 +450,24 @@ def _missing_extra_handler(exc: MissingExtraError):
     return handler
 
 
+def _subcommands() -> dict:
+    """:data:`_SUBCOMMANDS`, then those of the entry-point group
+    ``cactus_theory.commands`` (this repository's lab declares ``benchmark``)."""
+    from .report import _COMMAND_GROUP, _entry_points
+
+    plugins = _entry_points(_COMMAND_GROUP)
+    return {
+        **_SUBCOMMANDS,
+        **{n: _plugin_command(n, ep) for n, ep in sorted(plugins.items()) if n not in _SUBCOMMANDS},
+    }
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    """The full ``cactus-theory`` parser, built from :data:`_SUBCOMMANDS`."""
+    """The full ``cactus-theory`` parser, built from :func:`_subcommands`."""
     parser = _Parser(prog="cactus-theory", description=__doc__.split("\n\n")[0], formatter_class=_Formatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    for name, sc in _SUBCOMMANDS.items():
+    for name, sc in _subcommands().items():
         epilog = _report_epilog() if name == "report" else None
         p = sub.add_parser(
             name,

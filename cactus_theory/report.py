@@ -2,8 +2,11 @@
 
 Each section is a function ``section_<name>(seed=...)`` that returns a :class:`Section` (notes and
 tables holding plain numbers; those on the synthetic families in ``_report_sections``, those on the
-shipped data and the paper's claims here); :func:`compute_report` runs the chosen sections and
-returns a :class:`Report`; one formatter (:func:`format_table`, :func:`format_report`) prints
+shipped data here). Sections defined outside the package plug in through the entry-point group
+``cactus_theory.report_sections`` (this repository's lab declares ``claims``, the paper's claims
+checked, in ``paper_checks/``: it runs from a checkout, not from an installed wheel), and
+subcommands through ``cactus_theory.commands`` (the lab's ``benchmark``); the package imports
+neither folder. :func:`compute_report` runs the chosen sections and returns a :class:`Report`; one formatter (:func:`format_table`, :func:`format_report`) prints
 every table as aligned text, Markdown or CSV, and :meth:`Report.to_dict` gives the same numbers as
 JSON-ready data. Everything is computed from seeded synthetic families (and, when shipped,
 recorded real distributions), so the report is reproducible bit for bit.
@@ -331,32 +334,7 @@ def _section_trees(seed: int = 0, budget: float = _TREE_BUDGET) -> Section:
     return Section("trees", heading, (notes[0], frontier_table, notes[1], budget_table))
 
 
-def _section_claims(seed: int = 0) -> Section:
-    """Verdicts with numbers on the paper's checkable claims (a checkout's paper_checks/).
-
-    Raises ValueError naming ``sections`` without a checkout of the repository (an installed
-    wheel): the checks live in its ``paper_checks/`` folder, beside the package.
-    """
-    from ._lab import lab_module
-
-    check_claims = lab_module("paper_checks", "sections: claims").check_claims
-    rows = tuple(
-        dict(number=v.number, claim=v.claim, verdict=v.verdict, evidence=v.evidence)
-        for v in check_claims(seed=seed)
-    )
-    cols = (
-        Column("number", "#", "d"),
-        Column("claim", "claim", "s"),
-        Column("verdict", "verdict", "s"),
-        Column("evidence", "evidence", "s"),
-    )
-    return Section(
-        "claims", "The paper's claims, checked", (Table("claims/verdicts", "", cols, rows, "records"),)
-    )
-
-
 SECTIONS = {
-    "claims": _section_claims,
     "taylor": section_taylor,
     "families": section_families,
     "rules": section_rules,
@@ -369,21 +347,88 @@ SECTIONS = {
     "trees": _section_trees,
 }
 
-#: One line per section (its function's summary), for ``cactus-theory report --help``.
-_SECTION_SUMMARIES = {name: fn.__doc__.strip().splitlines()[0] for name, fn in SECTIONS.items()}
+#: The entry-point group of sections defined outside the package: ``name = "module:function"``,
+#: the function taking ``seed=`` and returning a :class:`Section` (this repository declares its
+#: lab's ``claims`` there; its module lives in a checkout, not in the wheel).
+_SECTION_GROUP = "cactus_theory.report_sections"
+
+#: The entry-point group of subcommands defined outside the package (``cactus-theory <name>``):
+#: ``name = "module"``, a module with ``HELP`` (one line), ``add_arguments(parser)`` and
+#: ``run(args)`` returning a value with ``to_text()`` and ``to_dict()``.
+_COMMAND_GROUP = "cactus_theory.commands"
+
+
+def _entry_points(group: str) -> dict:
+    """The entry points of ``group``, by name (none where no distribution declares one)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def _load_entry_point(ep, what: str):
+    """``ep.load()``; a module it names that is not importable here is one ValueError naming
+    ``what``. This distribution's own entry points name the repository's lab (``paper_checks/``,
+    ``benchmarks/``), importable from a checkout only: the message says so."""
+    try:
+        return ep.load()
+    except ModuleNotFoundError as exc:
+        module = ep.value.split(":")[0].strip()
+        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+            raise  # a module the plugin itself imports is missing: not the plugin's absence
+        dist = getattr(getattr(ep, "dist", None), "name", None)
+        where = (
+            f"a checkout of the repository ({exc.name}/ beside cactus_theory/, on the path of "
+            "an editable install: ./dev setup)"
+            if dist in ("cactus-theory", "cactus_theory")
+            else f"{exc.name}, not importable here"
+        )
+        raise ValueError(f"{what} needs {where}") from None
+
+
+def _all_sections() -> dict:
+    """Name -> section function for :data:`SECTIONS`, then name -> entry point for those of
+    ``cactus_theory.report_sections`` (loaded when run)."""
+    return {**SECTIONS, **{n: ep for n, ep in _entry_points(_SECTION_GROUP).items() if n not in SECTIONS}}
+
+
+def _section_summaries() -> dict:
+    """One line per section (its function's summary), for ``cactus-theory report --help``."""
+    out = {}
+    for name, fn in _all_sections().items():
+        if not callable(fn):
+            try:
+                fn = _load_entry_point(fn, f"sections: {name}")
+            except ValueError as exc:
+                out[name] = f"({exc})"
+                continue
+        out[name] = (fn.__doc__ or name).strip().splitlines()[0]
+    return out
+
+
+def _loadable(name, fn) -> bool:
+    if callable(fn):
+        return True
+    try:
+        _load_entry_point(fn, name)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_sections(sections) -> list:
-    if not sections:  # every section this install can run: claims needs a checkout's paper_checks/
-        from ._lab import checkout_root
-
-        root = checkout_root()
-        return [n for n in SECTIONS if n != "claims" or (root and (root / "paper_checks").is_dir())]
+    everything = _all_sections()
+    if not sections:  # every section this install can run (a lab's only from a checkout)
+        return [n for n, fn in everything.items() if _loadable(n, fn)]
     names = list(sections)
     for name in names:
-        if name not in SECTIONS:
-            raise ValueError(f"sections: unknown section {name!r}; valid: {', '.join(SECTIONS)}")
+        if name not in everything:
+            raise ValueError(f"sections: unknown section {name!r}; valid: {', '.join(everything)}")
     return names
+
+
+def _section(name: str):
+    fn = _all_sections()[name]
+    return fn if callable(fn) else _load_entry_point(fn, f"sections: {name}")
 
 
 def compute_report(sections=None, seed: int = 0, progress: bool = False) -> Report:
@@ -392,9 +437,10 @@ def compute_report(sections=None, seed: int = 0, progress: bool = False) -> Repo
     Parameters
     ----------
     sections : sequence of str, optional
-        Keys of :data:`SECTIONS`; unknown keys raise ValueError naming ``sections``. Default:
-        every section, ``claims`` only from a checkout of the repository (its checks live in
-        ``paper_checks/``; asked for by name from an installed wheel, it raises ValueError).
+        Keys of :data:`SECTIONS` or of the entry-point group ``cactus_theory.report_sections`` (this
+        repository's lab declares ``claims`` there: importable from a checkout only; asked for
+        by name from an installed wheel, it raises ValueError naming ``sections``); unknown keys
+        raise ValueError naming ``sections``. Default: every section this install can run.
     seed : int
         Seed of every synthetic family.
     progress : bool
@@ -407,5 +453,5 @@ def compute_report(sections=None, seed: int = 0, progress: bool = False) -> Repo
     with tqdm(names, desc="report sections", disable=not progress, unit="section") as bar:
         for name in bar:
             bar.set_postfix_str(name)
-            out.append(SECTIONS[name](seed=seed))
+            out.append(_section(name)(seed=seed))
     return Report(seed=seed, sections=tuple(out))

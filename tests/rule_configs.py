@@ -2,7 +2,6 @@
 
 import math
 
-from benchmarks.run import QUICK_RULES
 from cactus_theory.rules import RULES
 
 
@@ -55,8 +54,8 @@ FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 #: The compiled core (``fused=True``) is tested once per path it compiles, not once per knob
 #: variant (each configuration is a kernel of its own: 15-40 s to compile on 2 shared cores):
-#: the five rules of the quick benchmark (benchmarks.run.QUICK_RULES) at their
-#: defaults, the benchmark's own kernels (the elementwise-target, spike and decision forms'
+#: QUICK_RULES below at their defaults (the quick benchmark's five rules: test_cli.py checks
+#: that benchmarks/ times the same ones, so its test shares their kernels), the benchmark's own kernels (the elementwise-target, spike and decision forms'
 #: derived paths, the closed-form and the host-solved spike, top-k's and the token cascades'
 #: kernels), and one configuration of every other rule kernel of samplers/_kernels
 #: (interpolation's recovery, TAS's entropy accept with either recovery, the sequence-level
@@ -64,6 +63,12 @@ FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 #: other variants of FAST_RULES (cascade-chow/diff, token v1/v2, fuzzy's other divergences)
 #: go through the same kernel functions with another decision formula or divergence traced
 #: in; their laws and plans are tested eagerly (samplers/test_fast_paths.py), not compiled.
+#: One rule per kernel form of the registry at its defaults: the exact-root spike (SpS, and
+#: Cactus-Taylor's closed form), the host-solved spike (Cactus exact KL), top-k's and the token
+#: cascades' kernels; each a name of the rule registry.
+QUICK_RULES = ("sps", "cactus-taylor", "cactus-exact-kl", "topk", "cascade-token-v3")
+assert set(QUICK_RULES) <= set(RULES.all_names())
+
 FUSED_CONFIGS = [(n, {}) for n in QUICK_RULES] + [
     ("cactus-exact-hellinger", {"delta": 0.05}),
     ("interpolation", {}),

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rule_configs import FUSED_SHAPE, QUICK_GROUP
+from rule_configs import QUICK_RULES as FUSED_QUICK_RULES
 
 from cactus_theory import cli
 from cactus_theory._cli import parse_knobs
-from cactus_theory.cli import _SUBCOMMANDS, main
+from cactus_theory.cli import main
 from cactus_theory.inputs import _load_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,9 @@ def run_json(capsys, *argv):
 
 def test_every_subcommand_has_a_handler_and_help_shows_defaults(capsys):
     parser = cli._build_parser()
-    for name in _SUBCOMMANDS:
+    commands = cli._subcommands()  # the table and the lab's benchmark (pyproject's entry point)
+    assert "benchmark" in commands and "benchmark" not in cli._SUBCOMMANDS
+    for name in commands:
         with pytest.raises(SystemExit) as exc:
             parser.parse_args([name, "--help"])
         assert exc.value.code == 0
@@ -51,7 +54,7 @@ def test_every_subcommand_has_a_handler_and_help_shows_defaults(capsys):
         assert "usage: cactus-theory " + name in text
         assert "(default:" in text, name  # ArgumentDefaultsHelpFormatter
     sub = parser._subparsers._group_actions[0]
-    assert set(sub.choices) == set(_SUBCOMMANDS)
+    assert set(sub.choices) == set(commands)
     for name, p in sub.choices.items():
         assert callable(cli._resolve(p.get_default("handler"))), name
 
@@ -210,7 +213,8 @@ def test_benchmark_json(capsys):
     samplers/test_fused.py (the same xdist group, one compile for both)."""
     from benchmarks.run import QUICK_RULES, QUICK_SAMPLER_SHAPE
 
-    assert QUICK_SAMPLER_SHAPE == FUSED_SHAPE
+    # the fused tests' configurations of this xdist group (rule_configs) are the benchmark's
+    assert QUICK_SAMPLER_SHAPE == FUSED_SHAPE and QUICK_RULES == FUSED_QUICK_RULES
     data = run_json(
         capsys, "benchmark", "--repeats", "1", "--quick", "--threads", "1", "--sections", "samplers"
     )

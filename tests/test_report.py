@@ -58,18 +58,40 @@ def test_console_script_runs():
 
 
 def test_claims_from_a_checkout_and_without_one(capsys, monkeypatch):
-    """The claims section loads the checkout's paper_checks/; an installed copy (no checkout)
-    leaves it out of the default sections and, asked for by name, exits 2 with one line."""
-    from cactus_theory import _lab
+    """The claims section is the lab's (paper_checks/, plugged in by pyproject.toml's entry
+    point): from this checkout it runs with the others, last; where its module cannot be
+    imported (an installed wheel, simulated here) it is left out of the default sections and,
+    asked for by name, exits 2 with one line."""
     from cactus_theory.report import SECTIONS, _check_sections
 
-    assert _check_sections(None) == list(SECTIONS)  # this checkout: every section, claims first
-    assert _lab.lab_module("paper_checks", "x").__file__.endswith("paper_checks/__init__.py")
-    monkeypatch.setattr(_lab, "checkout_root", lambda: None)
-    assert _check_sections(None) == [s for s in SECTIONS if s != "claims"]
+    assert "claims" not in SECTIONS  # not the library's
+    assert _check_sections(None) == [*SECTIONS, "claims"]
+    for lab, module in (("paper_checks", "report_section"), ("benchmarks", "command")):
+        monkeypatch.delitem(sys.modules, f"{lab}.{module}", raising=False)
+        monkeypatch.setitem(sys.modules, lab, None)  # import paper_checks: ModuleNotFoundError
+    assert _check_sections(None) == list(SECTIONS)
     assert main(["report", "--sections", "claims", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sections: claims needs a checkout of the repository" in err[0], err
+    assert main(["benchmark", "--quick"]) == 2  # the lab's command, the same way
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: benchmark needs a checkout of the repository" in err[0], err
+
+
+def test_a_plugin_whose_own_import_fails_is_not_taken_for_a_missing_lab(monkeypatch, tmp_path):
+    """Only the plugin module's own absence reads as "needs a checkout"; a module it imports
+    that is missing is raised as it is (a bug or an extra, named by the command line)."""
+    from importlib.metadata import EntryPoint
+
+    from cactus_theory.report import _load_entry_point
+
+    ep = EntryPoint("x", "json.no_such_submodule_of_json:f", "cactus_theory.report_sections")
+    with pytest.raises(ValueError, match="^sections: x needs json.no_such_submodule_of_json"):
+        _load_entry_point(ep, "sections: x")
+    (tmp_path / "plugin_needing_more.py").write_text("import no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency"):
+        _load_entry_point(EntryPoint("y", "plugin_needing_more:f", "g"), "sections: y")
 
 
 # --------------------------------------------------------------------------- report as data
