@@ -1,8 +1,9 @@
 r"""Speed goals, measured in one run as ratios with a pass/fail column (``cactus-theory benchmark``).
 
-The lab beside the library: this folder of a checkout, not the installed package
-(``cactus-theory benchmark`` loads :mod:`benchmarks.run` from the checkout holding the package;
-``python benchmarks/run.py`` is the same command).
+The lab beside the library: this folder of a checkout, not the installed package, which never
+imports it (``cactus-theory benchmark`` is :mod:`benchmarks.command`, plugged in by
+``pyproject.toml``'s entry-point group ``cactus_theory.commands``; ``python benchmarks/run.py`` is
+the same command). :mod:`benchmarks.length` is the length check (``scripts/length_check.py``).
 
 The machines are shared and noisy, so nothing here is a timed test: each timing is the median
 of ``repeats`` calls (the samplers' rows: of ``SAMPLER_PAIRS * repeats`` calls alternated with

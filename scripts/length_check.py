@@ -1,6 +1,6 @@
 """Completion lengths by real decoding (verifier, SpS, a rule) against the EOS-shift prediction.
 
-Runs :func:`cactus_theory.logits._length.run_length_check` with the shipped SmolLM2 verifier and
+Runs :func:`benchmarks.length.run_length_check` (the lab's, in the checkout) with the shipped SmolLM2 verifier and
 the distilled drafter at two sampling settings (temperature 1 untruncated, and the paper's
 temperature 0.6 / top-p 0.95 / top-k 20), and writes ``length_check.json`` and
 ``length_check.md`` into ``--out`` (each written atomically).
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_theory.logits._length import (  # noqa: E402  (after the path insert)
+from benchmarks.length import (  # noqa: E402  (after the path insert)
     LENGTH_SETTINGS,
     LengthConfig,
     run_length_check,

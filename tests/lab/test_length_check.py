@@ -1,4 +1,4 @@
-"""The length check (cactus_theory/logits/length.py, scripts/length_check.py).
+"""The length check (benchmarks/length.py, scripts/length_check.py).
 
 The lockstep loop decodes speculative rows one token per step (drafted slots through the
 rule's k = 1 sampler, bonus slots from q). Its law is checked on two tiny random Llamas against
@@ -29,7 +29,7 @@ from test_decode import (  # noqa: E402  (the tiny models and the exact law of t
     tiny_llama,
 )
 
-from cactus_theory.logits._length import LengthConfig, _decode_prompt, run_length_check  # noqa: E402
+from benchmarks.length import LengthConfig, _decode_prompt, run_length_check  # noqa: E402
 from cactus_theory.rules import get_rule  # noqa: E402
 from cactus_theory.samplers import make_sampler  # noqa: E402
 

@@ -1,5 +1,8 @@
 r"""Completion lengths under a rule, measured by real decoding, against the EOS-shift prediction.
 
+The lab beside the library (a checkout's ``benchmarks/``, not the installed package): its entry
+point is ``scripts/length_check.py``, its recorded run ``benchmarks/length_check/``.
+
 The question: a relaxed rule moves the probability of the end-of-sequence token from
 :math:`q_t(\mathrm{EOS})` to :math:`h_{alg,t}(\mathrm{EOS})` at every drafted position; how
 much longer (or shorter) do the completions get? Three ways of decoding the same prompts with
@@ -59,12 +62,12 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from .._io import atomic_write_text
-from .._tables import to_json
-from ..analysis.internal import geometric_length_ratio
-from ._runner import BatchRunner, SamplingParams, processed_sparse
-from ._torch import torch
+from cactus_theory._io import atomic_write_text
+from cactus_theory._tables import to_json
+from cactus_theory.analysis.internal import geometric_length_ratio
+from cactus_theory.logits.internal import BatchRunner, SamplingParams, processed_sparse
 
 __all__ = ["LENGTH_SETTINGS", "LengthConfig", "run_length_check", "length_markdown", "write_length_check"]
 
@@ -126,7 +129,7 @@ def _decode_prompt(verifier, drafter, prompts, eos, sp, cfg: LengthConfig, sampl
     columns are then not recorded). ``sampler``: ``{"sps": ..., "rule": ...}`` k = 1 torch
     samplers; ``rule``: the configured rule of the third group (its exact emitted law).
     """
-    from ..analysis import emitted_distribution
+    from cactus_theory.analysis import emitted_distribution
 
     n = cfg.samples
     groups = np.tile(np.repeat(np.arange(3), n), len(prompts))  # 0 verifier, 1 sps, 2 rule
@@ -341,11 +344,12 @@ def run_length_check(cfg: LengthConfig = LengthConfig(), threads: int | None = N
         configuration n, mean length and its standard error, EOS count, stop rate, acceptance;
         per rule (and SpS) the measured ratios with 95% bootstrap intervals and the predictions.
     """
-    from ..rules import get_rule
-    from ..samplers import make_sampler
-    from ._drafters import make_drafter
-    from ._models import load_smollm2
-    from ._prompts import chat_ids, load_prompts
+    from cactus_theory.logits import load_prompts
+    from cactus_theory.logits._models import load_smollm2
+    from cactus_theory.logits._prompts import chat_ids
+    from cactus_theory.logits.internal import make_drafter
+    from cactus_theory.rules import get_rule
+    from cactus_theory.samplers import make_sampler
 
     if cfg.samples < 2:
         raise ValueError(
