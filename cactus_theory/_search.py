@@ -31,6 +31,10 @@ tolerances:
   bisection where the secant is unusable), each to a bracket of width ``1e-13 |hi|`` or a
   feasible end within ``tol`` of the root's value, in at most ``steps`` steps.
 
+The scalar searches return a :class:`Search`: the answer (``value``), the final bracket that
+holds it and how the search ended (``status``), and its evaluations; the elementwise ones return
+their final brackets (arrays), one search per entry.
+
 References
 ----------
 J. Kiefer, "Sequential minimax search for a maximum", Proc. AMS 4 (1953) (golden section).
@@ -43,11 +47,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from array_api_compat import array_namespace
 
+from .results import Result
+
 __all__ = [
+    "Search",
     "bisect_elementwise",
     "bisect_interval",
     "bisect_threshold",
@@ -59,34 +67,66 @@ __all__ = [
 _GOLDEN = 0.5 * (math.sqrt(5.0) - 1.0)
 
 
-def bisect_threshold(holds: Callable[[float], bool], lo: float, hi: float, steps: int = 64) -> float:
+@dataclass(frozen=True)
+class Search(Result):
+    """What a scalar search found.
+
+    Attributes
+    ----------
+    value : float
+        The answer: the threshold, the root or the optimum's location.
+    bracket : tuple of float
+        ``(lo, hi)`` holding it: the final bracket of a bisection or a golden section; for a
+        root, the interval ``value -+ (xtol + rtol |value|)`` that holds a sign change.
+    status : str
+        ``"converged"``: the bracket reached its stated width (adjacent floats for a
+        bisection, the tolerance for a root); ``"steps"``: the steps ran out first (the
+        bracket is then ``2**-steps`` of the initial one for a bisection, ``0.618**steps``
+        for a golden section).
+    evaluations : int
+        Calls of the function or predicate.
+    fun : float or None
+        The function's value at ``value`` (golden section and root), else None.
+    """
+
+    value: float
+    bracket: tuple
+    status: str
+    evaluations: int
+    fun: float | None = None
+
+
+def bisect_threshold(holds: Callable[[float], bool], lo: float, hi: float, steps: int = 64) -> Search:
     """The smallest x in [lo, hi] where a monotone predicate holds, to ``steps`` halvings.
 
     ``holds`` must be False below some threshold and True above it, and True at ``hi`` (the
-    caller checks); the returned value is an end of the final bracket at which ``holds`` was
-    True (or ``hi``).
+    caller checks); the returned ``value`` is the upper end of the final bracket, at which
+    ``holds`` was True (or ``hi``).
     """
-    return bisect_interval(holds, lo, hi, steps)[1]
+    res = bisect_interval(holds, lo, hi, steps)
+    return Search(res.bracket[1], res.bracket, res.status, res.evaluations)
 
 
-def bisect_interval(
-    holds: Callable[[float], bool], lo: float, hi: float, steps: int = 64
-) -> tuple[float, float]:
-    """The final bracket ``(lo, hi)`` of :func:`bisect_threshold`'s search.
+def bisect_interval(holds: Callable[[float], bool], lo: float, hi: float, steps: int = 64) -> Search:
+    """:func:`bisect_threshold`'s search, its ``value`` the lower end of the final bracket.
 
-    ``holds`` is False at the returned ``lo`` (or ``lo`` is the initial end) and True at the
-    returned ``hi`` (or ``hi`` is the initial end); the two are at most ``2**-steps`` of the
-    initial bracket apart, or adjacent floats.
+    ``holds`` is False at the bracket's ``lo`` (or ``lo`` is the initial end) and True at its
+    ``hi`` (or ``hi`` is the initial end); the two are at most ``2**-steps`` of the initial
+    bracket apart (status ``"steps"``), or adjacent floats (``"converged"``: the midpoint
+    rounded onto an end).
     """
+    status, evaluations = "steps", 0
     for _ in range(steps):
         mid = 0.5 * (lo + hi)
         if not lo < mid < hi:
+            status = "converged"
             break
+        evaluations += 1
         if holds(mid):
             hi = mid
         else:
             lo = mid
-    return lo, hi
+    return Search(lo, (lo, hi), status, evaluations)
 
 
 def bisect_elementwise(xp, lower, lo, hi, steps: int, stop=None):
@@ -127,34 +167,44 @@ def bisect_elementwise(xp, lower, lo, hi, steps: int, stop=None):
 
 def brent_root(
     fn: Callable[[float], float], lo: float, hi: float, *, xtol: float, rtol: float, maxiter: int = 100
-) -> float:
+) -> Search:
     """A root of ``fn`` in [lo, hi] by Brent's method (:func:`scipy.optimize.brentq`).
 
-    ``fn(lo)`` and ``fn(hi)`` must differ in sign (ValueError otherwise). The returned x is
-    within ``xtol + rtol * |x|`` of a sign change of ``fn`` as computed (``rtol`` at least
-    4 float64 epsilons, scipy's floor), or is a point where ``fn`` is exactly 0; RuntimeError
-    after ``maxiter`` iterations (Brent's bisection fallback bounds them by about the square
-    of the bisection count where ``fn`` is noisy near its root).
+    ``fn(lo)`` and ``fn(hi)`` must differ in sign (ValueError otherwise). The returned
+    ``value`` is within ``xtol + rtol * |value|`` of a sign change of ``fn`` as computed
+    (``rtol`` at least 4 float64 epsilons, scipy's floor; the ``bracket``), or is a point where
+    ``fn`` is exactly 0; RuntimeError after ``maxiter`` iterations (Brent's bisection fallback
+    bounds them by about the square of the bisection count where ``fn`` is noisy near its
+    root).
     """
     from scipy.optimize import brentq
 
-    return float(brentq(fn, lo, hi, xtol=xtol, rtol=rtol, maxiter=maxiter))
+    x, info = brentq(fn, lo, hi, xtol=xtol, rtol=rtol, maxiter=maxiter, full_output=True)
+    x = float(x)
+    width = xtol + rtol * abs(x)
+    status = "converged" if info.converged else "steps"
+    return Search(x, (max(lo, x - width), min(hi, x + width)), status, int(info.function_calls))
 
 
 def golden_section(
     fn: Callable[[float], float], lo: float, hi: float, steps: int = 80, *, maximize: bool = False
-) -> tuple[float, float]:
+) -> Search:
     """The optimum of a unimodal function on [lo, hi] by golden-section search.
 
     Returns
     -------
-    x, value : float
-        The best of ``lo``, ``hi``, the final bracket's midpoint and the best point probed
-        (the first of them on a tie).
+    Search
+        ``value`` the best of ``lo``, ``hi``, the final bracket's midpoint and the best point
+        probed (the first of them on a tie), ``fun`` the function there, ``bracket`` the final
+        bracket (``0.618**steps`` of the initial one; status ``"steps"``: the search always
+        runs its steps).
     """
     sign = -1.0 if maximize else 1.0
+    evaluations = 0
 
     def g(x):
+        nonlocal evaluations
+        evaluations += 1
         return sign * fn(x)
 
     a, b = lo, hi
@@ -181,7 +231,7 @@ def golden_section(
         gx = g(x) if gx is None else gx
         if gx < best_g:
             best_x, best_g = x, gx
-    return best_x, sign * best_g
+    return Search(best_x, (a, b), "steps", evaluations, sign * best_g)
 
 
 def illinois(excess, lo, hi, steps: int = 60, tol: float = 1e-15):

@@ -177,7 +177,7 @@ def _level_for_mean(caps, eps):
     def over(level):  # the mean at this level exceeds eps (NaN too)
         return not float(np.mean(np.minimum(level, caps))) <= eps
 
-    return bisect_interval(over, 0.0, float(np.max(caps)), 200)[0]
+    return bisect_interval(over, 0.0, float(np.max(caps)), 200).value
 
 
 def _plan_laws(plan) -> PositionLaws:

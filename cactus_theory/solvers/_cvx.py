@@ -373,6 +373,8 @@ def pull_towards_q(x, q, d, budget, steps: int = 60):
     """
     if not np.isfinite(float(d.unchecked(x, q))) and d.finite_off_support is False:
         return x, float(d.unchecked(x, q))
-    hi = bisect_threshold(lambda t: float(d.unchecked((1 - t) * x + t * q, q)) <= budget, 0.0, 1.0, steps)
+    hi = bisect_threshold(
+        lambda t: float(d.unchecked((1 - t) * x + t * q, q)) <= budget, 0.0, 1.0, steps
+    ).value
     y = (1 - hi) * x + hi * q
     return y, float(d.unchecked(y, q))

@@ -281,7 +281,7 @@ class _Path:
             return math.inf
         # D(o(M)) is continuous and nonincreasing in M: Brent's root to float resolution,
         # then the end of the bracket on the budget's side
-        M = brent_root(lambda M: self.divergence(M) - e, self.M_lo, self.M_hi, xtol=1e-300, rtol=_RTOL)
+        M = brent_root(lambda M: self.divergence(M) - e, self.M_lo, self.M_hi, xtol=1e-300, rtol=_RTOL).value
         if self.divergence(M) > e:
             M = min(self.M_hi, M + 2.0 * _RTOL * M)
         return M if self.divergence(M) <= e else self.M_hi
@@ -338,7 +338,8 @@ def solve_row(q, p, k, eps, d):
         on_support = True
         if e > 0 and row.has_off_support:
             s_hi = min(1.0, e / row.c) if row.c > 0 else 1.0
-            s, M = golden_section(lambda s, e=e: row.path(s).least_M(e), 0.0, s_hi, GOLDEN_STEPS)
+            found = golden_section(lambda s, e=e: row.path(s).least_M(e), 0.0, s_hi, GOLDEN_STEPS)
+            s, M = found.value, found.fun
             # an optimum at the edge of the feasible s (the path's end just meets the budget)
             # can exceed it term by term by rounding: s then steps back towards 0
             for back in _BACK_OFF:
@@ -365,7 +366,8 @@ def _best_on_path(path, lam):
     def value(M):
         return (2.0 - M) - lam * path.divergence(M) if lam > 0 else 2.0 - M
 
-    return golden_section(value, path.M_lo, path.M_hi, GOLDEN_STEPS, maximize=True)
+    found = golden_section(value, path.M_lo, path.M_hi, GOLDEN_STEPS, maximize=True)
+    return found.value, found.fun
 
 
 def multiplier_row(q, p, k, lam, d):
@@ -381,9 +383,10 @@ def multiplier_row(q, p, k, lam, d):
         best_path = path0
     if row.has_off_support:
         s_hi = min(1.0, 1.0 / (lam * row.c)) if lam * row.c > 0 else 1.0  # value >= 0 at s = 0
-        s, v = golden_section(
+        found = golden_section(
             lambda s: _best_on_path(row.path(s), lam)[1], 0.0, s_hi, GOLDEN_STEPS, maximize=True
         )
+        s, v = found.value, found.fun
         if s > 0 and v > best:
             best_path = row.path(s)
             best_M, best = _best_on_path(best_path, lam)
