@@ -260,12 +260,12 @@ def optimal_frontier(
     Symbols: q verifier, p drafter, eps target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 1; Tran-Thien (2023).
     """
-    from .analysis.internal import frontier_over
+    from .analysis.internal import Execution, frontier_over
 
     draft_probs, eps = _after_source(target_probs, draft_probs, eps, "eps")
     target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
-    run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
-    return frontier_over(target_probs, draft_probs, eps, divergence, **run)
+    run = Execution(chunk_rows, max_memory, progress, runner)
+    return frontier_over(target_probs, draft_probs, eps, divergence, execution=run)
 
 
 def calibrate_delta(
@@ -320,15 +320,15 @@ def calibrate_delta(
     Symbols: q verifier, p drafter, delta per-draft budget, eps target on the emitted divergence.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorem 3 and Corollary 5.
     """
-    from .analysis.internal import calibrate_over
+    from .analysis.internal import Execution, calibrate_over
 
     draft_probs, eps = _after_source(target_probs, draft_probs, eps, "eps")
     if eps is None:
         raise ValueError("eps: required (the target on the emitted divergence)")
     target_probs, draft_probs, is_dump = _as_input(target_probs, draft_probs)
     per = choice("corpus" if per is None and is_dump else (per or "position"), ("position", "corpus"), "per")
-    run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
-    return calibrate_over(target_probs, draft_probs, eps, rule, divergence, per, **run)
+    run = Execution(chunk_rows, max_memory, progress, runner)
+    return calibrate_over(target_probs, draft_probs, eps, rule, divergence, per, execution=run)
 
 
 def _is_source(x) -> bool:
@@ -419,7 +419,7 @@ def analyze_rules(
     Symbols: q verifier, p drafter, n drafted token, delta per-draft budget.
     Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 1 and 3.
     """
-    from .analysis.internal import rule_table_over
+    from .analysis.internal import Execution, rule_table_over
 
     draft_probs, rules = _after_source(target_probs, draft_probs, rules, "rules")
     target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
@@ -428,8 +428,8 @@ def analyze_rules(
             f"delta: expected one number for every rule, got an array of shape {np.shape(delta)} "
             "(per-position deltas: calibrate_delta(..., per='corpus') gives one for a corpus)"
         )
-    run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
-    return rule_table_over(target_probs, draft_probs, rules, delta, knobs, **run)
+    run = Execution(chunk_rows, max_memory, progress, runner)
+    return rule_table_over(target_probs, draft_probs, rules, delta, knobs, execution=run)
 
 
 def exact_chain(rule, trajectory, m, *, drafting="sample", draft_top_k=None, **knobs) -> ChainResult:

@@ -28,7 +28,7 @@ from ..rules import get_rule
 from ..rules.registry import _rule_knobs
 from ..solvers import frontier, saturation_budget
 from ._knob import corpus_delta
-from ._runners import ArrayRows, as_rows, runner_for
+from ._runners import ArrayRows, Execution, as_rows, runner_for
 from .calibration import _BASES, _calibrate_rows
 from .frontier import gap_to_frontier
 from .one_step import emitted_distribution, make_plan, per_draft_divergence
@@ -37,10 +37,10 @@ from .one_step import emitted_distribution, make_plan, per_draft_divergence
 FRONTIER_POINTS = 65
 
 
-def _runner(target_probs, draft_probs, kind, chunk_rows, max_memory, progress, runner):
+def _runner(target_probs, draft_probs, kind, execution: Execution):
     """(source, runner) of the input: arrays, Dask arrays or a row source."""
     source = as_rows(target_probs, draft_probs)
-    return source, runner_for(source, kind, chunk_rows, max_memory, progress, runner)
+    return source, runner_for(source, kind, execution)
 
 
 def _batch(source, run):
@@ -79,9 +79,7 @@ def _rules_kernel(chunk, names, per_rule):
     return out
 
 
-def rule_table_over(
-    target_probs, draft_probs, rules, delta, knobs, *, chunk_rows, max_memory, progress, runner
-):
+def rule_table_over(target_probs, draft_probs, rules, delta, knobs, *, execution: Execution):
     r"""Rules side by side (:func:`cactus_theory.api.analyze_rules`): means over all rows of
     the per-row values, maxima over all rows.
 
@@ -94,7 +92,7 @@ def rule_table_over(
     """
 
     names, per_rule = _rule_knobs(rules, delta, knobs)
-    source, run = _runner(target_probs, draft_probs, "rules", chunk_rows, max_memory, progress, runner)
+    source, run = _runner(target_probs, draft_probs, "rules", execution)
     parts = run.map(_rules_kernel, names, per_rule)
     if not parts:
         raise ValueError("target_probs: no rows")
@@ -143,7 +141,7 @@ def _frontier_kernel(chunk, grid, divergence):
     return acc, div, np.sum(np.minimum(q, p), axis=-1)
 
 
-def frontier_over(target_probs, draft_probs, eps, divergence, *, chunk_rows, max_memory, progress, runner):
+def frontier_over(target_probs, draft_probs, eps, divergence, *, execution: Execution):
     r""":math:`F(\epsilon)` (Theorem 1) averaged over the rows (:func:`cactus_theory.api.optimal_frontier`).
 
     With ``eps`` None a first pass finds the largest saturation budget (the grid's top), a
@@ -163,7 +161,7 @@ def frontier_over(target_probs, draft_probs, eps, divergence, *, chunk_rows, max
         grid = np.atleast_1d(as_budget_array(eps, "eps")).astype(np.float64)
         if grid.ndim != 1 or grid.size == 0:
             raise ValueError(f"eps: expected a scalar or a non-empty 1-D array, got shape {grid.shape}")
-    source, run = _runner(target_probs, draft_probs, "frontier", chunk_rows, max_memory, progress, runner)
+    source, run = _runner(target_probs, draft_probs, "frontier", execution)
     sats = run.map(_saturation_kernel, d.name)
     if not sats:
         raise ValueError("target_probs: no rows")
@@ -205,9 +203,7 @@ def _calibrate_kernel(chunk, eps, base, divergence):
     )
 
 
-def calibrate_over(
-    target_probs, draft_probs, eps, rule, divergence, per, *, chunk_rows, max_memory, progress, runner
-):
+def calibrate_over(target_probs, draft_probs, eps, rule, divergence, per, *, execution: Execution):
     r"""The delta whose emitted divergence meets eps, per position or one for the corpus
     (:func:`cactus_theory.api.calibrate_delta`).
 
@@ -236,9 +232,7 @@ def calibrate_over(
         delta, div, acc, status = corpus_delta(q, p, eps, rule, d.name)
         sat, n = status == "range-end", int(np.prod(q.shape[:-1], dtype=np.int64))
     else:
-        source, run = _runner(
-            target_probs, draft_probs, "calibrate", chunk_rows, max_memory, progress, runner
-        )
+        source, run = _runner(target_probs, draft_probs, "calibrate", execution)
         parts = run.map(_calibrate_kernel, eps, rule.split("-")[1], d.name)
         if not parts:
             raise ValueError("target_probs: no rows")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..results import OneStepResult
-from ._runners import ArrayRows, LocalRunner, RowChunk, as_rows, is_dask, join_rows, runner_for
+from ._runners import ArrayRows, Execution, LocalRunner, RowChunk, as_rows, is_dask, join_rows, runner_for
 
 
 def _batch(source, run):
@@ -51,7 +51,7 @@ def _row_writer(run, rows_out):
 
 
 def analyze_over(
-    kernel, rule, arrays, divergences, per_token, policy, *, chunk_rows, max_memory, progress, runner
+    kernel, rule, arrays, divergences, per_token, policy, *, execution: Execution
 ) -> OneStepResult:
     """:func:`cactus_theory.analysis.analyze` chunk by chunk: ``kernel(chunk, rule,
     divergences, per_token, *policy)`` per chunk, the rows joined in order.
@@ -63,7 +63,7 @@ def analyze_over(
     source = as_rows(*arrays)
     if per_token is None:
         per_token = source.in_memory and not is_dask(arrays[0])
-    run = runner_for(source, "analyze", chunk_rows, max_memory, progress, runner)
+    run = runner_for(source, "analyze", execution)
     batch = _batch(source, run)
     rows_out = {}
     # per-token rows are written as the chunks come (no second copy of the N x V outputs)
@@ -90,13 +90,11 @@ def analyze_over(
     return OneStepResult(repr(rule), a, acc, h, divs)
 
 
-def emitted_over(
-    kernel, rule, target_probs, draft_probs, raws, args, *, chunk_rows, max_memory, progress, runner
-):
+def emitted_over(kernel, rule, target_probs, draft_probs, raws, args, *, execution: Execution):
     """:math:`h_{alg}` of every row chunk by chunk (``kernel(chunk, rule, *args)``), joined in
     order: shape batch + (V,)."""
     source = as_rows(target_probs, draft_probs, *raws)
-    run = runner_for(source, "emitted", chunk_rows, max_memory, progress, runner)
+    run = runner_for(source, "emitted", execution)
     parts = run.map(kernel, rule, *args)
     if not parts:
         raise ValueError("target_probs: no rows")

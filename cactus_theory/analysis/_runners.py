@@ -195,16 +195,57 @@ def join_rows(parts):
 RUNNERS = ("local", "dask")
 
 
-def runner_for(source, kind, chunk_rows=None, max_memory=None, progress=False, runner=None):
+@dataclass(frozen=True)
+class Execution:
+    """Where a row-wise analysis runs: the one object the public entry points build from their
+    ``chunk_rows``, ``max_memory``, ``progress`` and ``runner`` keywords and pass down.
+
+    Attributes
+    ----------
+    chunk_rows : int, optional
+        Rows per chunk (>= 1); or
+    max_memory : int or str, optional
+        The bound on a chunk's working memory (``"256MB"``; default
+        :data:`DEFAULT_MAX_MEMORY`), not with ``chunk_rows``.
+    progress : bool
+        A progress bar over chunks.
+    runner : {None, "local", "dask"}
+        See :data:`RUNNERS`.
+
+    Both bounds and the runner are checked at construction (ValueError naming the keyword).
+    """
+
+    chunk_rows: int | None = None
+    max_memory: int | str | None = None
+    progress: bool = False
+    runner: str | None = None
+
+    def __post_init__(self):
+        rows_per_chunk("analyze", chunk_rows=self.chunk_rows, max_memory=self.max_memory)
+        if self.runner is not None and self.runner not in RUNNERS:
+            raise ValueError(f"runner: expected one of {RUNNERS} or None, got {self.runner!r}")
+
+    def rows_for(self, kind: str):
+        """The chunk rule of ``kind`` (:func:`rows_per_chunk`): V -> rows per chunk."""
+        return rows_per_chunk(kind, chunk_rows=self.chunk_rows, max_memory=self.max_memory)
+
+    def wants_chunks(self, target_probs, kind: str) -> bool:
+        """:func:`wants_chunks` under these bounds."""
+        return wants_chunks(target_probs, kind, chunk_rows=self.chunk_rows, max_memory=self.max_memory)
+
+
+#: Where an analysis runs when nothing is said: in memory, or chunks of 256 MiB, here, no bar.
+LOCAL = Execution()
+
+
+def runner_for(source, kind, execution: Execution = LOCAL):
     """The runner of ``kind``'s chunk rule over ``source``: :class:`DaskRunner` for Dask arrays
-    or ``runner="dask"``, else :class:`LocalRunner` (ValueError naming ``runner``)."""
-    rows_for = rows_per_chunk(kind, chunk_rows=chunk_rows, max_memory=max_memory)
-    if runner is not None and runner not in RUNNERS:
-        raise ValueError(f"runner: expected one of {RUNNERS} or None, got {runner!r}")
+    or ``runner="dask"``, else :class:`LocalRunner`."""
+    rows_for = execution.rows_for(kind)
     on_dask = isinstance(source, ArrayRows) and is_dask(source.arrays[0])
-    if runner == "dask" or (runner is None and on_dask):
+    if execution.runner == "dask" or (execution.runner is None and on_dask):
         return DaskRunner(source, rows_for)
-    return LocalRunner(source, rows_for, progress, desc=kind)
+    return LocalRunner(source, rows_for, execution.progress, desc=kind)
 
 
 def _block_result(kernel, start, q, p, rq, rp, args):

@@ -53,7 +53,7 @@ from ..results import CalibrationResult, GlobalDelta, MentoredComparison
 from ..rules.internal import SMOOTH_DIVERGENCES
 from ..rules.plans import SpikePlan
 from ..solvers import exact_spike, solve_mentored, taylor_spike
-from ._runners import as_rows, runner_for
+from ._runners import Execution, as_rows, runner_for
 from .one_step import emitted_distribution
 
 __all__ = [
@@ -432,7 +432,7 @@ def global_delta(
     eps = as_budget(eps, "eps")
     statistic = _as_statistic(statistic)
     source = as_rows(target_probs, draft_probs)
-    run = runner_for(source, "calibrate", chunk_rows, max_memory, progress, runner)
+    run = runner_for(source, "calibrate", Execution(chunk_rows, max_memory, progress, runner))
     sats = run.map(_saturation_kernel, base, d.name)
     if not sats:
         raise ValueError("target_probs: no rows")

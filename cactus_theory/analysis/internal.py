@@ -11,6 +11,6 @@ change with the code that uses it. The package's public names are its ``__all__`
 
 from ._corpus import calibrate_over, frontier_over, rule_table_over
 from ._lengths import geometric_length_ratio
-from ._runners import ArrayRows, RowChunk, RowSource, runner_for
+from ._runners import ArrayRows, Execution, RowChunk, RowSource, runner_for
 
 __all__ = []

@@ -38,7 +38,7 @@ from ..rules import DecisionPlan, SpikePlan, TargetPlan, get_rule
 from ..rules.plans import _one_hot
 from ._emitted import emitted_of_plan
 from ._rowwise import analyze_over, emitted_on_dask, emitted_over
-from ._runners import is_dask, wants_chunks
+from ._runners import Execution, is_dask
 
 __all__ = [
     "analyze",
@@ -362,25 +362,23 @@ def emitted_distribution(
     Hao & Mou, ICLR 2026, arXiv 2604.04987, Theorem 3.
     """
     choice(method, _EMIT_METHODS, "method")
+    execution = Execution(chunk_rows, max_memory, progress, runner)
     is_plan = isinstance(rule, (TargetPlan, SpikePlan, DecisionPlan))
     if not is_plan and target_probs is not None and runner != "local" and is_dask(target_probs):
         return emitted_on_dask(_emitted_rows, get_rule(rule), target_probs, draft_probs, method)
     if (
         is_plan
         or target_probs is None
-        or (
-            runner is None
-            and not wants_chunks(target_probs, "emitted", chunk_rows=chunk_rows, max_memory=max_memory)
-        )
+        or (runner is None and not execution.wants_chunks(target_probs, "emitted"))
     ):
         plan = _as_plan(
             rule, target_probs, draft_probs, raw_target_probs, raw_draft_probs, drafting, draft_top_k
         )
         return emitted_of_plan(plan, method)
     raws = (raw_target_probs, raw_draft_probs)
-    run = dict(chunk_rows=chunk_rows, max_memory=max_memory, progress=progress, runner=runner)
+    args = (method, drafting, draft_top_k)
     return emitted_over(
-        _emitted_rows, get_rule(rule), target_probs, draft_probs, raws, (method, drafting, draft_top_k), **run
+        _emitted_rows, get_rule(rule), target_probs, draft_probs, raws, args, execution=execution
     )
 
 
@@ -532,11 +530,8 @@ def analyze(
     """
     rule = get_rule(rule)
     divergences = tuple(_DEFAULT_DIVERGENCES if divergences is None else divergences)
-    if (
-        runner is None
-        and per_token is not False
-        and not wants_chunks(target_probs, "analyze", chunk_rows=chunk_rows, max_memory=max_memory)
-    ):
+    execution = Execution(chunk_rows, max_memory, progress, runner)
+    if runner is None and per_token is not False and not execution.wants_chunks(target_probs, "analyze"):
         if draft_probs is None:
             raise ValueError("draft_probs: required with a target_probs array")
         return _analyze_block(
@@ -556,8 +551,5 @@ def analyze(
         divergences,
         per_token,
         (drafting, draft_top_k),
-        chunk_rows=chunk_rows,
-        max_memory=max_memory,
-        progress=progress,
-        runner=runner,
+        execution=execution,
     )

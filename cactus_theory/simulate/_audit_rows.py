@@ -26,7 +26,7 @@ import numpy as np
 
 from .._validation import as_prob_pair
 from ..analysis.frontier import _CORPUS_FRONTIER_DIVERGENCES, corpus_frontier, gap_to_frontier
-from ..analysis.internal import geometric_length_ratio, runner_for
+from ..analysis.internal import Execution, geometric_length_ratio, runner_for
 from ..analysis.one_step import emitted_distribution, make_plan
 from ..divergences import get_divergence
 from ..rules import get_rule
@@ -186,9 +186,9 @@ class ChunkedRows:
 
     bar_over_rules = False
 
-    def __init__(self, source, d, chunk_rows, max_memory, progress):
+    def __init__(self, source, d, execution: Execution):
         self.src, self.d = source, d
-        self.run = runner_for(source, "rules", chunk_rows, max_memory, progress)
+        self.run = runner_for(source, "rules", execution)
         self.n = self.run.n_rows
         if self.n == 0:
             raise ValueError("target_probs: no rows")

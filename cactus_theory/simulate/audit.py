@@ -58,7 +58,7 @@ import math
 from tqdm.auto import tqdm
 
 from .._validation import as_budget, choice, positive_int
-from ..analysis.internal import RowSource
+from ..analysis.internal import Execution, RowSource
 from ..divergences import get_divergence
 from ..results import AuditResult
 from ._audit_calibrate import audit_rule, check_rules
@@ -194,7 +194,7 @@ def audit(
     if per == "sequence" and d.name not in ("kl", "tv"):
         raise ValueError(f"divergence: per='sequence' bounds KL or TV only, got {divergence!r}")
     if isinstance(source, RowSource):
-        ev = ChunkedRows(source, d, chunk_rows, max_memory, progress)
+        ev = ChunkedRows(source, d, Execution(chunk_rows, max_memory, progress))
     else:
         ms = tuple(positive_int(m, "draft_lengths") for m in (draft_lengths or ()))
         if not ms:
