@@ -44,8 +44,8 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import DecisionPlan, _gather, _ratio_acceptance, _residual_distribution
-from .registry import Knob, Rule, RuleSpec, register
+from ._lossy_sd import LossySpeculative
+from .registry import Knob, RuleSpec, register
 
 #: The kernel's ``EPSILON`` inside the entropy's logarithm.
 ENTROPY_EPSILON = 1e-10
@@ -60,9 +60,10 @@ def entropy_factor(target_probs, posterior_threshold: float, posterior_alpha: fl
     return xp.minimum(xp.exp(-posterior_alpha * h), xp.full_like(h, posterior_threshold))
 
 
-class EntropyVerify(Rule):
+class EntropyVerify(LossySpeculative):
     r"""Accept n with :math:`\min(1, q_n / (c(q) p_n))`; recover from
-    :math:`\mathrm{normalize}(\max(0, q - p))` (module docstring).
+    :math:`\mathrm{normalize}(\max(0, q - p))` (module docstring): ``lossy-sd``'s decision
+    with the factor read from the row, :math:`c(q)` (:func:`entropy_factor`).
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: vllm-ascend ``reject_sample.py`` (``ENTROPY_VERIFY``).
@@ -72,23 +73,9 @@ class EntropyVerify(Rule):
         self.posterior_threshold = posterior_threshold
         self.posterior_alpha = posterior_alpha
 
-    def _factor(self, q):
+    def row_statistic(self, q, p):
+        """The coin's factor :math:`c(q)` of each row, shape (..., 1)."""
         return entropy_factor(q, self.posterior_threshold, self.posterior_alpha)
-
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``DecisionPlan``: the entropy-scaled ratio acceptance, SpS's residual as the recovery."""
-        q, p = target_probs, draft_probs
-        accept = _ratio_acceptance(q, p * self._factor(q))
-        return DecisionPlan(q, p, accept, _residual_distribution(q, p))
-
-    def accept_probs_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r""":math:`\min(1, q_n / (c(q) p_n))` at the drafted tokens (the plan's formula at n;
-        the samplers' accept path, ``fast_accept``)."""
-        c = self._factor(target_probs)[..., 0]
-        q_n, p_n = _gather(target_probs, token_ids), _gather(draft_probs, token_ids)
-        return _ratio_acceptance(q_n, p_n * c)
 
 
 register(

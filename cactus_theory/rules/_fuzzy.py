@@ -32,8 +32,7 @@ import math
 from array_api_compat import array_namespace
 
 from ..divergences import get_divergence
-from .plans import DecisionPlan
-from .registry import Knob, Rule, RuleSpec, register
+from .registry import DecisionRule, Knob, RuleSpec, register
 
 #: fsd_div_type -> (our divergence name, whether D(p || q) is evaluated as D(first=p, second=q))
 FSD_DIVERGENCES = {
@@ -65,7 +64,7 @@ def fsd_divergence(fsd_div_type: str, target_probs, draft_probs):
     return get_divergence(name).unchecked(draft_probs, target_probs)
 
 
-class FuzzySpeculative(Rule):
+class FuzzySpeculative(DecisionRule):
     r"""FSD: accept every draft iff :math:`\mathrm{Div}(p, q) \le T`; else sample from q.
 
     .. warning::
@@ -80,36 +79,27 @@ class FuzzySpeculative(Rule):
         self.fsd_div_threshold = fsd_div_threshold
         self.fsd_div_type = fsd_div_type
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``DecisionPlan``: acceptance 1[Div <= T] for every candidate, recovery q."""
-        xp = array_namespace(target_probs, draft_probs)
-        ok = self._accepts(target_probs, draft_probs, raw_target_probs, raw_draft_probs)[..., None]
-        accept = ok * xp.ones_like(target_probs)
-        return DecisionPlan(target_probs, draft_probs, accept, target_probs)
-
-    def _accepts(self, target_probs, draft_probs, raw_target_probs, raw_draft_probs):
-        """1[Div <= T] per position (shape ``target_probs.shape[:-1]``)."""
-        xp = array_namespace(target_probs, draft_probs)
+    def decision_rows(self, target_probs, draft_probs, raw_target_probs, raw_draft_probs):
+        """The raw rows (the drafter's processed row where its raw one is not given), or the
+        processed ones for a ``*_processed`` divergence or without raw rows."""
         if self.fsd_div_type.endswith("_processed") or raw_target_probs is None:
-            rq, rp = target_probs, draft_probs
-        else:
-            rq = raw_target_probs
-            rp = draft_probs if raw_draft_probs is None else raw_draft_probs
-        div = fsd_divergence(self.fsd_div_type, rq, rp)
-        return xp.astype(div <= self.fsd_div_threshold, target_probs.dtype)
+            return target_probs, draft_probs
+        return raw_target_probs, draft_probs if raw_draft_probs is None else raw_draft_probs
 
-    def accept_probs_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Acceptance :math:`1[\mathrm{Div}(p, q) \le T]` per position, whatever the drafted
-        token (shape ``token_ids.shape``): the divergence, without the plan's [..., V]
-        acceptance of every candidate. The samplers' accept path (``fast_accept``)."""
-        return self._accepts(target_probs, draft_probs, raw_target_probs, raw_draft_probs)
+    def row_statistic(self, q, p):
+        r""":math:`1[\mathrm{Div}(p, q) \le T]` of each row, shape (..., 1)."""
+        xp = array_namespace(q, p)
+        return xp.astype(fsd_divergence(self.fsd_div_type, q, p) <= self.fsd_div_threshold, q.dtype)[
+            ..., None
+        ]
 
-    def recovery_weights_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        """The recovery is q itself (no divergence needed)."""
+    def accept_at(self, q_n, p_n, statistic):
+        """The row's decision, whatever the drafted token."""
+        xp = array_namespace(q_n)
+        return statistic * xp.ones_like(q_n)
+
+    def recovery_distribution(self, target_probs, draft_probs, statistic):
+        """q itself (no divergence needed)."""
         return target_probs
 
 

@@ -44,6 +44,11 @@ class Interpolation(ElementwiseTargetRule):
         derive from it."""
         return q * (1.0 - self.alpha) + p * self.alpha
 
+    @property
+    def lerp_weight(self) -> float:
+        """alpha: h = (1 - alpha) q + alpha p is one lerp (the vLLM rows' fused pass)."""
+        return self.alpha
+
 
 register(
     RuleSpec(

@@ -35,16 +35,20 @@ speculative decoding", Hugging Face blog (2023).
 
 from __future__ import annotations
 
-from .plans import DecisionPlan, _gather, _ratio_acceptance, _residual_distribution
-from .registry import Knob, Rule, RuleSpec, register
+from .plans import _ratio_acceptance, _residual_distribution
+from .registry import DecisionRule, Knob, RuleSpec, register
 
 #: No default in the source; ours.
 DEFAULT_ALPHA = 0.35
 
 
-class LossySpeculative(Rule):
-    r"""Accept n with :math:`\min(1, q_n / ((1-\alpha) p_n))`; recover from
+class LossySpeculative(DecisionRule):
+    r"""Accept n with :math:`\min(1, q_n / (c\, p_n))`, :math:`c = 1 - \alpha`; recover from
     :math:`\mathrm{normalize}(\max(0, q - p))`.
+
+    The decision is stated once for every rule that scales SpS's coin by a factor c: its row
+    statistic is c (here the constant :math:`1 - \alpha`; vllm-ascend's entropy verification,
+    :mod:`cactus_theory.rules._entropy_verify`, reads it from the verifier's row).
 
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     Source: the arXiv 2607.08690 vLLM overlay (``mentored_dec``); Narasimhan et al. 2025.
@@ -53,19 +57,17 @@ class LossySpeculative(Rule):
     def __init__(self, alpha: float):
         self.alpha = alpha
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``DecisionPlan``: the scaled ratio acceptance, SpS's residual as the recovery."""
-        q, p = target_probs, draft_probs
-        accept = _ratio_acceptance(q, p * (1.0 - self.alpha))
-        return DecisionPlan(q, p, accept, _residual_distribution(q, p))
+    def row_statistic(self, q, p):
+        """The coin's factor :math:`c = 1 - \alpha` (one number for every row)."""
+        return 1.0 - self.alpha
 
-    def accept_probs_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r""":math:`\min(1, q_n / ((1-\alpha) p_n))` at the drafted tokens only (the plan's
-        formula at n; the samplers' accept path, ``fast_accept``)."""
-        q_n, p_n = _gather(target_probs, token_ids), _gather(draft_probs, token_ids)
-        return _ratio_acceptance(q_n, p_n * (1.0 - self.alpha))
+    def accept_at(self, q_n, p_n, statistic):
+        r""":math:`\min(1, q_n / (c\, p_n))` (convention 1 where :math:`p_n = 0`)."""
+        return _ratio_acceptance(q_n, p_n * statistic)
+
+    def recovery_distribution(self, target_probs, draft_probs, statistic):
+        r"""SpS's residual :math:`\mathrm{normalize}(\max(0, q - p))` (convention 3)."""
+        return _residual_distribution(target_probs, draft_probs)
 
 
 register(

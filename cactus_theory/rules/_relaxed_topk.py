@@ -47,12 +47,12 @@ import math
 
 from array_api_compat import array_namespace
 
-from ._topk import topk_indicator
-from .plans import DecisionPlan, _gather, _one_hot
-from .registry import Knob, Rule, RuleSpec, register, register_alias
+from ._topk import kth_largest
+from .plans import _one_hot
+from .registry import DecisionRule, Knob, RuleSpec, register, register_alias
 
 
-class RelaxedTopK(Rule):
+class RelaxedTopK(DecisionRule):
     r"""Accept n iff it is in the raw verifier's top K, within :math:`\delta` of the top
     probability and at least :math:`\rho` times it; on rejection emit the argmax of q.
 
@@ -65,37 +65,26 @@ class RelaxedTopK(Rule):
         self.relaxed_topk = int(relaxed_topk)
         self.relax_ratio = relax_ratio
 
-    def _level(self, rq):
-        """The two value tests' threshold per row, shape [..., 1]."""
-        xp = array_namespace(rq)
-        top = xp.max(rq, axis=-1, keepdims=True)
-        return xp.maximum(top - self.relaxed_delta, self.relax_ratio * top)
+    def decision_rows(self, target_probs, draft_probs, raw_target_probs, raw_draft_probs):
+        """The raw verifier row where given (else the processed one); p is not read."""
+        return (target_probs if raw_target_probs is None else raw_target_probs), draft_probs
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``DecisionPlan``: 0/1 acceptance from the raw verifier row, argmax-q recovery."""
-        xp = array_namespace(target_probs)
-        rq = target_probs if raw_target_probs is None else raw_target_probs
-        ok = (topk_indicator(rq, self.relaxed_topk) > 0) & (rq >= self._level(rq))
-        accept = xp.astype(ok, target_probs.dtype)
-        top = _one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
-        return DecisionPlan(target_probs, draft_probs, accept, top)
+    def row_statistic(self, q, p):
+        r"""The level :math:`\tilde q_n` must reach, shape [..., 1]: the largest of the K-th
+        largest :math:`\tilde q` (the top-K test: :math:`\tilde q_n \ge \tilde q_{(K)} \iff
+        \#\{j: \tilde q_j > \tilde q_n\} < K`, ties in), :math:`\max\tilde q - \delta` and
+        :math:`\rho \max\tilde q`."""
+        xp = array_namespace(q)
+        top = xp.max(q, axis=-1, keepdims=True)
+        level = xp.maximum(top - self.relaxed_delta, self.relax_ratio * top)
+        return xp.maximum(kth_largest(q, self.relaxed_topk), level)
 
-    def accept_probs_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Acceptance at the drafted tokens by counting (no sort): :math:`\tilde q_n \ge
-        \tilde q_{(K)} \iff \#\{j: \tilde q_j > \tilde q_n\} < K`; the same comparisons as the
-        plan. The samplers' accept path (``fast_accept``)."""
-        xp = array_namespace(target_probs)
-        rq = target_probs if raw_target_probs is None else raw_target_probs
-        q_n = _gather(rq, token_ids)
-        above = xp.sum(xp.astype(rq > q_n[..., None], xp.int32), axis=-1)
-        ok = (above < self.relaxed_topk) & (q_n >= self._level(rq)[..., 0])
-        return xp.astype(ok, target_probs.dtype)
+    def accept_at(self, q_n, p_n, statistic):
+        r""":math:`1[\tilde q_n \ge s]` (0/1, the three tests at once)."""
+        xp = array_namespace(q_n)
+        return xp.astype(q_n >= statistic, q_n.dtype)
 
-    def recovery_weights_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
+    def recovery_distribution(self, target_probs, draft_probs, statistic):
         """The point mass at the verifier's argmax (one pass, no acceptance needed)."""
         xp = array_namespace(target_probs)
         return _one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)

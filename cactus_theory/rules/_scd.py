@@ -174,6 +174,7 @@ register(
                 math.inf,
                 low_open=True,
                 doc="T: the decoding temperature dividing the contrastive score (overlay: the request's)",
+                request="temperature",
             ),
             Knob(
                 "gate",

@@ -76,8 +76,7 @@ from __future__ import annotations
 from array_api_compat import array_namespace
 
 from ..conventions import EMPTY_RESIDUAL_MASS
-from .plans import DecisionPlan, _gather
-from .registry import Knob, Rule, RuleSpec, register, register_alias
+from .registry import DecisionRule, Knob, RuleSpec, register, register_alias
 
 #: The launcher's floor on ``threshold_acc`` (``fmaxf(threshold_acc, 1e-9f)``).
 SGLANG_MIN_THRESHOLD_ACC = 1e-9
@@ -96,7 +95,7 @@ def sglang_acceptance(target_probs_at, threshold_single: float, threshold_acc: f
     return xp.where(q_n >= threshold_single, ones, a)
 
 
-class SGLangThreshold(Rule):
+class SGLangThreshold(DecisionRule):
     r"""SGLang's target-only rule: accept n with :math:`a_n` (1 above :math:`t_{single}`, else
     :math:`\min(1, q_n/t_{acc})`); on rejection sample q without n.
 
@@ -112,15 +111,17 @@ class SGLangThreshold(Rule):
         self.threshold_single = threshold_single
         self.threshold_acc = max(threshold_acc, SGLANG_MIN_THRESHOLD_ACC)
 
-    def _accept(self, q):
-        return sglang_acceptance(q, self.threshold_single, self.threshold_acc)
+    def accept_at(self, q_n, p_n, statistic):
+        r""":math:`a_n` from :math:`q_n` alone (:func:`sglang_acceptance`)."""
+        return sglang_acceptance(q_n, self.threshold_single, self.threshold_acc)
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``DecisionPlan``: acceptance a(q_n), recovery the mixed 'q without n'."""
+    def recovery_distribution(self, target_probs, draft_probs, statistic):
+        r"""The per-draft recoveries "q without n" mixed by rejected mass,
+        :math:`r \propto q \odot (S - p \odot w)` (class docstring); q where nothing can be
+        rejected (convention 3)."""
         xp = array_namespace(target_probs, draft_probs)
         q, p = target_probs, draft_probs
-        a = self._accept(q)
-        rejected = 1.0 - a
+        rejected = 1.0 - self.accept_at(q, p, None)
         # a < 1 implies q_n < t_acc <= 1, so 1 - q_n > 0 there; w = 0 where a = 1
         can_reject = rejected > 0
         w = xp.where(can_reject, rejected / xp.where(can_reject, 1.0 - q, xp.ones_like(q)), xp.zeros_like(q))
@@ -129,15 +130,7 @@ class SGLangThreshold(Rule):
         weights = q * xp.clip(s - pw, 0.0, None)
         mass = xp.sum(weights, axis=-1, keepdims=True)
         empty = mass <= EMPTY_RESIDUAL_MASS
-        recovery = xp.where(empty, q, weights / xp.where(empty, xp.ones_like(mass), mass))
-        return DecisionPlan(q, p, a, recovery)
-
-    def accept_probs_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Acceptance at the drafted tokens from :math:`q_n` alone (the samplers' accept
-        path, ``fast_accept``): the plan's formula at n."""
-        return self._accept(_gather(target_probs, token_ids))
+        return xp.where(empty, q, weights / xp.where(empty, xp.ones_like(mass), mass))
 
 
 class SamplerMatch(SGLangThreshold):

@@ -34,8 +34,8 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import DecisionPlan, _one_hot
-from .registry import Knob, Rule, RuleSpec, register
+from .plans import _one_hot
+from .registry import DecisionRule, Knob, RuleSpec, register
 
 #: The constant inside vLLM's and Medusa's entropy, ``log(q + 1e-5)``.
 VLLM_ENTROPY_EPS = 1e-5
@@ -74,7 +74,7 @@ def tas_threshold(target_probs, posterior_threshold: float, posterior_alpha: flo
     return xp.minimum(xp.full_like(H, posterior_threshold), posterior_alpha * xp.exp(-H))
 
 
-class TypicalAcceptance(Rule):
+class TypicalAcceptance(DecisionRule):
     r"""TAS: accept n iff :math:`q_n > \min(\epsilon, \alpha e^{-H(q)})`; never reads p.
 
     .. warning::
@@ -93,30 +93,30 @@ class TypicalAcceptance(Rule):
         self.entropy = entropy
         self.recovery = recovery
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``DecisionPlan``: 0/1 acceptance from q alone; argmax or truncated-q recovery."""
+    def row_statistic(self, q, p):
+        r"""The threshold :math:`\tau = \min(\epsilon, \alpha e^{-H(q)})` of each row, shape (..., 1)."""
+        return tas_threshold(q, self.posterior_threshold, self.posterior_alpha, self.entropy)
+
+    def accept_at(self, q_n, p_n, statistic):
+        r""":math:`1[q_n > \tau]` (0/1; p is not read)."""
+        xp = array_namespace(q_n)
+        return xp.astype(q_n > statistic, q_n.dtype)
+
+    @property
+    def recovery_reads_statistic(self):
+        r"""The truncated recovery keeps :math:`\{q \ge \tau\}`; the argmax reads no threshold."""
+        return self.recovery == "truncated"
+
+    def recovery_distribution(self, target_probs, draft_probs, statistic):
+        r"""vLLM's point mass at the argmax of q, or Medusa's q truncated to
+        :math:`\{q \ge \tau\}` and the argmax."""
         xp = array_namespace(target_probs)
         q = target_probs
-        tau = tas_threshold(q, self.posterior_threshold, self.posterior_alpha, self.entropy)
-        accept = xp.astype(q > tau, q.dtype)
         top = _one_hot(xp.argmax(q, axis=-1), q.shape[-1], q)
         if self.recovery == "argmax":
-            recovery = top
-        else:
-            keep = (q >= tau) | (top > 0)
-            kept = xp.where(keep, q, xp.zeros_like(q))
-            recovery = kept / xp.sum(kept, axis=-1, keepdims=True)
-        return DecisionPlan(target_probs, draft_probs, accept, recovery)
-
-    def recovery_weights_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        """The recovery without the acceptance of every candidate: ``recovery="argmax"`` is the
-        point mass at the verifier's argmax (one pass); ``"truncated"`` is the plan's."""
-        if self.recovery != "argmax":
-            return super().recovery_weights_at(target_probs, draft_probs, token_ids)
-        xp = array_namespace(target_probs)
-        return _one_hot(xp.argmax(target_probs, axis=-1), target_probs.shape[-1], target_probs)
+            return top
+        kept = xp.where((q >= statistic) | (top > 0), q, xp.zeros_like(q))
+        return kept / xp.sum(kept, axis=-1, keepdims=True)
 
 
 register(

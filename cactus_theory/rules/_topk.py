@@ -25,8 +25,7 @@ import math
 
 from array_api_compat import array_namespace
 
-from .plans import TargetPlan, _gather
-from .registry import Knob, Rule, RuleSpec, register
+from .registry import ElementwiseTargetRule, Knob, RuleSpec, register
 
 
 def topk_indicator(target_probs, topk: int):
@@ -48,13 +47,19 @@ def topk_indicator(target_probs, topk: int):
     Symbols: q verifier (``target_probs``), p drafter (``draft_probs``), n drafted token.
     """
     xp = array_namespace(target_probs)
+    return xp.astype(target_probs >= kth_largest(target_probs, topk), target_probs.dtype)
+
+
+def kth_largest(target_probs, topk: int):
+    r""":math:`q_{(k)}`, the k-th largest entry of each row (k above V: the smallest), shape
+    (..., 1) (array-agnostic). :math:`q_n \ge q_{(k)} \iff \#\{j : q_j > q_n\} < k`."""
+    xp = array_namespace(target_probs)
     V = target_probs.shape[-1]
     k = min(int(topk), V)
-    kth = xp.sort(target_probs, axis=-1)[..., V - k : V - k + 1]
-    return xp.astype(target_probs >= kth, target_probs.dtype)
+    return xp.sort(target_probs, axis=-1)[..., V - k : V - k + 1]
 
 
-class TopKAcceptance(Rule):
+class TopKAcceptance(ElementwiseTargetRule):
     """Top-k acceptance: accept n iff n is in the verifier's top-k (ties included).
 
     Source: Cactus official code (github.com/MANGA-UOFA/Cactus) cactus/topk.py.
@@ -63,25 +68,15 @@ class TopKAcceptance(Rule):
     def __init__(self, topk: int):
         self.topk = int(topk)
 
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``TargetPlan`` whose target is the un-normalized top-k indicator."""
-        return TargetPlan(target_probs, draft_probs, topk_indicator(target_probs, self.topk))
+    def row_statistic(self, target_probs, draft_probs):
+        r""":math:`q_{(k)}` of each row (:func:`kth_largest`), shape (..., 1)."""
+        return kth_largest(target_probs, self.topk)
 
-    def accept_probs_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Acceptance at the drafted tokens by counting, without sorting the vocabulary.
-
-        .. math:: q_n \ge q_{(k)} \iff \#\{j : q_j > q_n\} < k,
-
-        one compare pass over q (no sort, no [..., V] indicator). Equal to
-        ``plan(...).accept_probs_at(token_ids)`` (the same comparisons; ties at the
-        threshold accepted on both sides). The samplers' accept path (``fast_accept``).
-        """
-        xp = array_namespace(target_probs)
-        q_n = _gather(target_probs, token_ids)
-        above = xp.sum(xp.astype(target_probs > q_n[..., None], xp.int32), axis=-1)
-        return xp.astype(above < self.topk, target_probs.dtype)
+    def elementwise_target(self, q, p, *statistic):
+        r"""The un-normalized indicator :math:`h = 1[q \ge q_{(k)}]` (``statistic[0]`` =
+        :math:`q_{(k)}`; ties at the threshold are in)."""
+        xp = array_namespace(q)
+        return xp.astype(q >= statistic[0], q.dtype)
 
 
 register(

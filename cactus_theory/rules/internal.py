@@ -12,7 +12,6 @@ change with the code that uses it. The package's public names are its ``__all__`
 from ._cactus import SMOOTH_DIVERGENCES, CactusExact
 from ._cascades import Cascade
 from ._fuzzy import FuzzySpeculative, _divergence_name
-from ._interpolation import Interpolation
 from ._tas import VLLM_ENTROPY_EPS, TypicalAcceptance
 from ._topk import TopKAcceptance
 

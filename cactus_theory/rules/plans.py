@@ -42,7 +42,7 @@ from .._validation import token_ids_of
 from ..conventions import EMPTY_RESIDUAL_MASS
 from ..solvers.internal import spike_scale
 
-__all__ = ["TargetPlan", "SpikePlan", "DecisionPlan", "Plan", "RowTarget"]
+__all__ = ["TargetPlan", "SpikePlan", "DecisionPlan", "RowTarget"]
 
 
 def _gather(x, token_ids):
@@ -187,6 +187,23 @@ def _spike_target_at(target_probs, token_ids, gamma_n, target_sums=None):
     c = _spike_row_scale(q, token_ids, gamma_n, target_sums)
     mask = _one_hot(token_ids, q.shape[-1], q)
     return xp.where(mask > 0, gamma_n[..., None], c[..., None] * q)
+
+
+def _spike_target_(target_rows, token_ids, gamma_n, target_sums=None, valid=None):
+    r"""Theorem 2's per-draft target written into torch rows ``target_rows`` (= q s_q) in place:
+    :math:`c_n q_i` off the spike (:func:`_spike_row_scale`) and :math:`\gamma_n` at the
+    drafted token; rows where ``valid`` (bool, ``token_ids.shape``) is False are left as they
+    are. Returns the rows. The one place the torch consumers (the samplers' spike kernel, the
+    vLLM rows) build :math:`h^{(n)}`; :func:`_spike_target_at` is its array-agnostic,
+    copy-making twin (the plan's)."""
+    xp = array_namespace(target_rows)
+    scale = _spike_row_scale(target_rows, token_ids, gamma_n, target_sums)
+    ids = token_ids.long()[..., None]
+    if valid is not None:
+        scale = xp.where(valid, scale, xp.ones_like(scale))
+        gamma_n = xp.where(valid, gamma_n, target_rows.gather(-1, ids)[..., 0])
+    h = target_rows.mul_(scale[..., None])
+    return h.scatter_(-1, ids, gamma_n[..., None].to(h.dtype))
 
 
 def _spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n, target_sums=None, draft_sums=None):
@@ -353,6 +370,3 @@ class DecisionPlan:
     def recovery_weights_at(self, token_ids):
         """The recovery distribution itself (already normalized), shape [..., V]."""
         return self.recovery
-
-
-Plan = TargetPlan | SpikePlan | DecisionPlan

@@ -20,15 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._validation import as_budget, as_real, choice
-from .plans import (
-    SpikePlan,
-    TargetPlan,
-    _gather,
-    _ratio_acceptance,
-    _residual_distribution,
-    _spike_residual_weights,
-    _spike_target_at,
-)
+from ._forms import _FORM_FAMILIES, DecisionRule, ElementwiseTargetRule, Rule, SpikeRule
 
 #: The declaration forms (the registry's functions, RuleSpec and Knob are exported by the
 #: package, :mod:`cactus_theory.rules`).
@@ -36,6 +28,7 @@ __all__ = [
     "Rule",
     "ElementwiseTargetRule",
     "SpikeRule",
+    "DecisionRule",
     "Knob",
     "RuleSpec",
     "register",
@@ -64,6 +57,9 @@ class Knob:
         The knob must be an integer.
     doc : str
         One line: what it controls.
+    request : str
+        The request's field an engine sets the knob from, per request (SCD's
+        ``scd_temperature`` is the request's ``temperature``); empty: a configured value.
     """
 
     name: str
@@ -75,6 +71,7 @@ class Knob:
     choices: tuple | None = None
     integer: bool = False
     doc: str = ""
+    request: str = ""
 
     def validate(self, value):
         """Return ``value`` checked against the knob's range; ValueError naming the knob."""
@@ -196,180 +193,6 @@ class RuleSpec:
         return rule
 
 
-class Rule:
-    """Base class: a configured rule. Subclasses implement :meth:`plan`.
-
-    ``plan(target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None)``
-    returns a :mod:`~cactus_theory.rules.plans` plan; it is array-agnostic (numpy float64 in
-    the analysis, torch float32 in the samplers). Raw distributions default to the processed
-    ones when not given.
-    """
-
-    spec: RuleSpec
-    knobs: dict
-
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """The rule's plan on (q, p) (array-agnostic); subclasses implement it."""
-        raise NotImplementedError
-
-    def accept_probs_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Acceptance :math:`a_n` at the drafted tokens ``token_ids`` (shape ``q.shape[:-1]``).
-
-        The samplers' accept path. Default: ``plan(...).accept_probs_at(token_ids)``, which
-        builds the whole plan (for a spike rule, gamma for every candidate token). A rule that
-        can evaluate its acceptance at the drafted tokens alone overrides this method and
-        declares it with ``RuleSpec.fast_accept=True``; the result must equal the default's.
-        """
-        plan = self.plan(
-            target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
-        )
-        return plan.accept_probs_at(token_ids)
-
-    def recovery_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Recovery distribution :math:`r^{(n)}` for the drafted tokens ``token_ids`` (the samplers'
-        recovery path, on the first rejected position of each row).
-
-        Default: ``plan(...).recovery_at(token_ids)``. A rule may override it to evaluate only
-        what the drafted tokens need (Cactus: gamma at n); the result must equal the default's.
-        """
-        plan = self.plan(
-            target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
-        )
-        return plan.recovery_at(token_ids)
-
-    def recovery_weights_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Un-normalized recovery weights w with :math:`r^{(n)} = w / \sum w` (the samplers' draw).
-
-        The samplers draw the recovered token from these weights by inverse CDF, so a rule can
-        skip the normalizing division. Default: ``plan(...).recovery_weights_at(token_ids)``
-        (:func:`~cactus_theory.rules.plans._residual_weights` for target and spike plans). A rule
-        whose recovery has a cheaper form overrides this method (and :meth:`recovery_at` with
-        the same law). Weights must be finite and non-negative with a positive sum for valid
-        input.
-        """
-        plan = self.plan(
-            target_probs, draft_probs, raw_target_probs=raw_target_probs, raw_draft_probs=raw_draft_probs
-        )
-        return plan.recovery_weights_at(token_ids)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.knobs.items())
-        return f"get_rule({self.spec.name!r}{', ' if args else ''}{args})"
-
-
-class ElementwiseTargetRule(Rule):
-    r"""A target rule declared by its elementwise h alone: :meth:`elementwise_target` ``(q, p)``.
-
-    Derived here: the plan ``TargetPlan(q, p, elementwise_target(q, p))`` and the acceptance
-    at the drafted tokens :math:`\min(1, h(q_n, p_n)/p_n)` from their probabilities alone (the
-    samplers' fast accept path); the recovery is the plan's residual (convention 3).
-    """
-
-    def elementwise_target(self, q, p):
-        """The target h at verifier entries ``q`` and drafter entries ``p`` (elementwise)."""
-        raise NotImplementedError
-
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``TargetPlan(h = elementwise_target(q, p))`` (array-agnostic)."""
-        h = self.elementwise_target(target_probs, draft_probs)
-        return TargetPlan(target_probs, draft_probs, h)
-
-    def accept_probs_from_values(self, q_n, p_n):
-        r""":math:`a_n = \min(1, h(q_n, p_n)/p_n)` from the drafted tokens' row-normalized
-        probabilities alone (the plan's formula at n only, so the same bits): with it the
-        samplers read q and p once for the row sums and then only the drafted tokens."""
-        return _ratio_acceptance(self.elementwise_target(q_n, p_n), p_n)
-
-
-class SpikeRule(Rule):
-    r"""A spike rule declared by its :math:`\gamma(q_n)` alone (:meth:`spike`, elementwise).
-
-    Theorem 2's structure: :math:`h^{(n)}_n = \gamma_n`, :math:`h^{(n)}_i = c_n q_i` with
-    :math:`c_n = (1-\gamma_n)/(1-q_n)`, :math:`a_n = \min(1, \gamma_n/p_n)`. Derived here:
-    the plan (``SpikePlan``), the acceptance and the recovery at the drafted tokens from
-    gamma there alone; the samplers evaluate gamma once per call at the drafted tokens
-    (:meth:`spike_at_tokens`) and reuse it for the recovery, so a subclass states its spike
-    and nothing else. Subclasses set ``fast_accept=True`` in their :class:`RuleSpec` (this
-    class overrides :meth:`Rule.accept_probs_at`).
-    """
-
-    #: False: the samplers' compiled core (``fused=True``) evaluates gamma outside its graphs
-    #: (the exact root's solver reads its values on the host).
-    traceable_spike = False
-
-    def spike(self, q_n):
-        """gamma for verifier probabilities ``q_n`` (any shape; array-agnostic)."""
-        raise NotImplementedError
-
-    def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
-        """``SpikePlan`` with gamma for every candidate token (array-agnostic)."""
-        return SpikePlan(target_probs, draft_probs, self.spike(target_probs))
-
-    def spike_at_tokens(self, q_n):
-        r"""gamma at the drafted tokens' verifier probabilities ``q_n`` (a few scalars, [B, k]).
-
-        The samplers' evaluation of the spike; equal to :meth:`spike` (a rule may refine it
-        for the samplers' dtype).
-        """
-        return self.spike(q_n)
-
-    def accept_probs_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` of the drafted tokens only.
-
-        Equal to ``plan(...).accept_probs_at(token_ids)`` but evaluates gamma at the drafted
-        tokens alone (shape ``token_ids.shape``) instead of the whole vocabulary: the samplers'
-        accept path uses it (declared by ``RuleSpec.fast_accept``).
-        """
-        q_n = _gather(target_probs, token_ids)
-        return _ratio_acceptance(self.spike_at_tokens(q_n), _gather(draft_probs, token_ids))
-
-    def accept_probs_from_values(self, q_n, p_n):
-        r"""Acceptance :math:`\min(1, \gamma(q_n)/p_n)` from the drafted tokens' probabilities.
-
-        The samplers call it with row-normalized ``q_n``, ``p_n`` (shape [B, k]) gathered at
-        the drafted tokens, so they never normalize the [B, k, V] inputs.
-        """
-        return _ratio_acceptance(self.spike_at_tokens(q_n), p_n)
-
-    def recovery_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Recovery :math:`r^{(n)} = \mathrm{normalize}(\max(0, h^{(n)} - p))` of the drafted tokens.
-
-        Equal to ``plan(...).recovery_at(token_ids)`` but evaluates gamma at the drafted tokens
-        only (shape ``token_ids.shape``).
-        """
-        gamma_n = self.spike_at_tokens(_gather(target_probs, token_ids))
-        return _residual_distribution(_spike_target_at(target_probs, token_ids, gamma_n), draft_probs)
-
-    def recovery_weights_at(
-        self, target_probs, draft_probs, token_ids, *, raw_target_probs=None, raw_draft_probs=None
-    ):
-        r"""Un-normalized recovery weights of the drafted tokens: :math:`\max(0, h^{(n)} - p)`.
-
-        Proportional to :meth:`recovery_at`; gamma is evaluated at the drafted tokens only
-        (:func:`~.plans._spike_residual_weights`).
-        """
-        gamma_n = self.spike_at_tokens(_gather(target_probs, token_ids))
-        return _spike_residual_weights(target_probs, draft_probs, token_ids, gamma_n)
-
-
-#: The declaration forms' families (:attr:`RuleSpec.family`'s default).
-_FORM_FAMILIES = {SpikeRule: "spike", ElementwiseTargetRule: "target"}
-
-
 class _RuleRegistry(dict):
     """Rule name -> :class:`RuleSpec`; lookups also resolve aliases.
 
@@ -403,6 +226,23 @@ class _RuleRegistry(dict):
     def all_names(self) -> tuple:
         """Every accepted name: the rules' own, then the aliases."""
         return tuple(dict.keys(self)) + tuple(self.aliases)
+
+    def _order(self, names) -> None:
+        """Put the registered rules in the order ``names`` (every registered rule once), the
+        aliases in their rules' order: the order is stated, not the modules' import order."""
+        names = tuple(names)
+        if sorted(names) != sorted(dict.keys(self)):
+            missing = sorted(set(dict.keys(self)) - set(names))
+            extra = sorted(set(names) - set(dict.keys(self)))
+            raise ValueError(
+                f"names: the stated order must list every registered rule once ({missing=}, {extra=})"
+            )
+        specs = {name: dict.__getitem__(self, name) for name in names}
+        rank = {name: i for i, name in enumerate(names)}
+        aliases = sorted(self.aliases.items(), key=lambda kv: rank.get(kv[1].alias_of.name, len(rank)))
+        dict.clear(self)
+        dict.update(self, specs)
+        self.aliases = dict(aliases)
 
 
 RULES: _RuleRegistry = _RuleRegistry()

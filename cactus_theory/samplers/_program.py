@@ -1,7 +1,8 @@
 r"""A sampler's program: its accept path, recovery path and probes, chosen once when it is made.
 
-:func:`build_program` reads the rule's declaration (its form: a spike, an elementwise target
-or a plan; its spec) and its registered kernels (:mod:`._kernels`) once and returns a frozen
+:func:`build_program` reads the rule's declaration (its form's ``Rule.realisation``: a spike,
+an elementwise target, a recovery of its own, or nothing but the plan; its spec) and its
+registered kernels (:mod:`._kernels`) once and returns a frozen
 :class:`Program` of bound callables. A call (:func:`._core.verify_core`) runs them without
 looking at the rule again; what it still chooses depends on the call's inputs by necessity:
 raw distributions given (the plan path on row-normalized copies), CPU tensors (the bounds path
@@ -10,16 +11,16 @@ kernel on tensors off the CPU).
 
 The paths, in the order they are preferred (the raw distributions, when given, take the last):
 
-1. a spike rule (:class:`~cactus_theory.rules.registry.SpikeRule`): gamma at the [B, k] drafted
-   tokens, once, :math:`\min(1, \gamma_n/p_n)`; the recovery reuses gamma;
-2. ``accept_probs_from_values(q_n, p_n)`` (an elementwise target): [B, k] gathers divided by
-   the row sums;
+1. a spike (``Realisation.spike``, a :class:`~cactus_theory.rules.registry.SpikeRule`): gamma
+   at the [B, k] drafted tokens, once, :math:`\min(1, \gamma_n/p_n)`; the recovery reuses gamma;
+2. ``Realisation.from_values(q_n, p_n)`` (an elementwise target without a row statistic):
+   [B, k] gathers divided by the row sums;
 3. the rule's kernel ``accept_from_rows`` on the un-normalized rows and their sums (in the
    compiled core, a kernel with ``accept_from_row_target`` builds its row target once on the
    [B, k] rows and the recovery indexes it; one with ``accept_decided_from_rows`` decides by
    bounds first on CPU tensors);
-4. ``Rule.accept_probs_at`` on float32 row-normalized copies (the plan, or the rule's
-   drafted-token override).
+4. ``Rule.accept_probs_at`` on float32 row-normalized copies (the plan, or its declaration
+   form's drafted-token acceptance).
 
 Symbols: q verifier, p drafter, n drafted token, h target.
 """
@@ -33,9 +34,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..rules import Rule
 from ..rules.plans import RowTarget, SpikePlan, TargetPlan, _ratio_acceptance, _spike_residual_weights
-from ..rules.registry import ElementwiseTargetRule, SpikeRule
 from . import _fused as fused_kernels
 from ._blocked import point_mass_weights, residual_block_weights, spike_row_target
 from ._kernels import RuleKernels
@@ -150,10 +149,10 @@ def _at_tokens(target, draft, ids, sq, sp):
     return q_n, p_n
 
 
-def _gamma_at_tokens(rule, kernels: RuleKernels) -> Callable:
+def _gamma_at_tokens(rule, own, kernels: RuleKernels) -> Callable:
     """gamma at the drafted tokens: the rule's kernel when it returns a value for these
-    tensors (the exact root's compiled kernel off the CPU), else ``rule.spike_at_tokens``."""
-    own = rule.spike_at_tokens
+    tensors (the exact root's compiled kernel off the CPU), else the declaration's ``own``
+    (``Realisation.spike``)."""
     hook = kernels.spike_at_tokens
     if hook is None:
         return own
@@ -264,18 +263,18 @@ def _residual_of_plan(plan, ids):
     return plan.recovery_weights_at(ids)
 
 
-def _weights_fn(rule, kernels: RuleKernels, declined) -> Callable:
+def _weights_fn(rule, at, kernels: RuleKernels, declined) -> Callable:
     """Recovery weights on normalized rows ``(q, p, ids, raw_q, raw_p)``: the rule's kernel
     (used without raw distributions), the residual of the plan's target in place when the
-    rule keeps the interface's default recovery, else ``Rule.recovery_weights_at``."""
-    if type(rule).recovery_weights_at is Rule.recovery_weights_at:
+    declaration states no recovery of its own (``Realisation.recovery_weights`` None), else
+    that recovery ``at``."""
+    if at is None:
         plan = rule.plan
 
         def own(q, p, ids, raw_q=None, raw_p=None):
             return _residual_of_plan(plan(q, p, raw_target_probs=raw_q, raw_draft_probs=raw_p), ids)
 
     else:
-        at = rule.recovery_weights_at
 
         def own(q, p, ids, raw_q=None, raw_p=None):
             return at(q, p, ids, raw_target_probs=raw_q, raw_draft_probs=raw_p)
@@ -426,6 +425,7 @@ class _Parts:
     weights: Callable
     spike_weights: Any
     elementwise: Any
+    traceable_spike: bool
 
 
 def _parts(rule, kernels: RuleKernels) -> _Parts:
@@ -435,20 +435,21 @@ def _parts(rule, kernels: RuleKernels) -> _Parts:
         hook = getattr(kernels, name)
         return None if hook is None or name in declined else functools.partial(hook, rule)
 
-    # the forms that state their acceptance from the drafted tokens' values
-    forms = (ElementwiseTargetRule, SpikeRule)
+    # what the rule's declaration form realises without the plan (no dispatch on its type)
+    real = rule.realisation
     spike_weights = bound("spike_recovery_weights")
     return _Parts(
-        spike=_gamma_at_tokens(rule, kernels) if isinstance(rule, SpikeRule) else None,
-        from_values=rule.accept_probs_from_values if isinstance(rule, forms) else None,
+        spike=None if real.spike is None else _gamma_at_tokens(rule, real.spike, kernels),
+        from_values=real.from_values,
         from_rows=bound("accept_from_rows"),
         to_target=bound("recovery_target_from_rows"),
         row_target_accept=kernels.accept_from_row_target,
         decided=bound("accept_decided_from_rows"),
         token=bound("recovery_token_from_rows"),
-        weights=_weights_fn(rule, kernels, declined),
+        weights=_weights_fn(rule, real.recovery_weights, kernels, declined),
         spike_weights=_spike_residual_weights if spike_weights is None else spike_weights,
-        elementwise=rule.elementwise_target if isinstance(rule, ElementwiseTargetRule) else None,
+        elementwise=real.elementwise,
+        traceable_spike=real.traceable_spike,
     )
 
 
@@ -475,7 +476,7 @@ def _eager_paths(rule, parts: _Parts):
 def _traced_paths(rule, parts: _Parts):
     """The compiled core's accept and recovery paths (a rule :func:`compiles_whole`)."""
     if parts.spike is not None:
-        traceable = getattr(rule, "traceable_spike", False)
+        traceable = parts.traceable_spike
         accept = _accept_spike(parts.spike) if traceable else _accept_given_spike
         pre = _no_spike if traceable else _host_spike(parts.spike)
         target_of = _spike_target

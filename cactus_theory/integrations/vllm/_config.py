@@ -24,7 +24,8 @@ rejection sampler (:func:`serving_path` says which). The older model runner runs
 vLLM's kernels (flat layout, :func:`cactus_theory.samplers.ragged_forward`); the newer runner
 refuses it at start-up. Refused, each with one line saying why:
 
-* a knob the engine sets per request (:data:`REQUEST_KNOBS`: SCD's ``scd_temperature``);
+* a knob the engine sets per request (its declaration's ``Knob.request``: SCD's
+  ``scd_temperature``);
 * greedy drafting (``draft_sample_method != "probabilistic"``: p would be one-hot) and the
   non-standard verifiers (``rejection_sample_method`` "synthetic", "block", "fly").
 
@@ -54,7 +55,7 @@ __all__ = [
     "check_rule_supported",
     "serving_path",
     "check_speculative_config",
-    "REQUEST_KNOBS",
+    "request_knob",
 ]
 
 ENV_VAR = "CACTUS_THEORY_VLLM"
@@ -66,10 +67,13 @@ CONFIG_KEY = "cactus_theory"
 RECORD_KEY = "record"
 """Key of the recorder's settings in the plugin's section (:mod:`._recorder`)."""
 
-REQUEST_KNOBS = {"scd": ("scd_temperature", "temperature")}
-"""Rule name -> (knob, request field): knobs the engine sets from each request (SCD's
-contrastive temperature is the request's, as the arXiv 2607.08690 overlay sets it); configuring
-one is refused."""
+
+def request_knob(spec):
+    """``(knob, request field)`` of the knob a rule's declaration says the engine sets from each
+    request (``Knob.request``: SCD's contrastive temperature is the request's, as the arXiv
+    2607.08690 overlay sets it), or None; configuring it is refused."""
+    tied = [(k.name, k.request) for k in (spec.knobs if spec is not None else ()) if k.request]
+    return tied[0] if tied else None
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def parse_config(raw: Any) -> PluginConfig | None:
         )
     rule = get_rule(raw["rule"], **knobs)
     spec = rule.spec.alias_of or rule.spec
-    tied = REQUEST_KNOBS.get(spec.name)
+    tied = request_knob(spec)
     if tied is not None and tied[0] in knobs:
         raise ValueError(
             f"{tied[0]}: set from each request's {tied[1]} in the engine (rule {rule.name!r}); "

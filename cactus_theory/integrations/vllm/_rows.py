@@ -32,28 +32,31 @@ right; the plugin cannot tell them apart and says so.) The newer runner hands th
 logits, so its raw rows are exact; without them (one-hot drafts) it warns the same way.
 
 **Knobs tied to the request.** SCD's ``scd_temperature`` is the request's temperature (as the
-arXiv 2607.08690 overlay sets it): the rule's plan gets each row's temperature as a [rows, 1]
-tensor (:data:`REQUEST_KNOBS`), on the device, without a host read.
+arXiv 2607.08690 overlay sets it; its declaration says so, ``Knob.request``): the rule's plan
+gets each row's temperature as a [rows, 1] tensor, on the device, without a host read.
 
-**Declared shortcuts** (apart from the maths, each checked against the plan path by the tests
-and timed against it by ``scripts/vllm_overhead.py``):
+**Declared shortcuts** (read from the rule's declaration, ``Rule.realisation``, never from its
+type; apart from the maths, each checked against the plan path by the tests and timed against
+it by ``scripts/vllm_overhead.py``):
 
 * a rule configured at its SpS knobs (``RuleSpec.sps_knobs``: h = q) is not substituted at all
   (:func:`is_sps`; the wrappers call vLLM's kernel directly);
-* a :class:`~cactus_theory.rules.registry.SpikeRule` (Cactus) changes one logit per row:
+* a spike (``Realisation.spike``: Cactus) changes one logit per row:
   with :math:`\ell` the logits, :math:`L = \mathrm{logsumexp}(\ell)`, :math:`q_n = e^{\ell_n - L}`
   and :math:`\gamma_n` at the drafted token alone, setting
-  :math:`\ell'_n = L + \log\frac{\gamma_n (1 - q_n)}{1 - \gamma_n}` (the other logits kept)
-  gives :math:`\mathrm{softmax}(\ell')_n = \gamma_n` and
+  :math:`\ell'_n = L + \log(\gamma_n / c_n)`, :math:`c_n = (1 - \gamma_n)/(1 - q_n)` (the
+  other logits kept) gives :math:`\mathrm{softmax}(\ell')_n = \gamma_n` and
   :math:`\mathrm{softmax}(\ell')_i = q_i (1-\gamma_n)/(1-q_n)` (Theorem 2's
-  :math:`h^{(n)}`); where :math:`\gamma_n = 1`, :math:`\ell'_n = \max\ell + 200` (every
+  :math:`h^{(n)}`); where :math:`c_n = 0` (:math:`\gamma_n = 1`, or :math:`q_n = 1`),
+  :math:`\ell'_n = \max\ell + 200` (every
   other float32 weight :math:`e^{\ell_i - \ell'_n} \le e^{-200}` is 0: h is one-hot at n).
   One read of the row (the logsumexp); the engine's wrappers write the entry in place and put
   it back after the kernel (:func:`mrv1_substitute` ``in_place``), so the logprobs the engine
   reports still come from q. On probabilities (:func:`substitute_target_probs`, MRV1, after
   the kernel's own softmax) the row is scaled by :math:`c_n` in place and :math:`\gamma_n`
   set at n;
-* interpolation (and the static ensemble) on probabilities: ``lerp(q, p, alpha)`` in place.
+* a target h = (1 - w) q + w p (``Realisation.lerp_weight``: interpolation, the static
+  ensemble) on probabilities: ``lerp(q, p, w)`` in place.
 
 Symbols: q verifier (``target_logits`` softmaxed), p drafter (``draft_probs``), n drafted token
 (``draft_token_ids``), h target. Source: Hao & Mou, ICLR 2026 (arXiv 2604.04987), Theorems 2-3.
@@ -66,11 +69,8 @@ import logging
 
 from ..._extras import require
 from ...rules import Rule
-from ...rules.internal import Interpolation
-from ...rules.plans import SpikePlan, TargetPlan
-from ...rules.registry import SpikeRule
-from ...solvers.internal import spike_scale
-from ._config import REQUEST_KNOBS
+from ...rules.plans import SpikePlan, TargetPlan, _spike_row_scale, _spike_target_
+from ._config import request_knob
 
 torch = require("torch", "cactus_theory.integrations.vllm", extra="vllm")
 
@@ -114,12 +114,11 @@ def uses_plan(rule: Rule, shortcuts: bool = True) -> bool:
     """False when a declared shortcut computes the rule's rows without p (SpS, a spike rule)."""
     if not shortcuts:
         return True
-    return not (is_sps(rule) or (isinstance(rule, SpikeRule) and _request_knob(rule) is None))
+    return not (is_sps(rule) or (rule.realisation.spike is not None and _request_knob(rule) is None))
 
 
 def _request_knob(rule: Rule):
-    spec = _spec(rule)
-    return REQUEST_KNOBS.get(spec.name) if spec is not None else None
+    return request_knob(_spec(rule))
 
 
 def raw_draft_from_tempered(draft_probs, temperature):
@@ -204,7 +203,7 @@ def target_rows(
         Raw rows, passed to the plan of a rule that reads them.
     temperature : Tensor, shape (num_rows,), optional
         Each row's request temperature: sets the rule's request-tied knob
-        (:data:`REQUEST_KNOBS`) row by row (a copy of the rule whose attribute is the
+        (``Knob.request``) row by row (a copy of the rule whose attribute is the
         [num_rows, 1] tensor). Required for such a rule.
     """
     q = target_probs.to(torch.float32)
@@ -241,14 +240,17 @@ def _plan_rows(rule, q, p, ids, raw):
 ONE_HOT_GAP = 200.0
 
 
-def _spike_entries(rule: SpikeRule, logits, ids, valid):
-    r"""The drafted tokens' new logits :math:`\ell'_n` of a spike rule (module docstring), [rows]."""
+def _spike_entries(rule: Rule, logits, ids, valid):
+    r"""The drafted tokens' new logits :math:`\ell'_n = L + \log(\gamma_n / c_n)` of a spike
+    rule (module docstring; :math:`c_n` from the one scale of Theorem 2's target,
+    ``rules.plans._spike_row_scale``), [rows]."""
     lse = torch.logsumexp(logits, dim=-1)
     z_n = logits.gather(1, ids[:, None])[:, 0]
     q_n = torch.exp(z_n - lse).clamp(max=1.0)
-    gamma = rule.spike_at_tokens(q_n).to(torch.float32)
-    full = gamma >= 1.0
-    ratio = gamma * (1.0 - q_n) / torch.where(full, torch.ones_like(gamma), 1.0 - gamma)
+    gamma = rule.realisation.spike(q_n).to(torch.float32)
+    c = _spike_row_scale(q_n[:, None], torch.zeros_like(ids), gamma)  # q_n as a one-entry row
+    full = (gamma >= 1.0) | (c <= 0.0)
+    ratio = gamma / torch.where(full, torch.ones_like(c), c)
     top = logits.amax(dim=-1) + ONE_HOT_GAP
     new = torch.where(full, top, lse + torch.log(ratio))
     return torch.where(valid, new, z_n), z_n
@@ -388,15 +390,14 @@ def substitute_target_probs(
     if target_probs.shape[0] == 0 or (shortcuts and is_sps(rule)):
         return target_probs
     valid, ids = _valid_ids(rows, draft_token_ids)
+    real = rule.realisation
     if not uses_plan(rule, shortcuts):
         q_n = target_probs.gather(1, ids[:, None])[:, 0]
-        gamma = rule.spike_at_tokens(q_n).to(target_probs.dtype)
-        c = torch.where(valid, spike_scale(q_n, gamma), torch.ones_like(q_n))
-        target_probs.mul_(c[:, None])
-        return target_probs.scatter_(1, ids[:, None], torch.where(valid, gamma, q_n)[:, None])
-    if shortcuts and isinstance(rule, Interpolation):
-        # h = (1 - alpha) q + alpha p = lerp(q, p, alpha): one fused pass, in place
-        w = torch.where(valid, torch.full_like(valid, rule.alpha, dtype=target_probs.dtype), 0.0)
+        gamma = real.spike(q_n).to(target_probs.dtype)
+        return _spike_target_(target_probs, ids, gamma, valid=valid)
+    if shortcuts and real.lerp_weight is not None:
+        # h = (1 - w) q + w p = lerp(q, p, w): one fused pass, in place
+        w = torch.where(valid, torch.full_like(valid, real.lerp_weight, dtype=target_probs.dtype), 0.0)
         return target_probs.lerp_(draft_probs.to(target_probs.dtype), w[:, None])
     raw = _raw_rows(rule, raw_target_logits, raw_draft_probs)
     h = target_rows(rule, target_probs, draft_probs, ids, temperature=temperature, **raw)

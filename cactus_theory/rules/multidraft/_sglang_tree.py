@@ -53,13 +53,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._sglang_threshold import SGLANG_MIN_THRESHOLD_ACC
 from ..registry import Knob
 from .base import NodeLaw, NodeVerifier, VerifierSpec, _normalize_residual, register_verifier
-
-#: The launcher's floor on ``threshold_acc`` (``fmaxf(threshold_acc, 1e-9f)``), as the chain
-#: rule's; not imported from it, so that importing this family does not register the chain
-#: rules ahead of the registry's order.
-SGLANG_MIN_THRESHOLD_ACC = 1e-9
 
 
 class SGLangTree(NodeVerifier):

@@ -24,7 +24,7 @@ import torch
 from ...conventions import EMPTY_RESIDUAL_MASS
 from ...divergences import get_divergence
 from ...rules.internal import CactusExact
-from ...rules.plans import _spike_row_scale
+from ...rules.plans import _spike_target_
 from ...rules.registry import SpikeRule
 from ...solvers.internal import device_root, has_device_root
 from ._registry import RuleKernels, register_kernels
@@ -43,9 +43,7 @@ def spike_recovery_weights(rule, target_probs, draft_probs, token_ids, gamma_n, 
     overwritten (the samplers pass copies they own). The same values as the derived
     :func:`~cactus_theory.rules.plans._spike_residual_weights` up to float32 rounding.
     """
-    scale = _spike_row_scale(target_probs, token_ids, gamma_n, target_sums)
-    h = target_probs.mul_(scale[..., None])
-    h.scatter_(-1, token_ids.to(torch.int64)[..., None], gamma_n[..., None].to(h.dtype))
+    h = _spike_target_(target_probs, token_ids, gamma_n, target_sums)
     res = torch.addcmul(h, draft_probs, (-1.0 / draft_sums)[..., None], out=draft_probs).clamp_min_(0.0)
     empty = res.sum(-1, keepdim=True) <= EMPTY_RESIDUAL_MASS
     # an empty residual row is all zeros: 0 + h = h there, res + 0 h = res elsewhere
