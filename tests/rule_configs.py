@@ -54,8 +54,9 @@ FAST_IDS = [f"{n}{k or ''}" for n, k in FAST_RULES]
 
 #: The compiled core (``fused=True``) is tested once per path it compiles, not once per knob
 #: variant (each configuration is a kernel of its own: 15-40 s to compile on 2 shared cores):
-#: QUICK_RULES below at their defaults (the quick benchmark's five rules: test_cli.py checks
-#: that benchmarks/ times the same ones, so its test shares their kernels), the benchmark's own kernels (the elementwise-target, spike and decision forms'
+#: QUICK_RULES below at their defaults (the quick benchmark's five rules:
+#: lab/test_benchmark_command.py checks that benchmarks/ times the same ones, so its test shares
+#: their kernels), the benchmark's own kernels (the elementwise-target, spike and decision forms'
 #: derived paths, the closed-form and the host-solved spike, top-k's and the token cascades'
 #: kernels), and one configuration of every other rule kernel of samplers/_kernels
 #: (interpolation's recovery, TAS's entropy accept with either recovery, the sequence-level
@@ -89,10 +90,11 @@ assert all((n, k) in FAST_RULES or (n in QUICK_RULES and not k) for n, k in FUSE
 #: same (the options only decide which intermediates are stored); a lifted whole call is
 #: tested by the ragged-layout test (V = 2,500), the thresholds by
 #: test_kernel_options_by_vocabulary_size. The quick benchmark samples at the same shape (its
-#: QUICK_SAMPLER_SHAPE, checked in test_cli.py).
+#: QUICK_SAMPLER_SHAPE, checked in lab/test_benchmark_command.py).
 FUSED_SHAPE = (16, 4, 2000)
 
-#: Tests of the quick benchmark's rules go with the benchmark's own test (test_cli.py).
+#: Tests of the quick benchmark's rules go with the benchmark's own test
+#: (lab/test_benchmark_command.py).
 QUICK_GROUP = "fused-quick"
 
 
