@@ -78,3 +78,32 @@ def require(module: str, part: str, extra: str | None = None) -> ModuleType:
         if missing != module.split(".")[0]:
             raise  # the optional package is installed but one of its own dependencies is not
         raise MissingExtraError(missing_extra_message(part, module, extra), name=missing) from None
+
+
+def on_first_use(holder: str, table: dict):
+    """A module-level ``__getattr__`` (:pep:`562`) for the module ``holder`` that imports each
+    name of ``table`` when it is first asked for, so that importing ``holder`` imports none of
+    them.
+
+    Parameters
+    ----------
+    holder : str
+        The module that assigns the result to its ``__getattr__`` (its ``__name__``); the
+        modules of ``table`` are its siblings.
+    table : dict
+        ``name -> "module:attribute"``: the name is ``attribute`` of the sibling ``module``.
+
+    Returns
+    -------
+    callable
+        The ``__getattr__``; a name outside ``table`` raises AttributeError.
+    """
+    package = holder.rpartition(".")[0]
+
+    def __getattr__(name):
+        if name not in table:
+            raise AttributeError(f"module {holder!r} has no attribute {name!r}")
+        module, _, attr = table[name].partition(":")
+        return getattr(importlib.import_module(f".{module}", package), attr)
+
+    return __getattr__

@@ -333,7 +333,7 @@ def _cmd_audit(args) -> int:
         results = [(None, _audit_input(args.input, args, kw))]
     if args.figure is not None:
         from .figures import figure_audit
-        from .figures._style import save_figure
+        from .figures.internal import save_figure
 
         stem = Path(args.figure)
         save_figure(figure_audit(results[0][1]), stem.with_suffix(""), (stem.suffix.lower()[1:],))
@@ -403,29 +403,29 @@ _SUBCOMMANDS = {
     "plan": _Subcommand(
         "from a recording, a budget and a cost model: each rule's knob, tokens per call and "
         "speedup at every draft length, the best one and a vLLM configuration",
-        "cactus_theory.planning._cli:add_arguments",
-        "cactus_theory.planning._cli:run",
+        "cactus_theory.planning.internal:add_plan_arguments",
+        "cactus_theory.planning.internal:run_plan",
     ),
     "simulate": _Subcommand(
         "simulate a rule over synthetic trajectories (teacher-forced) beside exact",
-        "cactus_theory.simulate._cli:add_arguments",
-        "cactus_theory.simulate._cli:run",
+        "cactus_theory.simulate.internal:add_simulate_arguments",
+        "cactus_theory.simulate.internal:run_simulate",
     ),
     "figures": _Subcommand("write the figures (PDF and PNG)", _args_figures, _cmd_figures),
     "models": _Subcommand(
         "list the offline models and drafters; --prepare builds the local cache",
-        "cactus_theory.logits._commands:add_models_arguments",
-        "cactus_theory.logits._commands:run_models",
+        "cactus_theory.logits.internal:add_models_arguments",
+        "cactus_theory.logits.internal:run_models",
     ),
     "dump": _Subcommand(
         "record verifier/drafter next-token distributions (real models)",
-        "cactus_theory.integrations.vllm._dump:add_dump_arguments",
-        "cactus_theory.integrations.vllm._dump:run_dump",
+        "cactus_theory.integrations.vllm.internal:add_dump_arguments",
+        "cactus_theory.integrations.vllm.internal:run_dump",
     ),
     "decode": _Subcommand(
         "real speculative decoding vs verifier-only decoding (real models)",
-        "cactus_theory.logits._commands:add_decode_arguments",
-        "cactus_theory.logits._commands:run_decode",
+        "cactus_theory.logits.internal:add_decode_arguments",
+        "cactus_theory.logits.internal:run_decode",
     ),
 }
 

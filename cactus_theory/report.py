@@ -223,9 +223,8 @@ _AUDIT_EPS = 0.1
 def _section_audit(seed: int = 0, eps: float = _AUDIT_EPS, positions: int = _AUDIT_POSITIONS) -> Section:
     """Every rule calibrated to one true emitted KL on the shipped recordings (ct.audit)."""
     from .logits import eos_token_id, load_dump, shipped_dumps
-    from .simulate._audit_corpus import corpus_from_dump
-    from .simulate._audit_format import audit_table
     from .simulate.audit import audit
+    from .simulate.internal import audit_table, corpus_from_dump
 
     heading = "The audit: every rule at the same true emitted divergence (shipped recordings)"
     files = shipped_dumps()
@@ -261,8 +260,7 @@ def _section_trees(seed: int = 0, budget: float = _TREE_BUDGET) -> Section:
     """Many drafts and trees: the k-draft frontier and trees at one sequence KL (shipped real trees)."""
     from .analysis.tree_budget import _top_chain, tree_budget_rows
     from .logits.tree_dump import load_tree_dump
-    from .solvers._frontier import frontier
-    from .solvers._multidraft import multidraft_frontier
+    from .solvers import frontier, multidraft_frontier
 
     heading = "Many drafts and trees: the k-draft frontier and trees at one sequence KL"
     try:

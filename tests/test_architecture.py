@@ -5,11 +5,16 @@ The contract (``[tool.importlinter]``) orders the top-level modules and subpacka
 import only from layers below its own (function-local imports included), and no package has an
 import circle among its modules. ``lint-imports`` checks it; these tests run it, prove that the
 same kind of contract fails on a planted violation, and pin that the contract has no exception
-list. A second check reads the code outside ``cactus_theory/samplers/`` (the rest of the package,
-the tests and the scripts) for uses of the samplers' private names.
+list. A third contract keeps private modules private: a module whose name starts with ``_`` (or
+any module inside such a package) is imported only from within the package that holds it; what
+another package needs of it, that package lends through its ``internal.py`` (see CONTRIBUTING),
+whose ledger these tests keep exact. A second check reads the code outside
+``cactus_theory/samplers/`` (the rest of the package, the tests and the scripts) for uses of the
+samplers' private names.
 """
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -56,7 +61,7 @@ def test_the_contract_has_no_exception_list_and_covers_every_module():
     cfg = _contracts()
     assert cfg["root_package"] == "cactus_theory"
     contracts = cfg["contracts"]
-    assert {c["type"] for c in contracts} == {"layers", "acyclic_siblings"}
+    assert {c["type"] for c in contracts} == {"layers", "acyclic_siblings", "private_modules"}
     for c in contracts:
         assert "ignore_imports" not in c, c["name"]
     layers = next(c for c in contracts if c["type"] == "layers")
@@ -65,6 +70,9 @@ def test_the_contract_has_no_exception_list_and_covers_every_module():
     assert layers["layers"][0] == "cli" and layers["layers"][-1] == "conventions"
     acyclic = next(c for c in contracts if c["type"] == "acyclic_siblings")
     assert acyclic["ancestors"] == ["cactus_theory"]
+    # every private module of the package: no list of packages narrows the check
+    private = next(c for c in contracts if c["type"] == "private_modules")
+    assert "packages_with_private_modules" not in private
 
 
 def _plant(tmp_path, files, contract):
@@ -129,6 +137,44 @@ def test_the_check_fails_on_a_circle_inside_a_package(tmp_path):
     )
     assert res.returncode == 1, res.stdout + res.stderr
     assert "planted.sub" in res.stdout
+
+
+def test_the_check_fails_on_a_private_module_imported_from_another_package(tmp_path):
+    res = _plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "_shared.py": "X = 1\n",  # a private module of the root: the whole package's
+            "sub/__init__.py": "",
+            "sub/_impl.py": "from .._shared import X\n",
+            "sub/internal.py": "from ._impl import X\n",  # what sub lends: allowed
+            "sub/_k/__init__.py": "",
+            "sub/_k/blocks.py": "Y = 2\n",  # inside a private package: private to sub
+            "sub/user.py": "from ._k.blocks import Y\n",
+            "other/__init__.py": "",
+            "other/ok.py": "from ..sub.internal import X\nfrom .. import _shared\n",
+            "other/bad.py": """
+            def f():
+                from ..sub._impl import X   # function-local: still an import of sub's private module
+                return X
+        """,
+            "other/deep.py": "from ..sub._k import blocks\n",
+        },
+        """
+        [tool.importlinter]
+        root_package = "planted"
+
+        [[tool.importlinter.contracts]]
+        name = "private modules"
+        type = "private_modules"
+    """,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    broken = sorted(line.split("(")[0].strip() for line in res.stdout.splitlines() if line.startswith("- "))
+    assert broken == [
+        "- planted.other.bad -> planted.sub._impl",
+        "- planted.other.deep -> planted.sub._k.blocks",
+    ], res.stdout
 
 
 def _circles(imports: dict) -> list:
@@ -266,3 +312,150 @@ def test_no_code_outside_the_samplers_calls_a_private_sampler_method():
 def test_no_code_outside_the_samplers_uses_a_private_sampler_function():
     _, module_level = _sampler_private_names()
     assert _uses_outside(module_level) == []
+
+
+# --------------------------------------------------------------------------- what a package lends
+
+
+PACKAGE = ROOT / "cactus_theory"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _lent_names(path: Path) -> set:
+    """The names an ``internal.py`` lends: what it imports from its package's private modules,
+    the keys of a table of names imported on first use, and the functions it defines."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("__"):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict):
+            names |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+    return names
+
+
+#: a module named in a string, imported when needed: ``"cactus_theory.x.y"`` or ``"cactus_theory.x.y:name"``
+_NAMED_MODULE = re.compile(r"^(cactus_theory(?:\.\w+)+)(?::(\w+))?$")
+
+
+def _private_parent(module: str):
+    """The package a module is private to (the parent of its innermost private component), or
+    None for a public module: import-linter's ``private_modules`` rule."""
+    parts = module.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i].startswith("_") and not (parts[i].startswith("__") and parts[i].endswith("__")):
+            return ".".join(parts[:i])
+    return None
+
+
+def _strings_naming_private_modules(source: str, here: str) -> list:
+    """``(line, string)`` of each string of ``source`` (the module ``here``) that names a module,
+    as a lazy import does, private to a package that does not hold ``here``."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = _NAMED_MODULE.match(node.value)
+            parent = match and _private_parent(match.group(1))
+            if parent and here != parent and not here.startswith(parent + "."):
+                out.append((node.lineno, node.value))
+    return out
+
+
+def test_the_string_scan_finds_a_lazily_named_private_module():
+    planted = 'H = {"a": "cactus_theory.simulate._cli:run", "b": "cactus_theory.simulate.internal:run"}\n'
+    assert _strings_naming_private_modules(planted, "cactus_theory.cli") == [
+        (1, "cactus_theory.simulate._cli:run")
+    ]
+    assert _strings_naming_private_modules(planted, "cactus_theory.simulate.audit") == []
+
+
+def test_no_string_names_another_packages_private_module():
+    # what import-linter cannot see: a module imported by its name at run time
+    found = [
+        f"{path.relative_to(ROOT)}:{line} {text}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, text in _strings_naming_private_modules(path.read_text(), _module_name(path))
+    ]
+    assert found == []
+
+
+def _borrowed_names() -> dict:
+    """{internal module: names} that the modules outside its package import from it, by an
+    import statement or by name in a string (``"cactus_theory.x.internal:name"``)."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        here = _module_name(path)
+        package = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                match = _NAMED_MODULE.match(node.value)
+                if match and match.group(1).endswith(".internal") and match.group(2):
+                    out.setdefault(match.group(1), set()).add(match.group(2))
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            if target.endswith(".internal"):
+                lender = target.rsplit(".", 1)[0]
+                assert not here.startswith(lender + "."), f"{here} imports its own package's internal.py"
+                out.setdefault(target, set()).update(a.name for a in node.names)
+    return out
+
+
+def test_each_package_lends_exactly_what_the_rest_of_the_library_uses():
+    import importlib
+
+    lenders = {_module_name(p): p for p in PACKAGE.rglob("internal.py")}
+    assert lenders, "no package lends anything: the scan reads nothing"
+    borrowed = _borrowed_names()
+    assert set(borrowed) <= set(lenders), f"imports of a missing internal.py: {set(borrowed) - set(lenders)}"
+    for name, path in sorted(lenders.items()):
+        module = importlib.import_module(name)
+        assert module.__all__ == [], f"{name}: an internal module exports nothing"
+        lent = _lent_names(path)
+        unused = lent - borrowed.get(name, set())
+        assert not unused, f"{name} lends names no other package imports (remove them): {sorted(unused)}"
+        for attr in sorted(borrowed.get(name, ())):
+            assert hasattr(module, attr), f"{name} does not lend {attr}"
+
+
+def _imported_on_load(module: str) -> set:
+    """The package's modules that importing ``module`` imports (statements at module level,
+    and the parent packages of each imported module), transitively."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in files:
+            continue
+        seen.add(name)
+        path = files[name]
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        body = list(ast.parse(path.read_text()).body)
+        while body:
+            node = body.pop()
+            if isinstance(node, (ast.If, ast.Try)):
+                body += node.body + node.orelse
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                todo += [target] + [f"{target}.{a.name}" for a in node.names]
+        todo += [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]
+    return seen
+
+
+def test_an_internal_module_imports_nothing_its_package_does_not():
+    # names whose modules the package does not import are lent on first use (_ON_FIRST_USE):
+    # the command line's parser, the core without torch and vLLM's plugin stay as light as before
+    assert "cactus_theory.logits._torch" in _imported_on_load("cactus_theory.logits.decode")
+    for path in sorted(PACKAGE.rglob("internal.py")):
+        name = _module_name(path)
+        extra = _imported_on_load(name) - _imported_on_load(name.rsplit(".", 1)[0]) - {name}
+        assert not extra, f"{name} imports on load what its package does not: {sorted(extra)}"

@@ -5,17 +5,14 @@ imports them from here, never from a private module of this package (the ``priva
 contract in ``pyproject.toml``). Nothing here is public: ``__all__`` is empty, and a name may
 change with the code that uses it. The package's public names are its ``__all__``.
 
-The model-backed names (:data:`_MODEL_BACKED`) are imported from their modules on first
-use (:pep:`562`): those modules import torch (the ``[real]`` extra), which importing this
-module must not.
+The names of :data:`_ON_FIRST_USE` are imported from their modules when first used: importing
+this module imports no module that importing the package does not (the model-backed modules import torch, the ``[real]`` extra; the commands, the model checks).
 """
 
 # ruff: noqa: F401
 # (every import here is a re-export)
 
-import importlib
-
-from ._commands import add_dump_arguments, run_dump
+from .._extras import on_first_use
 from ._format import (
     FORMAT,
     FULL_REQUIRED,
@@ -28,22 +25,24 @@ from ._format import (
 )
 from ._loader import REAL_DIR, _renorm
 
-#: name -> the private module that defines it, imported on first use (it needs torch)
-_MODEL_BACKED = {
-    "BatchRunner": "_runner",
-    "SamplingParams": "_runner",
-    "check_args": "_dump_cli",
-    "make_drafter": "_drafters",
-    "print_paths": "_dump_cli",
-    "processed_sparse": "_runner",
-    "prompts_for": "_dump_cli",
-    "torch": "_torch",
+#: name -> "module:attribute" of this package, imported on first use
+_ON_FIRST_USE = {
+    "add_decode_arguments": "_commands:add_decode_arguments",
+    "add_dump_arguments": "_commands:add_dump_arguments",
+    "add_models_arguments": "_commands:add_models_arguments",
+    "run_decode": "_commands:run_decode",
+    "run_dump": "_commands:run_dump",
+    "run_models": "_commands:run_models",
+    "BatchRunner": "_runner:BatchRunner",
+    "SamplingParams": "_runner:SamplingParams",
+    "processed_sparse": "_runner:processed_sparse",
+    "check_args": "_dump_cli:check_args",
+    "print_paths": "_dump_cli:print_paths",
+    "prompts_for": "_dump_cli:prompts_for",
+    "make_drafter": "_drafters:make_drafter",
+    "torch": "_torch:torch",
 }
 
 __all__ = []
 
-
-def __getattr__(name):
-    if name in _MODEL_BACKED:
-        return getattr(importlib.import_module(f".{_MODEL_BACKED[name]}", __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = on_first_use(__name__, _ON_FIRST_USE)

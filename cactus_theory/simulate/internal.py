@@ -13,6 +13,8 @@ from ._audit_corpus import corpus_from_arrays, corpus_from_dump
 from ._audit_format import audit_table
 from ._audit_rows import CorpusRows
 from ._chain import PositionLaws
+from ._cli import add_arguments as add_simulate_arguments
+from ._cli import run as run_simulate
 from ._metrics import pool_totals
 
 __all__ = []

@@ -1,0 +1,25 @@
+"""What :mod:`cactus_theory.planning` lends to the rest of the library.
+
+The names that other packages of ``cactus_theory`` use from this one but users do not: the library
+imports them from here, never from a private module of this package (the ``private_modules``
+contract in ``pyproject.toml``). Nothing here is public: ``__all__`` is empty, and a name may
+change with the code that uses it. The package's public names are its ``__all__``.
+
+The names of :data:`_ON_FIRST_USE` are imported from their modules when first used: importing
+this module imports no module that importing the package does not (the ``plan`` subcommand's parser and handler).
+"""
+
+# ruff: noqa: F401
+# (every import here is a re-export)
+
+from .._extras import on_first_use
+
+#: name -> "module:attribute" of this package, imported on first use
+_ON_FIRST_USE = {
+    "add_plan_arguments": "_cli:add_arguments",
+    "run_plan": "_cli:run",
+}
+
+__all__ = []
+
+__getattr__ = on_first_use(__name__, _ON_FIRST_USE)
