@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..rules.multidraft import NodeVerifier, get_verifier
+from ..rules.multidraft import get_verifier
 from ..rules.multidraft.internal import KSequential, RecursiveRejection
+from ._kernels import RuleKernels, kernels_for, register_kernels
 from .draws import inverse_cdf_sample
 
 __all__ = ["TreeSample", "TreeSampler", "make_tree_sampler", "verify_chain"]
@@ -117,6 +118,42 @@ def _division_factor(q: torch.Tensor, p: torch.Tensor, k: int) -> torch.Tensor:
     return torch.where(first == 0, torch.ones_like(hi), hi)
 
 
+def _rrs_step(ver, qv, pv, kids_tok, drafting, g):
+    """Recursive rejection sampling at one node for R rows: accepted slot (-1 none), residual."""
+    r_rows, k = kids_tok.shape
+    slot = torch.full((r_rows,), -1, dtype=torch.int64, device=qv.device)
+    u = torch.rand(r_rows, k, device=qv.device, generator=g)
+    r = qv
+    for j in range(k):
+        law = _drafting_law(pv, kids_tok[:, :j], kids_tok[:, j], drafting)
+        a = _ratio(_take(r, kids_tok[:, j]), _take(law, kids_tok[:, j]))
+        slot = torch.where((slot < 0) & (u[:, j] < a), torch.full_like(slot, j), slot)
+        r = _normalize(r - law, r)
+    return slot, r
+
+
+def _kseq_step(ver, qv, pv, kids_tok, drafting, g):
+    """SpecTr's k-SEQ at one node for R rows: accepted slot (-1 none), residual."""
+    r_rows, k = kids_tok.shape
+    slot = torch.full((r_rows,), -1, dtype=torch.int64, device=qv.device)
+    u = torch.rand(r_rows, k, device=qv.device, generator=g)
+    rho = _division_factor(qv, pv, k)
+    mass = torch.minimum(pv, qv / rho[:, None])
+    beta = mass.sum(-1, keepdim=True)
+    scale = torch.where(
+        beta > 0, (1 - (1 - beta) ** k) / torch.where(beta > 0, beta, torch.ones_like(beta)), 0
+    )
+    for j in range(k):
+        x = kids_tok[:, j]
+        a = _ratio(_take(qv, x), rho * _take(pv, x))
+        slot = torch.where((slot < 0) & (u[:, j] < a), torch.full_like(slot, j), slot)
+    return slot, _normalize(qv - mass * scale, qv)
+
+
+register_kernels(RecursiveRejection, RuleKernels(node_step=_rrs_step))
+register_kernels(KSequential, RuleKernels(node_step=_kseq_step))
+
+
 class TreeSampler:
     r"""A batched torch sampler for one multi-draft verifier (module docstring).
 
@@ -134,6 +171,10 @@ class TreeSampler:
 
     def __init__(self, verifier, **knobs):
         self.verifier = get_verifier(verifier, **knobs)
+        #: The verifier's torch node step from the kernel registry (RRS, k-SEQ), or None (its
+        #: exact node law on the host); node-wise or not as its declaration says.
+        self._torch_node_step = kernels_for(self.verifier).node_step
+        self._nodewise_verifier = self.verifier.spec.nodewise
 
     def __call__(self, target_probs, draft_probs, token_ids, parents, drafting: str = "iid", generator=None):
         if drafting not in _DRAFTING:
@@ -168,7 +209,7 @@ class TreeSampler:
         is_chain = all(len(c) <= 1 for c in children)
         self.verifier.check_structure(is_chain, all(not children[i] for i in range(1, m)), "parents")
         g = generator
-        if isinstance(self.verifier, NodeVerifier):
+        if self._nodewise_verifier:
             end, weights = self._nodewise(q, p, token_ids, children, drafting, g)
         else:
             end, weights = self._traversal(q, p, token_ids, par, children, drafting, g)
@@ -194,29 +235,8 @@ class TreeSampler:
         """Verify one node's children for R rows: accepted slot (-1 none) and residual rows."""
         r_rows, k = kids_tok.shape
         ver = self.verifier
-        slot = torch.full((r_rows,), -1, dtype=torch.int64, device=qv.device)
-        if isinstance(ver, RecursiveRejection):
-            u = torch.rand(r_rows, k, device=qv.device, generator=g)
-            r = qv
-            for j in range(k):
-                law = _drafting_law(pv, kids_tok[:, :j], kids_tok[:, j], drafting)
-                a = _ratio(_take(r, kids_tok[:, j]), _take(law, kids_tok[:, j]))
-                slot = torch.where((slot < 0) & (u[:, j] < a), torch.full_like(slot, j), slot)
-                r = _normalize(r - law, r)
-            return slot, r
-        if isinstance(ver, KSequential):
-            u = torch.rand(r_rows, k, device=qv.device, generator=g)
-            rho = _division_factor(qv, pv, k)
-            mass = torch.minimum(pv, qv / rho[:, None])
-            beta = mass.sum(-1, keepdim=True)
-            scale = torch.where(
-                beta > 0, (1 - (1 - beta) ** k) / torch.where(beta > 0, beta, torch.ones_like(beta)), 0
-            )
-            for j in range(k):
-                x = kids_tok[:, j]
-                a = _ratio(_take(qv, x), rho * _take(pv, x))
-                slot = torch.where((slot < 0) & (u[:, j] < a), torch.full_like(slot, j), slot)
-            return slot, _normalize(qv - mass * scale, qv)
+        if self._torch_node_step is not None:
+            return self._torch_node_step(ver, qv, pv, kids_tok, drafting, g)
         # any other node-wise verifier (the LP optimum): its exact node law on the host
         u = torch.rand(r_rows, 1, dtype=torch.float64, device=qv.device, generator=g)
         qn = qv.detach().cpu().double().numpy()

@@ -11,6 +11,7 @@ from scipy import stats
 
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
+from cactus_theory.rules.multidraft import VERIFIERS
 from cactus_theory.samplers import _kernels, make_sampler
 from cactus_theory.samplers._kernels import NO_KERNELS, RuleKernels, kernels_for
 
@@ -59,9 +60,10 @@ def _rows(B=12, k=3, V=60, seed=0):
 
 
 def test_every_kernel_belongs_to_a_registered_rule():
-    """Each registry entry is a RuleKernels for a class some registered rule is an instance
-    of; the rules with torch speed paths have them registered."""
-    classes = {type(spec.make()) for spec in RULES.values()}
+    """Each registry entry is a RuleKernels for a class some registered rule (or multi-draft
+    verifier: the tree sampler's node steps) is an instance of; the rules with torch speed
+    paths have them registered."""
+    classes = {type(spec.make()) for spec in RULES.values()} | {type(s.make()) for s in VERIFIERS.values()}
     for cls, kernels in _kernels.KERNELS.items():
         assert isinstance(kernels, RuleKernels)
         assert any(issubclass(c, cls) for c in classes), cls

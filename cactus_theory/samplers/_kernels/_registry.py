@@ -27,7 +27,9 @@ class RuleKernels:
     ``guard()``: True when this torch can run them (checked when a sampler is made; False or
     an exception: the derived path runs instead). ``declines(rule)``: the names of the hooks
     that do not apply to this configured rule (the derived path runs for those), read when a
-    sampler is made.
+    sampler is made. ``node_step(verifier, q, p, child_tokens, drafting, generator)``: a
+    node-wise multi-draft verifier's step in torch (the tree sampler's; without it the
+    verifier's exact node law runs on the host).
     """
 
     accept_from_rows: Callable | None = None
@@ -38,6 +40,7 @@ class RuleKernels:
     spike_recovery_weights: Callable | None = None
     spike_at_tokens: Callable | None = None
     accept_from_row_target: bool = False
+    node_step: Callable | None = None
     guard: Callable[[], bool] = _always
     declines: Callable[..., tuple] = _none
 
