@@ -8,7 +8,7 @@ acceptance :math:`\sum_n p_n a_n` (p the drafting law) and the emitted law's
 (corpus average) and at their worst (the largest over the positions). ``docs/engines.md``
 holds the table on the shipped recordings (``scripts/update_readme.py``).
 
-:data:`ENGINE_SETTINGS` lists the engines' settings; :func:`all_settings` appends every other
+:func:`all_settings` lists the engines' settings (``_ENGINE_SETTINGS``), then every other
 registered rule at its registry defaults (a rule registered later enters the table by its
 registration alone), except the rules of ``_NOT_TABULATED`` (each with the reason it is not tabulated).
 
@@ -27,7 +27,6 @@ from ..rules import RULES, get_rule
 from .one_step import acceptance_rate, emitted_distribution, make_plan
 
 __all__ = [
-    "ENGINE_SETTINGS",
     "EngineSetting",
     "all_settings",
     "setting_costs",
@@ -65,7 +64,7 @@ class EngineSetting:
 
 
 #: The engines' defaults and documented values (sources: each rule's module docstring).
-ENGINE_SETTINGS = (
+_ENGINE_SETTINGS = (
     EngineSetting("vLLM", 'draft_sample_method="greedy" (default): argmax drafts', "sps", drafting="argmax"),
     EngineSetting("vLLM", 'draft_sample_method="probabilistic": sampled drafts', "sps"),
     EngineSetting("vLLM", "no draft probabilities (NO_DRAFT_PROBS), sampled drafts", "sampler-match"),
@@ -137,8 +136,8 @@ _NOT_TABULATED = {
 
 
 def all_settings() -> list[EngineSetting]:
-    """:data:`ENGINE_SETTINGS`, then every other registered rule at its registry defaults."""
-    out = list(ENGINE_SETTINGS)
+    """The engines' settings, then every other registered rule at its registry defaults."""
+    out = list(_ENGINE_SETTINGS)
     covered = {s.rule for s in out}
     for name in RULES:
         if name not in covered and name not in _NOT_TABULATED:
