@@ -373,14 +373,24 @@ def _load_entry_point(ep, what: str):
         module = ep.value.split(":")[0].strip()
         if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
             raise  # a module the plugin itself imports is missing: not the plugin's absence
-        dist = getattr(getattr(ep, "dist", None), "name", None)
         where = (
-            f"a checkout of the repository ({exc.name}/ beside cactus_theory/, on the path of "
-            "an editable install: ./dev setup)"
-            if dist in ("cactus-theory", "cactus_theory")
+            f"a checkout of the repository ({exc.name.split('.')[0]}/ beside cactus_theory/, on the "
+            "path of an editable install: ./dev setup)"
+            if _declared_here(ep)
             else f"{exc.name}, not importable here"
         )
         raise ValueError(f"{what} needs {where}") from None
+
+
+def _declared_here(ep) -> bool:
+    """True when this package's own distribution declares ``ep`` (its ``pyproject.toml``)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        own = distribution("cactus-theory").entry_points
+    except PackageNotFoundError:  # the sources run without being installed
+        return False
+    return any((e.group, e.name, e.value) == (ep.group, ep.name, ep.value) for e in own)
 
 
 def _all_sections() -> dict:
