@@ -1,4 +1,4 @@
-"""The samplers' fast paths: inverse-CDF recovery draw, drafted-token accept paths, row sums.
+"""The samplers' fast paths: the recovery draw's law, drafted-token accept paths, row sums.
 
 Every fast path is checked against the slow reference on the same inputs: the float64 numpy
 analysis (chi-square laws) or the rule's full plan on row-normalized copies.
@@ -24,90 +24,6 @@ FUSED = pytest.mark.parametrize("fused", [False, True], ids=["eager", "fused"])
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-# --- inverse CDF ------------------------------------------------------------------------------
-
-
-def test_inverse_cdf_sample_law_and_zero_weights():
-    """Index j w.p. w_j / sum w (un-normalized weights); zero weights, first and last
-    included, are never drawn."""
-    w = torch.tensor([0.0, 1.0, 3.0, 0.5, 0.0, 2.5, 0.0]) * 7.0
-    torch.manual_seed(3)
-    idx = inverse_cdf_sample(w.expand(40_000, 7))
-    assert idx.dtype == torch.int64 and idx.shape == (40_000,)
-    counts = np.bincount(idx.numpy(), minlength=7)
-    assert _chisquare_ok(counts.astype(float), (w / w.sum()).double().numpy(), 40_000)
-
-
-def test_inverse_cdf_sample_law_across_blocks():
-    """V = 700: two full blocks of 256 and a tail of 188. A block of zeros, zeros inside a
-    block, mass on both sides of block edges and in the tail: chi-square over the positive
-    cells (n = 60,000, ALPHA); zero weights never drawn; seeded rows reproduce."""
-    V = 700
-    w = torch.zeros(V)
-    w[256:260] = torch.tensor([1.0, 0.0, 2.0, 0.5])  # block 1 starts; block 0 is all zero
-    w[500:512] = 0.25  # runs into the tail block at 512
-    w[513] = 3.0
-    w[V - 1] = 1.5  # the last token
-    w[300] = 1e-3  # a small weight
-    torch.manual_seed(4)
-    n = 60_000
-    idx = inverse_cdf_sample(w.expand(n, V))
-    counts = np.bincount(idx.numpy(), minlength=V).astype(float)
-    assert _chisquare_ok(counts, (w / w.sum()).double().numpy(), n)
-    gens = [torch.Generator().manual_seed(i) for i in range(3)]
-    a = inverse_cdf_sample(w.expand(3, V), gens)
-    gens = [torch.Generator().manual_seed(i) for i in range(3)]
-    assert torch.equal(a, inverse_cdf_sample(w.expand(3, V), gens))
-
-
-def test_inverse_cdf_sample_point_masses_and_tiny_weights():
-    rows = torch.tensor([[0.0, 0.0, 1e-30], [5.0, 0.0, 0.0], [0.0, 1e-38, 0.0], [1.0, 1e-7, 0.0]])
-    wide = torch.zeros(3, 1000)
-    wide[0, 999] = 1e-30  # the last token, in the tail block
-    wide[1, 256] = 2.0  # the first token of a block
-    wide[2, 255] = 1e-38  # the last token of a block (subnormal weight)
-    torch.manual_seed(0)
-    for _ in range(50):
-        idx = inverse_cdf_sample(rows)
-        assert idx[:3].tolist() == [2, 0, 1]
-        assert idx[3] in (0, 1)
-        assert inverse_cdf_sample(wide).tolist() == [999, 256, 255]
-
-
-def test_inverse_cdf_sample_fallback_rows():
-    """Rows whose weights sum to 0, NaN or inf draw from ``fallback`` (the samplers' safety
-    net: q); the other rows ignore it."""
-    V = 600
-    w = torch.zeros(4, V)
-    w[0, 10] = 1.0  # a valid row: always 10
-    w[2, 5] = float("nan")
-    w[3, 7] = float("inf")
-    fb = torch.zeros(4, V)
-    fb[:, 590] = 1.0  # the fallback: always 590 (in the tail block)
-    torch.manual_seed(1)
-    for _ in range(20):
-        assert inverse_cdf_sample(w, fallback=fb).tolist() == [10, 590, 590, 590]
-
-
-def test_inverse_cdf_sample_seeded_rows():
-    """A row with a generator draws one float64 uniform from it: its index depends only on its
-    weights and its generator, not on the other rows or the default generator."""
-    w = torch.rand(5, 40, generator=torch.Generator().manual_seed(1))
-    gens = lambda: [torch.Generator().manual_seed(10 + i) for i in range(5)]  # noqa: E731
-    a = inverse_cdf_sample(w, gens())
-    torch.manual_seed(123)
-    assert torch.equal(a, inverse_cdf_sample(w, gens()))
-    alone = inverse_cdf_sample(w[2:3], [torch.Generator().manual_seed(12)])
-    assert alone[0] == a[2]
-    mixed = inverse_cdf_sample(w, [None, None, torch.Generator().manual_seed(12), None, None])
-    assert mixed[2] == a[2]
-    # the uniform it used: u = the generator's first float64 draw (one block here: the index
-    # is the plain inverse CDF's)
-    u = torch.rand(1, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
-    cdf = torch.cumsum(w[2].double(), 0)
-    assert int(a[2]) == int(torch.searchsorted(cdf, u * cdf[-1], right=True))
 
 
 # --- the recovery draw of the sampler against the exact analysis ------------------------------
