@@ -69,8 +69,8 @@ def default_sweep(rule: str, n_points: int = 13):
     Returns
     -------
     knob : str or None
-        The first numeric knob that the name leaves free (None for rules without one, e.g.
-        SpS; an alias's preset knobs are fixed).
+        The first knob of the rule's ``RuleSpec.calibrated`` that the name leaves free (None
+        for rules without one, e.g. SpS; an alias's preset knobs are fixed).
     values : list
         ``n_points`` values inside its range: linear on a finite range, ``[lo] + lo + geomspace``
         on ``[lo, inf)``, consecutive integers from the lowest allowed (at least 1) for an
@@ -83,12 +83,8 @@ def default_sweep(rule: str, n_points: int = 13):
     if rule not in RULES:
         get_rule(rule)  # raises the ValueError naming ``rule``
     n_points = as_count(n_points, "n_points", minimum=2)
-    spec = RULES[rule]
-    for k in spec.knobs:
-        if k.choices is not None or k.name in spec.preset:  # an alias's preset knobs are fixed
-            continue
-        return k.name, _sweep_values(k, n_points)
-    return None, []
+    knob = RULES[rule].calibrated_knob()  # the declaration's (an alias's preset knobs are fixed)
+    return (None, []) if knob is None else (knob.name, _sweep_values(knob, n_points))
 
 
 def gap_to_frontier(target_probs, draft_probs, acceptance, divergence_value, divergence="kl"):

@@ -82,8 +82,6 @@ register(
     RuleSpec(
         name="entropy-verify",
         factory=EntropyVerify,
-        # posterior_alpha first: the first numeric knob is the one the frontier's default sweep
-        # moves and the audit calibrates (posterior_threshold stays at its default)
         knobs=(
             Knob(
                 "posterior_alpha",
@@ -101,6 +99,7 @@ register(
                 doc="t: the coin factor's cap, c = min(exp(-alpha H(q)), t) (vllm-ascend default 0.95)",
             ),
         ),
+        calibrated=("posterior_alpha", "posterior_threshold"),
         sps_knobs={"posterior_threshold": 1.0, "posterior_alpha": 0.0},
         family="decision",
         summary="vllm-ascend entropy verify: accept min(1, q_n / (c p_n)), c = min(exp(-alpha H(q)), t); "

@@ -118,6 +118,7 @@ register(
                 doc="rho: accept if q~_n >= rho max q~ (vLLM #45229's logit test, 0.5 there)",
             ),
         ),
+        calibrated=("relaxed_delta", "relaxed_topk", "relax_ratio"),
         sps_note="greedy acceptance: 0/1 decisions that ignore p and an argmax recovery; no knob "
         "value gives SpS (K = 1, delta = rho = 0 is strict greedy acceptance)",
         deterministic=True,

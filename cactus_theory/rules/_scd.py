@@ -184,6 +184,7 @@ register(
             ),
             Knob("scd_alpha", 0.1, 0.0, 1.0, low_open=True, doc="alpha of the alpha gate (0 < alpha <= 1)"),
         ),
+        calibrated=("scd_beta", "scd_temperature", "scd_alpha"),
         sps_knobs={"scd_beta": 0.0, "gate": "expert_toppk"},
         needs_raw=True,
         family="target",

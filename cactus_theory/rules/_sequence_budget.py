@@ -79,6 +79,7 @@ register(
                 doc="largest KL(o||q) this step (a decoding loop passes the budget left)",
             ),
         ),
+        calibrated=("lam", "cap"),
         sps_knobs={"lam": math.inf},
         family="target",
         summary="sequence-level KL budget: frontier point maximising A - lam KL, capped at cap",

@@ -165,6 +165,7 @@ register(
                 doc="t_single: accept any draft with q_n >= t (SGLang --speculative-accept-threshold-single)",
             ),
         ),
+        calibrated=("threshold_acc", "threshold_single"),
         sps_note="t_single = t_acc = 1 (SGLang's defaults) is lossless for every drafter but accepts "
         "sum_n p_n q_n, not sum min(p, q): it is SpS only for a one-hot draft",
         family="decision",

@@ -151,6 +151,7 @@ register(
                 doc="on rejection: vLLM's argmax q, or Medusa's q truncated to {q >= threshold}",
             ),
         ),
+        calibrated=("posterior_threshold", "posterior_alpha"),
         sps_note="no knob value gives SpS: the 0/1 acceptance ignores p and the recovery is not "
         "the SpS residual (posterior_threshold = 0 accepts every token with q_n > 0)",
         deterministic=True,

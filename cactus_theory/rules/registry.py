@@ -126,6 +126,11 @@ class RuleSpec:
         acceptance at the drafted tokens only (the samplers call that method; without an
         override it builds the whole plan). Default: read from the rule class. The invariant
         battery checks the override against the plan.
+    calibrated : tuple of str
+        The numeric knobs a calibration or a frontier sweep moves, in order of preference
+        (:meth:`calibrated_knob`: the first that the user and the alias leave free). Default:
+        the rule's only numeric knob; a rule with several must state them (the knobs' order
+        decides nothing).
     preset : mapping
         Knob values fixed by an alias (empty for a rule's own entry).
     alias_of : RuleSpec or None
@@ -146,6 +151,7 @@ class RuleSpec:
     family: str = ""
     sps_note: str = ""
     fast_accept: bool | None = None
+    calibrated: tuple[str, ...] = ()
     preset: Mapping[str, Any] = field(default_factory=dict)
     alias_of: RuleSpec | None = field(default=None, repr=False)
     defaults: Mapping[str, Any] = field(init=False)
@@ -163,12 +169,30 @@ class RuleSpec:
             object.__setattr__(
                 self, "fast_accept", form is not None and form.accept_probs_at is not Rule.accept_probs_at
             )
+        numeric = [k.name for k in self.knobs if k.choices is None]
+        if not self.calibrated and len(numeric) > 1:
+            raise ValueError(
+                f"calibrated: rule {self.name!r} has several numeric knobs {numeric}; state the ones "
+                "a calibration moves, in order of preference"
+            )
+        object.__setattr__(self, "calibrated", tuple(self.calibrated or numeric))
+        if not set(self.calibrated) <= set(numeric):
+            raise ValueError(
+                f"calibrated: {list(self.calibrated)} must be numeric knobs of rule {self.name!r}"
+            )
         defaults = {k.name: k.default for k in self.knobs}
         unknown = set(self.preset) - set(defaults)
         if unknown:
             raise ValueError(f"preset: {sorted(unknown)} are not knobs of rule {self.name!r}")
         defaults.update(self.preset)
         object.__setattr__(self, "defaults", defaults)
+
+    def calibrated_knob(self, fixed=()) -> Knob | None:
+        """The knob a calibration moves: the first of :attr:`calibrated` that ``fixed`` (knob
+        names the user sets) and the alias's preset leave free; None if none."""
+        knobs = {k.name: k for k in self.knobs}
+        free = [n for n in self.calibrated if n not in fixed and n not in self.preset]
+        return knobs[free[0]] if free else None
 
     def make(self, **knobs) -> Rule:
         """Build the rule with validated knobs (unknown names raise ValueError).
@@ -279,6 +303,7 @@ def register_alias(alias: str, name: str, **preset) -> RuleSpec:
         reference=base.reference,
         sps_note=base.sps_note,
         fast_accept=base.fast_accept,
+        calibrated=base.calibrated,
         preset=dict(preset),
         alias_of=base,
     )

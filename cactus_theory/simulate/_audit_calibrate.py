@@ -71,16 +71,14 @@ def check_rules(rules, knobs, tune):
 
 
 def tunable(spec, fixed, tune):
-    """The knob that is calibrated: ``tune`` or the first numeric knob not fixed by the user."""
+    """The knob that is calibrated: ``tune``, or the first of the knobs the rule's declaration
+    states (``RuleSpec.calibrated``) that the user does not fix."""
     if tune is not None:
         for k in spec.knobs:
             if k.name == tune and k.choices is None:
                 return k
         raise ValueError(f"tune: {tune!r} is not a numeric knob of rule {spec.name!r}")
-    numeric = [
-        k for k in spec.knobs if k.choices is None and k.name not in fixed and k.name not in spec.preset
-    ]
-    return numeric[0] if numeric else None
+    return spec.calibrated_knob(fixed)
 
 
 def _inside(knob, x, toward):

@@ -149,3 +149,46 @@ def test_the_scanners_report_planted_violations():
     assert [h.split(":")[0] for h in hits] == ["5", "7", "9", "11"], hits
     assert type_dispatch("def f(plan):\n    return isinstance(plan, TargetPlan)\n") == []
     assert {"SpikeRule", "Interpolation", "RecursiveRejection", "DecisionRule"} <= RULE_CLASSES
+
+
+def test_the_calibrated_knob_is_stated_not_taken_from_the_knob_order():
+    from cactus_theory.rules import Knob, RuleSpec
+
+    two = (Knob("a", 0.1, 0.0, 1.0), Knob("b", 0.2, 0.0, 1.0), Knob("c", "x", choices=("x", "y")))
+    with pytest.raises(ValueError, match="calibrated: rule 'two' has several numeric knobs"):
+        RuleSpec(name="two", factory=Rule, summary="", reference="", family="decision", knobs=two)
+    with pytest.raises(ValueError, match="must be numeric knobs"):
+        RuleSpec(
+            name="two",
+            factory=Rule,
+            summary="",
+            reference="",
+            family="decision",
+            knobs=two,
+            calibrated=("c",),
+        )
+    spec = RuleSpec(
+        name="two",
+        factory=Rule,
+        summary="",
+        reference="",
+        family="decision",
+        knobs=two,
+        calibrated=("b", "a"),
+    )
+    assert spec.calibrated_knob().name == "b" and spec.calibrated_knob(fixed={"b"}).name == "a"
+    assert spec.calibrated_knob(fixed={"a", "b"}) is None
+    one = RuleSpec(name="one", factory=Rule, summary="", reference="", family="decision", knobs=two[:1])
+    assert one.calibrated == ("a",)  # a single numeric knob needs no statement
+    # entropy-verify's statement, whatever the order of its knobs
+    assert RULES["entropy-verify"].calibrated_knob().name == "posterior_alpha"
+    assert RULES["tas"].calibrated_knob().name == "posterior_threshold"
+
+
+def test_the_registry_order_is_stated():
+    from cactus_theory.rules import _ORDER
+
+    assert list(RULES)[: len(_ORDER)] == list(_ORDER)
+    with pytest.raises(ValueError, match="every registered rule once"):
+        RULES._order(_ORDER[1:])
+    assert [k.name for k in RULES["scd"].knobs if k.request] == ["scd_temperature"]
