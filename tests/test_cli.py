@@ -272,47 +272,6 @@ def test_unwritable_output_folder_is_found_before_the_run(tmp_path, capsys, monk
     assert ran == []
 
 
-@pytest.mark.parametrize(
-    "bad,what",
-    [
-        ("shape.npy", "shape"),
-        ("keys.npz", "target_probs"),
-        ("bad.json", "JSON"),
-        ("norm.json", "sum to 1"),
-        ("x.txt", "file type"),
-    ],
-)
-def test_bad_files_name_the_file(tmp_path, bad, what):
-    path = tmp_path / bad
-    if bad == "shape.npy":
-        np.save(path, np.ones((3, 4)) / 4)
-    elif bad == "keys.npz":
-        np.savez(path, a=np.ones(3) / 3)
-    elif bad == "bad.json":
-        path.write_text("{not json")
-    elif bad == "norm.json":
-        path.write_text(json.dumps({"target_probs": [0.5, 0.6], "draft_probs": [0.5, 0.5]}))
-    else:
-        path.write_text("0.5 0.5")
-    with pytest.raises(ValueError, match=what) as exc:
-        _load_pairs(path)
-    assert str(path) in str(exc.value)
-
-
-def test_load_pairs_layouts_agree(tmp_path):
-    q = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
-    p = np.array([[0.2, 0.3, 0.5], [0.3, 0.3, 0.4]])
-    np.save(tmp_path / "a.npy", np.stack([q, p]))
-    np.savez(tmp_path / "b.npz", target_probs=q, draft_probs=p)
-    (tmp_path / "c.json").write_text(json.dumps([{"q": a.tolist(), "p": b.tolist()} for a, b in zip(q, p)]))
-    for name in ("a.npy", "b.npz", "c.json"):
-        lq, lp = _load_pairs(tmp_path / name)
-        np.testing.assert_array_equal(lq, q)  # these rows sum to 1 exactly: renormalizing is exact
-        np.testing.assert_array_equal(lp, p)
-    sq, sp = _load_pairs("smollm2-135m_distilled")
-    assert sq.shape == sp.shape and sq.shape[0] > 100
-
-
 def test_missing_optional_dependency_is_one_line_naming_the_extra(capsys, monkeypatch):
     from cactus_theory.logits import _models as models
 
