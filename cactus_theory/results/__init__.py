@@ -6,7 +6,8 @@ computation ended; ``"ok"`` where it can end only one way) and a ``message``, a 
 summary ``repr``, ``to_dict()`` (plain floats, ints, bools, strings and lists that
 ``json.dumps(..., allow_nan=False)`` accepts: a non-finite float is written as the string
 ``"nan"``, ``"inf"`` or ``"-inf"``, so ``float(value)`` reads it back) and, for tables,
-``rows()`` (a list of flat dicts a user can hand to ``pandas.DataFrame``).
+``rows()`` (a list of flat dicts of Python values a user can hand to ``pandas.DataFrame``:
+a NaN is None there, a missing value, and an infinity stays a float).
 
 Names (one per concept, across the whole API)
 ---------------------------------------------

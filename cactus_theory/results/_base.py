@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import field, fields
 from typing import Any
+
+import numpy as np
 
 from .._tables import json_ready
 
@@ -16,6 +19,23 @@ _DEFAULTS = {"status": "ok", "message": ""}
 def _to_plain(x) -> Any:
     """``x`` as JSON-ready data: the package's one encoder, :func:`cactus_theory._tables.json_ready`."""
     return json_ready(x)
+
+
+def _row_values(x) -> Any:
+    """``x`` as Python values for a table row (``rows()``, for ``pandas.DataFrame``): numpy
+    unwrapped, NaN as None (a missing value; pandas reads it back as NaN), infinities kept as
+    floats. Not JSON: ``to_dict()`` and ``--json`` encode through :func:`_to_plain`."""
+    if isinstance(x, dict):
+        return {str(k): _row_values(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_row_values(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _row_values(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
 
 
 def _g(x, spec: str = ".4g") -> str:

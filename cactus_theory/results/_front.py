@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ._base import Result, _g, _internal, _to_plain
+from ._base import Result, _g, _internal, _row_values
 
 
 @dataclass(frozen=True, repr=False)
@@ -121,7 +121,7 @@ class TaylorExactComparison(Result):
 
     def rows(self) -> list[dict]:
         """One flat dict per rule (sps, Taylor, exact), for ``pandas.DataFrame``."""
-        return [_to_plain(dict(r)) for r in self.table]
+        return [_row_values(dict(r)) for r in self.table]
 
     def __repr__(self) -> str:
         return (
@@ -238,7 +238,7 @@ class CalibrationResult(Result):
             for k in ("delta", "emitted_divergence", "acceptance", "saturated")
         ]
         return [
-            _to_plain(
+            _row_values(
                 {
                     "position": i,
                     "rule": self.rule,
@@ -305,7 +305,7 @@ class RuleTable(Result):
         for r in self.table:
             r = dict(r)
             r["knobs"] = ", ".join(f"{k}={v}" for k, v in r["knobs"].items())
-            out.append(_to_plain(r))
+            out.append(_row_values(r))
         return out
 
     def row(self, rule: str) -> dict:
@@ -364,7 +364,7 @@ class ChainResult(Result):
     def rows(self) -> list[dict]:
         """One dict per metric: ``metric``, ``value``."""
         return [
-            {"rule": self.rule, "m": self.m, "metric": k, "value": _to_plain(v)}
+            {"rule": self.rule, "m": self.m, "metric": k, "value": _row_values(v)}
             for k, v in self.metrics.items()
         ]
 
