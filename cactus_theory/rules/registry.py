@@ -122,10 +122,10 @@ class RuleSpec:
     summary, reference, sps_note : str
         One line each.
     fast_accept : bool
-        The rule overrides :meth:`Rule.accept_probs_at` with a path that evaluates the
-        acceptance at the drafted tokens only (the samplers call that method; without an
-        override it builds the whole plan). Default: read from the rule class. The invariant
-        battery checks the override against the plan.
+        The rule's declaration form derives :meth:`Rule.accept_probs_at` as a path that
+        evaluates the acceptance at the drafted tokens only (the samplers call that method;
+        for a bare :class:`Rule` it builds the whole plan). Default: read from the rule class.
+        The invariant battery checks it against the plan.
     calibrated : tuple of str
         The numeric knobs a calibration or a frontier sweep moves, in order of preference
         (:meth:`calibrated_knob`: the first that the user and the alias leave free). Default:

@@ -40,6 +40,11 @@ positive float32 row sums, q = ``x / s_q`` and p = ``y / s_p``:
 ``spike_at_tokens(rule, q_n)``
     A spike rule's :math:`\gamma_n` at the drafted tokens' verifier probabilities ``q_n``
     ([B, k]), equal to ``rule.spike_at_tokens(q_n)``, or None (then the rule's own).
+``node_step(verifier, q, p, child_tokens, drafting, generator)``
+    A node-wise multi-draft verifier's step at one node for R rows in torch: ``(slot,
+    residual)``, the accepted child's slot (-1: none) and the residual rows (the tree
+    sampler's RRS and k-SEQ, :mod:`..multidraft`); without it the verifier's exact node law
+    runs on the host.
 ``accept_from_row_target``
     True when ``accept_from_rows`` is :math:`\min(1, h_n/p_n)` of
     ``recovery_target_from_rows`` (the compiled samplers then build the row target once on
