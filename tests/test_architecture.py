@@ -459,3 +459,117 @@ def test_an_internal_module_imports_nothing_its_package_does_not():
         name = _module_name(path)
         extra = _imported_on_load(name) - _imported_on_load(name.rsplit(".", 1)[0]) - {name}
         assert not extra, f"{name} imports on load what its package does not: {sorted(extra)}"
+
+
+# ------------------------------------------------------------ each module has its test file
+
+TESTS = ROOT / "tests"
+
+#: modules (paths under cactus_theory/) that are public or over 300 lines and still lack their
+#: test file; a module leaves the list when it gains one, and the list only shrinks
+_LACKING_A_TEST_FILE = {
+    "_report_sections.py",
+    "analysis/comparison.py",
+    "analysis/multidraft.py",
+    "analysis/rule_table.py",
+    "figures/audit.py",
+    "integrations/vllm/_patch.py",
+    "integrations/vllm/_rows.py",
+    "integrations/vllm/gpu_check.py",
+    "logits/_bench.py",
+    "logits/_drafters.py",
+    "planning/_recording.py",
+    "results/_analysis.py",
+    "results/_front.py",
+    "rules/_forms.py",
+    "rules/multidraft/base.py",
+    "rules/plans.py",
+    "rules/registry.py",
+    "samplers/base.py",
+    "samplers/multidraft.py",
+    "samplers/v1.py",
+    "simulate/_chain.py",
+    "simulate/_cli.py",
+    "simulate/_exact.py",
+    "simulate/_fly.py",
+    "simulate/_sequence_budget.py",
+    "solvers/_multidraft_path.py",
+    "testing/_adapters.py",
+    "testing/_casebook.py",
+    "testing/_check.py",
+    "testing/_results.py",
+    "testing/pytest_plugin.py",
+    "testing/strategies.py",
+}
+
+
+def _test_file_names(module: Path) -> set:
+    """Where ``module``'s tests may live (CONTRIBUTING): ``tests/<subpackage>/test_<name>.py``,
+    the name without its underscore, or with its package's name before it where two modules
+    share one (``integrations/vllm/_rows.py``: ``tests/integrations/test_vllm_rows.py``)."""
+    parts = module.with_suffix("").parts
+    folder = "/".join(["tests", *parts[:1]]) if len(parts) > 1 else "tests"
+    name = parts[-1].lstrip("_")
+    names = {f"{folder}/test_{name}.py"}
+    if len(parts) > 1:
+        names.add(f"{folder}/test_{parts[-2].lstrip('_')}_{name}.py")
+    return names
+
+
+def _modules_lacking_a_test_file(package: Path, tests: Path) -> set:
+    """Each module of ``package`` that is public (no ``_`` in its dotted path) or over 300
+    lines, and has none of its test files under ``tests`` (packages' ``__init__.py`` and the
+    lending ``internal.py`` modules are tested through what they hold)."""
+    have = {p.relative_to(tests.parent).as_posix() for p in tests.rglob("test_*.py")}
+    lacking = set()
+    for path in package.rglob("*.py"):
+        module = path.relative_to(package)
+        if path.name in ("__init__.py", "internal.py"):
+            continue
+        public = not any(part.startswith("_") for part in module.with_suffix("").parts)
+        if (public or len(path.read_text().splitlines()) > 300) and not (_test_file_names(module) & have):
+            lacking.add(module.as_posix())
+    return lacking
+
+
+def test_the_test_file_check_finds_a_planted_module_without_one(tmp_path):
+    package, tests = tmp_path / "pkg", tmp_path / "tests"
+    for name, lines in {
+        "__init__.py": 1,
+        "public.py": 1,  # public: needs tests/test_public.py
+        "_short.py": 10,  # private and short: needs none
+        "_long.py": 301,  # private, over 300 lines: needs tests/test_long.py
+        "sub/__init__.py": 1,
+        "sub/_rows.py": 400,  # its test file carries the package's name
+        "sub/deep/thing.py": 1,  # tests/sub/test_thing.py or tests/sub/test_deep_thing.py
+        "sub/internal.py": 400,
+    }.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text("x = 1\n" * lines)
+    (tests / "sub").mkdir(parents=True)
+    assert _modules_lacking_a_test_file(package, tests) == {
+        "public.py",
+        "_long.py",
+        "sub/_rows.py",
+        "sub/deep/thing.py",
+    }
+    for name in ("test_public.py", "test_long.py", "sub/test_sub_rows.py", "sub/test_thing.py"):
+        (tests / name).write_text("")
+    assert _modules_lacking_a_test_file(package, tests) == set()
+
+
+def test_each_public_or_long_module_has_its_test_file():
+    lacking = _modules_lacking_a_test_file(PACKAGE, TESTS)
+    new = lacking - _LACKING_A_TEST_FILE
+    assert not new, f"modules without tests/<subpackage>/test_<module>.py: {sorted(new)}"
+    done = _LACKING_A_TEST_FILE - lacking
+    assert not done, f"these have their test file now: remove them from the list: {sorted(done)}"
+
+
+def test_test_file_basenames_are_unique():
+    # the test folders are not packages: pytest imports each file by its basename, and a second
+    # conftest.py or strategies.py would shadow the first
+    seen = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
+        seen[path.name] = path
