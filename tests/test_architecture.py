@@ -493,7 +493,6 @@ _LACKING_A_TEST_FILE = {
     "simulate/_exact.py",
     "simulate/_fly.py",
     "simulate/_sequence_budget.py",
-    "solvers/_multidraft_path.py",
     "testing/_adapters.py",
     "testing/_casebook.py",
     "testing/_check.py",

@@ -290,21 +290,6 @@ def test_frontier_shape_concave_nondecreasing_in_eps_and_k():
     assert o.shape == (12,) and abs(o.sum() - 1) <= 1e-12
 
 
-def test_pruned_lower_hull_equals_the_monotone_chain():
-    """The vectorised pruning keeps exactly the monotone chain's vertices (300 point sets, ties
-    and collinear points included, convex ones returned without the chain)."""
-    from cactus_theory.solvers._multidraft_path import _lower_hull, _lower_hull_chain
-
-    rng = np.random.default_rng(9)
-    for t in range(300):
-        n = int(rng.integers(1, 60))
-        x = np.sort(rng.random(n))
-        y = rng.random(n) if t % 2 else -((1 - 0.9 * np.cumsum(rng.random(n)) / n) ** int(rng.integers(1, 9)))
-        if t % 5 == 0:
-            y = np.round(y, 1)
-        assert np.array_equal(_lower_hull(x, y), _lower_hull_chain(x, y))
-
-
 def test_the_oracle_study_script_runs_reduced():
     """scripts/multidraft_oracle_study.py end to end on a reduced run (no cvxpy rows)."""
     import importlib.util
