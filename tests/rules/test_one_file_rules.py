@@ -1,7 +1,8 @@
 """A rule written in one place and registered is enrolled in every consumer: one of each form.
 
-Each rule below is its declaration alone (a target h(q, p), a spike gamma(q_n), a decision:
-acceptance test and recovery), array-agnostic, with its RuleSpec. Registered, it runs through
+Each rule below is its declaration alone (a target h(q, p), a spike gamma(q_n), a decision at
+n: an acceptance from q_n, p_n and a row statistic and one recovery, and a bare plan: an
+acceptance test and a recovery), array-agnostic, with its RuleSpec. Registered, it runs through
 the invariant battery (tests/rules/test_rule_invariants.py's checks, called with its name), the
 float64 analysis (emitted law), the eager and the compiled samplers (their law against the
 analysis) and the vLLM row substitution, with no other code written for it. It has no torch
@@ -21,7 +22,15 @@ from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.integrations.vllm._rows import target_rows
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.rules.plans import DecisionPlan, TargetPlan
-from cactus_theory.rules.registry import ElementwiseTargetRule, Knob, Rule, RuleSpec, SpikeRule, register
+from cactus_theory.rules.registry import (
+    DecisionRule,
+    ElementwiseTargetRule,
+    Knob,
+    Rule,
+    RuleSpec,
+    SpikeRule,
+    register,
+)
 from cactus_theory.samplers import make_sampler
 from cactus_theory.samplers._kernels import KERNELS, NO_KERNELS
 
@@ -60,6 +69,25 @@ class RelativeThreshold(Rule):
         q = target_probs
         accept = xp.astype(q >= self.t * xp.max(q, axis=-1, keepdims=True), q.dtype)
         return DecisionPlan(target_probs, draft_probs, accept, q)
+
+
+class RelativeThresholdAtN(DecisionRule):
+    """Decision-at-n form: the same rule as :class:`RelativeThreshold`, stated as an acceptance
+    at n (``q_n >= s``) with its row statistic s = t max q and its recovery q."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def row_statistic(self, q, p):
+        xp = array_namespace(q)
+        return self.t * xp.max(q, axis=-1, keepdims=True)
+
+    def accept_at(self, q_n, p_n, statistic):
+        xp = array_namespace(q_n)
+        return xp.astype(q_n >= statistic, q_n.dtype)
+
+    def recovery_distribution(self, target_probs, draft_probs, statistic):
+        return target_probs
 
 
 SPECS = [
@@ -101,13 +129,23 @@ SPECS = [
         summary="test: accept iff q_n >= t max q; else sample q",
         reference="this test",
     ),
+    RuleSpec(
+        name="test-threshold-at-n",
+        factory=RelativeThresholdAtN,
+        knobs=(Knob("t", 0.5, 0.0, 1.0, doc="fraction of max q"),),
+        sps_note="0/1 acceptance",
+        deterministic=True,
+        reads_draft=False,
+        summary="test: accept iff q_n >= t max q; else sample q (decision at n)",
+        reference="this test",
+    ),
 ]
 NAMES = [s.name for s in SPECS]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def registered():
-    """The three rules in the registry for this module's tests only."""
+    """The four rules in the registry for this module's tests only."""
     for spec in SPECS:
         register(spec)
     yield
@@ -182,3 +220,17 @@ def test_the_analysis_the_simulator_and_the_rule_table(name):
     exact = compute_metrics(exact_chain(name, traj, 3).totals)["al_paper"]
     sim = compute_metrics(simulate_chain(name, traj, 3, n_runs=400, rng=7).totals())["al_paper"]
     assert abs(sim.value - exact.value) <= 4 * sim.se, (sim, exact)
+
+
+def test_the_decision_at_n_form_is_the_plan_it_derives():
+    """The decision-at-n declaration gives the bare plan's rule bit for bit: its plan, the
+    acceptance at the drafted tokens and the recovery (the family and the drafted-token path
+    come from the form)."""
+    rng = np.random.default_rng(3)
+    q, p = rng.dirichlet(np.ones(9), size=4), rng.dirichlet(np.ones(9), size=4)
+    n = rng.integers(0, 9, size=4)
+    bare, form = get_rule("test-threshold"), get_rule("test-threshold-at-n")
+    assert RULES["test-threshold-at-n"].family == "decision" and RULES["test-threshold-at-n"].fast_accept
+    np.testing.assert_array_equal(form.plan(q, p).accept, bare.plan(q, p).accept)
+    np.testing.assert_array_equal(form.accept_probs_at(q, p, n), bare.plan(q, p).accept_probs_at(n))
+    np.testing.assert_array_equal(form.recovery_weights_at(q, p, n), bare.plan(q, p).recovery_weights_at(n))
