@@ -476,7 +476,6 @@ _LACKING_A_TEST_FILE = {
     "integrations/vllm/_patch.py",
     "integrations/vllm/_rows.py",
     "integrations/vllm/gpu_check.py",
-    "logits/_drafters.py",
     "planning/_recording.py",
     "results/_analysis.py",
     "results/_front.py",
