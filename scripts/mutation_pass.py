@@ -44,7 +44,11 @@ TARGETS = {
     ],
     "cactus_theory/analysis/one_step.py": ["tests/analysis/test_one_step.py"],
     "cactus_theory/solvers/_frontier.py": ["tests/analysis/test_frontier.py"],
-    "cactus_theory/simulate/_exact.py": ["tests/simulate/test_simulate.py"],
+    "cactus_theory/simulate/_exact.py": [
+        "tests/simulate/test_exact.py",
+        "tests/simulate/test_chain.py",
+        "tests/simulate/test_simulate.py",
+    ],
 }
 
 _SWAPS = [
