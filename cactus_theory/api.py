@@ -262,8 +262,7 @@ def optimal_frontier(
     """
     from .analysis.internal import Execution, frontier_over
 
-    draft_probs, eps = _after_source(target_probs, draft_probs, eps, "eps")
-    target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
+    target_probs, draft_probs, _, eps = _as_input(target_probs, draft_probs, eps, "eps")
     run = Execution(chunk_rows, max_memory, progress, runner)
     return frontier_over(target_probs, draft_probs, eps, divergence, execution=run)
 
@@ -322,57 +321,42 @@ def calibrate_delta(
     """
     from .analysis.internal import Execution, calibrate_over
 
-    draft_probs, eps = _after_source(target_probs, draft_probs, eps, "eps")
+    target_probs, draft_probs, is_dump, eps = _as_input(target_probs, draft_probs, eps, "eps")
     if eps is None:
         raise ValueError("eps: required (the target on the emitted divergence)")
-    target_probs, draft_probs, is_dump = _as_input(target_probs, draft_probs)
     per = choice("corpus" if per is None and is_dump else (per or "position"), ("position", "corpus"), "per")
     run = Execution(chunk_rows, max_memory, progress, runner)
     return calibrate_over(target_probs, draft_probs, eps, rule, divergence, per, execution=run)
 
 
-def _is_source(x) -> bool:
-    """A loaded dump, a path (file or folder of shards) or a row source: q and p in one input."""
-    from .rows import RowSource
+def _as_input(target_probs, draft_probs, value, keyword: str):
+    """A front-door call's input as (target_probs, draft_probs, whether it was a dump, value).
 
-    return callable(getattr(x, "pairs", None)) or isinstance(x, (str, RowSource)) or hasattr(x, "__fspath__")
+    A loaded dump gives its processed rows as stacked (q, p) arrays, a path its row source
+    (:func:`cactus_theory.rows.as_row_source`); anything else is unchanged. After a dump, a path
+    or a row source (q and p in one input) a second positional argument is ``keyword``'s value:
+    rule names (``rules``) or numbers (``eps``); ValueError naming ``keyword=`` when it is given
+    twice or is not of its kind."""
+    from .rows import RowSource, as_row_source
 
-
-def _as_input(target_probs, draft_probs):
-    """A loaded dump's processed rows as stacked (q, p) arrays, a path as its row source
-    (:func:`cactus_theory.rows.as_row_source`); anything else unchanged. Returns
-    (target_probs, draft_probs, whether the input was a dump)."""
-    if draft_probs is None and callable(getattr(target_probs, "pairs", None)):
-        pairs = target_probs.pairs()
-        return pairs.target_probs, pairs.draft_probs, True
-    if isinstance(target_probs, str) or hasattr(target_probs, "__fspath__"):
-        from .rows import as_row_source
-
-        return as_row_source(target_probs, draft_probs), None, False
-    return target_probs, draft_probs, False
-
-
-def _after_source(target_probs, draft_probs, value, keyword: str):
-    """The second positional argument after a dump, a path or a row source (which carry their own
-    drafter rows) is what ``keyword`` names: ``analyze_rules(dump, ["sps", "cactus-taylor"])``
-    (rule names), ``calibrate_delta(dump, 0.05)`` (eps). Returns (draft_probs, value).
-
-    Refused, with a message naming ``keyword=``, when ``keyword`` is given too or the argument
-    is not of its kind (rule names for ``rules``, numbers for ``eps``)."""
-    if draft_probs is None or not _is_source(target_probs):
-        return draft_probs, value
-    x = draft_probs
-    if keyword == "rules":
-        x = [x] if isinstance(x, str) else x
-        fits = isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(r, str) for r in x)
-    else:
-        fits = not isinstance(x, str) and np.asarray(x).dtype.kind in "fiu"
-    if not fits or value is not None:
-        raise ValueError(
-            f"{keyword}: a dump, a path or a row source carries its own drafter rows, so the second "
-            f"argument would be {keyword}; give it once, by name ({keyword}=...)"
-        )
-    return None, (list(x) if keyword == "rules" else x)
+    t, x = target_probs, draft_probs
+    path = isinstance(t, str) or hasattr(t, "__fspath__")
+    if x is not None and (path or isinstance(t, RowSource) or callable(getattr(t, "pairs", None))):
+        x = [x] if keyword == "rules" and isinstance(x, str) else x
+        names = isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(r, str) for r in x)
+        fits = names if keyword == "rules" else not isinstance(x, str) and np.asarray(x).dtype.kind in "fiu"
+        if not fits or value is not None:
+            raise ValueError(
+                f"{keyword}: a dump, a path or a row source carries its own drafter rows, so the "
+                f"second argument would be {keyword}; give it once, by name ({keyword}=...)"
+            )
+        draft_probs, value = None, (list(x) if keyword == "rules" else x)
+    if draft_probs is None and callable(getattr(t, "pairs", None)):
+        pairs = t.pairs()
+        return pairs.target_probs, pairs.draft_probs, True, value
+    if path:
+        return as_row_source(t, draft_probs), None, False, value
+    return t, draft_probs, False, value
 
 
 def analyze_rules(
@@ -421,8 +405,7 @@ def analyze_rules(
     """
     from .analysis.internal import Execution, rule_table_over
 
-    draft_probs, rules = _after_source(target_probs, draft_probs, rules, "rules")
-    target_probs, draft_probs, _ = _as_input(target_probs, draft_probs)
+    target_probs, draft_probs, _, rules = _as_input(target_probs, draft_probs, rules, "rules")
     if delta is not None and np.ndim(delta) > 0:
         raise ValueError(
             f"delta: expected one number for every rule, got an array of shape {np.shape(delta)} "
