@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from ..divergences import DIVERGENCES
-from ..solvers.internal import mentored_target
+from ..solvers.internal import mentored_target_rows
 from .plans import TargetPlan
 from .registry import Knob, Rule, RuleSpec, register, register_alias
 
@@ -55,7 +55,9 @@ class Mentored(Rule):
     def plan(self, target_probs, draft_probs, *, raw_target_probs=None, raw_draft_probs=None):
         """``TargetPlan(pi)`` with pi from the exact solver (array-agnostic)."""
         return TargetPlan(
-            target_probs, draft_probs, mentored_target(target_probs, draft_probs, self.D, self.divergence)
+            target_probs,
+            draft_probs,
+            mentored_target_rows(target_probs, draft_probs, self.D, self.divergence),
         )
 
 

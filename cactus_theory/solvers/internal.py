@@ -13,7 +13,7 @@ from . import _spike
 from ._certificates import CERTIFICATE_DIVERGENCES, rejection_radius
 from ._draft_coupling import SetCoupling, optimal_set_coupling
 from ._frontier import LARGEST_FINITE
-from ._mentored import mentored_target
+from ._mentored_device import mentored_target_rows
 from ._multidraft import multidraft_multiplier_target, multidraft_target
 from ._sequence import budgeted_multiplier_step
 from ._spike import (
