@@ -472,7 +472,6 @@ _LACKING_A_TEST_FILE = {
     "analysis/comparison.py",
     "analysis/multidraft.py",
     "analysis/rule_table.py",
-    "figures/audit.py",
     "integrations/vllm/_patch.py",
     "integrations/vllm/_rows.py",
     "integrations/vllm/gpu_check.py",

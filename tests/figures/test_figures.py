@@ -436,16 +436,6 @@ def test_acceptance_vs_delta_keeps_coinciding_draft_lengths_visible():
     assert "line '$m = 8$' is hidden under line '$m = 20$' in axes 1" in layout_problems(fig)
 
 
-@pytest.mark.parametrize("eos", [None, 0])
-def test_audit_figure_layout_is_readable(eos):
-    from cactus_theory.api import audit
-    from cactus_theory.figures import figure_audit
-
-    d = synthetic_data(40, 16)
-    res = audit(d.target_probs, d.draft_probs, eps=0.05, draft_lengths=(2,), eos_token_id=eos)
-    assert _layout(figure_audit(res)) == []
-
-
 def test_multidraft_figures_layout_is_readable():
     from cactus_theory.logits.tree_dump import load_tree_dump
 

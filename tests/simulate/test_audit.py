@@ -3,7 +3,7 @@
 Checked: the calibrated rules' emitted divergence equals the target (recomputed independently
 from the exact emitted law), the EOS shift against a hand computation on a 3-token example,
 the knob bisection against a closed form, the dumps' EOS convention, the CLI on every shipped
-dump with --json, the figure's notes, and bad input.
+dump with --json, and bad input (the figure: tests/figures/test_figures_audit.py).
 """
 
 from __future__ import annotations
@@ -241,29 +241,6 @@ def test_the_audit_states_its_counting_conventions_and_they_hold():
     for m in (1, 3):
         # the trajectory's last rounds are cut short at its end: an O(m / T) shortfall (0.007 at m = 3, T = 400)
         assert row[f"al_{m}"] == pytest.approx(alpha * (1 - alpha**m) / (1 - alpha), abs=0.01)
-
-
-def test_audit_figure_names_every_rule():
-    import matplotlib.pyplot as plt
-
-    from cactus_theory.figures import figure_audit
-    from cactus_theory.figures._notes import NOTE_GID, rule_record
-
-    q, p = _rows(20)
-    res = ct.audit(q, p, eps=0.05, rules=["cactus-taylor", "topk", "sps"], eos_token_id=1, draft_lengths=(1,))
-    fig = figure_audit(res)
-    try:
-        fig.canvas.draw()
-        rec = rule_record(fig)
-        assert set(rec.given) == {"cactus-taylor", "topk", "sps"} == set(rec.drawn) | set(rec.dropped)
-        for ax in fig.axes:
-            leg = ax.get_legend()
-            assert leg is None or len(leg.get_texts()) <= 8
-        notes = " ".join(t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() == NOTE_GID)
-        for rule in rec.dropped:
-            assert rule in notes
-    finally:
-        plt.close(fig)
 
 
 def test_folder_of_shards_matches_the_arrays(tmp_path, capsys):
