@@ -3,10 +3,8 @@
 One formatter for every table the package prints (the report, the subcommands): aligned text,
 Markdown or CSV; :func:`json_ready` turns a table's values into JSON-ready data.
 
-JSON encoding (the one encoder of the package: every ``to_dict``, every ``--json`` output and
-every JSON file the package writes go through :func:`json_ready` or :func:`to_json`)
--------------------------------------------------------------------------------------------
-Numpy scalars and arrays become Python numbers and lists, tuples become lists, dict keys become
+The package's one JSON encoding (every ``to_dict``, every ``--json`` output and the JSON
+result files go through :func:`json_ready` or :func:`to_json`): numpy scalars and arrays become Python numbers and lists, tuples become lists, dict keys become
 strings. A non-finite float becomes a **string**: ``"nan"``, ``"inf"`` or ``"-inf"``, so the
 text is strict JSON (RFC 8259 has no NaN nor Infinity: ``json.loads(s, parse_constant=...)``
 with a raising hook accepts it) and ``float(value)`` reads every number back, the non-finite
