@@ -1,8 +1,9 @@
 """Shared test configuration: hypothesis profiles and the tolerance helper.
 
 Profiles: "ci" (default under ./dev test: derandomized, no database, modest example counts so
-the suite stays under 10 minutes on 2 cores) and "thorough" (random, many more examples).
-Choose one with HYPOTHESIS_PROFILE.
+the main stage stays under 5 minutes on 2 cores) and "thorough" (random, many more examples).
+Choose one with HYPOTHESIS_PROFILE. Every property test takes its count from the profile, or a
+stated share of it (:func:`profile_examples`).
 """
 
 import os
@@ -40,6 +41,20 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def profile_examples(share: float, why: str) -> int:
+    """``max_examples`` for a property test that runs a stated share of the loaded profile's count.
+
+    Property tests take their example count from the profile; one whose examples cost more than
+    most (a parametrization over every rule, a solver per example) or less (a scalar identity)
+    states ``why`` and a ``share``: ``max(2, round(share * max_examples))`` of the profile, so
+    ``thorough`` scales it too (``ci``: 60 examples, ``thorough``: 1000).
+    """
+    if share <= 0 or not why.strip():
+        raise ValueError(f"share: a positive share with its reason (why), got {share!r}, {why!r}")
+    return max(2, round(share * settings.default.max_examples))
+
 
 # The model tests, notebooks and subprocesses find this checkout's prepared model copy in its
 # ignored .cache/ (./dev setup writes it there; ./dev exports the same variable).

@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import deltas, pairs
@@ -69,7 +70,7 @@ def test_theorem1_fixed_target_is_emitted_exactly(pair, w):
 
 @pytest.mark.parametrize("name", CACTUS)
 @pytest.mark.parametrize("div", sorted(DIVERGENCES))
-@settings(max_examples=25)
+@settings(max_examples=profile_examples(5 / 12, "56 cases (rule x divergence), each its own run"))
 @given(pair=pairs(1, 32), delta=deltas)
 def test_theorem3_emitted_no_farther_than_drafter(name, div, pair, delta):
     """Theorem 3's bound D(h_alg || q) <= D(p || q), for every divergence and Cactus variant."""
@@ -325,7 +326,6 @@ PATH_ATOL = 64 * 2.3e-16
 
 @pytest.mark.parametrize("name", ["cactus-taylor", "cactus-exact-kl", "cactus-exact-hellinger"])
 @pytest.mark.parametrize("threads", [1, 2])
-@settings(max_examples=60, deadline=None)
 @given(pair=pairs(1, 64), delta=deltas, chunk=st.integers(1, 17))
 def test_long_row_path_is_the_sorted_path(name, threads, pair, delta, chunk):
     """``emitted_distribution``'s path for long numpy rows (called here on short ones)

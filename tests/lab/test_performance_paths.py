@@ -14,6 +14,7 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,7 +96,6 @@ def _root_tolerance(name, s, g, eps=_EPS64):
 
 @pytest.mark.parametrize("name", SMOOTH)
 @given(s=qn, delta=budget)
-@settings(max_examples=40, deadline=None)
 def test_newton_root_is_feasible_and_agrees_with_bisection(name, s, delta):
     d = get_divergence(name)
     g = float(exact_spike(np.array(s), delta, name))
@@ -115,7 +115,7 @@ def test_newton_root_is_feasible_and_agrees_with_bisection(name, s, delta):
     s=st.one_of(st.floats(1e-6, 1 - 1e-6), st.floats(-12.0, -6.0).map(lambda e: 10.0**e)),
     delta=st.floats(1e-4, 5.0),
 )
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=profile_examples(1 / 4, "an mpmath root at high precision per example"), deadline=None)
 def test_newton_root_matches_mpmath(name, s, delta):
     g = float(exact_spike(np.array(s), delta, name))
     d = get_divergence(name)
@@ -210,7 +210,10 @@ def _rows_close(a, b, tol):
 
 @pytest.mark.parametrize("name", sorted(RULES))
 @given(pair=pairs(min_vocab=2, max_vocab=24), batch=st.integers(1, 3))
-@settings(max_examples=6, deadline=None)
+@settings(
+    max_examples=profile_examples(1 / 10, "every registered rule, each its own run, torch and numpy"),
+    deadline=None,
+)
 def test_torch_analysis_matches_numpy(name, pair, batch):
     """analyze() on torch float64 tensors: the numpy numbers, for every registered rule."""
     torch = pytest.importorskip("torch")

@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import pairs
@@ -186,7 +187,9 @@ def test_optimal_budget_reaches_the_optimum_off_supp_q():
     assert emitted[1] > 0.01 and float(divergence(emitted, md.target_probs, "tv")) <= 0.2 + LP_TOL
 
 
-@settings(max_examples=4, deadline=None)
+@settings(
+    max_examples=profile_examples(1 / 15, "every multi-draft verifier and an LP per example"), deadline=None
+)
 @given(
     pair=pairs(2, 4),
     k=st.integers(2, 3),

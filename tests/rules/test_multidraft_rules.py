@@ -15,6 +15,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -297,7 +298,10 @@ def test_degenerate_rows_keep_block_and_traversal_lossless():
             assert lossless_error(name, tree) < LOSSLESS_TOL
 
 
-@settings(max_examples=8, deadline=None)
+@settings(
+    max_examples=profile_examples(2 / 15, "every lossless verifier of the scheme enumerated per example"),
+    deadline=None,
+)
 @given(
     v=st.integers(2, 4),
     k=st.integers(1, 3),

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 from strategies import pairs
@@ -58,7 +58,6 @@ def test_static_ensemble_and_interpolation_differ_only_by_the_p0_convention_at_a
 
 
 @given(pair=pairs(1, 32), w=st.floats(0.0, 1.0))
-@settings(max_examples=25)
 def test_static_ensemble_is_interpolation_and_matches_transformers(pair, w):
     q, p = pair
     ens = make_plan(get_rule("static-ensemble", assistant_ensemble_weight=w), q, p)

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -87,7 +88,7 @@ def _check_row(x, what):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=25)
+@settings(max_examples=profile_examples(5 / 12, "42 rules, each its own run"))
 @given(pair=pairs(1, 24), seed=st.integers(0, 2**16))
 def test_valid_probabilities(name, pair, seed):
     q, p = pair
@@ -112,7 +113,7 @@ def test_valid_probabilities(name, pair, seed):
 
 @pytest.mark.parametrize("name", SPS_RULES)
 @given(pair=pairs(1, 32), seed=st.integers(0, 2**16))
-@settings(max_examples=30)
+@settings(max_examples=profile_examples(1 / 2, "32 rules, each its own run"))
 def test_sps_knobs_give_sps(name, pair, seed):
     q, p = pair
     rq, rp = _raw(q, p, seed)
@@ -135,7 +136,6 @@ def test_rules_without_sps_knobs_say_why(name):
 
 @pytest.mark.parametrize("name", BLIND)
 @given(q=pairs(2, 24), ps=pairs(2, 24))
-@settings(max_examples=30)
 def test_rules_that_do_not_read_p_ignore_it(name, q, ps):
     q = q[0]
     V = q.shape[-1]
@@ -176,7 +176,7 @@ def _knob_settings(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=10)
+@settings(max_examples=profile_examples(1 / 6, "42 rules, each its own run, every divergence's frontier"))
 @given(pair=pairs(1, 16), seed=st.integers(0, 2**16), truncate_q=st.booleans())
 def test_frontier_dominance(name, pair, seed, truncate_q):
     """sum_n p_n a_n <= F(D(h_alg||q)) for every divergence: Theorem 1 + coupling inequality."""
@@ -217,7 +217,7 @@ def _processed(x, temperature, top_k, top_p):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=2)
+@settings(max_examples=profile_examples(1 / 30, "42 rules, each its own run over three pooled rows"))
 @given(
     rows=st.integers(2, 12).flatmap(lambda V: st.lists(pairs(V, V), min_size=3, max_size=3)),
     temperature=st.sampled_from([0.6, 1.0, 1.4]),
@@ -437,7 +437,6 @@ def test_topk_ties_and_truncated_q():
 
 
 @given(pair=pairs(1, 32), alpha=st.floats(0, 1))
-@settings(max_examples=30)
 def test_interpolation_formulas(pair, alpha):
     q, p = pair
     rule = get_rule("interpolation", alpha=alpha)
@@ -540,7 +539,7 @@ def _against_solved_spike(name, q, p, delta):
 
 
 @pytest.mark.parametrize("name", SPIKE_RULES)
-@settings(max_examples=20)
+@settings(max_examples=profile_examples(1 / 3, "10 spike rules, each a whole gamma per example"))
 @given(pair=pairs(1, 24), delta=st.sampled_from([None, 0.0, 1e-9, 0.1, 3.0, math.inf]))
 def test_spike_plans_emit_the_law_of_their_whole_gamma(name, pair, delta):
     """Plans may solve gamma lazily and read min(gamma_n, p_n) only (the exact KL root is

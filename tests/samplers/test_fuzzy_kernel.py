@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rule_configs import FUSED_SHAPE, fused_group
@@ -60,7 +61,7 @@ def _pair(draw, V):
     return q, p
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=profile_examples(5, "a cheap bound check: five times the profile"), deadline=None)
 @given(st.data(), st.integers(1, 300), st.floats(0.1, 10.0), st.floats(0.1, 10.0))
 def test_js_bounds_enclose_the_divergence(data, V, sq, sp):
     """lower <= JS <= upper <= lower (1 + GAP) for un-normalized rows (sums sq, sp), float64."""
@@ -84,7 +85,7 @@ def _d64(y, x):
     return 0.5 * float(np.sum(ty + tx))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=profile_examples(5, "a cheap bound check: five times the profile"), deadline=None)
 @given(st.data(), st.integers(1, 300), st.floats(0.1, 10.0), st.floats(1.0 / 3.0, 3.0))
 def test_js_bounds_in_the_sum_pass_enclose_the_divergence(data, V, sq, r):
     """The one-pass bounds (moments of the un-normalized rows, over s_q, widened by

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import simplex
@@ -58,7 +59,7 @@ def test_conjugate_matches_brute_force(name):
 
 
 @pytest.mark.parametrize("name", CVX_DIVERGENCES)
-@settings(max_examples=15)
+@settings(max_examples=profile_examples(1 / 4, "a cvxpy certificate per example, 7 divergences"))
 @given(
     q=st.integers(2, 6).flatmap(simplex),
     n_seed=st.integers(0, 99),

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from strategies import pairs
 
@@ -35,7 +35,6 @@ def test_slopes_at_infinity():
 
 @pytest.mark.parametrize("div", DIVS)
 @given(pair=pairs(1, 40), eps=st.sampled_from([0.0, 1e-4, 0.01, 0.1, 1.0, 10.0, math.inf]))
-@settings(max_examples=40)
 def test_target_is_feasible_and_attains_the_reported_acceptance(div, pair, eps):
     q, p = pair
     sol = solve_mentored(q, p, eps, div)
@@ -55,7 +54,6 @@ def test_target_is_feasible_and_attains_the_reported_acceptance(div, pair, eps):
 
 @pytest.mark.parametrize("div", SMOOTH)
 @given(pair=pairs(2, 40, zeros=False), eps=st.floats(1e-3, 2.0))
-@settings(max_examples=40)
 def test_budget_is_hit_unless_saturated(div, pair, eps):
     q, p = pair
     sol = solve_mentored(q, p, eps, div, return_target=False)
@@ -76,7 +74,6 @@ def test_budget_is_hit_unless_saturated(div, pair, eps):
 
 @pytest.mark.parametrize("div", SMOOTH)
 @given(pair=pairs(2, 40), eps=st.floats(1e-3, 2.0))
-@settings(max_examples=40)
 def test_clip_form_on_the_support_of_q(div, pair, eps):
     """pi = clip(p, a q, b q) wherever q > 0, for every strictly convex divergence."""
     q, p = pair
@@ -91,7 +88,6 @@ def test_clip_form_on_the_support_of_q(div, pair, eps):
 
 @pytest.mark.parametrize("div", ["kl", "chi2"])
 @given(pair=pairs(2, 40), eps=st.floats(1e-3, 5.0))
-@settings(max_examples=30)
 def test_no_mass_off_support_for_infinite_slope(div, pair, eps):
     q, p = pair
     sol = solve_mentored(q, p, eps, div)
@@ -128,7 +124,6 @@ def test_narasimhan_parametrisation_for_kl():
 
 
 @given(pair=pairs(1, 30), div=st.sampled_from(DIVS))
-@settings(max_examples=40)
 def test_zero_budget_is_q_and_p_equal_q_accepts_all(pair, div):
     q, p = pair
     np.testing.assert_allclose(mentored_target(q, p, 0.0, div), q, rtol=0, atol=1e-14)

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import simplex
@@ -56,7 +57,6 @@ def trajectories(draw, max_T=5, max_V=8):
 lams = st.one_of(st.sampled_from([0.0, 0.1, 1.0, 10.0, math.inf]), st.floats(1e-3, 1e3))
 
 
-@settings(max_examples=30)
 @given(trajectories(), lams)
 def test_multiplier_step_is_on_the_frontier_and_maximises_the_lagrangian(traj, lam):
     q, p = traj
@@ -94,7 +94,6 @@ def test_exact_solver_matches_cvxpy(T, V, seed, eps):
     assert exact.total_acceptance >= oracle.total_acceptance - 2e-6
 
 
-@settings(max_examples=30)
 @given(trajectories(max_T=6), st.floats(0.05, 5.0), st.integers(0, 2**16))
 def test_fixed_multiplier_spends_its_budget_optimally_per_trajectory(traj, lam, seed):
     """Guarantee 1: no allocation of at most the same total divergence accepts more."""
@@ -127,7 +126,6 @@ def test_a_saturating_budget_with_a_root_past_c_700_is_solved():
     assert best.total_acceptance == pytest.approx(float(np.minimum(p, o).sum()), abs=1e-7)
 
 
-@settings(max_examples=30)
 @given(trajectories(max_T=6), st.floats(0.01, 3.0), st.floats(1e-3, 0.5))
 def test_account_never_overspends_teacher_forced(traj, lam, eps):
     q, p = traj
@@ -137,7 +135,7 @@ def test_account_never_overspends_teacher_forced(traj, lam, eps):
     assert np.all(np.diff(B) <= 1e-15) and B[-1] >= 0
 
 
-@settings(max_examples=10)
+@settings(max_examples=profile_examples(1 / 6, "every path of length 3 enumerated per example"))
 @given(st.integers(0, 2**16), st.floats(0.05, 3.0), st.floats(1e-3, 0.3))
 def test_account_guarantee_per_realised_sequence_with_feedback(seed, lam, eps):
     """Guarantee 2, not teacher-forced: q_t, p_t depend on the previous token; every path of

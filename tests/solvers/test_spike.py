@@ -16,6 +16,7 @@ import mpmath
 import numpy as np
 import pytest
 import scipy.special
+from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,7 +43,10 @@ def _mp_kl(g, s):
 
 
 @given(g=unit, s=unit)
-@settings(max_examples=300, deadline=None)
+@settings(
+    max_examples=profile_examples(5, "a cheap scalar identity against mpmath: five times the profile"),
+    deadline=None,
+)
 def test_two_point_kl_matches_mpmath(g, s):
     got = float(kl_two_point(np, np.array(g), np.array(s)))
     want, scale = _mp_kl(g, s)
@@ -65,7 +69,7 @@ def test_small_gamma_root_is_accurate():
 
 
 @given(s=st.floats(-280.0, -1e-12).map(lambda e: 10.0**e), t=st.floats(0.0, 1.0))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=profile_examples(5, "a cheap scalar identity: five times the profile"), deadline=None)
 def test_interior_form_is_kl_two_point_bit_for_bit(s, t):
     x = s + (1.0 - s) * t
     if not s <= x < 1.0:
