@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import assert_close
+from conftest import assert_close, profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import simplex
@@ -149,7 +149,7 @@ def test_readme_worked_example():
 
 
 @pytest.mark.parametrize("name", CVX_DIVERGENCES)
-@settings(max_examples=6)
+@settings(max_examples=profile_examples(1 / 10, "a cvxpy solve per example, 7 divergences"))
 @given(
     q=st.integers(2, 6).flatmap(lambda V: simplex(V)),
     n_seed=st.integers(0, 100),
@@ -227,6 +227,7 @@ def test_spike_solvers_are_array_agnostic_torch_float32(name):
         np.testing.assert_allclose(got.numpy(), ref, atol=2e-5)
         if name == "kl":
             t = taylor_spike(torch.tensor(s, dtype=torch.float32), delta)
+            # the closed form in float32: a few roundings of O(1) values (eps 1.2e-7 each)
             np.testing.assert_allclose(t.numpy(), taylor_spike(s, delta), atol=1e-6)
 
 
