@@ -475,8 +475,6 @@ _LACKING_A_TEST_FILE = {
     "integrations/vllm/_rows.py",
     "integrations/vllm/gpu_check.py",
     "planning/_recording.py",
-    "results/_analysis.py",
-    "results/_front.py",
     "rules/_forms.py",
     "rules/multidraft/base.py",
     "rules/plans.py",
