@@ -474,7 +474,6 @@ _LACKING_A_TEST_FILE = {
     "integrations/vllm/_patch.py",
     "integrations/vllm/_rows.py",
     "integrations/vllm/gpu_check.py",
-    "planning/_recording.py",
     "rules/_forms.py",
     "rules/multidraft/base.py",
     "rules/plans.py",
