@@ -1,6 +1,9 @@
 """Debian's Chromium driven by Playwright, for the browser tests (the notebooks in JupyterLab,
-the documentation site): its path, its flags and one launch (Playwright's own browser download
-is not reachable; ``./dev`` installs Debian's ``chromium``)."""
+the documentation site): its path, its flags, one launch (Playwright's own browser download
+is not reachable; ``./dev`` installs Debian's ``chromium``), and what a stage does when
+something it needs is missing: someone running the tests by hand gets a skip with the reason;
+CI (``.ci/run`` sets ``CACTUS_THEORY_REQUIRE_BROWSER=1``) gets a failure, so a stage that could
+not run never passes empty."""
 
 from __future__ import annotations
 
@@ -8,7 +11,12 @@ import contextlib
 import os
 import pathlib
 
+import pytest
+
 CHROMIUM = os.environ.get("CACTUS_THEORY_CHROMIUM", "/usr/bin/chromium")
+#: Set to 1 (by ``.ci/run``): a browser stage that cannot run fails instead of skipping.
+REQUIRE_ENV = "CACTUS_THEORY_REQUIRE_BROWSER"
+
 #: Chromium flags for a headless run as root in a container without network.
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -31,6 +39,23 @@ def chromium_missing() -> str | None:
     except ImportError:
         return "playwright is not installed (pip install -e '.[notebooks]')"
     return None
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip the test for ``reason``, or fail it where ``CACTUS_THEORY_REQUIRE_BROWSER=1``."""
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_ENV}=1: this stage must run, not skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_module(name: str):
+    """``pytest.importorskip`` that fails instead where ``CACTUS_THEORY_REQUIRE_BROWSER=1``."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        skip_or_fail(f"{name} is not installed ({e})")
 
 
 @contextlib.contextmanager

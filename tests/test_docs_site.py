@@ -44,7 +44,7 @@ import threading
 import time
 
 import pytest
-from chromium import chromium_missing, launched_chromium
+from chromium import chromium_missing, launched_chromium, skip_or_fail
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MATHJAX = pathlib.Path(
@@ -85,7 +85,7 @@ def site(tmp_path_factory):
     """The built site's folder, and the build's log."""
     reason = _missing()
     if reason:
-        pytest.skip(reason)
+        skip_or_fail(reason)
     tmp = tmp_path_factory.mktemp("docs")
     out = tmp / "html"
     env = dict(os.environ)

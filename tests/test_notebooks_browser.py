@@ -34,7 +34,7 @@ import time
 import urllib.request
 
 import pytest
-from chromium import chromium_missing, launched_chromium
+from chromium import chromium_missing, launched_chromium, skip_or_fail
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -68,7 +68,7 @@ def lab(tmp_path_factory):
     """A JupyterLab server on a temporary copy of the notebooks; yields (base url, token)."""
     reason = _missing()
     if reason:
-        pytest.skip(reason)
+        skip_or_fail(reason)
     tmp = tmp_path_factory.mktemp("lab")
     work = tmp / "notebooks"
     shutil.copytree(ROOT / "notebooks", work)

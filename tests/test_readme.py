@@ -4,7 +4,8 @@ generates them), their examples run, and their relative links resolve.
 One test checks the blocks of the cheap sections (taylor, families, rules, frontier,
 calibration, chain, claims, sequence, and the blocks computed from shipped data), another the
 real-data blocks (the ``real`` section); ``scripts/update_readme.py
---check`` checks every block too.
+--check`` checks every block too. Those two and the examples' run recompute whole reports:
+they carry the marker ``full`` (``./dev test``'s stage 'full', beside the others).
 """
 
 import importlib.util
@@ -105,12 +106,14 @@ def test_a_page_with_a_duplicated_block_is_a_command_line_error(tmp_path, capsys
     assert "'decode'" in capsys.readouterr().err
 
 
+@pytest.mark.full  # a whole report (or every example) recomputed: the stage 'full'
 def test_readme_tables_match_a_fresh_report():
     names = upd.blocks_for(CHEAP)
     assert len(names) >= 6
     _check(names)
 
 
+@pytest.mark.full  # a whole report (or every example) recomputed: the stage 'full'
 def test_readme_real_data_tables_match_a_fresh_report():
     # the real section (the costliest to recompute)
     _check([n for n in upd.BLOCKS if n not in upd.blocks_for(CHEAP)])
@@ -173,6 +176,7 @@ def _section(text: str, heading: str) -> str:
     return text[start : nxt if nxt >= 0 else None]
 
 
+@pytest.mark.full  # a whole report (or every example) recomputed: the stage 'full'
 def test_every_python_example_of_the_pages_runs():
     # Each fenced python block of every page runs top to bottom in a fresh namespace (the
     # quickstart's printed output is also checked against the README by

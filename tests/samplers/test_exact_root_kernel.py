@@ -3,8 +3,10 @@
 compiles on a GPU. Here: the traced graph computes the device path's floats bit for bit at
 lengths other than the one traced; the samplers route gamma at the drafted tokens through the
 kernel off the CPU (forced here) with unchanged outputs, and keep numpy's root on CPU tensors.
-Compiling the graph takes minutes on these CPUs: ``CACTUS_THEORY_COMPILE_ROOT=1`` runs that
-test (``scripts/gpu_check.py`` checks the compiled kernel against the eager path on CUDA)."""
+Compiling the graph takes minutes on two CPU cores (more than ``./dev test`` can spend):
+``CACTUS_THEORY_COMPILE_ROOT=1`` runs that test, in ``./dev test``'s stage 'compile', which
+``.ci/run`` turns on; ``scripts/gpu_check.py`` checks the compiled kernel against the eager
+path on CUDA. The second trace runs in the stage 'full'."""
 
 from __future__ import annotations
 
@@ -47,10 +49,7 @@ def test_traced_graph_is_the_device_path_at_any_length(traced):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("CACTUS_THEORY_COMPILE_ROOT") != "1",
-    reason="a second trace (seconds); CACTUS_THEORY_COMPILE_ROOT=1 runs it",
-)
+@pytest.mark.full  # a second trace (seconds): ./dev test's stage 'full'
 def test_tensor_budgets_trace_too():
     g = kernel.traced_root("kl", torch.float64, "cpu", torch.float64)
     q = _q(200, 3).double()
@@ -97,9 +96,11 @@ def test_cpu_tensors_keep_the_host_root():
 
 
 @pytest.mark.slow
+@pytest.mark.compile
 @pytest.mark.skipif(
     os.environ.get("CACTUS_THEORY_COMPILE_ROOT") != "1",
-    reason="compiling the root takes minutes on a CPU; CACTUS_THEORY_COMPILE_ROOT=1 runs it",
+    reason="compiling takes minutes on a CPU; CACTUS_THEORY_COMPILE_ROOT=1 runs it (.ci/run sets it: "
+    "./dev test's stage 'compile')",
 )
 def test_compiled_root_is_the_device_path():
     fn = kernel.compiled_root("kl", torch.float32, "cpu", 0.3)

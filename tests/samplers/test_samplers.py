@@ -499,25 +499,32 @@ def test_accepted_prefix_length_law(name, knobs):
     assert pval > ALPHA, f"{name}: p = {pval:.2e}, counts {counts}, expected {exp}"
 
 
+#: The rules of the CUDA sync test (scripts/gpu_check.py's sync step checks every registered rule).
+CUDA_SYNC_RULES = (
+    "sps",
+    "cactus-taylor",
+    "cactus-exact-kl",
+    "cactus-exact",
+    "tas",
+    "topk",
+    "interpolation",
+    "cascade-opt",
+    "fuzzy",
+)
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs CUDA; scripts/gpu_check.py runs this check on a GPU (its sync step, every rule)",
+)
 # torch warns that its sync debug mode is a prototype; the mode itself is what this test uses
 @pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype:UserWarning")
 def test_no_host_sync_on_cuda():
     """forward without seeded rows runs under torch.cuda.set_sync_debug_mode('error')."""
     dev = torch.device("cuda")
     q, bonus, p, ids = (t.to(dev) for t in _batch(8, 4, 1000, seed=9))
-    for name in (
-        "sps",
-        "cactus-taylor",
-        "cactus-exact-kl",
-        "cactus-exact",
-        "tas",
-        "topk",
-        "interpolation",
-        "cascade-opt",
-        "fuzzy",
-    ):
+    for name in CUDA_SYNC_RULES:
         s = make_sampler(name)
         s(q, bonus, p, ids)
         torch.cuda.synchronize()

@@ -140,6 +140,7 @@ def test_block_arguments_are_checked():
         exact_law("block", np.full((5, v), 1 / v), np.full((4, v), 1 / v))
 
 
+@pytest.mark.full  # the reference at the default size: its own stage of ./dev test
 def test_the_docs_block_example_runs_and_the_reference_passes_with_every_exact_check():
     import contextlib
     import io

@@ -4,7 +4,9 @@ False-failure probability: every check_sampler_law call below runs at the defaul
 alpha = 1e-6 (family-wise, Bonferroni over its tests; exact for the binomial and Bernstein
 tests, asymptotic for chi-square), so with fewer than 40 calls on correct samplers the chance
 that one fails is below 4e-5; seeds are fixed, so a run is reproducible. The calibration test
-runs at moderate levels, where its own bound is stated.
+runs at moderate levels, where its own bound is stated. The runs at the default (full-power)
+size carry the marker ``full``: ``./dev test`` runs them in their own stage, beside the others;
+the main stage keeps the checks at fewer draws.
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def test_dyadic_rows_sum_to_one_and_keep_the_support(w):
 # ----------------------------------------------------------------------------- correct samplers pass
 
 
+@pytest.mark.full
 @pytest.mark.parametrize(
     "rule", [SPS, CACTUS, get_rule("interpolation", alpha=0.3)], ids=["sps", "cactus-taylor", "interpolation"]
 )
@@ -152,20 +155,17 @@ def _knobs(name):
 
 
 # mentored and cactus-calibrated solve a root per row (seconds per call here): left to the
-# detection script; the three rules above run at the default size
-OTHER_RULES = [
-    n
-    for n in ct.rule_names()
-    if n not in ("sps", "cactus-taylor", "interpolation", "mentored", "cactus-calibrated")
-]
+# detection script; the three rules above also run at the default size (stage 'full')
+FEWER_DRAWS_RULES = [n for n in ct.rule_names() if n not in ("mentored", "cactus-calibrated")]
 
 
-@pytest.mark.parametrize("name", OTHER_RULES)
-def test_every_other_rules_sampler_passes_on_fewer_draws(name):
+@pytest.mark.parametrize("name", FEWER_DRAWS_RULES)
+def test_every_rules_sampler_passes_on_fewer_draws(name):
     rule = get_rule(name, **_knobs(name))
     assert assert_sampler_law(ct.make_sampler(rule), rule, num_samples=5000, seed=2).passed
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("rule", ["sps", "cactus-taylor"])
 def test_the_reference_sampler_passes(rule):
     sampler = reference_sampler(rule, delta=DELTA if rule != "sps" else None)
@@ -212,6 +212,7 @@ def test_the_casebook_has_its_sources():
     assert len({d.bug_class for d in CASEBOOK.values()}) == len(CASEBOOK)
 
 
+@pytest.mark.full
 def test_the_report_says_where_and_by_how_much():
     res = check_sampler_law(reference_sampler("sps", defect="swapped-ratio"), SPS, seed=1)
     text = res.report()
@@ -527,6 +528,7 @@ def _docs_block(label):
     return after.split("```", 2)[1].split("\n", 1)[1]
 
 
+@pytest.mark.full
 def test_the_docs_state_the_defaults_and_a_real_failure_report():
     text = DOCS.read_text()
     defaults = inspect.signature(check_sampler_law).parameters
@@ -542,6 +544,7 @@ def test_the_docs_state_the_defaults_and_a_real_failure_report():
     assert lines.index(shown[0]) < lines.index(shown[-1])
 
 
+@pytest.mark.full
 def test_the_plugin_in_another_project(tmp_path):
     """The plugin's fixtures and marker in a temporary project, with the docs page's example."""
     (tmp_path / "test_other.py").write_text(PLUGIN_TEST)

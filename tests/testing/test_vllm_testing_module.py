@@ -114,6 +114,7 @@ def test_the_conformance_row_of_vllm_is_what_it_does():
     assert row["result"] == "passed", res.report()
 
 
+@pytest.mark.full  # the default size: stage 'full' in .venv, stage 'vllm' in .venv-vllm
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
 def test_the_conformance_row_of_transformers_is_what_it_does():
     """transformers' _speculative_sampling at the default size: it passes the SpS law, with its
