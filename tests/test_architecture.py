@@ -482,7 +482,6 @@ _LACKING_A_TEST_FILE = {
     "samplers/multidraft.py",
     "samplers/v1.py",
     "simulate/_fly.py",
-    "simulate/_sequence_budget.py",
     "testing/_adapters.py",
     "testing/_casebook.py",
     "testing/_check.py",
