@@ -481,7 +481,6 @@ _LACKING_A_TEST_FILE = {
     "samplers/base.py",
     "samplers/multidraft.py",
     "samplers/v1.py",
-    "simulate/_fly.py",
     "testing/_adapters.py",
     "testing/_casebook.py",
     "testing/_check.py",
