@@ -94,6 +94,7 @@ def test_default_cases_are_exact_in_float32_and_have_no_ties():
         assert len(kept) == 3 and len(np.flatnonzero(tp[i])) == 4
         third = np.sort(rq[i])[-3]
         assert np.count_nonzero(rq[i] == third) == 2 and np.all(rq[i, kept] >= third)
+        # the default cases are dyadic (multiples of 2^-20): one rounding step per entry
         np.testing.assert_allclose(tq[i, kept], rq[i, kept] / rq[i, kept].sum(), atol=2**-20)
         assert tp[i][tq[i] == 0].sum() > 0.4
 
@@ -608,6 +609,8 @@ def test_the_detectable_deviation_is_detected_at_the_stated_power():
     stat = ((counts - n * h) ** 2 / (n * h)).sum(1)
     rate = np.mean(stat > stats.chi2.isf(level, len(h) - 1))
     assert rate >= 0.9 - 0.02, (t, rate)
+    # draws_needed inverts detectable_tv rounded up to a whole draw (abs 1; 1e-6 relative: the
+    # noncentrality root both solve)
     assert draws_needed(t, len(h) - 1, level) == pytest.approx(n, rel=1e-6, abs=1)
     assert noncentrality(4, level, 0.9) > noncentrality(4, 1e-2, 0.9)
 
