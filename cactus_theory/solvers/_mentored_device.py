@@ -6,9 +6,10 @@ divergences with a finite slope at infinity), solved for the samplers and the vL
 the rows' dtype and on their device, a fixed number of operations (no host read, no loop
 over rows):
 
-1. one sort of :math:`r_x = p_x/q_x` per row and its prefix sums (the analysis'
-   :class:`~cactus_theory.solvers._mentored_phases._Prepared`; its searches are
-   ``torch.searchsorted`` here instead of a Python-level binary search);
+1. one sort of :math:`r_x = p_x/q_x` per row and its prefix sums (the quantities of the
+   analysis' :class:`~cactus_theory.solvers._mentored_phases._Prepared`, built with torch's
+   own calls; its searches are ``torch.searchsorted`` here instead of a Python-level binary
+   search);
 2. a binary search over the breakpoints :math:`b = r_k \ge 1` of the band (ceil(log2(V+1))
    steps, each one evaluation per row): D is nondecreasing in b, so the breakpoints within
    the budget are a prefix, and the last of them and the next bracket the root;
@@ -51,8 +52,38 @@ SECANT_STEPS = 20
 
 
 class _SortedRows(_Prepared):
-    """:class:`_Prepared` whose searches are ``torch.searchsorted`` (one call, no loop) and
-    whose reads are ``gather`` (no check for negative indices)."""
+    """:class:`_Prepared`'s sorted ratios and prefix sums built with torch's own calls (one
+    ``sort`` returning the order, ``gather``, ``cumsum``: a few passes over V fewer than the
+    array-API build, the same quantities), searched by ``torch.searchsorted`` (one call, no
+    loop) and read by ``gather`` (no check for negative indices)."""
+
+    def __init__(self, xp, q, p, d):
+        import torch
+
+        self.xp, self.d, self.V = xp, d, q.shape[-1]
+        self.searchsorted = False
+        big = float(torch.finfo(q.dtype).max) * 0.25  # as _Prepared: p/q must not overflow
+        self.on = on = (q > 0) & (p < q * big)
+        self.r = torch.where(on, p / torch.where(on, q, 1.0), math.inf)
+        rs, order = torch.sort(self.r, dim=-1)
+        ons = rs < math.inf  # on supp(q), in sorted order
+        qs = torch.where(ons, q.gather(-1, order), 0.0)
+        ps = torch.where(ons, p.gather(-1, order), 0.0)
+        pad = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=q.device)
+        cs = lambda x: torch.cat([pad, torch.cumsum(x, -1)], -1)  # noqa: E731
+        rcs = lambda x: torch.flip(cs(torch.flip(x, (-1,))), (-1,))  # noqa: E731
+        self.Pc, self.Qc, self.Dc, self.Qs = cs(ps), cs(qs), cs(qs - ps), rcs(qs)
+        F = torch.where(ons, d.term(xp, ps, qs), 0.0)
+        low = rs < 1.0
+        self.FsLow = rcs(torch.where(low, F, 0.0))
+        self.FcHigh = cs(torch.where(low, 0.0, F))
+        V = self.V
+        self.G = torch.where(ons, rs * self.Qc[..., :V] - self.Pc[..., :V], math.inf)
+        self.rs = rs
+        self.K = torch.sum(ons, dim=-1, keepdim=True)
+        self.P0 = torch.sum(torch.where(on, 0.0, p), dim=-1, keepdim=True)
+        self.Pon = self.Pc.gather(-1, self.K)
+        self.r_max = torch.amax(torch.where(on, self.r, 1.0), dim=-1, keepdim=True)
 
     def count_le(self, arr, val):
         import torch
