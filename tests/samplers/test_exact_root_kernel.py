@@ -3,7 +3,7 @@
 compiles on a GPU. Here: the traced graph computes the device path's floats bit for bit at
 lengths other than the one traced; the samplers route gamma at the drafted tokens through the
 kernel off the CPU (forced here) with unchanged outputs, and keep numpy's root on CPU tensors.
-Compiling the graph takes minutes on two CPU cores (more than ``./dev test`` can spend):
+Compiling the graph takes minutes on two CPU cores, many more under load:
 ``CACTUS_THEORY_COMPILE_ROOT=1`` runs that test, in ``./dev test``'s stage 'compile', which
 ``.ci/run`` turns on; ``scripts/gpu_check.py`` checks the compiled kernel against the eager
 path on CUDA. The second trace runs in the stage 'full'."""
