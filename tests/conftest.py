@@ -105,3 +105,18 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The offline SmolLM2-135M-Instruct (``cactus_theory.logits.load_smollm2``) with two torch
+    threads, or a skip naming why it cannot load (``./dev setup`` prepares it)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from cactus_theory.logits import ModelNotAvailable, load_smollm2
+
+    torch.set_num_threads(2)
+    try:
+        return load_smollm2()
+    except ModelNotAvailable as exc:  # pragma: no cover - ./dev setup installs it
+        pytest.skip(str(exc))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run import run, run_json
 
 from cactus_theory import cli
 from cactus_theory._cli import parse_knobs
@@ -22,19 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 Q = "0.30,0.25,0.15,0.12,0.08,0.05,0.03,0.02"
 P = "0.05,0.40,0.20,0.10,0.10,0.05,0.05,0.05"
 QP = ["--q", Q, "--p", P]
-
-
-def run(capsys, *argv):
-    """main(argv) -> (status, stdout, stderr lines)."""
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, [ln for ln in err.splitlines() if ln.strip()]
-
-
-def run_json(capsys, *argv):
-    status, out, err = run(capsys, *argv, "--json")
-    assert status == 0, err
-    return json.loads(out)
 
 
 # --------------------------------------------------------------------------- the table itself
@@ -319,17 +307,6 @@ def test_models_text_and_json(capsys):
     data = run_json(capsys, "models")
     assert data["builtin_drafters"] == ["early-exit:K", "requant:B", "distilled"]
     assert len(data["shipped_dumps"]) == 4
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    pytest.importorskip("transformers")
-    from cactus_theory.logits import ModelNotAvailable, load_smollm2
-
-    try:
-        return load_smollm2()
-    except ModelNotAvailable as exc:  # pragma: no cover - ./dev setup installs it
-        pytest.skip(str(exc))
 
 
 @pytest.mark.model

@@ -2,26 +2,10 @@
 command line by pyproject.toml's entry point): the quick run end to end through ``main([...])``
 with ``--json`` parsed back, and bad flags exiting 2 with one line. Timings are not asserted."""
 
-import json
-
 import pytest
+from cli_run import run, run_json
 from rule_configs import FUSED_SHAPE, QUICK_GROUP
 from rule_configs import QUICK_RULES as FUSED_QUICK_RULES
-
-from cactus_theory.cli import main
-
-
-def run(capsys, *argv):
-    """main(argv) -> (status, stdout, stderr lines)."""
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, [ln for ln in err.splitlines() if ln.strip()]
-
-
-def run_json(capsys, *argv):
-    status, out, err = run(capsys, *argv, "--json")
-    assert status == 0, err
-    return json.loads(out)
 
 
 @pytest.mark.xdist_group(QUICK_GROUP)

@@ -9,22 +9,12 @@ pytest.importorskip("transformers")
 
 from tiny_models import tiny_llama  # noqa: E402
 
-from cactus_theory.logits import ModelNotAvailable, load_smollm2  # noqa: E402
 from cactus_theory.logits._drafters import (  # noqa: E402
     DistilledDrafter,
     load_distilled,
     rtn_quantize_,
     save_distilled,
 )
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    torch.set_num_threads(2)
-    try:
-        return load_smollm2()
-    except ModelNotAvailable as exc:  # pragma: no cover - ./dev setup installs it
-        pytest.skip(str(exc))
 
 
 def test_rtn_quantize_levels_and_error():

@@ -10,18 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from cactus_theory.logits import ModelNotAvailable, load_smollm2  # noqa: E402
 from cactus_theory.logits._drafters import early_exit_logits, early_exit_model  # noqa: E402
 from cactus_theory.logits._models import SMOLLM2_LAYERS  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    torch.set_num_threads(2)
-    try:
-        return load_smollm2()
-    except ModelNotAvailable as exc:  # pragma: no cover - ./dev setup installs it
-        pytest.skip(str(exc))
 
 
 @pytest.mark.model
