@@ -481,12 +481,6 @@ _LACKING_A_TEST_FILE = {
     "samplers/base.py",
     "samplers/multidraft.py",
     "samplers/v1.py",
-    "testing/_adapters.py",
-    "testing/_casebook.py",
-    "testing/_check.py",
-    "testing/_results.py",
-    "testing/pytest_plugin.py",
-    "testing/strategies.py",
 }
 
 
