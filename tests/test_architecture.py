@@ -471,9 +471,6 @@ _LACKING_A_TEST_FILE = {
     "integrations/vllm/_patch.py",
     "integrations/vllm/_rows.py",
     "integrations/vllm/gpu_check.py",
-    "samplers/base.py",
-    "samplers/multidraft.py",
-    "samplers/v1.py",
 }
 
 

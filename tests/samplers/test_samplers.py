@@ -1,11 +1,11 @@
-"""The batched torch samplers: vLLM 0.7.3 V0 layout and counters, V1 adapter, laws, edge cases.
+"""The batched torch samplers' laws: the emitted law against the exact analysis for every rule,
+the accepted-prefix law, the declared accept paths against the plan, edge cases, and the CUDA
+sync check. The sampler module's layout, counters, shapes, seeding and dtypes are in
+test_base.py; the vLLM V1 ragged adapter in test_v1.py.
 
-Semantics tested are those engines.md documents (vLLM itself cannot be installed here):
-sections 1.2-1.4 (V0 forward, output layout, counters, seeding), 1.9-1.10 (V1 ragged layout).
+Semantics tested are those engines.md documents (vLLM itself cannot be installed here).
 Symbols: q verifier (target_probs), p drafter (draft_probs), n drafted token.
 """
-
-import math
 
 import numpy as np
 import pytest
@@ -16,12 +16,8 @@ from scipy import stats
 from cactus_theory.analysis.one_step import emitted_distribution
 from cactus_theory.rules import RULES, get_rule
 from cactus_theory.samplers import (
-    RuleSampler,
-    V1Stats,
     exponential_race,
     make_sampler,
-    parse_output,
-    ragged_forward,
 )
 
 ALL_RULES = list(RULES.all_names())  # every rule, and every alias
@@ -43,123 +39,6 @@ def _batch(B, k, V, seed=0, scale=2.0):
     ids = torch.multinomial(p.reshape(-1, V), 1, generator=g).reshape(B, k)
     bonus = torch.randint(0, V, (B, 1), generator=g)
     return q, bonus, p, ids
-
-
-def _check_layout(out, ids, bonus, accepted):
-    """Row = accepted prefix of drafts, one extra token, then -1 (engines.md 1.2-1.3)."""
-    B, k = ids.shape
-    assert out.shape == (B, k + 1) and out.dtype == torch.int64
-    n_acc = accepted.long().cumprod(-1).sum(-1)
-    for b in range(B):
-        n = int(n_acc[b])
-        assert torch.equal(out[b, :n], ids[b, :n])
-        assert out[b, n] >= 0
-        if n == k:
-            assert out[b, k] == bonus[b, 0]
-        assert torch.all(out[b, n + 1 :] == -1)
-    assert int((out != -1).sum()) == int((n_acc + 1).sum())
-
-
-# ---------------------------------------------------------------------------------------------
-# Layout, counters, bonus (every rule)
-# ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ALL_RULES)
-def test_layout_and_counters_every_rule(name):
-    q, bonus, p, ids = _batch(16, 4, 12, seed=1)
-    s = make_sampler(name)
-    torch.manual_seed(0)
-    out = s(q, bonus, p, ids)
-    acc = s.last_accepted
-    _check_layout(out, ids, bonus, acc)
-    assert int(s.num_accepted_tokens) == int(acc.sum())  # non-causal, as vLLM V0
-    assert int(s.num_accepted_prefix_tokens) == int(acc.long().cumprod(-1).sum())
-    assert int(s.num_emitted_tokens) == int((out != -1).sum())
-    assert s.num_draft_tokens == 16 * 4 and isinstance(s.num_draft_tokens, int)
-    assert int(out.max()) < 12 and int(out.min()) >= -1
-    s(q, bonus, p, ids)
-    assert s.num_draft_tokens == 2 * 16 * 4  # counters accumulate
-
-
-def test_num_accepted_counts_after_first_rejection():
-    """vLLM V0 counts every True of the non-causal matrix, also after a rejection (1.3)."""
-    V = 4
-    q = torch.tensor([[[0.0, 0.5, 0.5, 0.0], [0.25] * 4, [0.25] * 4]])
-    p = torch.tensor([[[1.0, 0.0, 0.0, 0.0], [0.25] * 4]])
-    ids = torch.tensor([[0, 2]])  # position 0: q_n = 0, always rejected; position 1: p = q
-    bonus = torch.tensor([[3]])
-    s = make_sampler("sps")
-    out = s(q, bonus, p, ids)
-    assert s.last_accepted.tolist() == [[False, True]]
-    assert int(s.num_accepted_tokens) == 1  # vLLM V0 semantics
-    assert int(s.num_accepted_prefix_tokens) == 0  # the causal count (vLLM V1)
-    assert int(s.num_emitted_tokens) == 1
-    assert out[0, 0] in (1, 2) and out[0, 1:].tolist() == [-1, -1]
-    assert int(out.max()) < V
-
-
-@pytest.mark.parametrize("name", ALL_RULES)
-def test_all_accepted_emits_bonus(name):
-    """p = q = one-hot at the drafted token: every rule accepts; the bonus closes the row."""
-    B, k, V = 3, 3, 5
-    ids = torch.tensor([[1, 2, 3], [0, 0, 4], [4, 3, 2]])
-    p = torch.nn.functional.one_hot(ids, V).float()
-    q = torch.cat([p, torch.full((B, 1, V), 1.0 / V)], dim=1)
-    bonus = torch.tensor([[2], [3], [0]])
-    s = make_sampler(name)
-    out = s(q, bonus, p, ids)
-    assert out.tolist() == torch.cat([ids, bonus], 1).tolist()
-    assert int(s.num_emitted_tokens) == B * (k + 1)
-
-
-def test_empty_batch():
-    s = make_sampler("cactus-taylor")
-    q, bonus, p, ids = _batch(0, 3, 7)
-    out = s(q, bonus, p, ids)
-    assert out.shape == (0, 4) and out.dtype == torch.int64
-    assert s.num_draft_tokens == 0 and int(s.num_emitted_tokens) == 0
-
-
-def test_init_tensors_like_vllm():
-    s = make_sampler("sps")
-    assert s.num_accepted_tokens is None
-    s.init_tensors("cpu")
-    assert s.num_accepted_tokens.dtype == torch.long and s.num_accepted_tokens.dim() == 0
-    assert s.probs_dtype == torch.float32 and s.token_id_dtype == torch.int64
-
-
-@pytest.mark.parametrize(
-    "bad, arg",
-    [
-        (lambda q, b, p, i: (q[:, :1], b, p, i), "target_with_bonus_probs"),
-        (lambda q, b, p, i: (q, b, p[:, :2], i), "draft_probs"),
-        (lambda q, b, p, i: (q, b, p, i[:, :2]), "draft_token_ids"),
-        (lambda q, b, p, i: (q, b[:, 0], p, i), "bonus_token_ids"),
-        (lambda q, b, p, i: (q, b, p, i.float()), "draft_token_ids"),
-    ],
-)
-def test_bad_shapes_raise(bad, arg):
-    q, bonus, p, ids = _batch(2, 3, 5)
-    with pytest.raises(ValueError, match=arg):
-        make_sampler("sps")(*bad(q, bonus, p, ids))
-
-
-def test_strict_mode_rejects_bad_values():
-    q, bonus, p, ids = _batch(2, 3, 5)
-    s = make_sampler("sps", strict_mode=True)
-    with pytest.raises(ValueError, match="draft_token_ids"):
-        s(q, bonus, p, ids + 5)
-    with pytest.raises(ValueError, match="bonus_token_ids"):
-        s(q, bonus - 10, p, ids)
-    bad = q.clone()
-    bad[0, 0, 0] = float("nan")
-    with pytest.raises(ValueError, match="target_with_bonus_probs"):
-        s(bad, bonus, p, ids)
-    with pytest.raises(ValueError, match="seeded_seqs"):
-        make_sampler("sps")(q, bonus, p, ids, seeded_seqs={5: torch.Generator()})
-    with pytest.raises(ValueError, match="rule"):
-        make_sampler("no-such-rule")
-    with pytest.raises(ValueError, match="delta"):
-        make_sampler("cactus-taylor", delta=-1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,50 +106,6 @@ def test_exponential_race_law():
 
 
 # ---------------------------------------------------------------------------------------------
-# Seeding, dtypes
-# ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["sps", "cactus-taylor", "tas", "mentored-kl"])
-def test_seeded_rows_reproduce_bit_for_bit(name):
-    q, bonus, p, ids = _batch(6, 4, 9, seed=2)
-    s = make_sampler(name)
-
-    def run(rows, seeds):
-        gens = {i: torch.Generator().manual_seed(sd) for i, sd in zip(range(len(rows)), seeds)}
-        return s(q[rows], bonus[rows], p[rows], ids[rows], seeded_seqs=gens)
-
-    a = run([0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15])
-    torch.manual_seed(99)  # the default generator must not matter
-    b = run([0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15])
-    assert torch.equal(a, b)
-    # a seeded row's output depends only on its inputs and its generator, not on its batch
-    gens = {0: torch.Generator().manual_seed(12)}
-    alone = s(q[2:3], bonus[2:3], p[2:3], ids[2:3], seeded_seqs=gens)
-    assert torch.equal(alone[0], a[2])
-    mixed = s(
-        q[[2, 0, 1]],
-        bonus[[2, 0, 1]],
-        p[[2, 0, 1]],
-        ids[[2, 0, 1]],
-        seeded_seqs={0: torch.Generator().manual_seed(12)},
-    )
-    assert torch.equal(mixed[0], a[2])
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("name", ["sps", "cactus-taylor", "cactus-exact-kl", "topk", "fuzzy"])
-def test_half_precision_inputs_computed_in_float32(name, dtype):
-    """bf16/fp16 inputs give exactly the float32 result on the same (rounded) values."""
-    q, bonus, p, ids = _batch(8, 3, 11, seed=4)
-    qh, ph = q.to(dtype), p.to(dtype)
-    s = make_sampler(name)
-    g = lambda: {i: torch.Generator().manual_seed(i) for i in range(8)}  # noqa: E731
-    out_h = s(qh, bonus, ph, ids, seeded_seqs=g())
-    out_f = s(qh.float(), bonus, ph.float(), ids, seeded_seqs=g())
-    assert torch.equal(out_h, out_f)
-    assert int(out_h.max()) < 11
-
-
-# ---------------------------------------------------------------------------------------------
 # Edge cases (conventions of cactus_theory.conventions): no NaN, no out-of-range id
 # ---------------------------------------------------------------------------------------------
 def _edge_inputs():
@@ -333,76 +168,8 @@ def test_q_n_zero_is_rejected_and_recovered_in_support():
 
 
 # ---------------------------------------------------------------------------------------------
-# vLLM V1 ragged adapter
+# The declared accept paths against the plan; the accepted-prefix law
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["sps", "cactus-taylor", "tas", "cascade-opt"])
-def test_v1_adapter_agrees_with_v0_layout(name):
-    B, k, V = 5, 3, 8
-    q, bonus, p, ids = _batch(B, k, V, seed=5)
-    s = make_sampler(name)
-    gens = lambda: {i: torch.Generator().manual_seed(100 + i) for i in range(B)}  # noqa: E731
-    v0 = s(q, bonus, p, ids, seeded_seqs=gens())
-    v1 = ragged_forward(
-        s, ids.reshape(-1), [k] * B, p.reshape(-1, V), q[:, :k].reshape(-1, V), bonus, generators=gens()
-    )
-    assert v1.dtype == torch.int32 and torch.equal(v1.long(), v0)
-    # ragged: request i with k_i drafts = V0 on that request alone with the same generator
-    ks = [3, 0, 1, 2, 3]
-    flat = torch.cat([ids[i, : ks[i]] for i in range(B)])
-    fq = torch.cat([q[i, : ks[i]] for i in range(B)])
-    fp = torch.cat([p[i, : ks[i]] for i in range(B)])
-    out = ragged_forward(
-        s,
-        flat,
-        None,
-        fp,
-        fq,
-        bonus,
-        cu_num_draft_tokens=np.cumsum(ks).tolist(),
-        generators=gens(),
-        max_spec_len=4,
-    )
-    assert out.shape == (B, 5)
-    for i, ki in enumerate(ks):
-        if ki == 0:
-            assert out[i].tolist() == [int(bonus[i])] + [-1] * 4
-            continue
-        g = {0: torch.Generator().manual_seed(100 + i)}
-        alone = s(
-            q[i : i + 1, : ki + 1], bonus[i : i + 1], p[i : i + 1, :ki], ids[i : i + 1, :ki], seeded_seqs=g
-        )
-        assert out[i, : ki + 1].tolist() == alone[0].tolist()
-        assert torch.all(out[i, ki + 1 :] == -1)
-    stats_ = V1Stats.from_output(out, ks, V)
-    parsed = parse_output(out, V)
-    assert stats_.num_drafts == 4 and stats_.num_draft_tokens == sum(ks)
-    assert stats_.num_accepted_tokens == sum(len(r) - 1 for r, ki in zip(parsed, ks) if ki)
-    assert stats_.mean_acceptance_length == 1 + stats_.num_accepted_tokens / 4
-
-
-def test_v1_no_draft_probs_is_point_mass():
-    """draft_probs=None (n-gram proposers): SpS accepts with q_n, as vLLM V1 (engines.md 1.9)."""
-    B, k, V = 4, 2, 6
-    q, bonus, _, ids = _batch(B, k, V, seed=6)
-    s = make_sampler("sps")
-    gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(B)}  # noqa: E731
-    a = ragged_forward(s, ids.reshape(-1), [k] * B, None, q[:, :k].reshape(-1, V), bonus, generators=gens())
-    onehot = torch.nn.functional.one_hot(ids, V).float()
-    b = s(q, bonus, onehot, ids, seeded_seqs=gens())
-    assert torch.equal(a.long(), b)
-
-
-def test_v1_bad_counts_raise():
-    s = make_sampler("sps")
-    q, bonus, p, ids = _batch(2, 2, 4)
-    with pytest.raises(ValueError, match="num_draft_tokens"):
-        ragged_forward(s, ids.reshape(-1), [1, 1], p.reshape(-1, 4), q[:, :2].reshape(-1, 4), bonus)
-
-
-def test_make_sampler_is_a_module():
-    s = make_sampler("cactus-taylor", delta=0.75)
-    assert isinstance(s, RuleSampler) and isinstance(s, torch.nn.Module)
-    assert s.rule.knobs["delta"] == 0.75 and math.isfinite(s.rule.knobs["delta"])
 
 
 def _plan_only(rule):
