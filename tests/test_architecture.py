@@ -466,10 +466,9 @@ def test_an_internal_module_imports_nothing_its_package_does_not():
 TESTS = ROOT / "tests"
 
 #: modules (paths under cactus_theory/) that are public or over 300 lines and still lack their
-#: test file; a module leaves the list when it gains one, and the list only shrinks
-_LACKING_A_TEST_FILE = {
-    "integrations/vllm/gpu_check.py",
-}
+#: test file: none (32 when the check was added); the list only shrinks, so a new public or long
+#: module comes with its test file
+_LACKING_A_TEST_FILE: set = set()
 
 
 def _test_file_names(module: Path) -> set:
