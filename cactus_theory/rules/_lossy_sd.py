@@ -58,7 +58,7 @@ class LossySpeculative(DecisionRule):
         self.alpha = alpha
 
     def row_statistic(self, q, p):
-        """The coin's factor :math:`c = 1 - \alpha` (one number for every row)."""
+        r"""The coin's factor :math:`c = 1 - \alpha` (one number for every row)."""
         return 1.0 - self.alpha
 
     def accept_at(self, q_n, p_n, statistic):

@@ -116,7 +116,7 @@ def _kl_better_start(xp, s, delta, x):
 
 def _kl_start_near_one(xp, s, delta):
     r"""A start for KL roots above 1/2: with v = 1 - x, :math:`L = -\log s`,
-    :math:`g(1 - v) pprox L - v(K - \log v)`, :math:`K = L + 1 + \log(1 - s)`, so
+    :math:`g(1 - v) \approx L - v(K - \log v)`, :math:`K = L + 1 + \log(1 - s)`, so
     :math:`v = (L - \delta)/(K - \log v)`, solved by three fixed-point steps from
     :math:`v = (L - \delta)/K`; kept in (s, 1)."""
     big_l = -xp.log(s)
