@@ -79,10 +79,6 @@ class Result:
         }
 
 
-#: The name the result modules used before the base was public.
-_Result = Result
-
-
 def _internal(**kw):
     """A field kept on the object but not exported by ``to_dict`` nor shown in ``repr``."""
     return field(repr=False, compare=False, metadata={"export": False}, **kw)
