@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
+from vllm_processed import processed_row, softmax
 
 import cactus_theory as ct
 from cactus_theory.integrations.vllm import _config as cfg
@@ -484,28 +485,6 @@ SERVED_RULES = [n for n in rule_names() if n in SUPPORTED]
 RAW_RULES = [n for n in SERVED_RULES if get_rule(n).spec.needs_raw]
 
 
-def _softmax(z):
-    w = np.exp(z - z.max(-1, keepdims=True))
-    return w / w.sum(-1, keepdims=True)
-
-
-def _processed(z, T, top_k, top_p):
-    """vLLM's processed verifier row in float64 (``apply_sampling_constraints``): logits / T,
-    then top-k (keep logits >= the k-th largest), then top-p over the ascending sort (drop the
-    tokens whose cumulative probability is <= 1 - top_p, always keeping the largest)."""
-    z = z / T
-    order = np.argsort(z, kind="stable")
-    zs = z[order]
-    keep = zs >= zs[len(z) - top_k]
-    ps = np.where(keep, np.exp(zs - zs.max()), 0.0)
-    ps /= ps.sum()
-    keep &= ~(np.cumsum(ps) <= 1 - top_p)
-    keep[-1] = True
-    mask = np.zeros(len(z), dtype=bool)
-    mask[order[keep]] = True
-    return np.where(mask, _softmax(np.where(mask, z, -np.inf)), 0.0)
-
-
 def _engine_rows(mods, monkeypatch, rule_cfg, z_e, z_a, drafts, temps, top_k, top_p):
     """The rows the patched MRV1 forward hands vLLM's kernels: (draft_probs, target_probs).
 
@@ -532,7 +511,7 @@ def _engine_rows(mods, monkeypatch, rule_cfg, z_e, z_a, drafts, temps, top_k, to
     md.target_logits_indices = idx[:, :k].reshape(-1).contiguous()
     md.bonus_logits_indices = idx[:, k].contiguous()
     t = np.where(np.asarray(temps) > 0, temps, 1.0).repeat(k)[:, None]
-    p = torch.tensor(_softmax(z_a / t), dtype=torch.float32)
+    p = torch.tensor(softmax(z_a / t), dtype=torch.float32)
     meta = _sampling_metadata(temps)
     meta.top_k = torch.tensor(top_k, dtype=torch.int32)
     meta.top_p = torch.tensor(top_p, dtype=torch.float32)
@@ -575,10 +554,10 @@ def test_engine_rows_match_the_exact_analysis_at_temperature_06_with_top_k_top_p
                 probs[j].numpy(), torch.softmax(torch.tensor(z, dtype=torch.float32), -1).numpy()
             )
             continue
-        q = _processed(z, T, top_k[i], top_p[i])
-        p = _softmax(z_a[j] / T)
+        q = processed_row(z, T, top_k[i], top_p[i])
+        p = softmax(z_a[j] / T)
         rule = get_rule(name, **knobs, **({"scd_temperature": T} if name == "scd" else {}))
-        raw = {"raw_target_probs": _softmax(z), "raw_draft_probs": _softmax(z_a[j])}
+        raw = {"raw_target_probs": softmax(z), "raw_draft_probs": softmax(z_a[j])}
         h = _exact_h(rule, q, p, drafts[i, j % k], **raw)
         got = probs[j].double().numpy()
         # float32 logits, softmax and log (and float32 roots) against float64: 1e-5 absolute on
@@ -609,9 +588,9 @@ def test_raw_rows_and_request_temperature_matter(vllm_mods, monkeypatch, name):
         i = j // k
         if temps[i] == 0:
             continue
-        q = _processed(z_e[rows][j], temps[i], top_k[i], top_p[i])
-        p = _softmax(z_a[j] / temps[i])
-        raw = {"raw_target_probs": _softmax(z_e[rows][j]), "raw_draft_probs": _softmax(z_a[j])}
+        q = processed_row(z_e[rows][j], temps[i], top_k[i], top_p[i])
+        p = softmax(z_a[j] / temps[i])
+        raw = {"raw_target_probs": softmax(z_e[rows][j]), "raw_draft_probs": softmax(z_a[j])}
         before = _exact_h(get_rule(name, **knobs), q, p, drafts[i, j % k], **(raw if name == "scd" else {}))
         gaps.append(np.abs(probs[j].double().numpy() - before).sum())
     assert max(gaps) > 0.05, gaps
@@ -639,9 +618,9 @@ def test_opt_cascade_gate_knob_through_the_engine(vllm_mods, monkeypatch, alpha)
             i = j // k
             if temps[i] == 0:
                 continue
-            q = _processed(z_e[rows][j], temps[i], top_k[i], top_p[i])
-            p = _softmax(z_a[j] / temps[i])
-            raw = {"raw_target_probs": _softmax(z_e[rows][j]), "raw_draft_probs": _softmax(z_a[j])}
+            q = processed_row(z_e[rows][j], temps[i], top_k[i], top_p[i])
+            p = softmax(z_a[j] / temps[i])
+            raw = {"raw_target_probs": softmax(z_e[rows][j]), "raw_draft_probs": softmax(z_a[j])}
             want[gate][j] = _exact_h(rule, q, p, drafts[i, j % k], **raw)
             # float32 softmax rows against float64 (a picked row is q or p itself)
             np.testing.assert_allclose(probs[j].double().numpy(), want[gate][j], rtol=0, atol=1e-5)

@@ -11,6 +11,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from vllm_processed import processed_row, softmax
 
 from cactus_theory.integrations.vllm import _rows as plugin_rows
 from cactus_theory.integrations.vllm._rows import mrv1_substitute, mrv2_substitute
@@ -21,28 +22,6 @@ def _exact_h(rule, q, p, n, **raw):
     """The per-draft target in float64 through the toolkit's own plan (the oracle)."""
     plan = rule.plan(q, p, **raw)
     return plan.target_at(np.asarray(n)) if hasattr(plan, "target_at") else plan.target
-
-
-def _softmax(z):
-    w = np.exp(z - z.max(-1, keepdims=True))
-    return w / w.sum(-1, keepdims=True)
-
-
-def _processed(z, T, top_k, top_p):
-    """vLLM's processed verifier row in float64 (``apply_sampling_constraints``): logits / T,
-    then top-k (keep logits >= the k-th largest), then top-p over the ascending sort (drop the
-    tokens whose cumulative probability is <= 1 - top_p, always keeping the largest)."""
-    z = z / T
-    order = np.argsort(z, kind="stable")
-    zs = z[order]
-    keep = zs >= zs[len(z) - top_k]
-    ps = np.where(keep, np.exp(zs - zs.max()), 0.0)
-    ps /= ps.sum()
-    keep &= ~(np.cumsum(ps) <= 1 - top_p)
-    keep[-1] = True
-    mask = np.zeros(len(z), dtype=bool)
-    mask[order[keep]] = True
-    return np.where(mask, _softmax(np.where(mask, z, -np.inf)), 0.0)
 
 
 def test_mrv1_rows_are_log_h_and_greedy_rows_untouched():
@@ -139,7 +118,7 @@ def test_mrv2_raw_rows_and_request_temperature():
     processed = []
     for j in range(5):
         T = float(temperature[state[j]])
-        processed.append(_processed(raw_logits[j].double().numpy(), T, 6, 0.9))
+        processed.append(processed_row(raw_logits[j].double().numpy(), T, 6, 0.9))
     processed = np.array(processed)
     with np.errstate(divide="ignore"):  # log 0 = -inf: the truncated tokens
         tl = torch.tensor(np.log(processed), dtype=torch.float32)
@@ -150,10 +129,10 @@ def test_mrv2_raw_rows_and_request_temperature():
         h = _exact_h(
             get_rule("scd", scd_beta=0.5, scd_temperature=T),
             processed[j],
-            _softmax(z_a / T),
+            softmax(z_a / T),
             int(draft_sampled[j + 1]),
-            raw_target_probs=_softmax(raw_logits[j].double().numpy()),
-            raw_draft_probs=_softmax(z_a),
+            raw_target_probs=softmax(raw_logits[j].double().numpy()),
+            raw_draft_probs=softmax(z_a),
         )
         # float32 against float64 (see the MRV1 test)
         np.testing.assert_allclose(torch.softmax(new[j].double(), -1).numpy(), h, rtol=0, atol=1e-5)

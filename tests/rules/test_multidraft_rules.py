@@ -19,6 +19,7 @@ from conftest import profile_examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from tree_structures import tree_structure
 
 from cactus_theory.analysis.multidraft import (
     drawn_trees,
@@ -60,39 +61,19 @@ def _cases():
 CASES = _cases()
 
 
-def _structure(structure: str, drafting: str, seed: int = 0):
-    if structure == "multi":
-        md = synthetic_multidraft(
-            "dirichlet", k=3 if drafting != "iid" else 2, n_positions=1, vocab_size=4, rng=seed
-        )
-        return MultiDraft(md.target_probs[0], md.draft_probs[0], md.k, drafting).as_tree()
-    if structure == "tree":
-        return synthetic_tree(
-            "dirichlet", (2, 1), vocab_size=3, rng=seed, drafting=drafting, concentration=0.7
-        )
-    chain = synthetic_chain("dirichlet", 2, vocab_size=3, rng=seed, concentration=0.7)
-    if drafting == "top_k":
-        from cactus_theory.drafts import TokenTree
-
-        q, p = chain.target_probs, chain.draft_probs
-        pad = np.full(3, 1 / 3)
-        return TokenTree.from_model(lambda c: (q[len(c)], p[len(c)] if len(c) < 2 else pad), [1, 1], "top_k")
-    return chain.as_tree()
-
-
 @pytest.mark.parametrize(("name", "drafting", "structure"), CASES)
 def test_emitted_law_is_the_verifiers_by_enumeration(name, drafting, structure):
     if not VERIFIERS[name].lossless:
         pytest.skip("lossy verifier: its emitted law is checked by its own tests")
     for seed in (0, 1):
-        tree = _structure(structure, drafting, seed)
+        tree = tree_structure(structure, drafting, seed)
         err = lossless_error(name, tree)
         assert err < LOSSLESS_TOL, (name, drafting, structure, seed, err)
 
 
 @pytest.mark.parametrize(("name", "drafting", "structure"), CASES)
 def test_accepted_length_formula_equals_enumeration(name, drafting, structure):
-    tree = _structure(structure, drafting, 2)
+    tree = tree_structure(structure, drafting, 2)
     enum = expected_accepted_length(name, tree, "enumerate")
     try:
         dp = expected_accepted_length(name, tree, "dp")
@@ -171,14 +152,14 @@ def test_block_never_below_tokenwise_and_optimal_on_top():
 def test_traversal_reduces_to_block_on_chains_and_to_rrs_at_one_position():
     traversal, block = get_verifier("traversal"), get_verifier("block")
     for drafting in ("iid", "top_k"):
-        tree = _structure("chain", drafting, 5)
+        tree = tree_structure("chain", drafting, 5)
         for _, drawn in drawn_trees(tree):
             a, b = traversal.tree_law(drawn), block.tree_law(drawn)
             np.testing.assert_allclose(a.end_probs, b.end_probs, atol=1e-14)
             mask = a.end_probs > 0
             np.testing.assert_allclose(a.residuals[mask], b.residuals[mask], atol=1e-14)
     for drafting, rrs in (("iid", "rrs"), ("without_replacement", "rrs-without-replacement")):
-        tree = _structure("multi", drafting, 6)
+        tree = tree_structure("multi", drafting, 6)
         for _, drawn in drawn_trees(tree):
             a, b = traversal.tree_law(drawn), get_verifier(rrs).tree_law(drawn)
             np.testing.assert_allclose(a.end_probs, b.end_probs, atol=1e-14)
@@ -215,7 +196,7 @@ SAMPLER_CASES = sorted(set(SAMPLER_CASES))
 
 @pytest.mark.parametrize(("name", "drafting", "structure"), SAMPLER_CASES)
 def test_sampler_law_matches_exact_law(name, drafting, structure):
-    tree = _structure(structure, drafting, 7)
+    tree = tree_structure(structure, drafting, 7)
     pvalue = _chi_square(name, tree, 2000, seed=8)
     assert pvalue > FALSE_FAILURE, (name, drafting, pvalue)
 

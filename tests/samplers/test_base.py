@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from sampler_batches import random_batch
 
 from cactus_theory.rules import RULES
 from cactus_theory.samplers import (
@@ -19,15 +20,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 ALL_RULES = list(RULES.all_names())  # every rule, and every alias
-
-
-def _batch(B, k, V, seed=0, scale=2.0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.softmax(scale * torch.randn(B, k + 1, V, generator=g), -1)
-    p = torch.softmax(scale * torch.randn(B, k, V, generator=g), -1)
-    ids = torch.multinomial(p.reshape(-1, V), 1, generator=g).reshape(B, k)
-    bonus = torch.randint(0, V, (B, 1), generator=g)
-    return q, bonus, p, ids
 
 
 def _check_layout(out, ids, bonus, accepted):
@@ -47,7 +39,7 @@ def _check_layout(out, ids, bonus, accepted):
 
 @pytest.mark.parametrize("name", ALL_RULES)
 def test_layout_and_counters_every_rule(name):
-    q, bonus, p, ids = _batch(16, 4, 12, seed=1)
+    q, bonus, p, ids = random_batch(16, 4, 12, seed=1)
     s = make_sampler(name)
     torch.manual_seed(0)
     out = s(q, bonus, p, ids)
@@ -95,7 +87,7 @@ def test_all_accepted_emits_bonus(name):
 
 def test_empty_batch():
     s = make_sampler("cactus-taylor")
-    q, bonus, p, ids = _batch(0, 3, 7)
+    q, bonus, p, ids = random_batch(0, 3, 7)
     out = s(q, bonus, p, ids)
     assert out.shape == (0, 4) and out.dtype == torch.int64
     assert s.num_draft_tokens == 0 and int(s.num_emitted_tokens) == 0
@@ -120,13 +112,13 @@ def test_init_tensors_like_vllm():
     ],
 )
 def test_bad_shapes_raise(bad, arg):
-    q, bonus, p, ids = _batch(2, 3, 5)
+    q, bonus, p, ids = random_batch(2, 3, 5)
     with pytest.raises(ValueError, match=arg):
         make_sampler("sps")(*bad(q, bonus, p, ids))
 
 
 def test_strict_mode_rejects_bad_values():
-    q, bonus, p, ids = _batch(2, 3, 5)
+    q, bonus, p, ids = random_batch(2, 3, 5)
     s = make_sampler("sps", strict_mode=True)
     with pytest.raises(ValueError, match="draft_token_ids"):
         s(q, bonus, p, ids + 5)
@@ -146,7 +138,7 @@ def test_strict_mode_rejects_bad_values():
 
 @pytest.mark.parametrize("name", ["sps", "cactus-taylor", "tas", "mentored-kl"])
 def test_seeded_rows_reproduce_bit_for_bit(name):
-    q, bonus, p, ids = _batch(6, 4, 9, seed=2)
+    q, bonus, p, ids = random_batch(6, 4, 9, seed=2)
     s = make_sampler(name)
 
     def run(rows, seeds):
@@ -175,7 +167,7 @@ def test_seeded_rows_reproduce_bit_for_bit(name):
 @pytest.mark.parametrize("name", ["sps", "cactus-taylor", "cactus-exact-kl", "topk", "fuzzy"])
 def test_half_precision_inputs_computed_in_float32(name, dtype):
     """bf16/fp16 inputs give exactly the float32 result on the same (rounded) values."""
-    q, bonus, p, ids = _batch(8, 3, 11, seed=4)
+    q, bonus, p, ids = random_batch(8, 3, 11, seed=4)
     qh, ph = q.to(dtype), p.to(dtype)
     s = make_sampler(name)
     g = lambda: {i: torch.Generator().manual_seed(i) for i in range(8)}  # noqa: E731

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from rule_configs import CONFIGS  # every rule at its defaults and halfway to SpS
+from sampler_batches import random_batch
 from scipy import stats
 
 from cactus_theory.analysis.one_step import emitted_distribution
@@ -30,15 +31,6 @@ ALPHA = 1e-3
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _batch(B, k, V, seed=0, scale=2.0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.softmax(scale * torch.randn(B, k + 1, V, generator=g), -1)
-    p = torch.softmax(scale * torch.randn(B, k, V, generator=g), -1)
-    ids = torch.multinomial(p.reshape(-1, V), 1, generator=g).reshape(B, k)
-    bonus = torch.randint(0, V, (B, 1), generator=g)
-    return q, bonus, p, ids
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +197,7 @@ def test_declared_accept_paths_agree_with_plan_path(name):
             return self.scale * super().spike(q_n)
 
     base = get_rule(name, **({"delta": 0.3} if name == "cactus-taylor" else {}))
-    q, bonus, p, ids = _batch(32, 5, 40, seed=8)
+    q, bonus, p, ids = random_batch(32, 5, 40, seed=8)
     sq, sp = q[:, :5].sum(-1), p.sum(-1)
     gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(32)}  # noqa: E731
     plan = make_sampler(_plan_only(base))
@@ -290,7 +282,7 @@ CUDA_SYNC_RULES = (
 def test_no_host_sync_on_cuda():
     """forward without seeded rows runs under torch.cuda.set_sync_debug_mode('error')."""
     dev = torch.device("cuda")
-    q, bonus, p, ids = (t.to(dev) for t in _batch(8, 4, 1000, seed=9))
+    q, bonus, p, ids = (t.to(dev) for t in random_batch(8, 4, 1000, seed=9))
     for name in CUDA_SYNC_RULES:
         s = make_sampler(name)
         s(q, bonus, p, ids)

@@ -8,38 +8,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tree_structures import tree_structure
 
 from cactus_theory.analysis.multidraft import (
     drawn_trees,
 )
-from cactus_theory.drafts import MultiDraft
 from cactus_theory.rules.multidraft import get_verifier
 from cactus_theory.samplers.multidraft import TreeSampler
-from cactus_theory.simulate._trees import synthetic_chain, synthetic_multidraft, synthetic_tree
-
-
-def _structure(structure: str, drafting: str, seed: int = 0):
-    if structure == "multi":
-        md = synthetic_multidraft(
-            "dirichlet", k=3 if drafting != "iid" else 2, n_positions=1, vocab_size=4, rng=seed
-        )
-        return MultiDraft(md.target_probs[0], md.draft_probs[0], md.k, drafting).as_tree()
-    if structure == "tree":
-        return synthetic_tree(
-            "dirichlet", (2, 1), vocab_size=3, rng=seed, drafting=drafting, concentration=0.7
-        )
-    chain = synthetic_chain("dirichlet", 2, vocab_size=3, rng=seed, concentration=0.7)
-    if drafting == "top_k":
-        from cactus_theory.drafts import TokenTree
-
-        q, p = chain.target_probs, chain.draft_probs
-        pad = np.full(3, 1 / 3)
-        return TokenTree.from_model(lambda c: (q[len(c)], p[len(c)] if len(c) < 2 else pad), [1, 1], "top_k")
-    return chain.as_tree()
+from cactus_theory.simulate._trees import synthetic_chain
 
 
 def test_sampler_accepts_half_precision_and_checks_input():
-    tree = _structure("tree", "iid", 11)
+    tree = tree_structure("tree", "iid", 11)
     draws = drawn_trees(tree)
     drawn = draws[0][1]
     q = torch.tensor(drawn.target_probs[None], dtype=torch.bfloat16).expand(4, -1, -1)

@@ -6,6 +6,7 @@ statistics (engines.md sections 1.9-1.10).
 import numpy as np
 import pytest
 import torch
+from sampler_batches import random_batch
 
 from cactus_theory.samplers import (
     V1Stats,
@@ -17,19 +18,10 @@ from cactus_theory.samplers import (
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _batch(B, k, V, seed=0, scale=2.0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.softmax(scale * torch.randn(B, k + 1, V, generator=g), -1)
-    p = torch.softmax(scale * torch.randn(B, k, V, generator=g), -1)
-    ids = torch.multinomial(p.reshape(-1, V), 1, generator=g).reshape(B, k)
-    bonus = torch.randint(0, V, (B, 1), generator=g)
-    return q, bonus, p, ids
-
-
 @pytest.mark.parametrize("name", ["sps", "cactus-taylor", "tas", "cascade-opt"])
 def test_v1_adapter_agrees_with_v0_layout(name):
     B, k, V = 5, 3, 8
-    q, bonus, p, ids = _batch(B, k, V, seed=5)
+    q, bonus, p, ids = random_batch(B, k, V, seed=5)
     s = make_sampler(name)
     gens = lambda: {i: torch.Generator().manual_seed(100 + i) for i in range(B)}  # noqa: E731
     v0 = s(q, bonus, p, ids, seeded_seqs=gens())
@@ -74,7 +66,7 @@ def test_v1_adapter_agrees_with_v0_layout(name):
 def test_v1_no_draft_probs_is_point_mass():
     """draft_probs=None (n-gram proposers): SpS accepts with q_n, as vLLM V1 (engines.md 1.9)."""
     B, k, V = 4, 2, 6
-    q, bonus, _, ids = _batch(B, k, V, seed=6)
+    q, bonus, _, ids = random_batch(B, k, V, seed=6)
     s = make_sampler("sps")
     gens = lambda: {i: torch.Generator().manual_seed(i) for i in range(B)}  # noqa: E731
     a = ragged_forward(s, ids.reshape(-1), [k] * B, None, q[:, :k].reshape(-1, V), bonus, generators=gens())
@@ -85,6 +77,6 @@ def test_v1_no_draft_probs_is_point_mass():
 
 def test_v1_bad_counts_raise():
     s = make_sampler("sps")
-    q, bonus, p, ids = _batch(2, 2, 4)
+    q, bonus, p, ids = random_batch(2, 2, 4)
     with pytest.raises(ValueError, match="num_draft_tokens"):
         ragged_forward(s, ids.reshape(-1), [1, 1], p.reshape(-1, 4), q[:, :2].reshape(-1, 4), bonus)
