@@ -768,7 +768,8 @@ def test_recorder_killed_mid_run_leaves_only_whole_shards(tmp_path):
 
     folder = tmp_path / "rows"
     code = (
-        "import sys, numpy as np; sys.path.insert(0, sys.argv[2]);"
+        # the checkout (for tests.integrations) and tests/ (for the helper modules it imports)
+        "import sys, os, numpy as np; sys.path[:0] = [sys.argv[2], os.path.join(sys.argv[2], 'tests')];"
         "from tests.integrations.test_vllm_plugin import _recorder_step;"
         "from cactus_theory.integrations.vllm._recorder import Recorder;"
         "rec = Recorder(sys.argv[1], max_bytes=10**9, rows_per_shard=1);"
